@@ -1,0 +1,107 @@
+// rcjit::Tensor: a strided view of reference-counted storage on a device.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include <rcjit/Error.h>
+#include <rcjit/Types.h>
+
+namespace rcjit {
+
+namespace detail {
+struct TensorImpl;
+template <class T> constexpr DType dtypeOf();
+template <> constexpr DType dtypeOf<float>() { return DType::f32; }
+template <> constexpr DType dtypeOf<double>() { return DType::f64; }
+template <> constexpr DType dtypeOf<int32_t>() { return DType::i32; }
+template <> constexpr DType dtypeOf<int64_t>() { return DType::i64; }
+template <> constexpr DType dtypeOf<uint8_t>() { return DType::boolean; }
+template <> constexpr DType dtypeOf<bool>() { return DType::boolean; }
+}  // namespace detail
+
+/// A tensor: shape, strides (in elements), offset and dtype over shared storage.
+///
+/// Copying a Tensor copies a handle (like torch::Tensor): both refer to the same storage,
+/// and views (reshape, permute, slice, ...) share storage too. A default-constructed Tensor
+/// is undefined (`defined()` is false). Handles may be used from several threads as long as
+/// no thread writes elements another reads.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Factories. Storage on the CPU is 64-byte aligned; `empty` leaves it uninitialised.
+  static Tensor empty(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor zeros(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor ones(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor full(Shape shape, double value, DType dtype = DType::f32,
+                     Device device = Device::cpu());
+  /// Standard normal values from a counter-based generator: the same seed gives the same
+  /// values on every machine and thread count.
+  static Tensor randn(Shape shape, uint64_t seed, DType dtype = DType::f32,
+                      Device device = Device::cpu());
+  static Tensor arange(int64_t n, DType dtype = DType::i64, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<float>& values, Shape shape);    // copies
+  static Tensor from_vector(const std::vector<int64_t>& values, Shape shape);  // copies
+  /// Wraps caller-owned CPU memory without copying; the caller keeps it alive (and
+  /// contiguous, row-major) for as long as any Tensor refers to it.
+  static Tensor from_blob(void* data, Shape shape, DType dtype);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& strides() const;
+  int64_t offset() const;  // in elements, from the start of the storage
+  int64_t size(int dim) const;  // negative dims count from the end
+  int dim() const;
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  bool is_contiguous() const;
+  /// Address of element 0 (storage start + offset). CPU tensors only for host access.
+  void* data_ptr() const;
+  template <class T> T* data() const { return static_cast<T*>(data_ptr()); }
+  /// True when both tensors view the same storage.
+  bool sharesStorage(const Tensor& other) const;
+
+  /// Copies the elements, converted to T, to a host vector in row-major order. Inside a
+  /// traced function this is a host read (a graph break).
+  template <class T> std::vector<T> to_vector() const;
+  /// The value of a one-element tensor as a double (a host read, like to_vector).
+  double item() const;
+
+  Tensor to(Device device) const;  // copies unless already there
+  Tensor to(DType dtype) const;    // converts unless already that dtype
+  Tensor contiguous() const;       // copies only when not contiguous
+  Tensor reshape(Dims shape) const;
+  Tensor clone() const;            // always copies into new contiguous storage
+  /// Copies src's elements into this tensor (same shape; dtypes converted).
+  void copy_(const Tensor& src);
+
+  /// The implementation, for rcjit's own components.
+  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
+
+ private:
+  void copyToHost(DType as, void* dst) const;
+  std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  static_assert(std::is_arithmetic_v<T>, "to_vector<T>: T must be an arithmetic type");
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes = to_vector<uint8_t>();
+    return std::vector<bool>(bytes.begin(), bytes.end());
+  } else {
+    std::vector<T> out(static_cast<size_t>(numel()));
+    copyToHost(detail::dtypeOf<T>(), out.data());
+    return out;
+  }
+}
+
+/// True when a and b have broadcast-compatible shapes and every element differs by at
+/// most atol + rtol*|b| (NaNs in the same places count as equal).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6);
+
+}  // namespace rcjit

@@ -1,0 +1,8 @@
+// The umbrella header: everything in rcjit's public API (namespace rcjit).
+#pragma once
+#include <rcjit/Error.h>
+#include <rcjit/Ops.h>
+#include <rcjit/Region.h>
+#include <rcjit/Tensor.h>
+#include <rcjit/Types.h>
+#include <rcjit/nn.h>

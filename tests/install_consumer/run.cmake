@@ -1,0 +1,14 @@
+# Installs the rcjit build into a scratch prefix, then configures, builds and runs the
+# consumer project against it. Fails (non-zero) at the first step that fails.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install_consumer: step failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+step(${CMAKE_COMMAND} --install ${RCJIT_BINARY_DIR} --prefix ${prefix})
+step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix})
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+step(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK_DIR}/build/consumer)

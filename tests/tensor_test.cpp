@@ -1,0 +1,118 @@
+// Tensor basics: factories, views sharing storage, contiguity, conversions, host access.
+#include <gtest/gtest.h>
+
+#include <rcjit/rcjit.h>
+
+using namespace rcjit;
+
+namespace {
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Tensor, FactoriesFillAndAlign) {
+  Tensor z = Tensor::zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_EQ(z.dtype(), DType::f32);
+  EXPECT_TRUE(z.is_contiguous());
+  for (float v : z.to_vector<float>()) EXPECT_EQ(v, 0.0f);
+  for (float v : Tensor::ones({4}).to_vector<float>()) EXPECT_EQ(v, 1.0f);
+  for (double v : Tensor::full({3}, 2.5, DType::f64).to_vector<double>()) EXPECT_EQ(v, 2.5);
+  EXPECT_EQ(Tensor::arange(5).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
+                  DType::boolean}) {
+    Tensor e = Tensor::empty({3, 5}, t);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(e.data_ptr()) % 64, 0u) << dtypeName(t);
+    EXPECT_EQ(e.dtype(), t);
+  }
+}
+
+TEST(Tensor, RandnIsSeededAndNormal) {
+  Tensor a = Tensor::randn({1000}, 7), b = Tensor::randn({1000}, 7), c = Tensor::randn({1000}, 8);
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  EXPECT_NE(a.to_vector<float>(), c.to_vector<float>());
+  double mean = 0, sq = 0;
+  for (float v : Tensor::randn({100000}, 1).to_vector<float>()) {
+    mean += v;
+    sq += static_cast<double>(v) * v;
+  }
+  mean /= 100000;
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(sq / 100000 - mean * mean, 1.0, 0.03);
+}
+
+TEST(Tensor, FromVectorAndBlob) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_NE(errorOf([] { Tensor::from_vector(std::vector<float>{1, 2}, {3}); }).find("from_vector"),
+            std::string::npos);
+  std::vector<int64_t> data = {1, 2, 3, 4};
+  Tensor b = Tensor::from_blob(data.data(), {2, 2}, DType::i64);
+  EXPECT_EQ(b.data_ptr(), data.data());  // no copy
+  data[3] = 40;
+  EXPECT_EQ(b.to_vector<int64_t>()[3], 40);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor tt = transpose(t, 0, 1);
+  EXPECT_TRUE(tt.sharesStorage(t));
+  EXPECT_FALSE(tt.is_contiguous());
+  EXPECT_EQ(tt.shape(), (Shape{3, 2}));
+  EXPECT_EQ(tt.strides(), (Shape{1, 3}));
+  EXPECT_EQ(tt.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  Tensor c = tt.contiguous();
+  EXPECT_FALSE(c.sharesStorage(t));
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_TRUE(t.contiguous().sharesStorage(t));  // no copy when already contiguous
+  Tensor r = t.reshape({3, 2});
+  EXPECT_TRUE(r.sharesStorage(t));
+  Tensor s = slice(t, 1, 1, 3);
+  EXPECT_TRUE(s.sharesStorage(t));
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1, 2, 4, 5}));
+  Tensor e = expand(Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}), {2, 3});
+  EXPECT_EQ(e.strides(), (Shape{0, 1}));
+  EXPECT_EQ(e.to_vector<float>(), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+  EXPECT_NE(errorOf([&] { view(tt, {6}); }).find("view"), std::string::npos);
+  EXPECT_EQ(reshape(tt, {6}).to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(reshape(t, {-1}).shape(), (Shape{6}));
+  EXPECT_EQ(unsqueeze(t, -1).shape(), (Shape{2, 3, 1}));
+  EXPECT_EQ(squeeze(unsqueeze(t, 0), 0).shape(), (Shape{2, 3}));
+  EXPECT_EQ(permute(t.reshape({1, 2, 3}), {2, 0, 1}).shape(), (Shape{3, 1, 2}));
+}
+
+TEST(Tensor, ConversionsAndItem) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1.5f, -2.25f, 3.0f}, {3});
+  EXPECT_EQ(t.to(DType::f64).to_vector<double>(), (std::vector<double>{1.5, -2.25, 3.0}));
+  EXPECT_EQ(t.to(DType::bf16).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 3.0f}));
+  EXPECT_EQ(t.to(DType::f16).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 3.0f}));
+  EXPECT_EQ(t.to(DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(t.to(DType::boolean).to_vector<bool>(), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(slice(t, 0, 1, 2).item(), -2.25);
+  EXPECT_NE(errorOf([&] { t.item(); }).find("item"), std::string::npos);
+  EXPECT_NE(errorOf([&] { t.to(Device::cuda()); }).find("cuda"), std::string::npos);
+  EXPECT_NE(errorOf([] { Tensor::zeros({2}, DType::f32, Device::cuda()); }).find("cuda"),
+            std::string::npos);
+  Tensor u;
+  EXPECT_NE(errorOf([&] { (void)u.shape(); }).find("undefined"), std::string::npos);
+}
+
+TEST(Tensor, Allclose) {
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
+  Tensor b = Tensor::from_vector(std::vector<float>{1, 2, 3.000001f}, {3});
+  EXPECT_TRUE(allclose(a, b));
+  EXPECT_FALSE(allclose(a, b * 1.01));
+  EXPECT_TRUE(allclose(a.reshape({1, 3}), expand(a, {2, 3})));  // broadcast
+  EXPECT_FALSE(allclose(a, Tensor::ones({2})));                  // incompatible shapes
+  Tensor n = Tensor::from_vector(std::vector<float>{NAN, 1}, {2});
+  EXPECT_TRUE(allclose(n, n));
+}
+
+}  // namespace

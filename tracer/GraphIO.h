@@ -1,0 +1,38 @@
+// The graph IR's text form (print and parse) and its canonical structural hash.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tracer/Graph.h"
+
+namespace rcjit {
+
+/// A readable text form that parseGraph reads back: parseGraph(printGraph(g)) == g.
+std::string printGraph(const Graph& g);
+/// Parses printGraph's form; malformed text throws rcjit::Error naming line and column.
+Graph parseGraph(std::string_view text);
+/// The text form's name of one Attrs field ("dims", "keepdim", ...), shared by printer and
+/// parser; empty for a value that is not a single AttrBit.
+std::string_view attrName(AttrBit bit);
+
+/// 128-bit structural hash of a graph.
+struct GraphHash {
+  uint64_t lo = 0, hi = 0;
+  friend bool operator==(const GraphHash&, const GraphHash&) = default;
+  std::string hex() const;
+};
+/// Canonical hash: equal for graphs that differ only in node numbering (any topological
+/// order of the same DAG), in captured inputs' names and bindings, and in region
+/// bookkeeping; different when an op, attr, dtype, shape, symbol range, input order or
+/// output differs.
+GraphHash hashGraph(const Graph& g);
+
+/// The sub-graph of region `r`: nodes of the region, with every value it uses from
+/// outside (and every input node inside it) turned into an input node, numbered in order
+/// of first use; outputs are the region's values used after it (or the graph's outputs).
+/// `boundary` receives, for each input of the sub-graph, the id in `g` it stands for.
+Graph extractRegion(const Graph& g, int r, std::vector<int>* boundary = nullptr,
+                    std::vector<int>* outputsInG = nullptr);
+
+}  // namespace rcjit

@@ -1,0 +1,73 @@
+// The tracer: runs a C++ function once on real tensors and records every op into a Graph.
+//
+// Tracing runs the ops eagerly (so values are real and a host read just works) while a
+// thread-local Tracer records them. Arguments and every tensor the function reads without
+// creating it (module parameters, captured tensors) become Input nodes; module calls and
+// rcjit::region bodies become Regions; item()/to_vector() on a traced value is recorded
+// as a graph break.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <rcjit/Tensor.h>
+
+#include "tracer/Graph.h"
+
+namespace rcjit {
+
+namespace nn {
+class ModuleBase;
+}
+
+/// A host read of a traced value: where the trace would have to split.
+struct GraphBreak {
+  std::string op;  // "item", "to_vector"
+  int node = -1;   // the value read
+};
+
+/// The result of tracing a function.
+struct Trace {
+  Graph graph;
+  std::vector<Tensor> args;      // bound to input nodes with InputKind::arg, by inputIndex
+  std::vector<Tensor> captured;  // bound to input nodes with InputKind::captured
+  std::vector<Tensor> outputs;   // the eager values of graph.outputs
+  std::vector<GraphBreak> breaks;
+};
+
+using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// Traces fn(args). Exceptions from fn propagate after tracing is switched off.
+Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args);
+
+/// The recorder behind traceFunction; one per tracing thread.
+class Tracer {
+ public:
+  /// The tracer active on this thread, or nullptr (the common, fast case).
+  static Tracer* current();
+
+  /// Records an op whose eager result is `out`.
+  void record(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const Tensor& out);
+  /// Records a source op (full, arange) with no inputs.
+  void recordSource(OpKind op, const Attrs& a, const Tensor& out);
+  void beginRegion(std::string name, std::string type, bool inList,
+                   const nn::ModuleBase* module);
+  void endRegion();
+  /// Called by host reads; records a break when `t` is a traced value.
+  void hostRead(const char* op, const Tensor& t);
+
+ private:
+  friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&);
+  int valueOf(const Tensor& t);  // the node of t, adding a captured input when unknown
+  std::string parameterName(const Tensor& t) const;
+
+  Trace trace_;
+  std::unordered_map<const void*, int> ids_;  // TensorImpl* -> node
+  std::vector<Tensor> keepAlive_;             // so TensorImpl addresses are not reused
+  std::vector<int> regionStack_;
+  std::vector<const nn::ModuleBase*> moduleStack_;
+};
+
+}  // namespace rcjit
