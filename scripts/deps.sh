@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs rcjit's build dependencies from Debian's packages when any is missing.
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
+  libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}" >&2
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+fi

@@ -1,0 +1,61 @@
+// The rcjit tool through its library entry point: commands, exit codes, errors on stderr.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "tools/Cli.h"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<const char*> args) {
+  args.insert(args.begin(), "rcjit");
+  std::ostringstream out, err;
+  int code = rcjit::tools::runCli(static_cast<int>(args.size()), args.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(Cli, HelpAndUsage) {
+  Result r = run({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("bench"), std::string::npos);
+  EXPECT_EQ(run({}).code, 2);
+  Result bad = run({"frobnicate"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown command"), std::string::npos);
+  EXPECT_EQ(run({"bench", "--help"}).code, 0);
+  EXPECT_EQ(run({"bench", "--no-such-flag"}).code, 2);
+}
+
+TEST(Cli, ModelsListsToy64) {
+  Result r = run({"models"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("toy64"), std::string::npos);
+  EXPECT_NE(r.out.find("params"), std::string::npos);
+}
+
+TEST(Cli, BenchEagerPrintsATable) {
+  Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1,2", "--seq",
+                  "8", "--reps", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("inference ms"), std::string::npos);
+  EXPECT_NE(r.out.find("eager"), std::string::npos);
+  Result unknown = run({"bench", "--model", "nope"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.err.find("unknown model 'nope'"), std::string::npos);
+  EXPECT_EQ(run({"bench", "--batch", "0"}).code, 2);
+}
+
+TEST(Cli, TraceDumpsGraph) {
+  Result r = run({"trace", "--model", "toy64", "--dump", "graph", "--seq", "4", "--layers", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("linear"), std::string::npos);
+  EXPECT_NE(r.out.find("layers.1"), std::string::npos);
+}
+
+}  // namespace
