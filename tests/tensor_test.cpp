@@ -1,6 +1,9 @@
 // Tensor basics: factories, views sharing storage, contiguity, conversions, host access.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+
 #include <rcjit/rcjit.h>
 
 using namespace rcjit;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tracer/Graph.h"
 
@@ -27,11 +28,17 @@ struct GraphHash {
 /// bookkeeping; different when an op, attr, dtype, shape, symbol range, input order or
 /// output differs.
 GraphHash hashGraph(const Graph& g);
+/// The captured input nodes of `g` in the structural order hashGraph numbers them by (not
+/// their inputIndex). Graphs with equal hashes take their captured tensors alike when each
+/// lists them in this order, so a cache entry shared by such graphs must bind by it.
+std::vector<int> canonicalCaptured(const Graph& g);
 
 /// The sub-graph of region `r`: nodes of the region, with every value it uses from
 /// outside (and every input node inside it) turned into an input node, numbered in order
 /// of first use; outputs are the region's values used after it (or the graph's outputs).
-/// `boundary` receives, for each input of the sub-graph, the id in `g` it stands for.
+/// `boundary` receives, for each input of the sub-graph, the id in `g` it stands for
+/// (in the sub-graph's inputNodes() order); `outputsInG` the g ids of its outputs.
+/// Policy details at the top of RegionExtract.cpp; throws rcjit::Error on a bad region.
 Graph extractRegion(const Graph& g, int r, std::vector<int>* boundary = nullptr,
                     std::vector<int>* outputsInG = nullptr);
 
