@@ -1,0 +1,434 @@
+// oneDNN engine, streams and primitive cache, and matmul / conv2d on strided views.
+#include "targets/eager/DnnlContext.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <rcjit/Error.h>
+
+#include "targets/eager/Eager.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::eager {
+
+using dnnl::memory;
+using Dt = memory::data_type;
+
+// ---- the context -------------------------------------------------------------------------
+
+DnnlContext::DnnlContext() : engine_(dnnl::engine::kind::cpu, 0) {}
+
+DnnlContext& DnnlContext::instance() {
+  static DnnlContext ctx;
+  return ctx;
+}
+
+dnnl::stream& DnnlContext::stream() {
+  thread_local dnnl::stream s(engine_);
+  return s;
+}
+
+size_t DnnlContext::KeyHash::operator()(const Key& k) const {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t v : k) {
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  }
+  return static_cast<size_t>(h);
+}
+
+DnnlContext::Entry DnnlContext::lookup(const Key& key,
+                                       const std::function<DnnlPrimitive()>& create) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto made = std::make_shared<const DnnlPrimitive>(create());
+  std::lock_guard lock(mutex_);
+  ++created_;
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second->second;
+  lru_.emplace_front(key, made);
+  index_.emplace(key, lru_.begin());
+  if (lru_.size() > kCapacity) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return made;
+}
+
+namespace {
+
+/// A 64-byte aligned buffer owned by this thread, grown on demand.
+void* threadScratch(size_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buf;
+  if (bytes > buf.size) {
+    std::free(buf.data);
+    buf.size = (bytes + 63) / 64 * 64;
+    buf.data = std::aligned_alloc(64, buf.size);
+    if (!buf.data) {
+      buf.size = 0;
+      throw Error("oneDNN: cannot allocate a scratchpad of " + std::to_string(bytes) +
+                  " bytes");
+    }
+  }
+  return buf.data;
+}
+
+}  // namespace
+
+void DnnlContext::execute(const DnnlPrimitive& p, std::unordered_map<int, memory> args) {
+  size_t bytes = p.scratchpad.get_size();
+  if (bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, engine_, threadScratch(bytes)));
+  }
+  dnnl::stream& s = stream();
+  p.prim.execute(s, args);
+  s.wait();
+}
+
+size_t DnnlContext::size() const {
+  std::lock_guard lock(mutex_);
+  return lru_.size();
+}
+
+uint64_t DnnlContext::created() const {
+  std::lock_guard lock(mutex_);
+  return created_;
+}
+
+void DnnlContext::clear() {
+  std::lock_guard lock(mutex_);
+  lru_.clear();
+  index_.clear();
+}
+
+// ---- helpers ----------------------------------------------------------------------------
+
+namespace {
+
+enum KeyTag : int64_t { kMatmulKey = 1, kConvKey = 2, kReorderKey = 3 };
+
+Dt dnnlType(DType t) {
+  switch (t) {
+    case DType::f32: return Dt::f32;
+    case DType::bf16: return Dt::bf16;
+    case DType::f16: return Dt::f16;
+    default: return Dt::undef;
+  }
+}
+
+/// Dims and strides of a tensor padded with leading size-1 dims to a rank.
+struct Geometry {
+  memory::dims dims;
+  memory::dims strides;
+};
+
+/// Gives size-1 dims the stride a row-major layout would: their stride is meaningless,
+/// and oneDNN reads layouts (transposed or not) from it.
+void canonicalizeUnitStrides(Geometry& g) {
+  for (int i = static_cast<int>(g.dims.size()) - 1; i >= 0; --i) {
+    if (g.dims[i] != 1) continue;
+    size_t next = static_cast<size_t>(i) + 1;
+    g.strides[i] = next == g.dims.size() ? 1 : g.strides[next] * std::max<int64_t>(
+                                                                  g.dims[next], 1);
+  }
+}
+
+Geometry geometry(const Tensor& t, size_t rank) {
+  const auto& impl = *t.impl();
+  assert(impl.shape.size() <= rank);
+  size_t pad = rank - impl.shape.size();
+  Geometry g{memory::dims(pad, 1), memory::dims(pad, 0)};
+  g.dims.insert(g.dims.end(), impl.shape.begin(), impl.shape.end());
+  g.strides.insert(g.strides.end(), impl.strides.begin(), impl.strides.end());
+  canonicalizeUnitStrides(g);
+  return g;
+}
+
+/// Turns stride-0 (expanded) batch dims of one operand into size-1 dims that oneDNN
+/// broadcasts, where the other operand supplies the full size.
+void collapseExpandedBatch(Geometry& x, const Geometry& other, const memory::dims& outDims) {
+  for (size_t i = 0; i + 2 < x.dims.size(); ++i) {
+    bool expanded = x.dims[i] > 1 && x.strides[i] == 0;
+    bool otherFull = other.dims[i] == outDims[i] && other.strides[i] != 0;
+    if (expanded && otherFull) x.dims[i] = 1;
+  }
+  canonicalizeUnitStrides(x);
+}
+
+void appendKey(DnnlContext::Key& k, const Geometry& g) {
+  k.push_back(static_cast<int64_t>(g.dims.size()));
+  k.insert(k.end(), g.dims.begin(), g.dims.end());
+  k.insert(k.end(), g.strides.begin(), g.strides.end());
+}
+
+memory::desc descOf(const Geometry& g, Dt dt) { return memory::desc(g.dims, dt, g.strides); }
+
+memory userMemory(const memory::desc& d, const Tensor& t) {
+  return memory(d, DnnlContext::instance().engine(), t.impl()->ptr());
+}
+
+dnnl::primitive_attr userScratchpadAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+/// Wraps a created primitive descriptor. Unless `allowRef`, reference kernels count as
+/// unusable: they are orders of magnitude slower than a copy to a supported layout.
+template <class Pd, class Prim> DnnlPrimitive finish(const Pd& pd, bool allowRef) {
+  DnnlPrimitive p;
+  bool isRef = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+  if (isRef && !allowRef) return p;
+  p.prim = Prim(pd);
+  p.scratchpad = pd.scratchpad_desc();
+  return p;
+}
+
+/// A contiguous copy of t in dtype dt, or t itself when it already is one.
+Tensor packed(const Tensor& t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t;
+  Tensor c = detail::makeTensor(t.shape(), dt);
+  copyInto(c, t);
+  return c;
+}
+
+/// A view of t broadcast to `shape` (stride 0 on new and size-1 dims).
+Tensor broadcastView(const Tensor& t, const Shape& shape) {
+  const auto& impl = *t.impl();
+  Shape strides(shape.size(), 0);
+  size_t pad = shape.size() - impl.shape.size();
+  for (size_t i = 0; i < impl.shape.size(); ++i) {
+    if (impl.shape[i] != 1) strides[pad + i] = impl.strides[i];
+  }
+  return detail::makeView(t, shape, strides, impl.offset);
+}
+
+/// out = broadcast(bias), or zeros without one: a product over an empty dim.
+void fillEmptyProduct(const Tensor* bias, const Tensor& out, const Tensor& biasView) {
+  if (bias) {
+    copyInto(out, biasView);
+    return;
+  }
+  Tensor z = detail::makeTensor(out.shape(), out.dtype());
+  std::memset(z.impl()->ptr(), 0, static_cast<size_t>(z.numel()) * dtypeSize(z.dtype()));
+  copyInto(out, z);
+}
+
+}  // namespace
+
+// ---- matmul -----------------------------------------------------------------------------
+
+namespace {
+
+struct MatmulGeometry {
+  Geometry a, b, out, bias;
+  bool hasBias = false;
+};
+
+MatmulGeometry matmulGeometry(const Tensor& a, const Tensor& b, const Tensor* bias,
+                              const Tensor& out) {
+  size_t rank = static_cast<size_t>(out.dim());
+  MatmulGeometry g{geometry(a, rank), geometry(b, rank), geometry(out, rank), {}, false};
+  collapseExpandedBatch(g.a, g.b, g.out.dims);
+  collapseExpandedBatch(g.b, g.a, g.out.dims);
+  if (bias) {
+    g.bias = geometry(*bias, rank);
+    g.hasBias = true;
+  }
+  return g;
+}
+
+DnnlPrimitive createMatmul(const MatmulGeometry& g, Dt dt) {
+  memory::desc ad = descOf(g.a, dt), bd = descOf(g.b, dt), od = descOf(g.out, dt);
+  try {
+    auto desc = g.hasBias ? dnnl::matmul::desc(ad, bd, descOf(g.bias, dt), od)
+                          : dnnl::matmul::desc(ad, bd, od);
+    dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(),
+                                    DnnlContext::instance().engine());
+    return finish<dnnl::matmul::primitive_desc, dnnl::matmul>(pd, false);
+  } catch (const dnnl::error&) {
+    return {};  // no kernel for this dtype or layout: the caller falls back
+  }
+}
+
+/// Runs the matmul on these exact views; false when oneDNN has no fast kernel for them.
+bool tryMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out) {
+  Dt dt = dnnlType(out.dtype());
+  MatmulGeometry g = matmulGeometry(a, b, bias, out);
+  DnnlContext::Key key{kMatmulKey, static_cast<int64_t>(dt), g.hasBias};
+  appendKey(key, g.a);
+  appendKey(key, g.b);
+  appendKey(key, g.out);
+  if (g.hasBias) appendKey(key, g.bias);
+  auto& ctx = DnnlContext::instance();
+  auto entry = ctx.lookup(key, [&] { return createMatmul(g, dt); });
+  if (!entry->usable()) return false;
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, userMemory(descOf(g.a, dt), a)},
+                                       {DNNL_ARG_WEIGHTS, userMemory(descOf(g.b, dt), b)},
+                                       {DNNL_ARG_DST, userMemory(descOf(g.out, dt), out)}};
+  if (g.hasBias) args.emplace(DNNL_ARG_BIAS, userMemory(descOf(g.bias, dt), *bias));
+  ctx.execute(*entry, std::move(args));
+  return true;
+}
+
+/// Runs the matmul on contiguous copies in dtype dt; false when even those have no kernel.
+bool tryPackedMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                     DType dt) {
+  Tensor ac = packed(a, dt), bc = packed(b, dt);
+  Tensor biasc = bias ? packed(*bias, dt) : Tensor();
+  bool direct = out.dtype() == dt && out.is_contiguous();
+  Tensor oc = direct ? out : detail::makeTensor(out.shape(), dt);
+  if (!tryMatmul(ac, bc, bias ? &biasc : nullptr, oc)) return false;
+  if (!direct) copyInto(out, oc);
+  return true;
+}
+
+}  // namespace
+
+void dnnlMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, Tensor& out) {
+  assert(dnnlType(out.dtype()) != Dt::undef && a.dtype() == out.dtype() &&
+         b.dtype() == out.dtype());
+  if (out.numel() == 0) return;
+  if (a.size(-1) == 0) {
+    fillEmptyProduct(bias, out, bias ? broadcastView(*bias, out.shape()) : Tensor());
+    return;
+  }
+  if (tryMatmul(a, b, bias, out)) return;
+  if (tryPackedMatmul(a, b, bias, out, out.dtype())) return;
+  if (tryPackedMatmul(a, b, bias, out, DType::f32)) return;
+  throw Error("matmul: oneDNN has no kernel for " + shapeStr(a.shape()) + " @ " +
+              shapeStr(b.shape()) + " in " + std::string(dtypeName(out.dtype())));
+}
+
+// ---- conv2d -----------------------------------------------------------------------------
+
+namespace {
+
+struct ConvGeometry {
+  Geometry x, w, out;
+  bool hasBias = false;
+  int64_t stride = 1, padding = 0;
+};
+
+DnnlPrimitive createConv(const ConvGeometry& g) {
+  auto any = [](const memory::dims& d) {
+    return memory::desc(d, Dt::f32, memory::format_tag::any);
+  };
+  memory::desc bd({g.out.dims[1]}, Dt::f32, memory::format_tag::a);
+  memory::dims strides{g.stride, g.stride}, pad{g.padding, g.padding};
+  try {
+    auto alg = dnnl::algorithm::convolution_direct;
+    auto prop = dnnl::prop_kind::forward_inference;
+    auto desc = g.hasBias ? dnnl::convolution_forward::desc(prop, alg, any(g.x.dims),
+                                                            any(g.w.dims), bd, any(g.out.dims),
+                                                            strides, pad, pad)
+                          : dnnl::convolution_forward::desc(prop, alg, any(g.x.dims),
+                                                            any(g.w.dims), any(g.out.dims),
+                                                            strides, pad, pad);
+    dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(),
+                                                 DnnlContext::instance().engine());
+    // operands are reordered to the layouts it picks, so a reference kernel is the last resort
+    DnnlPrimitive p =
+        finish<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(pd, true);
+    p.descs = {pd.src_desc(), pd.weights_desc(), pd.dst_desc()};
+    return p;
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
+DnnlPrimitive createReorder(const memory::desc& from, const memory::desc& to) {
+  const auto& eng = DnnlContext::instance().engine();
+  dnnl::reorder::primitive_desc pd(eng, from, eng, to, userScratchpadAttr());
+  DnnlPrimitive p;
+  p.prim = dnnl::reorder(pd);
+  p.scratchpad = pd.scratchpad_desc();
+  return p;
+}
+
+/// Copies `from` into `to` (different layouts), with the reorder cached under the conv's
+/// key plus `slot`.
+void reorderInto(const memory& from, const memory& to, DnnlContext::Key key, int64_t slot) {
+  auto& ctx = DnnlContext::instance();
+  key.insert(key.end(), {kReorderKey, slot});
+  auto r = ctx.lookup(key, [&] { return createReorder(from.get_desc(), to.get_desc()); });
+  ctx.execute(*r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+/// `user` in the layout `want`: itself when they match, else a reordered copy.
+memory toLayout(const memory& user, const memory::desc& want, const DnnlContext::Key& key,
+                int64_t slot) {
+  if (user.get_desc() == want) return user;
+  memory m(want, DnnlContext::instance().engine());
+  reorderInto(user, m, key, slot);
+  return m;
+}
+
+/// conv2d on f32 views; asserts that oneDNN has a kernel (it has one for every f32 conv).
+void runConvF32(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
+                int64_t padding, const Tensor& out) {
+  ConvGeometry g{geometry(x, 4), geometry(w, 4), geometry(out, 4), bias != nullptr, stride,
+                 padding};
+  DnnlContext::Key key{kConvKey, g.hasBias, stride, padding};
+  appendKey(key, g.x);
+  appendKey(key, g.w);
+  appendKey(key, g.out);
+  auto& ctx = DnnlContext::instance();
+  auto conv = ctx.lookup(key, [&] { return createConv(g); });
+  if (!conv->usable()) {
+    throw Error("conv2d: oneDNN has no kernel for input " + shapeStr(x.shape()) +
+                " and weight " + shapeStr(w.shape()));
+  }
+  memory src = toLayout(userMemory(descOf(g.x, Dt::f32), x), conv->descs[0], key, 0);
+  memory wei = toLayout(userMemory(descOf(g.w, Dt::f32), w), conv->descs[1], key, 1);
+  memory userDst = userMemory(descOf(g.out, Dt::f32), out);
+  bool directDst = userDst.get_desc() == conv->descs[2];
+  memory dst = directDst ? userDst : memory(conv->descs[2], ctx.engine());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  if (bias) {
+    memory::desc bd({bias->numel()}, Dt::f32, {bias->impl()->strides[0]});
+    args.emplace(DNNL_ARG_BIAS, userMemory(bd, *bias));
+  }
+  ctx.execute(*conv, std::move(args));
+  if (!directDst) reorderInto(dst, userDst, key, 2);
+}
+
+}  // namespace
+
+void dnnlConv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
+                int64_t padding, Tensor& out) {
+  if (out.numel() == 0) return;
+  if (x.size(1) == 0) {
+    const auto& o = out.shape();
+    Tensor bv = bias ? detail::makeView(*bias, o, {0, bias->impl()->strides[0], 0, 0},
+                                        bias->impl()->offset)
+                     : Tensor();
+    fillEmptyProduct(bias, out, bv);
+    return;
+  }
+  if (x.dtype() == DType::f32 && out.dtype() == DType::f32) {
+    runConvF32(x, w, bias, stride, padding, out);
+    return;
+  }
+  Tensor xc = packed(x, DType::f32), wc = packed(w, DType::f32);
+  Tensor bc = bias ? packed(*bias, DType::f32) : Tensor();
+  Tensor oc = detail::makeTensor(out.shape(), DType::f32);
+  runConvF32(xc, wc, bias ? &bc : nullptr, stride, padding, oc);
+  copyInto(out, oc);
+}
+
+}  // namespace rcjit::eager
