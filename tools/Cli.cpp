@@ -13,6 +13,9 @@
 
 #include <rcjit/rcjit.h>
 
+#include "jit/Pipeline.h"
+#include "targets/Lower.h"
+#include "targets/cpu/CpuProgram.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -108,7 +111,7 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   int reps = 10, layers = -1;
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
-      "modes", po::value(&modes)->default_value("eager"), "comma list of modes: eager")(
+      "modes", po::value(&modes)->default_value("eager,full"), "comma list of modes: eager, full")(
       "batch", po::value(&batches)->default_value("1,4"), "comma list of batch sizes")(
       "seq", po::value(&seq)->default_value(128), "sequence length")(
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
@@ -123,8 +126,11 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (seq <= 0 || reps <= 0) throw UsageError("--seq and --reps must be positive");
   std::vector<std::string> modeList = splitList(modes);
   for (const std::string& m : modeList) {
-    if (m != "eager") {
-      throw UsageError("--modes: '" + m + "' is not available yet (this build runs: eager)");
+    if (m == "regional") {
+      throw UsageError("--modes: 'regional' is not available yet (this build runs: eager, full)");
+    }
+    if (m != "eager" && m != "full") {
+      throw UsageError("--modes: unknown mode '" + m + "' (expected eager, full)");
     }
   }
   std::vector<int64_t> batchList = parseInts(batches, "batch");
@@ -139,13 +145,16 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       c.layers = layers;
       std::unique_ptr<Model> m = info.build(c);
       std::vector<Tensor> inputs = m->makeInputs(c);
+      CompileOptions opts;
+      opts.mode = mode == "eager" ? Mode::eager : Mode::full;
+      auto fn = compile([&](const std::vector<Tensor>& in) { return m->forward(in); }, opts);
       auto t0 = std::chrono::steady_clock::now();
-      m->forward(inputs);
+      fn(inputs);
       double first = msSince(t0);
       std::vector<double> times;
       for (int r = 0; r < reps; ++r) {
         auto t1 = std::chrono::steady_clock::now();
-        m->forward(inputs);
+        fn(inputs);
         times.push_back(msSince(t1));
       }
       std::sort(times.begin(), times.end());
@@ -155,12 +164,17 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   out << "model " << model << " (target cpu, f32, seq " << seq << ", median of " << reps
       << " calls)\n";
   char line[200];
-  std::snprintf(line, sizeof line, "%-10s %6s %16s %16s\n", "mode", "batch", "first call ms",
-                "inference ms");
+  std::snprintf(line, sizeof line, "%-10s %6s %16s %16s %12s\n", "mode", "batch",
+                "first call ms", "inference ms", "vs eager");
   out << line;
   for (const BenchRow& r : rows) {
-    std::snprintf(line, sizeof line, "%-10s %6lld %16.3f %16.3f\n", r.mode.c_str(),
-                  static_cast<long long>(r.batch), r.firstMs, r.inferMs);
+    double base = 0;
+    for (const BenchRow& e : rows) {
+      if (e.mode == "eager" && e.batch == r.batch) base = e.inferMs;
+    }
+    std::string ratio = base > 0 ? std::to_string(base / r.inferMs).substr(0, 5) + "x" : "-";
+    std::snprintf(line, sizeof line, "%-10s %6lld %16.3f %16.3f %12s\n", r.mode.c_str(),
+                  static_cast<long long>(r.batch), r.firstMs, r.inferMs, ratio.c_str());
     out << line;
   }
   return kOk;
@@ -173,7 +187,9 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
   int layers = -1;
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
-      "dump", po::value(&dump)->default_value("graph"), "what to print: graph")(
+      "dump", po::value(&dump)->default_value("graph"),
+      "what to print: graph (as traced), optimized (after the passes), program (fusion "
+      "groups and steps), llvm (optimized LLVM IR), asm (host assembly)")(
       "batch", po::value(&batch)->default_value(1), "batch size")(
       "seq", po::value(&seq)->default_value(128), "sequence length")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers");
@@ -182,8 +198,10 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
     out << desc;
     return kOk;
   }
-  if (dump != "graph") {
-    throw UsageError("--dump: '" + dump + "' is not available yet (this build prints: graph)");
+  const std::vector<std::string> dumps = {"graph", "optimized", "program", "llvm", "asm"};
+  if (std::find(dumps.begin(), dumps.end(), dump) == dumps.end()) {
+    throw UsageError("--dump: '" + dump + "' is not one of graph, optimized, program, llvm, asm" +
+                     (dump == "ptx" ? " (ptx needs the CUDA target, not in this build)" : ""));
   }
   ModelConfig c;
   c.batch = batch;
@@ -192,7 +210,29 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
   std::unique_ptr<Model> m = findModel(model).build(c);
   Trace t = traceFunction([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{m->forward(in)}; },
                           m->makeInputs(c));
-  out << printGraph(t.graph);
+  if (dump == "graph") {
+    out << printGraph(t.graph);
+    return kOk;
+  }
+  Graph g = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
+  if (dump == "optimized") {
+    out << printGraph(g);
+    return kOk;
+  }
+  std::vector<Shape> strides;
+  for (const Tensor& a : t.args) strides.push_back(a.strides());
+  for (const Tensor& a : t.captured) strides.push_back(a.strides());
+  Program p = lower(g, strides);
+  if (dump == "program") {
+    out << printProgram(p);
+    for (const LoopKernel& k : p.kernels) out << printKernel(k);
+    return kOk;
+  }
+  cpu::CpuProgramOptions po;
+  po.keepLlvmIr = dump == "llvm";
+  po.keepAssembly = dump == "asm";
+  auto cp = cpu::CpuProgram::create(std::move(p), "rcjit_trace_" + model, po);
+  out << (dump == "llvm" ? cp->llvmIr() : cp->assembly());
   return kOk;
 }
 

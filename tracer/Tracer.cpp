@@ -61,19 +61,22 @@ int Tracer::valueOf(const Tensor& t) {
   Node n = valueNode(OpKind::input, t, regionStack_.empty() ? -1 : regionStack_.back());
   n.inputKind = InputKind::captured;
   n.inputIndex = static_cast<int>(trace_.captured.size());
-  n.name = parameterName(t);
+  Tensor* slot = nullptr;
+  n.name = parameterName(t, &slot);
   int id = trace_.graph.add(std::move(n));
   ids_[t.impl().get()] = id;
   keepAlive_.push_back(t);
   trace_.captured.push_back(t);
+  trace_.capturedSlots.push_back(slot);
   return id;
 }
 
-std::string Tracer::parameterName(const Tensor& t) const {
+std::string Tracer::parameterName(const Tensor& t, Tensor** slot) const {
   for (auto m = moduleStack_.rbegin(); m != moduleStack_.rend(); ++m) {
     if (!*m) continue;
     for (const auto& [name, p] : (*m)->own_parameters()) {
       if (p->impl() == t.impl()) {
+        *slot = p;
         std::string path = (*m)->path();
         return path.empty() ? name : path + "." + name;
       }

@@ -33,6 +33,9 @@ struct Trace {
   Graph graph;
   std::vector<Tensor> args;      // bound to input nodes with InputKind::arg, by inputIndex
   std::vector<Tensor> captured;  // bound to input nodes with InputKind::captured
+  /// For each captured tensor, the registered module parameter it was read from (so later
+  /// calls can read the parameter's current value), or nullptr.
+  std::vector<Tensor*> capturedSlots;
   std::vector<Tensor> outputs;   // the eager values of graph.outputs
   std::vector<GraphBreak> breaks;
 };
@@ -61,7 +64,7 @@ class Tracer {
  private:
   friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&);
   int valueOf(const Tensor& t);  // the node of t, adding a captured input when unknown
-  std::string parameterName(const Tensor& t) const;
+  std::string parameterName(const Tensor& t, Tensor** slot) const;
 
   Trace trace_;
   std::unordered_map<const void*, int> ids_;  // TensorImpl* -> node

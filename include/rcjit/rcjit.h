@@ -1,6 +1,8 @@
 // The umbrella header: everything in rcjit's public API (namespace rcjit).
 #pragma once
+#include <rcjit/Compile.h>
 #include <rcjit/Error.h>
+#include <rcjit/Logs.h>
 #include <rcjit/Ops.h>
 #include <rcjit/Region.h>
 #include <rcjit/Tensor.h>

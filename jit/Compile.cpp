@@ -1,0 +1,286 @@
+// rcjit::compile's runtime: guard dispatch on each call; trace, optimize, lower and compile
+// on a miss; the recompile limit and stances; stats and explain().
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <rcjit/Compile.h>
+
+#include "jit/CompiledState.h"
+#include "jit/Log.h"
+#include "jit/Pipeline.h"
+#include "targets/Lower.h"
+#include "tracer/GraphIO.h"
+#include "tracer/TensorImpl.h"
+#include "tracer/Tracer.h"
+
+namespace rcjit {
+
+namespace detail {
+
+namespace {
+
+std::atomic<int> nextStateId{0};
+
+// The inputs an entry checks and runs on: args, then each captured tensor's current value.
+void gatherInputs(const Entry& e, const std::vector<Tensor>& args,
+                  std::vector<const Tensor*>& out) {
+  out.clear();
+  for (const Tensor& a : args) out.push_back(&a);
+  for (size_t j = 0; j < e.captured.size(); ++j) {
+    out.push_back(e.slots[j] ? e.slots[j] : &e.captured[j]);
+  }
+}
+
+std::vector<std::string> inputLabels(const Trace& t) {
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < t.args.size(); ++i) labels.push_back("arg " + std::to_string(i));
+  std::vector<std::string> names(t.captured.size());
+  for (const Node& n : t.graph.nodes) {
+    if (n.op == OpKind::input && n.inputKind == InputKind::captured) names[n.inputIndex] = n.name;
+  }
+  for (size_t j = 0; j < t.captured.size(); ++j) {
+    labels.push_back("captured " + std::to_string(j) +
+                     (names[j].empty() ? std::string() : " (" + names[j] + ")"));
+  }
+  return labels;
+}
+
+std::string describeBreaks(const Trace& t) {
+  std::string s;
+  for (const GraphBreak& b : t.breaks) {
+    const Node& n = t.graph.nodes[b.node];
+    s += (s.empty() ? "" : "; ") + b.op + "() on the result of " + std::string(opName(n.op)) +
+         " (%" + std::to_string(b.node) + ")";
+  }
+  return s;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string& reason) {
+  auto e = std::make_shared<Entry>();
+  e->id = static_cast<int>(s.entries.size());
+  e->reason = reason;
+  std::vector<Tensor> inputs = t.args;
+  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
+  e->guards = GuardSet::fromInputs(inputs, inputLabels(t), t.args.size());
+  e->captured = t.captured;
+  e->slots = t.capturedSlots;
+  e->graphBreaks = static_cast<int>(t.breaks.size());
+  if (!t.breaks.empty()) {
+    e->graph = t.graph;
+    return e;  // graph breaks: this entry runs eagerly (segment compilation: not yet)
+  }
+  e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
+  std::vector<Shape> strides;
+  for (const Tensor& in : inputs) strides.push_back(in.strides());
+  Program p = lower(e->graph, strides);
+  cpu::CpuProgramOptions po;
+  po.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
+  e->program = cpu::CpuProgram::create(std::move(p), moduleId, po);
+  return e;
+}
+
+void logNewEntry(const CompiledState& s, const Entry& e) {
+  std::string fn = "function " + std::to_string(s.id);
+  if (logging::wanted(logging::Kind::graph)) {
+    logging::emit(logging::Kind::graph, fn + " entry " + std::to_string(e.id) + " graph:\n" +
+                                    printGraph(e.graph) +
+                                    (e.program ? printProgram(e.program->program()) : ""));
+  }
+  if (e.program && logging::wanted(logging::Kind::output_code)) {
+    logging::emit(logging::Kind::output_code,
+              fn + " entry " + std::to_string(e.id) + " LLVM IR:\n" + e.program->llvmIr());
+  }
+  if (logging::wanted(logging::Kind::guards)) {
+    logging::emit(logging::Kind::guards,
+              fn + " entry " + std::to_string(e.id) + " guards:\n" + e.guards.print());
+  }
+  logging::emit(logging::Kind::compile,
+            fn + " compiled entry " + std::to_string(e.id) + " in " +
+                std::to_string(e.compileSeconds * 1e3) + " ms (" + e.reason + ")",
+            {{"function", s.id},
+             {"entry", e.id},
+             {"seconds", e.compileSeconds},
+             {"reason", e.reason},
+             {"nodes", e.graph.nodes.size()},
+             {"kernels", e.program ? e.program->program().kernels.size() : 0}});
+}
+
+std::vector<Tensor> runEntry(const Entry& e, const std::vector<const Tensor*>& inputs,
+                             const std::vector<Tensor>& args, const TracedFn& fn) {
+  if (!e.program) return fn(args);
+  return e.program->run(inputs.data(), inputs.size());
+}
+
+// A miss on every entry: decide between compiling, falling back and failing.
+std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
+                           const TracedFn& fn) {
+  std::lock_guard<std::mutex> compiling(s.compileMu);
+  std::vector<const Tensor*> inputs;
+  std::string firstWhy, allWhy;
+  std::vector<std::shared_ptr<const Entry>> entries;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    entries = s.entries;
+  }
+  for (const auto& e : entries) {  // another thread may have compiled meanwhile
+    gatherInputs(*e, args, inputs);
+    if (e->guards.check(inputs.data(), inputs.size())) return runEntry(*e, inputs, args, fn);
+    std::string why = e->guards.firstFailure(inputs.data(), inputs.size());
+    if (firstWhy.empty()) firstWhy = why;
+    allWhy += "  entry " + std::to_string(e->id) + ": " + e->guards.allFailures(inputs.data(), inputs.size());
+  }
+  std::string fname = "function " + std::to_string(s.id);
+  if (!entries.empty()) {
+    if (s.opts.stance == Stance::fail_on_recompile) {
+      throw Error("compiled " + fname + " would recompile, but its stance is fail_on_recompile: " +
+                  firstWhy);
+    }
+    bool limit = static_cast<int>(entries.size()) >= s.opts.recompile_limit;
+    if (limit || s.opts.stance == Stance::eager_on_recompile) {
+      bool firstFallback;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        firstFallback = s.stats.fallbacks == 0;
+        ++s.stats.fallbacks;
+      }
+      if (limit && firstFallback) {
+        logging::emit(logging::Kind::recompiles,
+                  fname + ": recompile_limit (" + std::to_string(s.opts.recompile_limit) +
+                      ") reached; running eagerly from now on. Last failing guard: " + firstWhy,
+                  {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", firstWhy}});
+        logging::emit(logging::Kind::perf_hints,
+                  fname + " falls back to eager: raise recompile_limit, or mark the changing "
+                          "dims dynamic (mark_dynamic) so one entry serves them");
+      }
+      return fn(args);
+    }
+    logging::emit(logging::Kind::recompiles, fname + ": recompiling because " + firstWhy,
+              {{"function", s.id}, {"entry", entries.size()}, {"guard", firstWhy}});
+    if (logging::wanted(logging::Kind::recompiles_verbose)) {
+      logging::emit(logging::Kind::recompiles_verbose, fname + ": every failing guard:\n" + allWhy);
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Trace t = traceFunction(fn, args);
+  if (!t.breaks.empty()) {
+    std::string where = describeBreaks(t);
+    if (s.opts.fullgraph) {
+      throw Error("graph break in a fullgraph compile of " + fname + ": " + where +
+                  " reads a traced value on the host; remove the host read or set fullgraph = "
+                  "false");
+    }
+    logging::emit(logging::Kind::graph_breaks, fname + ": graph break: " + where,
+              {{"function", s.id}, {"count", t.breaks.size()}, {"where", where}});
+  }
+  std::string reason = entries.empty() ? "first call" : firstWhy;
+  std::shared_ptr<Entry> e = buildEntry(s, t, reason);
+  e->compileSeconds = secondsSince(t0);
+  logNewEntry(s, *e);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    e->id = static_cast<int>(s.entries.size());
+    s.entries.push_back(e);
+    s.stats.compiles += e->program ? 1 : 0;
+    s.stats.recompiles += !entries.empty() && e->program ? 1 : 0;
+    s.stats.graph_breaks += e->graphBreaks;
+    s.stats.compile_seconds += e->compileSeconds;
+    if (!entries.empty()) s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
+  }
+  return t.outputs;
+}
+
+}  // namespace
+
+CompiledState::CompiledState(const CompileOptions& o) : opts(o), id(nextStateId++) {
+  if (o.recompile_limit < 1) {
+    throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
+  }
+  if (o.target == Target::cuda) {
+    throw Error("compile: Target::cuda is not available in this build (no CUDA target yet)");
+  }
+  if (o.mode == Mode::regional) {
+    throw Error("compile: Mode::regional is not available yet; use Mode::full");
+  }
+}
+
+std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions& opts) {
+  return std::make_shared<CompiledState>(opts);
+}
+
+std::vector<Tensor> callCompiled(CompiledState& s, const std::vector<Tensor>& args,
+                                 const TracedFn& fn) {
+  if (s.opts.mode == Mode::eager || s.opts.stance == Stance::force_eager) return fn(args);
+  thread_local std::vector<const Tensor*> inputs;
+  std::shared_ptr<const Entry> hit;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& e : s.entries) {
+      gatherInputs(*e, args, inputs);
+      if (e->guards.check(inputs.data(), inputs.size())) {
+        hit = e;
+        break;
+      }
+    }
+  }
+  if (hit) return runEntry(*hit, inputs, args, fn);
+  return onMiss(s, args, fn);
+}
+
+CompileStats statsOf(const CompiledState& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.stats;
+}
+
+std::string explainOf(const CompiledState& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::ostringstream os;
+  const CompileStats& st = s.stats;
+  os << "compiled function " << s.id << ": " << s.entries.size() << " entries, " << st.compiles
+     << " compiles, " << st.recompiles << " recompiles, " << st.fallbacks << " eager fallbacks, "
+     << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
+  for (const auto& e : s.entries) {
+    os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3
+       << " ms)";
+    if (!e->program) os << " runs eagerly: " << e->graphBreaks << " graph break(s)";
+    os << "\n  guards:\n";
+    std::istringstream g(e->guards.print());
+    for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
+    if (e->program) {
+      std::istringstream pr(printProgram(e->program->program()));
+      for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
+    }
+  }
+  if (!s.history.empty()) {
+    os << "\nrecompiles:\n";
+    for (const std::string& h : s.history) os << "  " << h << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace detail
+
+void mark_dynamic(Tensor& t, int dim, int64_t min, int64_t max) {
+  int64_t d = detail::normalizeDim(dim, t.dim(), "mark_dynamic");
+  if (min < 0 || min > max) {
+    throw Error("mark_dynamic: bad range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  auto& marks = t.impl()->marks;
+  std::erase_if(marks, [&](const detail::DimMark& m) { return m.dim == d; });
+  marks.push_back({static_cast<int>(d), true, min, max});
+}
+
+void mark_static(Tensor& t, int dim) {
+  int64_t d = detail::normalizeDim(dim, t.dim(), "mark_static");
+  auto& marks = t.impl()->marks;
+  std::erase_if(marks, [&](const detail::DimMark& m) { return m.dim == d; });
+  marks.push_back({static_cast<int>(d), false, 0, 0});
+}
+
+}  // namespace rcjit

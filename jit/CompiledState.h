@@ -1,0 +1,42 @@
+// The state behind a compiled function: its cache entries (guards -> compiled program),
+// options, stats and recompile history.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rcjit/Compile.h>
+
+#include "guards/GuardSet.h"
+#include "targets/cpu/CpuProgram.h"
+#include "tracer/Graph.h"
+
+namespace rcjit::detail {
+
+/// One compiled variant. Immutable once published in CompiledState::entries.
+struct Entry {
+  int id = 0;
+  GuardSet guards;
+  std::vector<Tensor> captured;   // held: keeps identity-guarded tensors alive
+  std::vector<Tensor*> slots;     // where each captured tensor's current value lives, or null
+  std::shared_ptr<cpu::CpuProgram> program;  // null: the entry runs eagerly (graph breaks)
+  Graph graph;                    // the graph after the pass pipeline
+  std::string reason;             // why it was compiled
+  double compileSeconds = 0;
+  int graphBreaks = 0;
+};
+
+class CompiledState {
+ public:
+  explicit CompiledState(const CompileOptions& o);
+  const CompileOptions opts;
+  const int id;                   // process-unique, for module names and logs
+  mutable std::mutex mu;          // entries, stats, history
+  std::mutex compileMu;           // one trace+compile at a time per function
+  std::vector<std::shared_ptr<const Entry>> entries;
+  CompileStats stats;
+  std::vector<std::string> history;
+};
+
+}  // namespace rcjit::detail

@@ -1,0 +1,135 @@
+// interpretGraph: binds inputs, resolves symbols, then eager::run for every node.
+#include "jit/Interpreter.h"
+
+#include <string>
+
+#include <rcjit/Error.h>
+
+#include "targets/eager/Eager.h"
+#include "tracer/ShapeInference.h"
+
+namespace rcjit {
+
+namespace {
+
+std::string inputLabel(const Node& n) {
+  std::string s = n.inputKind == InputKind::arg ? "arg " : "captured ";
+  s += std::to_string(n.inputIndex);
+  if (!n.name.empty()) s += " (" + n.name + ")";
+  return s;
+}
+
+struct Interpreter {
+  const Graph& g;
+  const std::vector<Tensor>& inputs;
+  std::vector<Tensor> values;
+  std::vector<int64_t> symbolValue;
+  std::vector<size_t> lastUse;  // node -> last node reading it (outputs: never released)
+  int numArgs = 0;
+
+  Interpreter(const Graph& graph, const std::vector<Tensor>& in)
+      : g(graph), inputs(in), values(graph.nodes.size()), symbolValue(graph.symbols.size(), -1) {
+    int numCaptured = 0;
+    for (const Node& n : g.nodes) {
+      if (n.op == OpKind::input) (n.inputKind == InputKind::arg ? numArgs : numCaptured)++;
+    }
+    if (static_cast<int>(inputs.size()) != numArgs + numCaptured) {
+      throw Error("interpretGraph: the graph takes " + std::to_string(numArgs) + " args and " +
+                  std::to_string(numCaptured) + " captured tensors (" +
+                  std::to_string(numArgs + numCaptured) + " inputs), got " +
+                  std::to_string(inputs.size()));
+    }
+  }
+
+  // Checks t against input node n's dtype and shape, recording symbol sizes.
+  void checkInput(const Node& n, const Tensor& t) {
+    bool ok = t.defined() && t.dtype() == n.dtype && t.dim() == static_cast<int>(n.shape.size());
+    for (size_t d = 0; ok && d < n.shape.size(); ++d) {
+      const Dim& dim = n.shape[d];
+      int64_t size = t.shape()[d];
+      if (!dim.isSymbolic()) {
+        ok = size == dim.value;
+      } else if (symbolValue[dim.sym] < 0) {
+        symbolValue[dim.sym] = size;
+      } else {
+        ok = symbolValue[dim.sym] == size;
+      }
+    }
+    if (ok) return;
+    std::string got = t.defined() ? std::string(dtypeName(t.dtype())) + shapeStr(t.shape())
+                                  : std::string("an undefined tensor");
+    throw Error("interpretGraph: " + inputLabel(n) + " expects " + std::string(dtypeName(n.dtype)) +
+                shapeStr(concreteShape(n.shape)) + ", got " + got);
+  }
+
+  const Tensor& bind(const Node& n) {
+    int index = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
+    if (index < 0 || index >= static_cast<int>(inputs.size())) {
+      throw Error("interpretGraph: " + inputLabel(n) + " has no tensor among the " +
+                  std::to_string(inputs.size()) + " inputs");
+    }
+    checkInput(n, inputs[index]);
+    return inputs[index];
+  }
+
+  Shape resolve(const SymShape& s) const {
+    Shape out;
+    for (const Dim& d : s) {
+      bool bound = d.isSymbolic() && symbolValue[d.sym] >= 0;
+      out.push_back(bound ? symbolValue[d.sym] : d.value);
+    }
+    return out;
+  }
+
+  Tensor runNode(const Node& n) {
+    std::vector<Tensor> in;
+    std::vector<TensorMeta> metas;
+    for (int i : n.inputs) {
+      in.push_back(values[i]);
+      metas.push_back({values[i].dtype(), values[i].shape()});
+    }
+    TensorMeta out;
+    if (opInfo(n.op).category == OpCategory::Source) {
+      out = {n.dtype, resolve(n.shape)};
+    } else {
+      out = inferMeta(n.op, metas, n.attrs);
+      if (n.op == OpKind::cast) out.dtype = n.dtype;
+    }
+    return eager::run(n.op, in, n.attrs, out);
+  }
+
+  void computeLastUse() {
+    lastUse.assign(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int in : g.nodes[i].inputs) lastUse[in] = i;
+    }
+    for (int o : g.outputs) lastUse[o] = g.nodes.size();
+  }
+
+  std::vector<Tensor> run() {
+    computeLastUse();
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.op == OpKind::input) values[i] = bind(n);
+    }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.op == OpKind::input) continue;
+      values[i] = runNode(n);
+      for (int in : n.inputs) {
+        if (lastUse[in] == i) values[in] = Tensor();  // frees intermediates early
+      }
+    }
+    std::vector<Tensor> outs;
+    for (int o : g.outputs) outs.push_back(values[o]);
+    return outs;
+  }
+};
+
+}  // namespace
+
+std::vector<Tensor> interpretGraph(const Graph& g, const std::vector<Tensor>& inputs) {
+  return Interpreter(g, inputs).run();
+}
+
+}  // namespace rcjit

@@ -1,0 +1,23 @@
+// The graph interpreter: runs a Graph node by node on the eager target.
+//
+// Why: it is the reference every graph pass is tested against (a pass must not change
+// what interpretGraph computes) and the executor of last resort for a graph no compiled
+// target takes.
+#pragma once
+#include <vector>
+
+#include <rcjit/Tensor.h>
+
+#include "tracer/Graph.h"
+
+namespace rcjit {
+
+/// Runs `g` on `inputs` (the function's args, then its captured tensors: an input node
+/// with InputKind::arg and inputIndex i takes inputs[i], a captured one with index j takes
+/// inputs[numArgs + j]) and returns the values of g.outputs. Symbolic dims take their
+/// sizes from the inputs. Throws rcjit::Error when the inputs do not match the graph
+/// (count, dtype, rank, static sizes) or an op rejects its operands. Thread-safe; the
+/// results may share storage with the inputs (views) and with each other.
+std::vector<Tensor> interpretGraph(const Graph& g, const std::vector<Tensor>& inputs);
+
+}  // namespace rcjit

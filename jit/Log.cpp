@@ -1,0 +1,116 @@
+// Log settings (RCJIT_LOGS / set_logs), stderr output and the JSON-lines trace file.
+#include "jit/Log.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <rcjit/Error.h>
+#include <rcjit/Logs.h>
+
+namespace rcjit {
+
+namespace logging {
+namespace {
+
+constexpr const char* kNames[] = {"recompiles", "recompiles_verbose", "guards",  "graph_breaks",
+                                  "perf_hints", "dynamic",            "graph",   "output_code",
+                                  "cache",      "compile"};
+constexpr unsigned kStderrKinds = 9;  // all but `compile`
+
+unsigned parseKinds(std::string_view list) {
+  unsigned mask = 0;
+  std::string s(list);
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) continue;
+    item = item.substr(a, b - a + 1);
+    if (item == "all") {
+      mask |= (1u << kStderrKinds) - 1;
+      continue;
+    }
+    bool found = false;
+    for (unsigned k = 0; k < kStderrKinds; ++k) {
+      if (item == kNames[k]) {
+        mask |= 1u << k;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string known;
+      for (unsigned k = 0; k < kStderrKinds; ++k) known += (k ? ", " : "") + std::string(kNames[k]);
+      throw Error("set_logs: unknown log kind '" + item + "' (known: " + known + ", all)");
+    }
+  }
+  return mask;
+}
+
+struct State {
+  std::atomic<unsigned> mask{0};
+  std::mutex mu;
+  std::ofstream trace;
+  bool traceOn = false;
+  State() {
+    if (const char* env = std::getenv("RCJIT_LOGS")) {
+      try {
+        mask = parseKinds(env);
+      } catch (const Error& e) {
+        std::cerr << "[rcjit] ignoring RCJIT_LOGS: " << e.what() << "\n";
+      }
+    }
+    if (const char* file = std::getenv("RCJIT_TRACE_FILE"); file && *file) {
+      trace.open(file, std::ios::app);
+      traceOn = trace.is_open();
+      if (!traceOn) std::cerr << "[rcjit] cannot open RCJIT_TRACE_FILE " << file << "\n";
+    }
+  }
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: logs may come from static destructors
+  return *s;
+}
+
+}  // namespace
+
+const char* kindName(Kind k) { return kNames[static_cast<unsigned>(k)]; }
+
+bool enabled(Kind k) {
+  return (state().mask.load(std::memory_order_relaxed) >> static_cast<unsigned>(k)) & 1u;
+}
+
+bool wanted(Kind k) { return enabled(k) || state().traceOn; }
+
+void emit(Kind k, const std::string& text, const nlohmann::json& fields) {
+  State& s = state();
+  bool toStderr = enabled(k);
+  if (!toStderr && !s.traceOn) return;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (toStderr) std::cerr << "[rcjit:" << kindName(k) << "] " << text << "\n";
+  if (s.traceOn) {
+    nlohmann::json j = fields.is_object() ? fields : nlohmann::json::object();
+    j["event"] = kindName(k);
+    j["message"] = text;
+    j["time"] = std::chrono::duration<double>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    s.trace << j.dump() << "\n";
+    s.trace.flush();
+  }
+}
+
+void emit(Kind k, const std::string& text) { emit(k, text, nlohmann::json::object()); }
+
+}  // namespace logging
+
+void set_logs(std::string_view kinds) { logging::state().mask = logging::parseKinds(kinds); }
+
+}  // namespace rcjit

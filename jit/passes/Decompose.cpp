@@ -1,0 +1,192 @@
+// decompose: softmax, norms, sdpa and small matmuls spelled as fusible primitives.
+#include "jit/passes/Decompose.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "jit/passes/GraphBuilder.h"
+
+namespace rcjit {
+
+namespace {
+
+/// f16 and bf16 compute in f32, as the eager target does; other dtypes in themselves.
+DType computeType(DType t) { return t == DType::f16 || t == DType::bf16 ? DType::f32 : t; }
+
+Attrs reduceAttrs(Dims dims, bool keepdim) {
+  Attrs a;
+  a.dims = std::move(dims);
+  a.keepdim = keepdim;
+  return a;
+}
+
+Attrs dimsAttrs(Dims dims) {
+  Attrs a;
+  a.dims = std::move(dims);
+  return a;
+}
+
+/// The last `k` dims of a rank-`rank` tensor.
+Dims trailingDims(int64_t rank, int64_t k) {
+  Dims d;
+  for (int64_t i = rank - k; i < rank; ++i) d.push_back(i);
+  return d;
+}
+
+int64_t rankOf(const GraphBuilder& b, int id) {
+  return static_cast<int64_t>(b.node(id).shape.size());
+}
+
+/// (log_)softmax of `x` over `dim`, in x's dtype.
+int softmaxOf(GraphBuilder& b, int x, int64_t dim, bool log) {
+  int m = b.emit(OpKind::amax, {x}, reduceAttrs({dim}, true));
+  int z = b.emit(OpKind::sub, {x, m});
+  int e = b.emit(OpKind::exp, {z});
+  int s = b.emit(OpKind::sum, {e}, reduceAttrs({dim}, true));
+  if (log) return b.emit(OpKind::sub, {z, b.emit(OpKind::log, {s})});
+  return b.emit(OpKind::div, {e, s});
+}
+
+int decomposeSoftmax(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+  int x = b.cast(in[0], computeType(n.dtype));
+  int y = softmaxOf(b, x, n.attrs.dim, n.op == OpKind::log_softmax);
+  return b.cast(y, n.dtype);
+}
+
+/// layer_norm (x, w [, b]) or rms_norm (x, w) over w's dims, the trailing dims of x.
+int decomposeNorm(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+  DType ct = computeType(n.dtype);
+  int x = b.cast(in[0], ct);
+  Attrs over = reduceAttrs(trailingDims(rankOf(b, x), rankOf(b, in[1])), true);
+  int centered = x;
+  if (n.op == OpKind::layer_norm) {
+    centered = b.emit(OpKind::sub, {x, b.emit(OpKind::mean, {x}, over)});
+  }
+  int var = b.emit(OpKind::mean, {b.emit(OpKind::mul, {centered, centered})}, over);
+  int rstd = b.emit(OpKind::rsqrt, {b.emit(OpKind::add, {var, b.scalar(n.attrs.eps, ct)})});
+  int y = b.emit(OpKind::mul, {b.emit(OpKind::mul, {centered, rstd}), b.cast(in[1], ct)});
+  if (in.size() > 2) y = b.emit(OpKind::add, {y, b.cast(in[2], ct)});
+  return b.cast(y, n.dtype);
+}
+
+/// A bool [Lq, Lk] mask, true where key j is after query i (j > i): the causal mask.
+int causalMask(GraphBuilder& b, int64_t lq, int64_t lk) {
+  int rows = b.emit(OpKind::reshape, {b.arange(lq)}, dimsAttrs({lq, 1}));
+  int cols = b.emit(OpKind::reshape, {b.arange(lk)}, dimsAttrs({1, lk}));
+  return b.emit(OpKind::gt, {cols, rows});
+}
+
+int decomposeSdpa(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+  DType ct = computeType(n.dtype);
+  int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
+  Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
+  int64_t r = static_cast<int64_t>(qs.size());
+  Dims swapLast = trailingDims(r, r);
+  std::swap(swapLast[r - 2], swapLast[r - 1]);
+  // The mask comes first so that its kernel precedes the scores' and the where can join
+  // the scaling, softmax and all, in one kernel.
+  int mask = n.attrs.causal ? causalMask(b, qs[r - 2], ks[r - 2]) : -1;
+  int kt = b.emit(OpKind::permute, {k}, dimsAttrs(swapLast));
+  double scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
+  int s = b.emit(OpKind::mul, {b.emit(OpKind::matmul, {q, kt}), b.scalar(scale, ct)});
+  if (mask >= 0) {
+    int ninf = b.scalar(-std::numeric_limits<double>::infinity(), ct);
+    s = b.emit(OpKind::where, {mask, ninf, s});
+  }
+  int p = softmaxOf(b, s, r - 1, false);
+  return b.cast(b.emit(OpKind::matmul, {p, v}), n.dtype);
+}
+
+/// sum(a[..., M, 1, K] * bt[N, K], last): a @ bt^T with the product and sum in one kernel.
+int productSum(GraphBuilder& b, int a, int bt) {
+  Shape as = concreteShape(b.node(a).shape);
+  Dims target(as.begin(), as.end() - 1);
+  target.push_back(1);
+  target.push_back(as.back());
+  int prod = b.emit(OpKind::mul, {b.emit(OpKind::reshape, {a}, dimsAttrs(target)), bt});
+  return b.emit(OpKind::sum, {prod}, reduceAttrs({static_cast<int64_t>(target.size()) - 1}, false));
+}
+
+int decomposeSmallLinear(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+  DType ct = computeType(n.dtype);
+  int y = productSum(b, b.cast(in[0], ct), b.cast(in[1], ct));
+  if (in.size() > 2) y = b.emit(OpKind::add, {y, b.cast(in[2], ct)});
+  return b.cast(y, n.dtype);
+}
+
+int decomposeSmallMatmul(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+  DType ct = computeType(n.dtype);
+  int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs({1, 0}));
+  return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
+}
+
+/// Static and non-empty: the node and its operands.
+bool decomposable(const Graph& g, const Node& n) {
+  auto ok = [](const Node& m) {
+    for (const Dim& d : m.shape) {
+      if (d.isSymbolic() || d.value == 0) return false;
+    }
+    return true;
+  };
+  if (!ok(n) || n.shape.empty()) return false;
+  for (int i : n.inputs) {
+    if (!ok(g.nodes[i])) return false;
+  }
+  return true;
+}
+
+/// K and N of a linear (x, w [N, K]) or a rank-2 matmul (a [M, K], b [K, N]) within the
+/// threshold, floating point. Other matmuls stay library calls.
+bool isSmallMatmul(const Graph& g, const Node& n, int64_t max) {
+  if (!isFloating(n.dtype)) return false;
+  const SymShape& w = g.nodes[n.inputs[1]].shape;
+  if (n.op == OpKind::linear) return w[0].value <= max && w[1].value <= max;
+  const SymShape& a = g.nodes[n.inputs[0]].shape;
+  return a.size() == 2 && w.size() == 2 && w[0].value <= max && w[1].value <= max;
+}
+
+/// The new node standing for old node `n`, or -1 when `n` is not decomposed.
+int tryDecompose(GraphBuilder& b, const Graph& g, const Node& n, const DecomposeOptions& o) {
+  if (!decomposable(g, n)) return -1;
+  std::vector<int> in;
+  for (int i : n.inputs) in.push_back(b.at(i));
+  switch (n.op) {
+    case OpKind::softmax:
+    case OpKind::log_softmax:
+      return decomposeSoftmax(b, n, in);
+    case OpKind::layer_norm:
+    case OpKind::rms_norm:
+      return decomposeNorm(b, n, in);
+    case OpKind::sdpa:
+      return decomposeSdpa(b, n, in);
+    case OpKind::linear:
+      return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallLinear(b, n, in) : -1;
+    case OpKind::matmul:
+      return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+Graph decompose(const Graph& g, const DecomposeOptions& opts) {
+  GraphBuilder b(g);
+  bool changed = false;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    int old = static_cast<int>(i);
+    b.begin(old);
+    int id = tryDecompose(b, g, g.nodes[i], opts);
+    if (id < 0) {
+      b.copy(old);
+      continue;
+    }
+    b.map(old, id);
+    changed = true;
+  }
+  return changed ? b.finish() : g;
+}
+
+}  // namespace rcjit

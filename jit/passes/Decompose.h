@@ -1,0 +1,40 @@
+// Decompose: composite ops to the primitives that fusion turns into one loop kernel each.
+//
+// Why: targets/Lower.cpp fuses elementwise, broadcast and reduction chains but runs
+// composites (softmax, log_softmax, layer_norm, rms_norm, sdpa) as opaque eager steps.
+// Spelled as primitives, a softmax becomes one kernel, and its neighbours' elementwise
+// ops join it. The spelling follows Lower's fusion rules: reductions whose result is
+// broadcast back keep their dims (keepdim), scalars are `full` nodes of shape [], and
+// f16/bf16 composites compute in f32 (cast in, cast out) to match the eager target.
+//
+// - softmax/log_softmax: m = amax(x, d, keep); z = x - m; e = exp(z); s = sum(e, d, keep);
+//   e / s, or z - log(s).
+// - layer_norm/rms_norm over the weight's trailing dims: mean, biased variance, eps added
+//   before rsqrt, then * w (+ b), like PyTorch.
+// - sdpa: softmax(q @ k^T * 1/sqrt(D), masked to -inf above the diagonal when causal,
+//   with the mask built from arange) @ v; the two matmuls stay library calls.
+// - small linear/matmul (K and N <= smallMatmulMax): sum(x[..., 1, K] * w[N, K], last),
+//   so the code generator builds the product and its epilogue as one kernel instead of a
+//   library call too small to pay for itself.
+// gelu and silu stay single ops: the code generator and oneDNN post-ops implement them
+// natively, and spelled out they would no longer fuse into a matmul as a post-op.
+//
+// Nodes with symbolic dims or no elements are left alone. Returns its input unchanged when
+// there is nothing to decompose.
+#pragma once
+#include <cstdint>
+
+#include "tracer/Graph.h"
+
+namespace rcjit {
+
+struct DecomposeOptions {
+  /// linear and rank-2 matmul with K and N at most this become a multiply and a sum;
+  /// 0 keeps every matmul a library call.
+  int64_t smallMatmulMax = 64;
+};
+
+/// Rewrites the composites of `g` as primitives (see above). Pure; thread-safe.
+Graph decompose(const Graph& g, const DecomposeOptions& opts = {});
+
+}  // namespace rcjit

@@ -1,0 +1,32 @@
+// Compiles LoopKernels to host machine code: one LLVM module per call, JIT-compiled by the
+// process-wide CpuJit. Free of LLVM types, so tests, benchmarks and jit/ can include it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "targets/LoopKernel.h"
+
+namespace rcjit::cpu {
+
+struct CpuCompileOptions {
+  bool wantLlvmIr = false;     // fill CpuCompiledKernels::llvmIr (optimized IR)
+  bool wantAssembly = false;   // fill CpuCompiledKernels::assembly
+};
+
+/// The result of compileKernels. The functions stay valid for the life of the process.
+struct CpuCompiledKernels {
+  std::vector<KernelFn> functions;  // one per kernel, in order
+  std::string llvmIr;               // when asked for: the optimized module
+  std::string assembly;             // when asked for: its host assembly
+};
+
+/// Verifies `kernels` (rcjit::Error on a malformed one or duplicate names), builds them into
+/// one LLVM module named `moduleId` (the object-cache key), optimizes it at O3 with the host's
+/// vector ISA and compiles it through ORC. Each function runs outer points [begin, end) and
+/// may be called from many threads at once on disjoint ranges. Thread-safe. Throws
+/// rcjit::Error on any failure.
+CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
+                                  const std::string& moduleId,
+                                  const CpuCompileOptions& options = {});
+
+}  // namespace rcjit::cpu

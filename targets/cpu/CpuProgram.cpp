@@ -1,0 +1,201 @@
+// The CPU executor: base pointers per buffer, then each step in order.
+#include "targets/cpu/CpuProgram.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "targets/cpu/CpuKernels.h"
+#include "targets/eager/Eager.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::cpu {
+
+namespace {
+// Below this many element operations a kernel runs on the calling thread.
+constexpr int64_t kParallelWork = 1 << 15;
+
+int64_t innerSize(const LoopKernel& k) {
+  int64_t n = 1;
+  for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
+    n *= evalSize(k.domain[d], nullptr);
+  }
+  return n;
+}
+
+// A tensor viewing external memory (arena or another tensor's storage) without owning it.
+Tensor viewOf(char* base, const Value& v, const std::shared_ptr<detail::Storage>& owner) {
+  auto impl = std::make_shared<detail::TensorImpl>();
+  if (owner) {
+    impl->storage = owner;
+    impl->offset = (base - static_cast<char*>(owner->data)) /
+                       static_cast<int64_t>(dtypeSize(v.dtype)) + v.offset;
+  } else {
+    impl->storage = std::make_shared<detail::Storage>();
+    impl->storage->data = base;
+    impl->offset = v.offset;
+  }
+  impl->shape = v.shape;
+  impl->strides = v.strides;
+  impl->dtype = v.dtype;
+  return Tensor(std::move(impl));
+}
+}  // namespace
+
+struct CpuProgram::Arena {
+  char* data = nullptr;
+  ~Arena() { std::free(data); }
+};
+
+std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string& moduleId,
+                                               const CpuProgramOptions& opts) {
+  auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
+  if (!p.kernels.empty()) {
+    CpuCompileOptions co;
+    co.wantLlvmIr = opts.keepLlvmIr;
+    co.wantAssembly = opts.keepAssembly;
+    CpuCompiledKernels ck = compileKernels(p.kernels, moduleId, co);
+    cp->kernels_ = std::move(ck.functions);
+    cp->llvmIr_ = std::move(ck.llvmIr);
+    cp->assembly_ = std::move(ck.assembly);
+  }
+  cp->library_.resize(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].kind == Step::Kind::library) cp->library_[i] = LibraryStep::create(p, p.steps[i]);
+  }
+  cp->program_ = std::move(p);
+  return cp;
+}
+
+std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena() const {
+  {
+    std::lock_guard<std::mutex> lock(poolMu_);
+    if (!pool_.empty()) {
+      std::unique_ptr<Arena> a = std::move(pool_.back());
+      pool_.pop_back();
+      return a;
+    }
+  }
+  auto a = std::make_unique<Arena>();
+  size_t bytes = static_cast<size_t>((program_.arenaBytes + 63) / 64 * 64);
+  a->data = static_cast<char*>(std::aligned_alloc(64, bytes ? bytes : 64));
+  if (!a->data) throw Error("out of memory: compiled program arena of " + std::to_string(bytes) + " bytes");
+  return a;
+}
+
+void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
+  std::lock_guard<std::mutex> lock(poolMu_);
+  pool_.push_back(std::move(a));
+}
+
+void CpuProgram::runKernel(const Step& s, char* const* bases) const {
+  const LoopKernel& k = program_.kernels[s.kernel];
+  char* ptrs[64];
+  std::vector<char*> heap;
+  char** pp = ptrs;
+  if (s.operands.size() > 64) {
+    heap.resize(s.operands.size());
+    pp = heap.data();
+  }
+  for (size_t i = 0; i < s.operands.size(); ++i) {
+    const Value& v = program_.values[s.operands[i]];
+    pp[i] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
+  }
+  KernelFn fn = kernels_[s.kernel];
+  int64_t outer = k.outerSize(nullptr);
+  int64_t work = outer * innerSize(k);
+  int threads = omp_get_max_threads();
+  if (work < kParallelWork || outer < 2 || threads < 2) {
+    fn(pp, nullptr, 0, outer);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
+    if (begin < end) fn(pp, nullptr, begin, end);
+  }
+}
+
+void CpuProgram::runEager(const Step& s, char** bases, std::vector<Tensor>& dynamic,
+                          const Tensor* const* inputs) const {
+  std::vector<Tensor> in;
+  for (int v : s.operands) {
+    const Value& val = program_.values[v];
+    const Buffer& b = program_.buffers[val.buffer];
+    std::shared_ptr<detail::Storage> owner;
+    if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
+    if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
+    in.push_back(viewOf(bases[val.buffer], val, owner));
+  }
+  const Value& r = program_.values[s.result];
+  Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
+  for (const PostOp& po : s.postOps) out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
+  const Buffer& rb = program_.buffers[r.buffer];
+  if (rb.kind == Buffer::Kind::dynamic) {
+    out = out.contiguous();
+    dynamic[r.buffer] = out;
+    bases[r.buffer] = static_cast<char*>(out.data_ptr());
+  } else {
+    eager::copyInto(viewOf(bases[r.buffer], r, nullptr), out);
+  }
+}
+
+std::vector<Tensor> CpuProgram::run(const Tensor* const* inputs, size_t n) const {
+  const Program& p = program_;
+  std::unique_ptr<Arena> arena = acquireArena();
+  std::vector<char*> bases(p.buffers.size(), nullptr);
+  std::vector<Tensor> outBuffers(p.buffers.size());
+  std::vector<Tensor> dynamic(p.buffers.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const Buffer& buf = p.buffers[b];
+    switch (buf.kind) {
+      case Buffer::Kind::input:
+        if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
+        bases[b] = static_cast<char*>(inputs[buf.index]->data_ptr());
+        break;
+      case Buffer::Kind::arena:
+        bases[b] = arena->data + buf.offset;
+        break;
+      case Buffer::Kind::output:
+        outBuffers[b] = detail::makeTensor(buf.shape, buf.dtype);
+        bases[b] = static_cast<char*>(outBuffers[b].data_ptr());
+        break;
+      case Buffer::Kind::dynamic:
+        break;
+    }
+  }
+  struct Release {
+    const CpuProgram* self;
+    std::unique_ptr<Arena>& a;
+    ~Release() { self->releaseArena(std::move(a)); }
+  } release{this, arena};
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    if (s.kind == Step::Kind::kernel) {
+      runKernel(s, bases.data());
+    } else if (s.kind == Step::Kind::library && library_[i]) {
+      char* ops[3];
+      for (size_t j = 0; j < s.operands.size() && j < 3; ++j) {
+        const Value& v = p.values[s.operands[j]];
+        ops[j] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
+      }
+      const Value& r = p.values[s.result];
+      library_[i]->run(ops, bases[r.buffer] + r.offset * static_cast<int64_t>(dtypeSize(r.dtype)));
+    } else {
+      runEager(s, bases.data(), dynamic, inputs);
+    }
+  }
+  std::vector<Tensor> outs;
+  for (int v : p.outputs) {
+    const Value& val = p.values[v];
+    const Buffer& b = p.buffers[val.buffer];
+    const Tensor& base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
+                         : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
+                                                           : outBuffers[val.buffer];
+    outs.push_back(detail::makeView(base, val.shape, val.strides, base.offset() + val.offset));
+  }
+  return outs;
+}
+
+}  // namespace rcjit::cpu

@@ -1,0 +1,53 @@
+// A Program compiled for the CPU: JIT-compiled kernels, prepared oneDNN calls, and the
+// executor that runs the steps over a reusable scratch arena.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rcjit/Tensor.h>
+
+#include "targets/Program.h"
+#include "targets/cpu/LibraryStep.h"
+
+namespace rcjit::cpu {
+
+struct CpuProgramOptions {
+  bool keepLlvmIr = false;     // keep the optimized LLVM IR (output_code log, --dump llvm)
+  bool keepAssembly = false;   // keep the host assembly (--dump asm)
+};
+
+/// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
+/// from a pool, so steady-state calls allocate nothing but their outputs).
+class CpuProgram {
+ public:
+  /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
+  /// module (the object-cache key). Throws rcjit::Error.
+  static std::shared_ptr<CpuProgram> create(Program p, const std::string& moduleId,
+                                            const CpuProgramOptions& opts = {});
+
+  /// Runs the program on `inputs` (args then captured tensors, already guarded).
+  std::vector<Tensor> run(const Tensor* const* inputs, size_t n) const;
+
+  const Program& program() const { return program_; }
+  const std::string& llvmIr() const { return llvmIr_; }
+  const std::string& assembly() const { return assembly_; }
+
+ private:
+  struct Arena;
+  std::unique_ptr<Arena> acquireArena() const;
+  void releaseArena(std::unique_ptr<Arena> a) const;
+  void runKernel(const Step& s, char* const* bases) const;
+  void runEager(const Step& s, char** bases, std::vector<Tensor>& dynamic,
+                const Tensor* const* inputs) const;
+
+  Program program_;
+  std::vector<KernelFn> kernels_;
+  std::vector<std::unique_ptr<LibraryStep>> library_;  // per step; null = eager path
+  std::string llvmIr_, assembly_;
+  mutable std::mutex poolMu_;
+  mutable std::vector<std::unique_ptr<Arena>> pool_;
+};
+
+}  // namespace rcjit::cpu

@@ -1,0 +1,24 @@
+// Library steps on the CPU: matmul and linear through a oneDNN primitive created once at
+// compile time, with the step's bias and eltwise post-ops fused into the call.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "targets/Program.h"
+
+namespace rcjit::cpu {
+
+/// One prepared library call. Thread-safe: concurrent runs use separate oneDNN memory
+/// objects and scratchpads from a small pool.
+class LibraryStep {
+ public:
+  virtual ~LibraryStep() = default;
+  /// Runs with the addresses of the step's operands (in op order) and its result.
+  virtual void run(char* const* operands, char* result) const = 0;
+
+  /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
+  /// then runs it through the eager target).
+  static std::unique_ptr<LibraryStep> create(const Program& p, const Step& step);
+};
+
+}  // namespace rcjit::cpu

@@ -1,0 +1,213 @@
+// rcjit::compile in full mode: one compile, no re-tracing, equal results, guards,
+// recompiles, stances, the recompile limit, bad input, explain().
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/Models.h"
+
+using namespace rcjit;
+
+namespace {
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Compile, ToyModelCompilesOnceAndMatchesEager) {
+  tools::ModelConfig c;
+  c.batch = 4;
+  c.seq = 16;
+  auto m = tools::findModel("toy64").build(c);
+  std::vector<Tensor> in = m->makeInputs(c);
+  Tensor ref = m->forward(in);
+  int traced = 0;
+  auto cf = compile([&](const Tensor& x) {
+    ++traced;
+    return m->forward({x});
+  });
+  Tensor y1 = cf(in[0]);
+  Tensor y2 = cf(in[0]);
+  Tensor y3 = cf(in[0]);
+  EXPECT_EQ(traced, 1);  // later calls run compiled code, not the lambda
+  EXPECT_EQ(cf.stats().compiles, 1);
+  EXPECT_EQ(cf.stats().recompiles, 0);
+  EXPECT_TRUE(allclose(y1, ref, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(y2, ref, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(y3, ref, 1e-4, 1e-5));
+  EXPECT_GT(cf.stats().compile_seconds, 0.0);
+}
+
+TEST(Compile, ModuleCompileReadsCurrentParameters) {
+  nn::Linear fc(8, 4, true, 3);
+  auto cm = compile(fc);
+  Tensor x = Tensor::randn({2, 8}, 1);
+  EXPECT_TRUE(allclose(cm(x), fc(x), 1e-4, 1e-5));
+  // in-place update of a parameter is seen by the compiled code
+  fc.weight.copy_(Tensor::randn({4, 8}, 9));
+  EXPECT_TRUE(allclose(cm(x), fc(x), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 1);
+  // a parameter replaced by a new tensor of the same shape and layout passes its guard
+  fc.weight = Tensor::randn({4, 8}, 10);
+  EXPECT_TRUE(allclose(cm(x), fc(x), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 1);
+  // ... and by one of another layout fails it and recompiles
+  fc.weight = transpose(Tensor::randn({8, 4}, 11), 0, 1);
+  EXPECT_TRUE(allclose(cm(x), fc(x), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().recompiles, 1);
+  EXPECT_NE(cm.explain().find("weight"), std::string::npos);
+}
+
+TEST(Compile, NewShapeRecompilesAndOldEntryStays) {
+  int traced = 0;
+  auto cf = compile([&](const Tensor& x) {
+    ++traced;
+    return softmax(x * 2.0, -1) + 1.0;
+  });
+  Tensor a = Tensor::randn({4, 16}, 1), b = Tensor::randn({4, 32}, 2);
+  EXPECT_TRUE(allclose(cf(a), softmax(a * 2.0, -1) + 1.0, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(cf(b), softmax(b * 2.0, -1) + 1.0, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(cf(a), softmax(a * 2.0, -1) + 1.0, 1e-4, 1e-5));
+  EXPECT_EQ(traced, 2);
+  EXPECT_EQ(cf.stats().recompiles, 1);
+  std::string ex = cf.explain();
+  EXPECT_NE(ex.find("arg 0 dim 1: expected 16, got 32"), std::string::npos) << ex;
+  // a dtype change is a guard failure too
+  EXPECT_TRUE(allclose(cf(a.to(DType::f64)), softmax(a.to(DType::f64) * 2.0, -1) + 1.0));
+  EXPECT_EQ(cf.stats().recompiles, 2);
+  // a non-contiguous input fails the stride guard and gets its own entry
+  Tensor t = transpose(Tensor::randn({16, 4}, 3), 0, 1);
+  EXPECT_TRUE(allclose(cf(t), softmax(t * 2.0, -1) + 1.0, 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().recompiles, 3);
+}
+
+TEST(Compile, RecompileLimitFallsBackEagerly) {
+  CompileOptions o;
+  o.dynamic = Dynamic::never;
+  o.recompile_limit = 3;
+  auto cf = compile([](const Tensor& x) { return relu(x) * 3.0; }, o);
+  for (int n = 1; n <= 6; ++n) {
+    Tensor x = Tensor::randn({n}, static_cast<uint64_t>(n));
+    EXPECT_TRUE(allclose(cf(x), relu(x) * 3.0));
+  }
+  EXPECT_EQ(cf.stats().compiles, 3);
+  EXPECT_EQ(cf.stats().fallbacks, 3);
+}
+
+TEST(Compile, Stances) {
+  CompileOptions o;
+  o.stance = Stance::fail_on_recompile;
+  auto cf = compile([](const Tensor& x) { return exp(x); }, o);
+  cf(Tensor::ones({3}));
+  std::string msg = errorOf([&] { cf(Tensor::ones({4})); });
+  EXPECT_NE(msg.find("fail_on_recompile"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("arg 0 dim 0: expected 3, got 4"), std::string::npos) << msg;
+  EXPECT_TRUE(allclose(cf(Tensor::ones({3})), exp(Tensor::ones({3}))));  // still usable
+
+  o.stance = Stance::eager_on_recompile;
+  auto ce = compile([](const Tensor& x) { return exp(x); }, o);
+  ce(Tensor::ones({3}));
+  EXPECT_TRUE(allclose(ce(Tensor::ones({5})), exp(Tensor::ones({5}))));
+  EXPECT_EQ(ce.stats().compiles, 1);
+  EXPECT_EQ(ce.stats().fallbacks, 1);
+
+  o.stance = Stance::force_eager;
+  int traced = 0;
+  auto cn = compile([&](const Tensor& x) { ++traced; return exp(x); }, o);
+  cn(Tensor::ones({3}));
+  cn(Tensor::ones({3}));
+  EXPECT_EQ(traced, 2);
+  EXPECT_EQ(cn.stats().compiles, 0);
+}
+
+TEST(Compile, BadInputGivesTheEagerErrorAndStaysUsable) {
+  Tensor w = Tensor::randn({8, 4}, 1);
+  auto cf = compile([&](const Tensor& x) { return matmul(x, w); });
+  Tensor good = Tensor::randn({2, 8}, 2);
+  EXPECT_TRUE(allclose(cf(good), matmul(good, w), 1e-4, 1e-5));
+  std::string eagerMsg = errorOf([&] { matmul(Tensor::ones({2, 5}), w); });
+  std::string compiledMsg = errorOf([&] { cf(Tensor::ones({2, 5})); });
+  EXPECT_EQ(compiledMsg, eagerMsg);
+  EXPECT_NE(compiledMsg.find("matmul"), std::string::npos);
+  EXPECT_TRUE(allclose(cf(good), matmul(good, w), 1e-4, 1e-5));
+}
+
+TEST(Compile, VectorArgumentsAndResults) {
+  auto cf = compile([](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{v[0] + v[1], v[0] * v[1]};
+  });
+  Tensor a = Tensor::randn({5}, 1), b = Tensor::randn({5}, 2);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<Tensor> r = cf(std::vector<Tensor>{a, b});
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_TRUE(allclose(r[0], a + b));
+    EXPECT_TRUE(allclose(r[1], a * b));
+  }
+  auto two = compile([](const Tensor& x, const Tensor& y) { return maximum(x, y); });
+  EXPECT_TRUE(allclose(two(a, b), maximum(a, b)));
+  EXPECT_TRUE(allclose(two(a, b), maximum(a, b)));
+}
+
+TEST(Compile, ConcurrentCalls) {
+  Tensor w = Tensor::randn({16, 16}, 1);
+  auto cf = compile([&](const Tensor& x) { return softmax(linear(x, w), -1); });
+  Tensor x = Tensor::randn({32, 16}, 2);
+  Tensor ref = softmax(linear(x, w), -1);
+  cf(x);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        if (!allclose(cf(x), ref, 1e-4, 1e-5)) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(cf.stats().compiles, 1);
+}
+
+TEST(Compile, ModeEagerNeverCompiles) {
+  CompileOptions o;
+  o.mode = Mode::eager;
+  auto cf = compile([](const Tensor& x) { return x + 1.0; }, o);
+  EXPECT_TRUE(allclose(cf(Tensor::ones({2})), Tensor::full({2}, 2.0)));
+  EXPECT_EQ(cf.stats().compiles, 0);
+}
+
+TEST(Compile, GraphBreakIsAnErrorWithFullgraph) {
+  CompileOptions o;
+  o.fullgraph = true;
+  auto cf = compile([](const Tensor& x) { return sum(x).item() > 0 ? x : -x; }, o);
+  std::string msg = errorOf([&] { cf(Tensor::ones({3})); });
+  EXPECT_NE(msg.find("graph break"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("item"), std::string::npos) << msg;
+  o.fullgraph = false;
+  auto cb = compile([](const Tensor& x) { return sum(x).item() > 0 ? x * 2.0 : x * 3.0; }, o);
+  EXPECT_TRUE(allclose(cb(Tensor::ones({3})), Tensor::full({3}, 2.0)));
+  EXPECT_TRUE(allclose(cb(-Tensor::ones({3})), Tensor::full({3}, -3.0)));  // C++ re-runs
+  EXPECT_EQ(cb.stats().graph_breaks, 1);
+}
+
+TEST(Compile, UnavailableOptionsAreClearErrors) {
+  CompileOptions o;
+  o.target = Target::cuda;
+  EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, o); }).find("cuda"),
+            std::string::npos);
+  CompileOptions bad;
+  bad.recompile_limit = 0;
+  EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, bad); })
+                .find("recompile_limit"),
+            std::string::npos);
+}
+
+}  // namespace
