@@ -14,6 +14,7 @@
 #include "jit/passes/Dce.h"
 #include "jit/passes/Decompose.h"
 #include "targets/Lower.h"
+#include "targets/cpu/CpuProgram.h"
 #include "tracer/GraphIO.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/Tracer.h"
@@ -90,8 +91,22 @@ std::vector<OpKind> opsOf(const Graph& g) {
   return ops;
 }
 
+/// Small linear/matmul decomposition on, whatever the default threshold is.
+DecomposeOptions smallMatmuls() {
+  DecomposeOptions o;
+  o.smallMatmulMax = 64;
+  return o;
+}
+
+/// The default passes with small linear/matmul decomposition on.
+std::vector<Pass> passes() {
+  PipelineOptions o;
+  o.decomposeOptions = smallMatmuls();
+  return defaultPasses(o);
+}
+
 /// Decomposes, checks metas and the text round trip, and compares values.
-Graph checkDecompose(const Traced& t, Tol tol = {}, const DecomposeOptions& o = {}) {
+Graph checkDecompose(const Traced& t, Tol tol = {}, const DecomposeOptions& o = smallMatmuls()) {
   Graph d = decompose(t.graph, o);
   expectConsistentMetas(d);
   EXPECT_EQ(parseGraph(printGraph(d)), d);
@@ -353,7 +368,7 @@ TEST(PassesDecompose, LargeLinearStaysALibraryCall) {
   for (auto [k, n] : {std::pair<int64_t, int64_t>{65, 8}, {8, 65}}) {
     for (bool bias : {true, false}) {
       Traced t = linearTrace(k, n, bias);
-      EXPECT_EQ(printGraph(decompose(t.graph)), printGraph(t.graph));
+      EXPECT_EQ(printGraph(decompose(t.graph, smallMatmuls())), printGraph(t.graph));
     }
   }
 }
@@ -376,10 +391,10 @@ TEST(PassesDecompose, SmallMatmul) {
   EXPECT_EQ(count(d, OpKind::permute), 1);
   Traced big = trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1])); },
                      {Tensor::randn({4, 100}, 15), Tensor::randn({100, 24}, 16)});
-  EXPECT_EQ(printGraph(decompose(big.graph)), printGraph(big.graph));
+  EXPECT_EQ(printGraph(decompose(big.graph, smallMatmuls())), printGraph(big.graph));
   Traced batched = trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1])); },
                          {Tensor::randn({2, 4, 8}, 15), Tensor::randn({2, 8, 8}, 16)});
-  EXPECT_EQ(printGraph(decompose(batched.graph)), printGraph(batched.graph));
+  EXPECT_EQ(printGraph(decompose(batched.graph, smallMatmuls())), printGraph(batched.graph));
 }
 
 TEST(PassesDecompose, GeluAndSiluStaySingleOps) {
@@ -586,7 +601,7 @@ Traced attentionBlock(DType t = DType::f32) {
 
 TEST(PassesPipeline, AttentionBlockHasNoCompositesAndSameValues) {
   Traced t = attentionBlock();
-  Graph p = runPipeline(t.graph, defaultPasses());
+  Graph p = runPipeline(t.graph, passes());
   for (OpKind op :
        {OpKind::softmax, OpKind::layer_norm, OpKind::rms_norm, OpKind::sdpa, OpKind::linear}) {
     EXPECT_EQ(count(p, op), 0) << opName(op);
@@ -602,7 +617,7 @@ TEST(PassesPipeline, AttentionBlockHasNoCompositesAndSameValues) {
     for (const Node& m : p.nodes) used |= std::count(m.inputs.begin(), m.inputs.end(), id) > 0;
     EXPECT_TRUE(used) << "node " << id;
   }
-  EXPECT_EQ(runPipeline(p, defaultPasses()), p);  // a fixed point
+  EXPECT_EQ(runPipeline(p, passes()), p);  // a fixed point
 }
 
 TEST(PassesPipeline, HalfAttentionBlock) {
@@ -611,7 +626,7 @@ TEST(PassesPipeline, HalfAttentionBlock) {
     Tol tol = tolFor(t);
     tol.rtol *= 4;  // several rounded intermediates (the matmul inputs) differ by an ulp
     tol.atol *= 4;
-    expectSameValues(tr.graph, runPipeline(tr.graph, defaultPasses()), tr.inputs, tol);
+    expectSameValues(tr.graph, runPipeline(tr.graph, passes()), tr.inputs, tol);
   }
 }
 
@@ -619,19 +634,19 @@ TEST(PassesPipeline, UserPassesRunInOrderAndErrorsNameThePass) {
   Traced t =
       trace([](const std::vector<Tensor>& a) { return one(relu(a[0])); }, {Tensor::randn({4}, 40)});
   std::vector<std::string> seen;
-  std::vector<Pass> passes = defaultPasses();
-  passes.insert(passes.begin(), Pass{"mine", [&](const Graph& g) {
-                                       seen.push_back("mine");
-                                       Graph r = g;
-                                       r.nodes[r.outputs[0]].op = OpKind::abs;
-                                       return r;
-                                     }});
-  Graph p = runPipeline(t.graph, passes);
+  std::vector<Pass> list = defaultPasses();
+  list.insert(list.begin(), Pass{"mine", [&](const Graph& g) {
+                                   seen.push_back("mine");
+                                   Graph r = g;
+                                   r.nodes[r.outputs[0]].op = OpKind::abs;
+                                   return r;
+                                 }});
+  Graph p = runPipeline(t.graph, list);
   EXPECT_EQ(seen, (std::vector<std::string>{"mine"}));
   EXPECT_EQ(p.nodes[p.outputs[0]].op, OpKind::abs);
-  passes.push_back({"broken", [](const Graph&) -> Graph { throw Error("boom"); }});
+  list.push_back({"broken", [](const Graph&) -> Graph { throw Error("boom"); }});
   try {
-    runPipeline(t.graph, passes);
+    runPipeline(t.graph, list);
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "pass broken: boom");
@@ -644,11 +659,30 @@ struct Lowered {
   int kernels = 0, library = 0, eager = 0;
 };
 
-Lowered lowerPipeline(const Traced& t) {
-  Graph g = runPipeline(t.graph, defaultPasses());
+Program lowerGraph(const Graph& g, const std::vector<Tensor>& inputs) {
   std::vector<Shape> strides;
-  for (const Tensor& in : t.inputs) strides.push_back(in.strides());
-  Program p = lower(g, strides);
+  for (const Tensor& in : inputs) strides.push_back(in.strides());
+  return lower(g, strides);
+}
+
+/// The optimized graph compiled for the CPU computes what the original graph does.
+void expectCompiledMatches(const Traced& t, const std::string& label) {
+  Program p = lowerGraph(runPipeline(t.graph, passes()), t.inputs);
+  auto compiled = cpu::CpuProgram::create(std::move(p), "passes_test_" + label);
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& in : t.inputs) ptrs.push_back(&in);
+  std::vector<Tensor> out = compiled->run(ptrs.data(), ptrs.size());
+  std::vector<Tensor> ref = interpretGraph(t.graph, t.inputs);
+  ASSERT_EQ(out.size(), ref.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    Tol tol = tolFor(ref[i].dtype());
+    EXPECT_TRUE(allclose(out[i].to(DType::f64), ref[i].to(DType::f64), tol.rtol, tol.atol))
+        << label << " output " << i;
+  }
+}
+
+Lowered lowerPipeline(const Traced& t) {
+  Program p = lowerGraph(runPipeline(t.graph, passes()), t.inputs);
   Lowered l;
   for (const Step& s : p.steps) {
     l.kernels += s.kind == Step::Kind::kernel;
@@ -670,9 +704,11 @@ TEST(PassesLowering, CompositesBecomeOneKernel) {
       [=](const std::vector<Tensor>& a) { return one(relu(linear(a[0], lw, lb))); },
   };
   for (size_t i = 0; i < fns.size(); ++i) {
-    Lowered l = lowerPipeline(trace(fns[i], {Tensor::randn({8, 32}, 45)}));
+    Traced t = trace(fns[i], {Tensor::randn({8, 32}, 45)});
+    Lowered l = lowerPipeline(t);
     EXPECT_EQ(l.kernels, 1) << "function " << i;
     EXPECT_EQ(l.library + l.eager, 0) << "function " << i;
+    expectCompiledMatches(t, "composite" + std::to_string(i));
   }
 }
 
@@ -685,6 +721,20 @@ TEST(PassesLowering, SdpaIsTwoMatmulsAroundOneSoftmaxKernel) {
   EXPECT_EQ(causal.library, 2);
   EXPECT_EQ(causal.kernels, 2);  // the mask, then scale + mask + softmax
   EXPECT_EQ(causal.eager, 1);    // one arange (CSE merged the two)
+  expectCompiledMatches(sdpaTrace(false, 6, 10), "sdpa");
+  expectCompiledMatches(sdpaTrace(true, 6, 6), "sdpa_causal");
+  expectCompiledMatches(sdpaTrace(true, 5, 9), "sdpa_causal_wide");
+}
+
+TEST(PassesLowering, SmallLinearAndMatmulCompileCorrectly) {
+  for (bool bias : {false, true}) {
+    expectCompiledMatches(linearTrace(16, 32, bias), bias ? "linear_bias" : "linear");
+  }
+  expectCompiledMatches(
+      trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1]) + 1.0); },
+            {Tensor::randn({50, 16}, 15), Tensor::randn({16, 24}, 16)}),
+      "matmul");
+  expectCompiledMatches(attentionBlock(), "attention_block");
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "targets/cpu/CpuKernels.h"
 #include "targets/eager/Eager.h"
@@ -47,15 +49,68 @@ struct CpuProgram::Arena {
   ~Arena() { std::free(data); }
 };
 
+namespace {
+
+// Compiled kernels of this process, keyed by their text with the name left out: identical
+// kernels (the same layer in 64 places, the same graph compiled twice) compile once.
+class KernelMemo {
+ public:
+  static KernelMemo& instance() {
+    static KernelMemo* m = new KernelMemo();  // never destroyed: code outlives statics
+    return *m;
+  }
+  KernelFn find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fns_.find(key);
+    return it == fns_.end() ? nullptr : it->second;
+  }
+  void add(const std::string& key, KernelFn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fns_.emplace(key, fn);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, KernelFn> fns_;
+};
+
+std::string kernelKey(const LoopKernel& k) {
+  LoopKernel anon = k;
+  anon.name = "k";
+  return printKernel(anon);
+}
+
+}  // namespace
+
 std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string& moduleId,
                                                const CpuProgramOptions& opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
-  if (!p.kernels.empty()) {
+  // Compile each distinct kernel not compiled before (all of them when dumps are wanted).
+  bool dumps = opts.keepLlvmIr || opts.keepAssembly;
+  KernelMemo& memo = KernelMemo::instance();
+  std::vector<std::string> keys;
+  std::unordered_map<std::string, size_t> fresh;  // key -> index in `todo`
+  std::vector<LoopKernel> todo;
+  cp->kernels_.assign(p.kernels.size(), nullptr);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    keys.push_back(kernelKey(p.kernels[i]));
+    if (!dumps) cp->kernels_[i] = memo.find(keys[i]);
+    if (!cp->kernels_[i] && !fresh.count(keys[i])) {
+      fresh[keys[i]] = todo.size();
+      todo.push_back(p.kernels[i]);
+      todo.back().name = "k" + std::to_string(todo.size() - 1);
+    }
+  }
+  if (!todo.empty()) {
     CpuCompileOptions co;
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
-    CpuCompiledKernels ck = compileKernels(p.kernels, moduleId, co);
-    cp->kernels_ = std::move(ck.functions);
+    CpuCompiledKernels ck = compileKernels(todo, moduleId, co);
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      if (cp->kernels_[i]) continue;
+      cp->kernels_[i] = ck.functions[fresh.at(keys[i])];
+    }
+    for (const auto& [key, idx] : fresh) memo.add(key, ck.functions[idx]);
     cp->llvmIr_ = std::move(ck.llvmIr);
     cp->assembly_ = std::move(ck.assembly);
   }
@@ -187,13 +242,17 @@ std::vector<Tensor> CpuProgram::run(const Tensor* const* inputs, size_t n) const
     }
   }
   std::vector<Tensor> outs;
-  for (int v : p.outputs) {
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    int v = p.outputs[o];
     const Value& val = p.values[v];
     const Buffer& b = p.buffers[val.buffer];
     const Tensor& base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
                          : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
                                                            : outBuffers[val.buffer];
-    outs.push_back(detail::makeView(base, val.shape, val.strides, base.offset() + val.offset));
+    Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
+    // the same value returned twice (CSE merged two outputs): hand out separate storage
+    bool repeated = std::find(p.outputs.begin(), p.outputs.begin() + o, v) != p.outputs.begin() + o;
+    outs.push_back(repeated ? out.clone() : out);
   }
   return outs;
 }
