@@ -75,13 +75,19 @@ std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string&
     e->graph = t.graph;
     return e;  // graph breaks: this entry runs eagerly (segment compilation: not yet)
   }
-  e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
   std::vector<Shape> strides;
   for (const Tensor& in : inputs) strides.push_back(in.strides());
+  std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
+  if (s.opts.mode == Mode::regional) {
+    e->graph = t.graph;
+    auto optimize = [](const Graph& g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
+    e->regional = std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
+    return e;
+  }
+  e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
   Program p = lower(e->graph, strides);
   cpu::CpuProgramOptions po;
   po.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   e->program = cpu::CpuProgram::create(std::move(p), moduleId, po);
   return e;
 }
@@ -91,7 +97,8 @@ void logNewEntry(const CompiledState& s, const Entry& e) {
   if (logging::wanted(logging::Kind::graph)) {
     logging::emit(logging::Kind::graph, fn + " entry " + std::to_string(e.id) + " graph:\n" +
                                     printGraph(e.graph) +
-                                    (e.program ? printProgram(e.program->program()) : ""));
+                                    (e.program ? printProgram(e.program->program()) : "") +
+                                    (e.regional ? e.regional->print() : ""));
   }
   if (e.program && logging::wanted(logging::Kind::output_code)) {
     logging::emit(logging::Kind::output_code,
@@ -109,11 +116,14 @@ void logNewEntry(const CompiledState& s, const Entry& e) {
              {"seconds", e.compileSeconds},
              {"reason", e.reason},
              {"nodes", e.graph.nodes.size()},
-             {"kernels", e.program ? e.program->program().kernels.size() : 0}});
+             {"kernels", e.program ? e.program->program().kernels.size() : 0},
+             {"regions_compiled", e.regional ? e.regional->compiled : 0},
+             {"regions_reused", e.regional ? e.regional->reused : 0}});
 }
 
 std::vector<Tensor> runEntry(const Entry& e, const std::vector<const Tensor*>& inputs,
                              const std::vector<Tensor>& args, const TracedFn& fn) {
+  if (e.regional) return e.regional->run(inputs.data(), inputs.size());
   if (!e.program) return fn(args);
   return e.program->run(inputs.data(), inputs.size());
 }
@@ -187,8 +197,9 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
     std::lock_guard<std::mutex> lock(s.mu);
     e->id = static_cast<int>(s.entries.size());
     s.entries.push_back(e);
-    s.stats.compiles += e->program ? 1 : 0;
-    s.stats.recompiles += !entries.empty() && e->program ? 1 : 0;
+    s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : 0;
+    s.stats.cache_hits += e->regional ? e->regional->reused : 0;
+    s.stats.recompiles += !entries.empty() && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
     if (!entries.empty()) s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
@@ -204,9 +215,6 @@ CompiledState::CompiledState(const CompileOptions& o) : opts(o), id(nextStateId+
   }
   if (o.target == Target::cuda) {
     throw Error("compile: Target::cuda is not available in this build (no CUDA target yet)");
-  }
-  if (o.mode == Mode::regional) {
-    throw Error("compile: Mode::regional is not available yet; use Mode::full");
   }
 }
 
@@ -248,12 +256,12 @@ std::string explainOf(const CompiledState& s) {
   for (const auto& e : s.entries) {
     os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3
        << " ms)";
-    if (!e->program) os << " runs eagerly: " << e->graphBreaks << " graph break(s)";
+    if (!e->compiled()) os << " runs eagerly: " << e->graphBreaks << " graph break(s)";
     os << "\n  guards:\n";
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
-    if (e->program) {
-      std::istringstream pr(printProgram(e->program->program()));
+    if (e->compiled()) {
+      std::istringstream pr(e->program ? printProgram(e->program->program()) : e->regional->print());
       for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
     }
   }

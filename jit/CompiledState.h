@@ -9,6 +9,7 @@
 #include <rcjit/Compile.h>
 
 #include "guards/GuardSet.h"
+#include "jit/Regional.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tracer/Graph.h"
 
@@ -20,7 +21,9 @@ struct Entry {
   GuardSet guards;
   std::vector<Tensor> captured;   // held: keeps identity-guarded tensors alive
   std::vector<Tensor*> slots;     // where each captured tensor's current value lives, or null
-  std::shared_ptr<cpu::CpuProgram> program;  // null: the entry runs eagerly (graph breaks)
+  std::shared_ptr<cpu::CpuProgram> program;  // full mode
+  std::shared_ptr<RegionalPlan> regional;    // regional mode
+  bool compiled() const { return program || regional; }  // else runs eagerly (graph breaks)
   Graph graph;                    // the graph after the pass pipeline
   std::string reason;             // why it was compiled
   double compileSeconds = 0;

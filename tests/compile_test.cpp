@@ -211,3 +211,50 @@ TEST(Compile, UnavailableOptionsAreClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 8;
+  c.seed = 777;  // a size no other test uses, so the process-wide stage table is cold
+  auto m = tools::findModel("toy64").build(c);
+  std::vector<Tensor> in = m->makeInputs(c);
+  Tensor x = Tensor::randn({2, 7, 10}, 5);
+  Tensor ref = m->forward({x});
+  CompileOptions o;
+  o.mode = Mode::regional;
+  int traced = 0;
+  auto cf = compile([&](const Tensor& t) {
+    ++traced;
+    return m->forward({t});
+  }, o);
+  EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5));
+  EXPECT_EQ(traced, 1);
+  CompileStats st = cf.stats();
+  EXPECT_EQ(st.compiles, 2);  // one layer region and the glue (the first linear)
+  EXPECT_GE(st.cache_hits, 63);
+  EXPECT_NE(cf.explain().find("reused"), std::string::npos);
+}
+
+TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
+  Tensor w1 = Tensor::randn({6, 6}, 1), w2 = Tensor::randn({6, 6}, 2);
+  auto body = [&](const Tensor& x) {
+    Tensor h = region("block", [&] { return relu(linear(x, w1)); });
+    return region("block", [&] { return relu(linear(h, w2)); }) * 2.0;
+  };
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto cf = compile(body, o);
+  Tensor x = Tensor::randn({3, 6}, 3);
+  EXPECT_TRUE(allclose(cf(x), body(x), 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(cf(x), body(x), 1e-4, 1e-5));
+  // both regions share one compiled program, yet read different weights
+  EXPECT_GE(cf.stats().cache_hits, 1);
+  w2.copy_(Tensor::randn({6, 6}, 4));
+  EXPECT_TRUE(allclose(cf(x), body(x), 1e-4, 1e-5));
+}
+
+}  // namespace

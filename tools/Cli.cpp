@@ -111,7 +111,7 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   int reps = 10, layers = -1;
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
-      "modes", po::value(&modes)->default_value("eager,full"), "comma list of modes: eager, full")(
+      "modes", po::value(&modes)->default_value("eager,full,regional"), "comma list of modes: eager, full, regional")(
       "batch", po::value(&batches)->default_value("1,4"), "comma list of batch sizes")(
       "seq", po::value(&seq)->default_value(128), "sequence length")(
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
@@ -126,11 +126,8 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (seq <= 0 || reps <= 0) throw UsageError("--seq and --reps must be positive");
   std::vector<std::string> modeList = splitList(modes);
   for (const std::string& m : modeList) {
-    if (m == "regional") {
-      throw UsageError("--modes: 'regional' is not available yet (this build runs: eager, full)");
-    }
-    if (m != "eager" && m != "full") {
-      throw UsageError("--modes: unknown mode '" + m + "' (expected eager, full)");
+    if (m != "eager" && m != "full" && m != "regional") {
+      throw UsageError("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
     }
   }
   std::vector<int64_t> batchList = parseInts(batches, "batch");
@@ -146,7 +143,7 @@ int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       std::unique_ptr<Model> m = info.build(c);
       std::vector<Tensor> inputs = m->makeInputs(c);
       CompileOptions opts;
-      opts.mode = mode == "eager" ? Mode::eager : Mode::full;
+      opts.mode = mode == "eager" ? Mode::eager : mode == "full" ? Mode::full : Mode::regional;
       auto fn = compile([&](const std::vector<Tensor>& in) { return m->forward(in); }, opts);
       auto t0 = std::chrono::steady_clock::now();
       fn(inputs);

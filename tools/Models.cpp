@@ -1,5 +1,8 @@
-// Built-in models: toy64, the 64-layer model of PyTorch's regional-compilation recipe.
+// The built-in model registry: toy64 (PyTorch's regional-compilation recipe) and the zoo.
 #include "tools/Models.h"
+
+#include "tools/ModelLlama.h"
+#include "tools/ModelVitGpt2.h"
 
 namespace rcjit::tools {
 
@@ -35,11 +38,19 @@ struct Toy : nn::Module<Toy> {
   }
 };
 
+// Converts every parameter of m and its descendants to dtype (in place in their slots).
+void convertParameters(nn::ModuleBase& m, DType dtype) {
+  for (const auto& [name, t] : m.own_parameters()) *t = t->to(dtype);
+  for (const auto& [name, child] : m.children()) convertParameters(*child, dtype);
+}
+
 class ToyModel : public Model {
  public:
-  explicit ToyModel(const ModelConfig& c) : net_(c.layers < 0 ? 64 : c.layers, c.seed) {}
+  explicit ToyModel(const ModelConfig& c) : net_(c.layers < 0 ? 64 : c.layers, c.seed) {
+    if (c.dtype != DType::f32) convertParameters(net_, c.dtype);
+  }
   std::vector<Tensor> makeInputs(const ModelConfig& c) const override {
-    return {Tensor::randn({c.batch, c.seq, 10}, c.seed + 12345)};
+    return {Tensor::randn({c.batch, c.seq, 10}, c.seed + 12345, c.dtype)};
   }
   Tensor forward(const std::vector<Tensor>& inputs) override { return net_(inputs.at(0)); }
   nn::ModuleBase& module() override { return net_; }
@@ -48,17 +59,77 @@ class ToyModel : public Model {
   Toy net_;
 };
 
+int64_t toyCount(const ModelConfig& c) { return 110 + 220 * (c.layers < 0 ? 64 : c.layers); }
+
+template <class Cfg> Cfg withLayers(Cfg cfg, const ModelConfig& c) {
+  if (c.layers >= 0) cfg.layers = c.layers;
+  return cfg;
+}
+
+VitGpt2Config vitWithLayers(const ModelConfig& c) {
+  VitGpt2Config cfg = vitGpt2();
+  if (c.layers >= 0) cfg.encoder.layers = cfg.decoder.layers = c.layers;
+  return cfg;
+}
+
+ModelInfo entry(std::string name, std::string description,
+                std::unique_ptr<Model> (*build)(const ModelConfig&),
+                int64_t (*count)(const ModelConfig&)) {
+  int64_t n = count(ModelConfig{});
+  return {std::move(name), std::move(description), build, count, n, 4 * n};
+}
+
+#define RCJIT_LLAMA_ENTRY(NAME, FACTORY, DESCRIPTION)                                   \
+  entry(                                                                                \
+      NAME, DESCRIPTION, [](const ModelConfig& c) { return buildLlama(FACTORY(), c); }, \
+      [](const ModelConfig& c) { return llamaParameterCount(withLayers(FACTORY(), c)); })
+
+std::vector<ModelInfo> makeRegistry() {
+  const char* llamaInput = "; input token ids [batch, seq]";
+  return {
+      entry("toy64",
+            "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
+            "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
+            [](const ModelConfig& c) -> std::unique_ptr<Model> {
+              return std::make_unique<ToyModel>(c);
+            },
+            toyCount),
+      RCJIT_LLAMA_ENTRY("llama-3.2-1b", llama32_1b,
+                        std::string("Llama-3.2-1B: 2048 hidden, 16 layers, 32/8 heads (GQA), "
+                                    "SwiGLU 8192, vocab 128256, tied") + llamaInput),
+      RCJIT_LLAMA_ENTRY("llama-3.2-3b", llama32_3b,
+                        std::string("Llama-3.2-3B: 3072 hidden, 28 layers, 24/8 heads (GQA), "
+                                    "SwiGLU 8192, vocab 128256, tied") + llamaInput),
+      RCJIT_LLAMA_ENTRY("llama-3.1-8b", llama31_8b,
+                        std::string("Llama-3.1-8B: 4096 hidden, 32 layers, 32/8 heads (GQA), "
+                                    "SwiGLU 14336, vocab 128256") + llamaInput),
+      RCJIT_LLAMA_ENTRY("llama-2-13b", llama2_13b,
+                        std::string("Llama-2-13B: 5120 hidden, 40 layers, 40 heads, "
+                                    "SwiGLU 13824, vocab 32000") + llamaInput),
+      entry("gpt2",
+            "GPT-2 small: 768 hidden, 12 layers, 12 heads, vocab 50257, context 1024; input "
+            "token ids [batch, seq]",
+            [](const ModelConfig& c) { return buildGpt2(gpt2Small(), c); },
+            [](const ModelConfig& c) { return gpt2ParameterCount(withLayers(gpt2Small(), c)); }),
+      entry("gpt2-xl",
+            "GPT-2 XL: 1600 hidden, 48 layers, 25 heads, vocab 50257, context 1024; input "
+            "token ids [batch, seq]",
+            [](const ModelConfig& c) { return buildGpt2(gpt2Xl(), c); },
+            [](const ModelConfig& c) { return gpt2ParameterCount(withLayers(gpt2Xl(), c)); }),
+      entry("vit-gpt2",
+            "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
+            "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
+            [](const ModelConfig& c) { return buildVitGpt2(vitGpt2(), c); },
+            [](const ModelConfig& c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
+  };
+}
+
+#undef RCJIT_LLAMA_ENTRY
+
 }  // namespace
 
 const std::vector<ModelInfo>& builtinModels() {
-  static const std::vector<ModelInfo> models = {
-      {"toy64",
-       "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
-       "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
-       [](const ModelConfig& c) -> std::unique_ptr<Model> {
-         return std::make_unique<ToyModel>(c);
-       }},
-  };
+  static const std::vector<ModelInfo> models = makeRegistry();
   return models;
 }
 

@@ -1,0 +1,190 @@
+// Regional compilation: cut the graph into glue and region stages, compile each distinct
+// stage once, and run the stages in order over a table of values.
+#include "jit/Regional.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "targets/Lower.h"
+#include "tracer/GraphIO.h"
+
+namespace rcjit {
+
+namespace {
+
+// Compiled stage programs of this process, by stage key.
+class StageTable {
+ public:
+  static StageTable& instance() {
+    static StageTable* t = new StageTable();  // never destroyed: programs outlive statics
+    return *t;
+  }
+  std::shared_ptr<cpu::CpuProgram> find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = programs_.find(key);
+    return it == programs_.end() ? nullptr : it->second;
+  }
+  void add(const std::string& key, std::shared_ptr<cpu::CpuProgram> p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (programs_.size() >= kLimit) programs_.erase(programs_.begin());
+    programs_.emplace(key, std::move(p));
+  }
+
+ private:
+  static constexpr size_t kLimit = 4096;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<cpu::CpuProgram>> programs_;
+};
+
+bool inside(const Region& inner, const Region& outer) {
+  return inner.begin >= outer.begin && inner.end <= outer.end;
+}
+
+// The extracted graph of node range [begin, end) of g, as a region of a copy of g.
+Graph extractRange(const Graph& g, int begin, int end, std::vector<int>& boundary,
+                   std::vector<int>& outputs) {
+  Graph copy = g;
+  Region r;
+  r.name = "glue";
+  r.type = "glue";
+  r.begin = begin;
+  r.end = end;
+  copy.regions.push_back(r);
+  return extractRegion(copy, static_cast<int>(copy.regions.size()) - 1, &boundary, &outputs);
+}
+
+// Program input order of a sub-graph's inputs: args by inputIndex, then captured.
+std::vector<int> programOrder(const Graph& sub, const std::vector<int>& boundary) {
+  std::vector<int> inputNodes = sub.inputNodes();
+  int numArgs = 0;
+  for (int id : inputNodes) numArgs += sub.nodes[id].inputKind == InputKind::arg;
+  std::vector<int> order(inputNodes.size(), -1);
+  for (size_t i = 0; i < inputNodes.size(); ++i) {
+    const Node& n = sub.nodes[inputNodes[i]];
+    int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
+    order.at(idx) = boundary[i];
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<int> selectRegions(const Graph& g) {
+  std::vector<int> picked;
+  for (size_t r = 0; r < g.regions.size(); ++r) {
+    const Region& reg = g.regions[r];
+    if (!(reg.inList || reg.type == "region") || reg.begin == reg.end) continue;
+    bool nested = false;
+    for (int p : picked) nested |= inside(reg, g.regions[p]);
+    if (!nested) picked.push_back(static_cast<int>(r));
+  }
+  std::sort(picked.begin(), picked.end(),
+            [&](int a, int b) { return g.regions[a].begin < g.regions[b].begin; });
+  return picked;
+}
+
+RegionalPlan buildRegionalPlan(const Graph& g, const std::vector<Shape>& inputStrides,
+                               const std::function<Graph(const Graph&)>& optimize,
+                               const std::string& idPrefix) {
+  RegionalPlan plan;
+  plan.numNodes = static_cast<int>(g.nodes.size());
+  plan.graphOutputs = g.outputs;
+  std::vector<Shape> strides(g.nodes.size());
+  {
+    int numArgs = 0;
+    for (const Node& n : g.nodes) numArgs += n.op == OpKind::input && n.inputKind == InputKind::arg;
+    std::vector<int> inputs = g.inputNodes();
+    plan.graphInputs.assign(inputs.size(), -1);
+    for (int id : inputs) {
+      const Node& n = g.nodes[id];
+      int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
+      plan.graphInputs.at(idx) = id;
+      strides[id] = inputStrides.at(idx);
+    }
+  }
+  std::vector<int> regions = selectRegions(g);
+  std::vector<std::pair<int, int>> ranges;  // [begin, end) with region index or -1
+  std::vector<int> kinds;
+  int at = 0;
+  for (int r : regions) {
+    if (at < g.regions[r].begin) {
+      ranges.push_back({at, g.regions[r].begin});
+      kinds.push_back(-1);
+    }
+    ranges.push_back({g.regions[r].begin, g.regions[r].end});
+    kinds.push_back(r);
+    at = g.regions[r].end;
+  }
+  if (at < static_cast<int>(g.nodes.size())) {
+    ranges.push_back({at, static_cast<int>(g.nodes.size())});
+    kinds.push_back(-1);
+  }
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    std::vector<int> boundary, outs;
+    Graph sub = kinds[s] >= 0 ? extractRegion(g, kinds[s], &boundary, &outs)
+                              : extractRange(g, ranges[s].first, ranges[s].second, boundary, outs);
+    if (outs.empty()) continue;  // only input nodes, or nothing used later
+    RegionalStage st;
+    st.region = kinds[s] >= 0;
+    st.name = st.region ? g.regions[kinds[s]].name : "glue";
+    st.inputs = programOrder(sub, boundary);
+    st.outputs = outs;
+    std::ostringstream key;
+    key << hashGraph(sub).hex();
+    std::vector<Shape> subStrides;
+    for (int id : st.inputs) {
+      subStrides.push_back(strides[id]);
+      key << "|" << shapeStr(strides[id]);
+    }
+    st.program = StageTable::instance().find(key.str());
+    if (st.program) {
+      st.reused = true;
+      ++plan.reused;
+    } else {
+      Program p = lower(optimize(sub), subStrides);
+      st.program = cpu::CpuProgram::create(std::move(p),
+                                           idPrefix + "_s" + std::to_string(s));
+      StageTable::instance().add(key.str(), st.program);
+      ++plan.compiled;
+    }
+    const Program& prog = st.program->program();
+    for (size_t o = 0; o < outs.size(); ++o) strides[outs[o]] = prog.values[prog.outputs[o]].strides;
+    plan.stages.push_back(std::move(st));
+  }
+  return plan;
+}
+
+std::vector<Tensor> RegionalPlan::run(const Tensor* const* inputs, size_t n) const {
+  std::vector<Tensor> values(static_cast<size_t>(numNodes));
+  std::vector<const Tensor*> ptr(static_cast<size_t>(numNodes), nullptr);
+  for (size_t i = 0; i < graphInputs.size() && i < n; ++i) ptr[graphInputs[i]] = inputs[i];
+  std::vector<const Tensor*> in;
+  for (const RegionalStage& s : stages) {
+    in.clear();
+    for (int id : s.inputs) in.push_back(ptr[id]);
+    std::vector<Tensor> outs = s.program->run(in.data(), in.size());
+    for (size_t o = 0; o < outs.size(); ++o) {
+      values[s.outputs[o]] = std::move(outs[o]);
+      ptr[s.outputs[o]] = &values[s.outputs[o]];
+    }
+  }
+  std::vector<Tensor> result;
+  for (int id : graphOutputs) result.push_back(*ptr[id]);
+  return result;
+}
+
+std::string RegionalPlan::print() const {
+  std::ostringstream os;
+  os << "regional: " << stages.size() << " stages, " << compiled << " compiled, " << reused
+     << " reused\n";
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const RegionalStage& s = stages[i];
+    os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", "
+       << s.program->program().steps.size() << " steps\n";
+  }
+  return os.str();
+}
+
+}  // namespace rcjit
