@@ -119,3 +119,16 @@ TEST(Tensor, Allclose) {
 }
 
 }  // namespace
+
+namespace {
+TEST(Device, CudaAvailableIsAnAnswerNotACrash) {
+  bool a = cuda_available();
+  EXPECT_EQ(a, cuda_available());  // stable
+  if (!a) {
+    CompileOptions o;
+    o.target = Target::cuda;
+    EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, o); }).find("cuda"),
+              std::string::npos);
+  }
+}
+}  // namespace

@@ -16,6 +16,7 @@
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
+#include "tools/CacheCommand.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -74,6 +75,7 @@ const char* kUsageText =
     "  models                 list the built-in models\n"
     "  bench  --model NAME    time a model (first call and steady-state inference)\n"
     "  trace  --model NAME    trace a model and print its graph (--dump graph)\n"
+    "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "\n"
     "Run 'rcjit <command> --help' for a command's options.\n";
 
@@ -250,6 +252,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       {"models", [&] { return cmdModels(args, out); }},
       {"bench", [&] { return cmdBench(args, out, err); }},
       {"trace", [&] { return cmdTrace(args, out); }},
+      {"cache", [&] { return cacheCommand(args, out, err); }},
   };
   auto it = commands.find(cmd);
   if (it == commands.end()) {

@@ -79,13 +79,20 @@ ModelInfo entry(std::string name, std::string description,
   return {std::move(name), std::move(description), build, count, n, 4 * n};
 }
 
-#define RCJIT_LLAMA_ENTRY(NAME, FACTORY, DESCRIPTION)                                   \
-  entry(                                                                                \
-      NAME, DESCRIPTION, [](const ModelConfig& c) { return buildLlama(FACTORY(), c); }, \
-      [](const ModelConfig& c) { return llamaParameterCount(withLayers(FACTORY(), c)); })
+template <LlamaConfig (*F)()> std::unique_ptr<Model> llamaBuild(const ModelConfig& c) {
+  return buildLlama(F(), c);
+}
+template <LlamaConfig (*F)()> int64_t llamaCount(const ModelConfig& c) {
+  return llamaParameterCount(withLayers(F(), c));
+}
+template <Gpt2Config (*F)()> std::unique_ptr<Model> gpt2Build(const ModelConfig& c) {
+  return buildGpt2(F(), c);
+}
+template <Gpt2Config (*F)()> int64_t gpt2Count(const ModelConfig& c) {
+  return gpt2ParameterCount(withLayers(F(), c));
+}
 
 std::vector<ModelInfo> makeRegistry() {
-  const char* llamaInput = "; input token ids [batch, seq]";
   return {
       entry("toy64",
             "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
@@ -94,28 +101,30 @@ std::vector<ModelInfo> makeRegistry() {
               return std::make_unique<ToyModel>(c);
             },
             toyCount),
-      RCJIT_LLAMA_ENTRY("llama-3.2-1b", llama32_1b,
-                        std::string("Llama-3.2-1B: 2048 hidden, 16 layers, 32/8 heads (GQA), "
-                                    "SwiGLU 8192, vocab 128256, tied") + llamaInput),
-      RCJIT_LLAMA_ENTRY("llama-3.2-3b", llama32_3b,
-                        std::string("Llama-3.2-3B: 3072 hidden, 28 layers, 24/8 heads (GQA), "
-                                    "SwiGLU 8192, vocab 128256, tied") + llamaInput),
-      RCJIT_LLAMA_ENTRY("llama-3.1-8b", llama31_8b,
-                        std::string("Llama-3.1-8B: 4096 hidden, 32 layers, 32/8 heads (GQA), "
-                                    "SwiGLU 14336, vocab 128256") + llamaInput),
-      RCJIT_LLAMA_ENTRY("llama-2-13b", llama2_13b,
-                        std::string("Llama-2-13B: 5120 hidden, 40 layers, 40 heads, "
-                                    "SwiGLU 13824, vocab 32000") + llamaInput),
+      entry("llama-3.2-1b",
+            "Llama-3.2-1B: 2048 hidden, 16 layers, 32/8 heads (GQA), SwiGLU 8192, vocab 128256, "
+            "tied; input token ids [batch, seq]",
+            llamaBuild<llama32_1b>, llamaCount<llama32_1b>),
+      entry("llama-3.2-3b",
+            "Llama-3.2-3B: 3072 hidden, 28 layers, 24/8 heads (GQA), SwiGLU 8192, vocab 128256, "
+            "tied; input token ids [batch, seq]",
+            llamaBuild<llama32_3b>, llamaCount<llama32_3b>),
+      entry("llama-3.1-8b",
+            "Llama-3.1-8B: 4096 hidden, 32 layers, 32/8 heads (GQA), SwiGLU 14336, vocab "
+            "128256; input token ids [batch, seq]",
+            llamaBuild<llama31_8b>, llamaCount<llama31_8b>),
+      entry("llama-2-13b",
+            "Llama-2-13B: 5120 hidden, 40 layers, 40 heads, SwiGLU 13824, vocab 32000; input "
+            "token ids [batch, seq]",
+            llamaBuild<llama2_13b>, llamaCount<llama2_13b>),
       entry("gpt2",
             "GPT-2 small: 768 hidden, 12 layers, 12 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            [](const ModelConfig& c) { return buildGpt2(gpt2Small(), c); },
-            [](const ModelConfig& c) { return gpt2ParameterCount(withLayers(gpt2Small(), c)); }),
+            gpt2Build<gpt2Small>, gpt2Count<gpt2Small>),
       entry("gpt2-xl",
             "GPT-2 XL: 1600 hidden, 48 layers, 25 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            [](const ModelConfig& c) { return buildGpt2(gpt2Xl(), c); },
-            [](const ModelConfig& c) { return gpt2ParameterCount(withLayers(gpt2Xl(), c)); }),
+            gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>),
       entry("vit-gpt2",
             "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
             "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
@@ -123,8 +132,6 @@ std::vector<ModelInfo> makeRegistry() {
             [](const ModelConfig& c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
   };
 }
-
-#undef RCJIT_LLAMA_ENTRY
 
 }  // namespace
 

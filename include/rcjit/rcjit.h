@@ -1,6 +1,8 @@
 // The umbrella header: everything in rcjit's public API (namespace rcjit).
 #pragma once
+#include <rcjit/Cache.h>
 #include <rcjit/Compile.h>
+#include <rcjit/Cuda.h>
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
 #include <rcjit/Ops.h>

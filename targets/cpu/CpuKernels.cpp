@@ -1,19 +1,23 @@
 // LoopKernels → one LLVM module with the CPU outer loop → optimized machine code via CpuJit.
 #include "targets/cpu/CpuKernels.h"
 
+#include <map>
 #include <memory>
 #include <set>
 
+#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include <rcjit/Error.h>
 
 #include "targets/LoopCodegen.h"
 #include "targets/cpu/CpuJit.h"
+#include "targets/cpu/ObjectCacheAdapter.h"
 
 namespace rcjit::cpu {
 
@@ -23,7 +27,7 @@ using llvm::Value;
 using Values = std::vector<Value*>;
 
 CpuJit& processJit() {
-  static std::unique_ptr<CpuJit> jit = CpuJit::create();  // thread-safe; retried on throw
+  static std::unique_ptr<CpuJit> jit = withObjectCache(CpuJit::create());  // retried on throw
   return *jit;
 }
 
@@ -101,6 +105,20 @@ std::string printModule(const llvm::Module& m) {
 }
 
 }  // namespace
+
+std::string hostCodegenId() {
+  static const std::string id = [] {
+    std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; " +
+                    llvm::sys::getHostCPUName().str() + ";";
+    std::map<std::string, bool> features;  // sorted: the key must not depend on hash order
+    for (const auto& f : llvm::sys::getHostCPUFeatures()) {
+      features[f.getKey().str()] = f.getValue();
+    }
+    for (const auto& [name, on] : features) s += (on ? " +" : " -") + name;
+    return s + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
+  }();
+  return id;
+}
 
 CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
                                   const std::string& moduleId,

@@ -20,6 +20,10 @@ struct CpuCompiledKernels {
   std::string assembly;             // when asked for: its host assembly
 };
 
+/// What besides the kernels' text shapes their machine code on this host, for cache keys:
+/// LLVM version, target triple, CPU name and features, vector math library. Thread-safe.
+std::string hostCodegenId();
+
 /// Verifies `kernels` (rcjit::Error on a malformed one or duplicate names), builds them into
 /// one LLVM module named `moduleId` (the object-cache key), optimizes it at O3 with the host's
 /// vector ISA and compiles it through ORC. Each function runs outer points [begin, end) and

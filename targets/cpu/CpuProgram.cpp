@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "cache/Key.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
@@ -74,6 +75,13 @@ class KernelMemo {
   std::unordered_map<std::string, KernelFn> fns_;
 };
 
+// The module's cache key: the same kernels on the same host give the same key in any process.
+std::string moduleKey(const std::vector<LoopKernel>& todo) {
+  std::string text;
+  for (const LoopKernel& k : todo) text += printKernel(k);
+  return cache::contentKey({"cpu", text, hostCodegenId()});
+}
+
 std::string kernelKey(const LoopKernel& k) {
   LoopKernel anon = k;
   anon.name = "k";
@@ -82,7 +90,7 @@ std::string kernelKey(const LoopKernel& k) {
 
 }  // namespace
 
-std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string& moduleId,
+std::shared_ptr<CpuProgram> CpuProgram::create(Program p, [[maybe_unused]] const std::string& moduleId,
                                                const CpuProgramOptions& opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
   // Compile each distinct kernel not compiled before (all of them when dumps are wanted).
@@ -105,7 +113,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string& mod
     CpuCompileOptions co;
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
-    CpuCompiledKernels ck = compileKernels(todo, moduleId, co);
+    CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       if (cp->kernels_[i]) continue;
       cp->kernels_[i] = ck.functions[fresh.at(keys[i])];

@@ -369,6 +369,8 @@ struct DagParam {
   DType dtype;
 };
 
+void PrintTo(const DagParam& p, std::ostream* os) { *os << "seed " << p.seed << " in " << dtypeName(p.dtype); }
+
 std::vector<DagParam> dagParams() {
   std::vector<DagParam> ps;
   for (uint64_t s = 1; s <= 32; ++s) ps.push_back({s, DType::f32});
@@ -382,9 +384,9 @@ std::string dagParamName(const ::testing::TestParamInfo<DagParam>& info) {
   return "seed" + std::to_string(info.param.seed) + "_" + std::string(dtypeName(info.param.dtype));
 }
 
-class RandomDag : public ::testing::TestWithParam<DagParam> {};
+class RandomDagCompiled : public ::testing::TestWithParam<DagParam> {};
 
-TEST_P(RandomDag, CompiledMatchesEager) {
+TEST_P(RandomDagCompiled, MatchesEager) {
   const DagParam p = GetParam();
   Dag d;
   try {
@@ -402,7 +404,7 @@ TEST_P(RandomDag, CompiledMatchesEager) {
   if (HasFailure() && !failedBefore) ADD_FAILURE() << d.str();
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, RandomDag, ::testing::ValuesIn(dagParams()), dagParamName);
+INSTANTIATE_TEST_SUITE_P(RandomDag, RandomDagCompiled, ::testing::ValuesIn(dagParams()), dagParamName);
 
 TEST(RandomDagGenerator, IsDeterministicAndCoversTheOpSet) {
   std::vector<int> seen(static_cast<size_t>(Op::expand) + 1, 0);

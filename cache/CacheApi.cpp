@@ -1,0 +1,73 @@
+// The public rcjit::cache functions, over the process-wide ObjectStore.
+#include <rcjit/Cache.h>
+
+#include "cache/Artifacts.h"
+#include "cache/ObjectStore.h"
+#include "jit/Log.h"
+
+namespace rcjit::cache {
+
+namespace {
+ObjectStore& store() { return ObjectStore::instance(); }
+uint64_t get(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
+}  // namespace
+
+void set_dir(const std::string& path) { store().setDir(path); }
+std::string dir() { return store().dir(); }
+void set_max_bytes(uint64_t bytes) { store().setMaxBytes(bytes); }
+uint64_t max_bytes() { return store().maxBytes(); }
+void set_key_file(const std::string& path) { store().setKeyFile(path); }
+
+std::vector<uint8_t> save_artifacts() { return packArtifacts(store().usedObjects()); }
+std::vector<uint8_t> save_disk_artifacts() { return packArtifacts(store().diskObjects()); }
+
+size_t load_artifacts(const std::vector<uint8_t>& blob) {
+  Objects objects = unpackArtifacts(blob);
+  for (const auto& [key, obj] : objects) store().warm(key, obj);
+  logging::emit(logging::Kind::cache,
+                "loaded " + std::to_string(objects.size()) + " objects from artifacts");
+  return objects.size();
+}
+
+void clear() { store().clear(); }
+
+Stats stats() {
+  const Counters& c = store().counters();
+  Stats s;
+  s.memory_hits = get(c.memoryHits);  // hits before lookups: a lookup counts first
+  s.disk_hits = get(c.diskHits);
+  s.lookups = get(c.lookups);
+  s.misses = s.lookups - s.memory_hits - s.disk_hits;
+  s.disk_writes = get(c.diskWrites);
+  s.write_failures = get(c.writeFailures);
+  s.rejections = get(c.rejections);
+  s.evictions = get(c.evictions);
+  s.memory_entries = store().memory().size();
+  s.memory_bytes = store().memory().bytes();
+  return s;
+}
+
+void reset_stats() {
+  Counters& c = store().counters();
+  for (std::atomic<uint64_t>* a : {&c.lookups, &c.memoryHits, &c.diskHits, &c.diskMisses,
+                                   &c.stores, &c.diskWrites, &c.writeFailures, &c.rejections,
+                                   &c.evictions}) {
+    a->store(0, std::memory_order_relaxed);
+  }
+}
+
+DiskUsage disk_usage(bool verify) {
+  DiskUsage u;
+  u.max_bytes = store().maxBytes();
+  std::shared_ptr<DiskStore> d = store().disk();
+  if (!d) return u;
+  DiskStore::Report r = d->inspect(verify);
+  u.dir = d->dir();
+  u.entries = r.entries;
+  u.bytes = r.bytes;
+  u.valid = r.valid;
+  u.invalid = r.invalid;
+  return u;
+}
+
+}  // namespace rcjit::cache

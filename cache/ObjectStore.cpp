@@ -1,0 +1,195 @@
+// The object cache's policy: environment defaults, lazy disk opening, memory then disk.
+#include "cache/ObjectStore.h"
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "cache/Key.h"
+#include "cache/Secret.h"
+#include "jit/Log.h"
+
+namespace rcjit::cache {
+
+namespace {
+
+constexpr uint64_t kDefaultDiskBytes = uint64_t(1) << 30;
+constexpr uint64_t kDefaultMemoryBytes = uint64_t(512) << 20;
+
+std::string defaultDir() {
+  if (const char* d = std::getenv("RCJIT_CACHE_DIR")) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rcjit";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/rcjit";
+  return "";
+}
+
+uint64_t defaultMaxBytes() {
+  const char* s = std::getenv("RCJIT_CACHE_MAX_BYTES");
+  if (!s || !*s) return kDefaultDiskBytes;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (*end != '\0' || v == 0) {
+    logging::emit(logging::Kind::cache, std::string("RCJIT_CACHE_MAX_BYTES='") + s +
+                                            "' is not a positive integer; using 1 GiB");
+    return kDefaultDiskBytes;
+  }
+  return v;
+}
+
+bool isOff(const std::string& dir) { return dir.empty() || dir == "off"; }
+
+}  // namespace
+
+ObjectStore& ObjectStore::instance() {
+  static ObjectStore* s = new ObjectStore();  // never destroyed: used by code outliving statics
+  return *s;
+}
+
+ObjectStore::ObjectStore()
+    : memory_(kDefaultMemoryBytes),
+      dir_(defaultDir()),
+      keyFile_(defaultKeyFile()),
+      maxBytes_(defaultMaxBytes()) {}
+
+std::shared_ptr<DiskStore> ObjectStore::disk() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (diskTried_ || isOff(dir_)) return disk_;
+  diskTried_ = true;
+  std::string why;
+  std::optional<Secret> secret = loadOrCreateSecret(keyFile_, why);
+  if (!secret) {
+    logging::emit(logging::Kind::cache, "disk cache off: " + why);
+    return nullptr;
+  }
+  disk_ = std::make_shared<DiskStore>(dir_, *secret, maxBytes_, counters_);
+  return disk_;
+}
+
+void ObjectStore::markUsed(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_.insert(key);
+}
+
+Bytes ObjectStore::lookup(const std::string& key) {
+  if (!isContentKey(key)) return nullptr;
+  counters_.lookups.fetch_add(1, std::memory_order_relaxed);
+  if (Bytes b = memory_.get(key)) {
+    counters_.memoryHits.fetch_add(1, std::memory_order_relaxed);
+    markUsed(key);
+    return b;
+  }
+  std::shared_ptr<DiskStore> d = disk();
+  if (!d) return nullptr;
+  std::vector<uint8_t> payload;
+  if (d->read(key, payload) != DiskStore::Read::hit) {
+    counters_.diskMisses.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  counters_.diskHits.fetch_add(1, std::memory_order_relaxed);
+  if (logging::wanted(logging::Kind::cache)) {
+    logging::emit(logging::Kind::cache, "disk hit " + key, {{"key", key}});
+  }
+  auto b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
+  memory_.put(key, b);
+  markUsed(key);
+  return b;
+}
+
+void ObjectStore::store(const std::string& key, std::span<const uint8_t> object) {
+  if (!isContentKey(key)) return;
+  counters_.stores.fetch_add(1, std::memory_order_relaxed);
+  auto b = std::make_shared<const std::vector<uint8_t>>(object.begin(), object.end());
+  memory_.put(key, b);
+  markUsed(key);
+  if (std::shared_ptr<DiskStore> d = disk()) d->write(key, object);
+}
+
+void ObjectStore::warm(const std::string& key, Bytes object) {
+  if (!isContentKey(key)) return;
+  memory_.put(key, object);
+  markUsed(key);
+  if (std::shared_ptr<DiskStore> d = disk()) d->write(key, *object);
+}
+
+void ObjectStore::setDir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dir_ = dir;
+  disk_.reset();
+  diskTried_ = false;
+}
+
+std::string ObjectStore::dir() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return isOff(dir_) ? "" : dir_;
+}
+
+void ObjectStore::setMaxBytes(uint64_t bytes) {
+  std::shared_ptr<DiskStore> d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    maxBytes_ = bytes;
+    d = disk_;
+  }
+  if (d) {
+    d->setMaxBytes(bytes);
+    d->evict();
+  }
+}
+
+uint64_t ObjectStore::maxBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return maxBytes_;
+}
+
+void ObjectStore::setKeyFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keyFile_ = path;
+  disk_.reset();
+  diskTried_ = false;
+}
+
+std::string ObjectStore::keyFile() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keyFile_;
+}
+
+void ObjectStore::clear() {
+  memory_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_.clear();
+  }
+  if (std::shared_ptr<DiskStore> d = disk()) d->clear();
+}
+
+std::vector<std::pair<std::string, Bytes>> ObjectStore::usedObjects() {
+  std::set<std::string> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys = used_;
+  }
+  std::shared_ptr<DiskStore> d = disk();
+  std::vector<std::pair<std::string, Bytes>> out;
+  for (const std::string& k : keys) {
+    Bytes b = memory_.get(k);
+    std::vector<uint8_t> payload;
+    if (!b && d && d->read(k, payload) == DiskStore::Read::hit) {
+      b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
+    }
+    if (b) out.emplace_back(k, std::move(b));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Bytes>> ObjectStore::diskObjects() {
+  std::vector<std::pair<std::string, Bytes>> out;
+  std::shared_ptr<DiskStore> d = disk();
+  if (!d) return out;
+  for (const std::string& k : d->keys()) {
+    std::vector<uint8_t> payload;
+    if (d->read(k, payload) != DiskStore::Read::hit) continue;
+    out.emplace_back(k, std::make_shared<const std::vector<uint8_t>>(std::move(payload)));
+  }
+  return out;
+}
+
+}  // namespace rcjit::cache

@@ -1,0 +1,67 @@
+// The process-wide compiled-object cache: a memory LRU in front of an optional disk store.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/Counters.h"
+#include "cache/DiskStore.h"
+#include "cache/MemoryLru.h"
+
+namespace rcjit::cache {
+
+/// One per process (instance()); thread-safe. Keys must satisfy isContentKey (others are
+/// neither looked up nor stored). The disk layer is configured from the environment
+/// (RCJIT_CACHE_DIR, RCJIT_CACHE_MAX_BYTES, RCJIT_CACHE_KEY_FILE) or the setters, and opened
+/// lazily: a missing or unusable key file turns it off with one `cache` log line.
+class ObjectStore {
+ public:
+  static ObjectStore& instance();
+
+  /// The object for `key`: memory first, then disk (a disk hit is kept in memory too).
+  Bytes lookup(const std::string& key);
+  /// Records a freshly compiled object in memory and on disk.
+  void store(const std::string& key, std::span<const uint8_t> object);
+  /// Adds an object from an artifact blob (memory and disk), as if compiled here.
+  void warm(const std::string& key, Bytes object);
+
+  /// "" or "off" turns the disk layer off.
+  void setDir(const std::string& dir);
+  std::string dir() const;
+  void setMaxBytes(uint64_t bytes);
+  uint64_t maxBytes() const;
+  void setKeyFile(const std::string& path);
+  std::string keyFile() const;
+  /// Drops memory entries and removes disk entries.
+  void clear();
+
+  /// Every key used (compiled, hit or warmed) by this process with its object, as far as
+  /// memory or disk still hold it.
+  std::vector<std::pair<std::string, Bytes>> usedObjects();
+  /// Every verified entry in the cache directory.
+  std::vector<std::pair<std::string, Bytes>> diskObjects();
+  /// The disk store, opened if needed; nullptr when off or unusable.
+  std::shared_ptr<DiskStore> disk();
+  Counters& counters() { return counters_; }
+  const MemoryLru& memory() const { return memory_; }
+
+ private:
+  ObjectStore();
+  void markUsed(const std::string& key);
+
+  Counters counters_;
+  MemoryLru memory_;
+  mutable std::mutex mu_;  // guards everything below
+  std::string dir_;
+  std::string keyFile_;
+  uint64_t maxBytes_;
+  std::shared_ptr<DiskStore> disk_;
+  bool diskTried_ = false;
+  std::set<std::string> used_;
+};
+
+}  // namespace rcjit::cache

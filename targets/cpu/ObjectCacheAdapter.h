@@ -1,0 +1,15 @@
+// Plugs rcjit's object cache (cache/, bytes only) into the CPU JIT as an llvm::ObjectCache.
+#pragma once
+#include <memory>
+
+#include "targets/cpu/CpuJit.h"
+
+namespace rcjit::cpu {
+
+/// Installs the process-wide persistent object cache on `jit` and returns it. The cache
+/// serves modules whose identifier is a content key (cache::contentKey); modules named
+/// otherwise are compiled as before and never stored. Thread-safe; the adapter lives for the
+/// whole process.
+std::unique_ptr<CpuJit> withObjectCache(std::unique_ptr<CpuJit> jit);
+
+}  // namespace rcjit::cpu

@@ -1,0 +1,492 @@
+// The persistent compile cache: cross-process hits, damaged and forged entries, concurrent
+// writers, eviction, artifacts, the key file and the `rcjit cache` command.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <rcjit/rcjit.h>
+
+#include "cache/Counters.h"
+#include "cache/DiskStore.h"
+#include "cache/EntryFormat.h"
+#include "cache/Key.h"
+#include "cache/MemoryLru.h"
+#include "cache/Secret.h"
+
+extern char** environ;
+
+using namespace rcjit;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh cache directory and key file, removed at the end of the test.
+struct TempCache {
+  fs::path root, dir, key;
+  TempCache() {
+    static int n = 0;
+    root = fs::temp_directory_path() /
+           ("rcjit-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::remove_all(root);
+    fs::create_directories(root);
+    dir = root / "cache";
+    key = root / "cache.key";
+  }
+  ~TempCache() { fs::remove_all(root); }
+  cache::Secret secret() const {
+    std::string why;
+    std::optional<cache::Secret> s = cache::loadOrCreateSecret(key.string(), why);
+    EXPECT_TRUE(s) << why;
+    return s.value_or(cache::Secret{});
+  }
+};
+
+std::string readText(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<uint8_t> readBytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeBytes(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream o(p, std::ios::binary | std::ios::trunc);
+  o.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::vector<fs::path> entryFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".rcobj") out.push_back(e.path());
+  }
+  return out;
+}
+
+std::string keyOf(const fs::path& entry) { return entry.stem().string(); }
+
+// The compiled workload: per block a distinct fused elementwise chain feeding a layer norm,
+// then a softmax, so the compile time is mostly LLVM optimizing and generating code.
+std::vector<Tensor> workload(const std::vector<Tensor>& in, int variant) {
+  Tensor x = in[0];
+  const Tensor& w = in[1];
+  const Tensor& b = in[2];
+  for (int i = 0; i < 6; ++i) {
+    double c = 1.0 + 0.125 * i + variant;
+    Tensor y = i % 2 ? gelu(x) * c + sin(x) : silu(x) * c - tanh(x) * cos(x);
+    x = layer_norm(y + exp(-abs(x)) / (c + 1), w, b, 1e-5);
+    x = softmax(x * (0.5 + i) + sigmoid(x), -1) * 64.0 - 1.0;
+  }
+  return {x};
+}
+
+std::vector<Tensor> workloadInputs() {
+  return {Tensor::randn({64, 256}, 1), Tensor::randn({256}, 2), Tensor::randn({256}, 3)};
+}
+
+std::map<std::string, std::string> parseOptions(const std::string& s) {
+  std::map<std::string, std::string> opts;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t eq = item.find('=');
+    opts[item.substr(0, eq)] = eq == std::string::npos ? "" : item.substr(eq + 1);
+  }
+  return opts;
+}
+
+// What a child process did: the numbers it wrote and its stderr (with `cache` log lines).
+struct Child {
+  std::map<std::string, double> v;
+  std::string log;
+  double operator[](const std::string& k) const { return v.count(k) ? v.at(k) : -1; }
+};
+
+// Starts this test binary running only CacheChild.Run with `opts` (see that test).
+pid_t spawnChild(const TempCache& c, const std::string& opts, const fs::path& out) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    if (s.rfind("RCJIT_", 0) != 0) env.push_back(s);
+  }
+  env.push_back("RCJIT_CACHE_DIR=" + c.dir.string());
+  env.push_back("RCJIT_CACHE_KEY_FILE=" + c.key.string());
+  env.push_back("RCJIT_LOGS=cache");
+  env.push_back("RCJIT_CACHE_TEST_CHILD=" + opts);
+  env.push_back("RCJIT_CACHE_TEST_OUT=" + out.string());
+  std::vector<char*> envp;
+  for (std::string& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=CacheChild.Run";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  std::string log = out.string() + ".log";
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << std::strerror(rc);
+  return pid;
+}
+
+Child waitChild(pid_t pid, const fs::path& out) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "child failed:\n" << readText(out.string() + ".log");
+  Child r;
+  r.log = readText(out.string() + ".log");
+  std::ifstream in(out);
+  std::string name;
+  double value;
+  while (in >> name >> value) r.v[name] = value;
+  return r;
+}
+
+Child runChild(const TempCache& c, const std::string& opts) {
+  static int n = 0;
+  fs::path out = c.root / ("child" + std::to_string(n++) + ".txt");
+  return waitChild(spawnChild(c, opts, out), out);
+}
+
+// Runs in a child process only (RCJIT_CACHE_TEST_CHILD holds its options): optionally loads
+// artifacts (load=FILE), compiles and runs the workload (variants=N functions, checked against
+// eager), optionally saves artifacts (save=FILE), and writes its numbers to
+// RCJIT_CACHE_TEST_OUT.
+TEST(CacheChild, Run) {
+  const char* optsEnv = std::getenv("RCJIT_CACHE_TEST_CHILD");
+  if (!optsEnv) GTEST_SKIP() << "runs only as a child of the other Cache tests";
+  std::map<std::string, std::string> opts = parseOptions(optsEnv);
+  if (opts.count("load")) cache::load_artifacts(readBytes(opts["load"]));
+  int variants = opts.count("variants") ? std::stoi(opts["variants"]) : 1;
+  std::vector<Tensor> in = workloadInputs();
+  double firstMs = 0;
+  bool ok = true;
+  for (int v = 0; v < variants; ++v) {
+    auto fn = compile([v](const std::vector<Tensor>& x) { return workload(x, v); });
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> got = fn(in);
+    firstMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
+    ok = ok && allclose(got[0], workload(in, v)[0], 1e-3, 1e-4);
+  }
+  EXPECT_TRUE(ok);
+  if (opts.count("save")) {
+    std::vector<uint8_t> blob = cache::save_artifacts();
+    writeBytes(opts["save"], blob);
+  }
+  cache::Stats s = cache::stats();
+  std::ofstream out(std::getenv("RCJIT_CACHE_TEST_OUT"));
+  out << "ok " << ok << "\nfirst_ms " << firstMs << "\nlookups " << s.lookups
+      << "\nmemory_hits " << s.memory_hits << "\ndisk_hits " << s.disk_hits << "\nmisses "
+      << s.misses << "\ndisk_writes " << s.disk_writes << "\nrejections " << s.rejections << "\n";
+}
+
+void expectColdCompile(const Child& r) {
+  EXPECT_EQ(r["ok"], 1);
+  EXPECT_GT(r["misses"], 0);
+  EXPECT_EQ(r["disk_hits"], 0);
+  EXPECT_EQ(r["disk_writes"], r["misses"]);
+}
+
+void expectAllHits(const Child& r) {
+  EXPECT_EQ(r["ok"], 1);
+  EXPECT_GT(r["lookups"], 0);
+  EXPECT_EQ(r["misses"], 0);
+  EXPECT_EQ(r["disk_writes"], 0);
+}
+
+cache::DiskStore::Report verifyDir(const TempCache& c) {
+  cache::Counters counters;
+  cache::DiskStore store(c.dir.string(), c.secret(), uint64_t(1) << 30, counters);
+  return store.inspect(true);
+}
+
+TEST(CacheDisk, SecondProcessHitsTheDiskCache) {
+  TempCache c;
+  Child cold = runChild(c, "");
+  Child warm = runChild(c, "");
+  expectColdCompile(cold);
+  expectAllHits(warm);
+  EXPECT_EQ(warm["disk_hits"], cold["misses"]);
+  EXPECT_NE(warm.log.find("[rcjit:cache] disk hit rcjit-"), std::string::npos) << warm.log;
+  std::printf("[ cache    ] cold first call %.1f ms (%g modules compiled), warm %.1f ms "
+              "(%g disk hits): %.1f %%\n",
+              cold["first_ms"], cold["misses"], warm["first_ms"], warm["disk_hits"],
+              100 * warm["first_ms"] / cold["first_ms"]);
+}
+
+// A damaged copy of every entry in the directory, then a process that must recompile.
+void expectRecompiledAfter(const char* what, const std::function<std::vector<uint8_t>(
+                                                 const std::string&, std::vector<uint8_t>)>& damage,
+                           const std::string& reason) {
+  SCOPED_TRACE(what);
+  TempCache c;
+  expectColdCompile(runChild(c, ""));
+  std::vector<fs::path> files = entryFiles(c.dir);
+  ASSERT_FALSE(files.empty());
+  for (const fs::path& f : files) writeBytes(f, damage(keyOf(f), readBytes(f)));
+  Child r = runChild(c, "");
+  expectColdCompile(r);
+  EXPECT_EQ(r["rejections"], static_cast<double>(files.size()));
+  EXPECT_NE(r.log.find("[rcjit:cache] rejected disk entry"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(reason), std::string::npos) << r.log;
+  cache::DiskStore::Report rep = verifyDir(c);
+  EXPECT_EQ(rep.invalid, 0u);  // every damaged entry was replaced by a good one
+  EXPECT_EQ(rep.valid, files.size());
+}
+
+// The entry decoded with the test's secret, for re-encoding with one field changed.
+cache::EntryFields decoded(const std::string& key, const std::vector<uint8_t>& bytes,
+                           const cache::Secret& secret) {
+  cache::EntryFields e;
+  EXPECT_EQ(cache::decodeEntry(bytes, key, secret, e), cache::Verdict::ok);
+  return e;
+}
+
+TEST(CacheDisk, DamagedOrForeignEntriesAreRecompiled) {
+  expectRecompiledAfter(
+      "flipped payload byte",
+      [](const std::string&, std::vector<uint8_t> b) {
+        b[b.size() / 2] ^= 0x5a;
+        return b;
+      },
+      "checksum mismatch");
+  expectRecompiledAfter(
+      "flipped magic byte",
+      [](const std::string&, std::vector<uint8_t> b) {
+        b[0] ^= 1;
+        return b;
+      },
+      "corrupt");
+  expectRecompiledAfter(
+      "truncated",
+      [](const std::string&, std::vector<uint8_t> b) {
+        b.resize(b.size() * 2 / 3);
+        return b;
+      },
+      "truncated");
+  expectRecompiledAfter(
+      "empty file", [](const std::string&, std::vector<uint8_t>) { return std::vector<uint8_t>(); },
+      "truncated");
+}
+
+// Entries re-signed by someone holding the secret but describing another version or format,
+// and entries signed with another user's secret.
+TEST(CacheDisk, OtherVersionsAndKeysAreRecompiled) {
+  struct Case {
+    const char* what;
+    std::function<void(cache::EntryFields&, cache::Secret&)> change;
+    std::string reason;
+  };
+  std::vector<Case> cases = {
+      {"another rcjit version", [](cache::EntryFields& e, cache::Secret&) { e.version = "0.0.1"; },
+       "another rcjit version"},
+      {"another format version", [](cache::EntryFields& e, cache::Secret&) { e.format = 99; },
+       "another cache format version"},
+      {"another user's key", [](cache::EntryFields&, cache::Secret& s) { s[0] ^= 0xff; },
+       "authentication failed"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    TempCache c;
+    expectColdCompile(runChild(c, ""));
+    cache::Secret secret = c.secret();
+    std::vector<fs::path> files = entryFiles(c.dir);
+    ASSERT_FALSE(files.empty());
+    for (const fs::path& f : files) {
+      cache::EntryFields e = decoded(keyOf(f), readBytes(f), secret);
+      cache::Secret s = secret;
+      k.change(e, s);
+      writeBytes(f, cache::encodeEntry(e, s));
+    }
+    Child r = runChild(c, "");
+    expectColdCompile(r);
+    EXPECT_EQ(r["rejections"], static_cast<double>(files.size()));
+    EXPECT_NE(r.log.find("[rcjit:cache] rejected disk entry"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find(k.reason), std::string::npos) << r.log;
+    EXPECT_EQ(verifyDir(c).invalid, 0u);
+  }
+}
+
+TEST(CacheDisk, EntryForgedWithoutTheSecretIsRejected) {
+  TempCache c;
+  expectColdCompile(runChild(c, ""));
+  cache::Secret secret = c.secret();
+  for (const fs::path& f : entryFiles(c.dir)) {
+    std::vector<uint8_t> bytes = readBytes(f);
+    cache::EntryFields e = decoded(keyOf(f), bytes, secret);
+    e.payload.assign(e.payload.size(), 0xcc);  // the attacker's code: int3 everywhere
+    cache::Tag oldTag;
+    std::memcpy(oldTag.data(), bytes.data() + 40, oldTag.size());
+    std::vector<uint8_t> forged = cache::encodeEntryWithTag(e, oldTag);  // valid checksum
+    cache::EntryFields out;
+    EXPECT_EQ(cache::decodeEntry(forged, keyOf(f), secret, out), cache::Verdict::badTag);
+    writeBytes(f, forged);
+  }
+  Child r = runChild(c, "");
+  expectColdCompile(r);  // ran correct code (checked against eager), compiled afresh
+  EXPECT_GT(r["rejections"], 0);
+  EXPECT_NE(r.log.find("authentication failed"), std::string::npos) << r.log;
+  EXPECT_EQ(verifyDir(c).invalid, 0u);
+}
+
+TEST(CacheDisk, FourProcessesShareOneDirectory) {
+  TempCache c;
+  std::vector<std::pair<pid_t, fs::path>> kids;
+  for (int i = 0; i < 4; ++i) {
+    fs::path out = c.root / ("racer" + std::to_string(i) + ".txt");
+    kids.emplace_back(spawnChild(c, "variants=2", out), out);
+  }
+  for (auto& [pid, out] : kids) EXPECT_EQ(waitChild(pid, out)["ok"], 1);
+  cache::DiskStore::Report rep = verifyDir(c);
+  EXPECT_EQ(rep.invalid, 0u);
+  EXPECT_GE(rep.valid, 2u);  // at least one module per function
+  for (const auto& e : fs::directory_iterator(c.dir)) {
+    EXPECT_EQ(e.path().extension(), ".rcobj") << "left behind: " << e.path();
+  }
+  expectAllHits(runChild(c, "variants=2"));
+}
+
+TEST(CacheDisk, EvictionKeepsTheDirectoryUnderItsBound) {
+  TempCache c;
+  cache::Counters counters;
+  const uint64_t bound = 64 * 1024;
+  cache::DiskStore store(c.dir.string(), c.secret(), bound, counters);
+  std::vector<uint8_t> payload(4000, 7);
+  auto key = [](int i) { return cache::contentKey({"eviction", std::to_string(i)}); };
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(store.write(key(i), payload));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // distinct mtimes
+  }
+  std::vector<uint8_t> got;
+  EXPECT_EQ(store.read(key(0), got), cache::DiskStore::Read::hit);  // 0 is now recent
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 10; i < 40; ++i) {
+    ASSERT_TRUE(store.write(key(i), payload));
+    EXPECT_LE(store.inspect(false).bytes, bound);
+    if (i == 15) EXPECT_EQ(store.read(key(0), got), cache::DiskStore::Read::hit);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GT(counters.evictions.load(), 0u);
+  EXPECT_EQ(store.read(key(1), got), cache::DiskStore::Read::miss);  // least recently used
+  EXPECT_EQ(store.read(key(39), got), cache::DiskStore::Read::hit);
+  EXPECT_EQ(got, payload);
+  store.setMaxBytes(10000);
+  store.evict();
+  EXPECT_LE(store.inspect(false).bytes, 10000u);
+}
+
+TEST(CacheArtifacts, SavedInOneProcessWarmAnotherWithAnEmptyDirectory) {
+  TempCache a, b;
+  fs::path blob = a.root / "artifacts.bin";
+  Child saver = runChild(a, "variants=2,save=" + blob.string());
+  expectColdCompile(saver);
+  ASSERT_GT(fs::file_size(blob), 0u);
+  Child loader = runChild(b, "variants=2,load=" + blob.string());  // b: other dir, other key
+  expectAllHits(loader);
+  EXPECT_EQ(loader["memory_hits"], saver["misses"]);
+  cache::DiskStore::Report rep = verifyDir(b);  // the disk is warm too, signed with b's key
+  EXPECT_EQ(rep.valid, static_cast<uint64_t>(saver["misses"]));
+  EXPECT_EQ(rep.invalid, 0u);
+  Child next = runChild(b, "variants=2");
+  expectAllHits(next);
+  EXPECT_EQ(next["disk_hits"], saver["misses"]);
+}
+
+TEST(CacheArtifacts, MalformedBlobsAreErrors) {
+  EXPECT_THROW(cache::load_artifacts({1, 2, 3}), Error);
+  EXPECT_THROW(cache::load_artifacts({}), Error);
+  std::vector<uint8_t> blob = cache::save_artifacts();
+  blob.resize(blob.size() - 1);
+  EXPECT_THROW(cache::load_artifacts(blob), Error);
+}
+
+TEST(CacheKey, ContentKeysAreStableSafeNames) {
+  std::string k = cache::contentKey({"a", "b"});
+  EXPECT_EQ(k, cache::contentKey({"a", "b"}));
+  EXPECT_NE(k, cache::contentKey({"ab", ""}));  // parts are length-prefixed
+  EXPECT_TRUE(cache::isContentKey(k));
+  EXPECT_FALSE(cache::isContentKey("rcjit-../../etc/passwd"));
+  EXPECT_FALSE(cache::isContentKey("rcjit_f0_e0"));
+  EXPECT_FALSE(cache::buildId().empty());  // rebuilt code never reuses stale entries
+}
+
+TEST(CacheMemory, LruKeepsItsBound) {
+  cache::MemoryLru lru(100);
+  auto bytes = [](size_t n) { return std::make_shared<const std::vector<uint8_t>>(n, 1); };
+  lru.put("a", bytes(40));
+  lru.put("b", bytes(40));
+  EXPECT_TRUE(lru.get("a"));  // b is now the least recently used
+  lru.put("c", bytes(40));
+  EXPECT_FALSE(lru.get("b"));
+  EXPECT_TRUE(lru.get("a"));
+  EXPECT_LE(lru.bytes(), 100u);
+  lru.put("huge", bytes(500));
+  EXPECT_FALSE(lru.get("huge"));
+}
+
+TEST(CacheSecret, KeyFileIsPrivateAndCheckedForPermissions) {
+  TempCache c;
+  fs::path key = c.root / "sub" / "cache.key";
+  std::string why;
+  std::optional<cache::Secret> s1 = cache::loadOrCreateSecret(key.string(), why);
+  ASSERT_TRUE(s1) << why;
+  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all, fs::perms::owner_read |
+                                                              fs::perms::owner_write);
+  std::optional<cache::Secret> s2 = cache::loadOrCreateSecret(key.string(), why);
+  EXPECT_EQ(s1, s2);
+  ::chmod(key.c_str(), 0644);
+  EXPECT_FALSE(cache::loadOrCreateSecret(key.string(), why));
+  EXPECT_NE(why.find("mode 0600"), std::string::npos) << why;
+}
+
+// The CLI in its own process: stats, export, import into an empty directory, clear.
+TEST(CacheCli, StatsExportImportClear) {
+  TempCache a, b;
+  expectColdCompile(runChild(a, ""));
+  fs::path blob = a.root / "export.bin";
+  auto cli = [](const TempCache& c, const std::string& args) {
+    std::string out = (c.root / "cli.txt").string();
+    std::string cmd = "RCJIT_CACHE_DIR=" + c.dir.string() + " RCJIT_CACHE_KEY_FILE=" +
+                      c.key.string() + " " + RCJIT_CLI + " cache " + args + " > " + out + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    return std::make_pair(rc, readText(out));
+  };
+  auto [rc1, stats] = cli(a, "stats");
+  EXPECT_EQ(rc1, 0) << stats;
+  EXPECT_NE(stats.find("(" + std::to_string(entryFiles(a.dir).size()) + " valid, 0 invalid)"),
+            std::string::npos)
+      << stats;
+  auto [rc2, exported] = cli(a, "export " + blob.string());
+  EXPECT_EQ(rc2, 0) << exported;
+  auto [rc3, imported] = cli(b, "import " + blob.string());
+  EXPECT_EQ(rc3, 0) << imported;
+  EXPECT_EQ(entryFiles(b.dir).size(), entryFiles(a.dir).size());
+  expectAllHits(runChild(b, ""));
+  auto [rc4, cleared] = cli(b, "clear");
+  EXPECT_EQ(rc4, 0) << cleared;
+  EXPECT_TRUE(entryFiles(b.dir).empty());
+  auto [rc5, bad] = cli(b, "frobnicate");
+  EXPECT_EQ(rc5 >> 8, 2) << bad;
+}
+
+}  // namespace

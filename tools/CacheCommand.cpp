@@ -1,0 +1,102 @@
+// The cache command: option parsing, then one call into rcjit::cache per action.
+#include "tools/CacheCommand.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iterator>
+
+#include <rcjit/Cache.h>
+
+#include "tools/Cli.h"
+
+namespace po = boost::program_options;
+
+namespace rcjit::tools {
+
+namespace {
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path + "'");
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream o(path, std::ios::binary | std::ios::trunc);
+  o.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!o.flush()) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+void printStats(std::ostream& out) {
+  cache::DiskUsage u = cache::disk_usage(true);
+  if (u.dir.empty()) {
+    out << "disk cache: off (RCJIT_CACHE_DIR=off, or no usable key file)\n";
+    return;
+  }
+  out << "directory:  " << u.dir << "\n"
+      << "entries:    " << u.entries << " (" << u.valid << " valid, " << u.invalid
+      << " invalid)\n"
+      << "size:       " << u.bytes << " bytes of at most " << u.max_bytes << "\n";
+}
+
+int run(const std::string& action, const std::string& file, std::ostream& out) {
+  if (action == "stats") {
+    printStats(out);
+  } else if (action == "clear") {
+    cache::clear();
+    out << "cleared " << (cache::dir().empty() ? "the memory cache" : cache::dir()) << "\n";
+  } else if (action == "export" || action == "import") {
+    if (file.empty()) throw Usage(action + " needs a FILE");
+    if (action == "export") {
+      std::vector<uint8_t> blob = cache::save_disk_artifacts();
+      writeFile(file, blob);
+      out << "exported " << cache::disk_usage().valid << " entries to " << file << " ("
+          << blob.size() << " bytes)\n";
+    } else {
+      size_t n = cache::load_artifacts(readFile(file));
+      out << "imported " << n << " entries into " << cache::dir() << "\n";
+    }
+  } else {
+    throw Usage("unknown action '" + action + "' (expected stats, clear, export, import)");
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int cacheCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description desc("rcjit cache stats|clear|export FILE|import FILE");
+  std::string action, file, dir;
+  desc.add_options()("help,h", "show this help")(
+      "dir", po::value(&dir), "cache directory (default: $RCJIT_CACHE_DIR or ~/.cache/rcjit)")(
+      "action", po::value(&action), "stats, clear, export or import")(
+      "file", po::value(&file), "the artifact file of export and import");
+  po::positional_options_description pos;
+  pos.add("action", 1).add("file", 1);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help") || action.empty()) {
+      (action.empty() && !vm.count("help") ? err : out) << desc;
+      return vm.count("help") ? kOk : kUsage;
+    }
+    if (vm.count("dir")) cache::set_dir(dir);
+    return run(action, file, out);
+  } catch (const Usage& e) {
+    err << "rcjit cache: " << e.what() << "\n";
+    return kUsage;
+  } catch (const po::error& e) {
+    err << "rcjit cache: " << e.what() << " (see 'rcjit cache --help')\n";
+    return kUsage;
+  } catch (const std::exception& e) {
+    err << "rcjit cache: error: " << e.what() << "\n";
+    return kFailure;
+  }
+}
+
+}  // namespace rcjit::tools

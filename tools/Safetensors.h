@@ -1,0 +1,92 @@
+// The safetensors format: read and write files, load a checkpoint into a module's parameters.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+namespace rcjit::tools {
+
+/// One tensor of a safetensors header; offsets are relative to the data section.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+/// A safetensors file: an 8-byte little-endian header length, a JSON header (dtype, shape,
+/// data_offsets per tensor; optional "__metadata__" of strings), then the data. The
+/// constructor reads and validates the header only (dtypes F32, F16, BF16, F64, I64, I32,
+/// BOOL; shapes; offsets within the file); tensors are read on demand. Every problem is an
+/// rcjit::Error naming the file and, where there is one, the tensor. Thread-compatible:
+/// const methods may be called concurrently.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);
+  const std::string& path() const { return path_; }
+  /// The tensors, in header (name) order.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  /// The entry called `name`, or null.
+  const SafetensorsEntry* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// A new contiguous CPU tensor holding `name`'s data in the file's dtype.
+  Tensor read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int64_t dataStart_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// Every tensor of a file, by name.
+std::map<std::string, Tensor> readSafetensors(const std::string& path);
+/// Writes `tensors` (any device, layout and supported dtype) in the given order, with
+/// optional string metadata. An rcjit::Error on a duplicate name or an I/O failure.
+void writeSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+/// How checkpoint names map onto a module's parameter names (rcjit's built-in models use
+/// Hugging Face's names, so most names map to themselves).
+struct WeightNaming {
+  /// Added to a file name that names no parameter as is ("transformer." lets GPT-2
+  /// checkpoints saved from GPT2Model load into GPT2LMHeadModel's names).
+  std::string modulePrefix;
+  /// Regexes (whole-name match) of parameters stored transposed, [in, out], in the file
+  /// (GPT-2's Conv1D weights); rcjit's Linear weights are [out, in].
+  std::vector<std::string> transposed;
+  /// Regexes of file names that may have no parameter: buffers and tied LM heads.
+  std::vector<std::string> ignored;
+
+  static WeightNaming exact();    // names map to themselves, nothing transposed or ignored
+  static WeightNaming llama();    // LlamaForCausalLM checkpoints
+  static WeightNaming gpt2();     // GPT2LMHeadModel or GPT2Model checkpoints
+  static WeightNaming vitGpt2();  // VisionEncoderDecoderModel (ViT + GPT-2) checkpoints
+};
+
+/// What loadWeights did, by parameter name (missing) or file name (the others).
+struct LoadReport {
+  std::vector<std::string> loaded;
+  std::vector<std::string> missing;     // parameters the file does not hold
+  std::vector<std::string> unexpected;  // file tensors with no parameter and not ignored
+  std::vector<std::string> ignored;     // file tensors matched by WeightNaming::ignored
+};
+
+/// Copies the tensors of the safetensors file at `path` into m's parameters (through their
+/// registered slots, converting floating dtypes to the parameter's). Every shape and dtype is
+/// checked before anything is copied; a mismatch, an unreadable file, or (when strict)
+/// any missing or unexpected name is an rcjit::Error naming the file and the tensors.
+/// Not thread-safe with respect to other users of m.
+LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
+                       bool strict = true);
+/// Writes m's parameters under their names, transposing those `naming` says are stored
+/// transposed: the inverse of loadWeights.
+void saveWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming);
+
+}  // namespace rcjit::tools
