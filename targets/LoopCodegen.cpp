@@ -253,7 +253,14 @@ void KernelBody::analyze() {
       ready_[s] += 1;
       numPasses_ = std::max(numPasses_, ready_[s]);
     }
-    if (st.kind == K::store && inner_[s]) numPasses_ = std::max(numPasses_, ready_[s] + 1);
+    if (st.kind == K::store) {
+      // a value that is the same along the inner dims (e.g. computed from a broadcast
+      // input) but stored to a tensor that spans them is written at every inner point
+      for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
+        inner_[s] = inner_[s] || k_.tensors[st.tensor].strides[d] != SizeExpr::constant(0);
+      }
+      if (inner_[s]) numPasses_ = std::max(numPasses_, ready_[s] + 1);
+    }
   }
 }
 

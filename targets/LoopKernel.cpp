@@ -184,10 +184,6 @@ void verifyKernel(const LoopKernel& k) {
       }
       inner[i] = false;
     }
-    if (s.kind == K::store && !inner[i] && hasInnerStride(k, k.tensors[s.tensor])) {
-      fail(k, "statement %" + std::to_string(i) + " stores an outer-level value to t" +
-                  std::to_string(s.tensor) + ", which has a nonzero inner stride");
-    }
   }
 }
 

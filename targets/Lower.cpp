@@ -434,6 +434,67 @@ struct Lowering {
     return out;
   }
 
+  // Whether statement `id` of k varies along an inner (reduced) dim.
+  static bool dependsOnInner(const LoopKernel& k, int id) {
+    const KernelStmt& st = k.stmts[id];
+    switch (st.kind) {
+      case KernelStmt::Kind::load: {
+        const KernelTensor& t = k.tensors[st.tensor];
+        for (size_t d = static_cast<size_t>(k.numOuter); d < t.strides.size(); ++d) {
+          if (!(t.strides[d] == SizeExpr::constant(0))) return true;
+        }
+        return false;
+      }
+      case KernelStmt::Kind::compute:
+        for (int a : st.args) {
+          if (dependsOnInner(k, a)) return true;
+        }
+        return false;
+      default:
+        return false;
+    }
+  }
+
+  int push(LoopKernel& k, KernelStmt st) {
+    k.stmts.push_back(std::move(st));
+    return static_cast<int>(k.stmts.size()) - 1;
+  }
+
+  // A reduction of a value that is the same at every inner point (size-1 or broadcast
+  // reduced dims, a 0-dim input): sum = v * count, mean = amax = v, argmax = 0.
+  int reduceInvariant(LoopKernel& k, const KernelStmt& r) {
+    int64_t count = 1;
+    for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
+      count *= k.domain[d].c;
+    }
+    KernelStmt c;
+    c.kind = KernelStmt::Kind::constant;
+    c.dtype = r.dtype;
+    if (r.op == OpKind::argmax) return push(k, c);  // value 0
+    int v = r.args[0];
+    if (k.stmts[v].dtype != r.dtype) {
+      KernelStmt cast;
+      cast.kind = KernelStmt::Kind::compute;
+      cast.op = OpKind::cast;
+      cast.dtype = r.dtype;
+      cast.args = {v};
+      v = push(k, cast);
+    }
+    KernelStmt out;
+    out.kind = KernelStmt::Kind::compute;
+    out.dtype = r.dtype;
+    if (r.op == OpKind::sum) {
+      c.value = static_cast<double>(count);
+      out.op = OpKind::mul;
+      out.args = {v, push(k, c)};
+    } else {  // mean, amax: the value itself (x * 1 keeps a fresh statement)
+      c.value = 1.0;
+      out.op = OpKind::mul;
+      out.args = {v, push(k, c)};
+    }
+    return push(k, out);
+  }
+
   void buildKernel(int gid, Step& step) {
     const Group& grp = groups[gid];
     LoopKernel k;
@@ -490,8 +551,9 @@ struct Lowering {
         s.kind = opInfo(n.op).category == OpCategory::Reduce ? KernelStmt::Kind::reduce
                                                               : KernelStmt::Kind::compute;
       }
-      k.stmts.push_back(s);
-      int id = static_cast<int>(k.stmts.size()) - 1;
+      int id = s.kind == KernelStmt::Kind::reduce && !dependsOnInner(k, s.args[0])
+                   ? reduceInvariant(k, s)
+                   : (k.stmts.push_back(s), static_cast<int>(k.stmts.size()) - 1);
       stmtOf[node] = id;
       if (needsStore[node]) {
         KernelStmt st;

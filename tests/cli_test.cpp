@@ -51,6 +51,21 @@ TEST(Cli, BenchEagerPrintsATable) {
   EXPECT_EQ(run({"bench", "--batch", "0"}).code, 2);
 }
 
+TEST(Cli, TraceDumpsEveryStage) {
+  for (const char* what : {"optimized", "program", "llvm", "asm"}) {
+    Result r = run({"trace", "--model", "toy64", "--dump", what, "--seq", "4", "--layers", "1"});
+    ASSERT_EQ(r.code, 0) << what << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << what;
+  }
+  // toy64 is all library calls; a softmax-like model would have kernels. Check the program:
+  Result p = run({"trace", "--model", "toy64", "--dump", "program", "--layers", "1"});
+  EXPECT_NE(p.out.find("library linear"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("+relu +sigmoid"), std::string::npos) << p.out;  // fused post-ops
+  Result bad = run({"trace", "--dump", "ptx"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("CUDA"), std::string::npos);
+}
+
 TEST(Cli, TraceDumpsGraph) {
   Result r = run({"trace", "--model", "toy64", "--dump", "graph", "--seq", "4", "--layers", "2"});
   ASSERT_EQ(r.code, 0) << r.err;

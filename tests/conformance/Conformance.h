@@ -1,6 +1,9 @@
 // Shared helpers of the conformance suite: deterministic inputs of any dtype and layout,
 // per-dtype tolerances, and the compiled-vs-eager check every conformance test runs.
 #pragma once
+#include <gtest/gtest.h>
+#include <rcjit/rcjit.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -9,10 +12,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <rcjit/rcjit.h>
 
 namespace rcjit::conformance {
 
@@ -49,10 +48,14 @@ struct In {
 
 inline const char* layoutName(Layout l) {
   switch (l) {
-    case Layout::contiguous: return "contiguous";
-    case Layout::transposed: return "transposed";
-    case Layout::sliced: return "sliced";
-    case Layout::expanded: return "expanded";
+    case Layout::contiguous:
+      return "contiguous";
+    case Layout::transposed:
+      return "transposed";
+    case Layout::sliced:
+      return "sliced";
+    case Layout::expanded:
+      return "expanded";
   }
   return "?";
 }
@@ -85,10 +88,17 @@ inline Tensor makeInput(const In& in, DType dt, uint64_t seed) {
   }
   Shape storage = in.shape;
   switch (layout) {
-    case Layout::contiguous: break;
-    case Layout::transposed: std::swap(storage[storage.size() - 1], storage[storage.size() - 2]); break;
-    case Layout::sliced: storage.back() = 2 * storage.back() + 1; break;
-    case Layout::expanded: storage[0] = 1; break;
+    case Layout::contiguous:
+      break;
+    case Layout::transposed:
+      std::swap(storage[storage.size() - 1], storage[storage.size() - 2]);
+      break;
+    case Layout::sliced:
+      storage.back() = 2 * storage.back() + 1;
+      break;
+    case Layout::expanded:
+      storage[0] = 1;
+      break;
   }
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 17);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -97,8 +107,12 @@ inline Tensor makeInput(const In& in, DType dt, uint64_t seed) {
   for (double& v : buf) {
     const double g = normal(rng);
     switch (in.values) {
-      case Values::normal: v = integral ? std::round(3 * g) : g; break;
-      case Values::positive: v = integral ? std::round(std::abs(3 * g)) + 1 : std::abs(g) + 0.5; break;
+      case Values::normal:
+        v = integral ? std::round(3 * g) : g;
+        break;
+      case Values::positive:
+        v = integral ? std::round(std::abs(3 * g)) + 1 : std::abs(g) + 0.5;
+        break;
       case Values::nonzero:
         if (integral) {
           v = std::round(3 * g);
@@ -107,18 +121,29 @@ inline Tensor makeInput(const In& in, DType dt, uint64_t seed) {
           v = std::abs(g) < 0.25 ? (g < 0 ? -0.25 : 0.25) + g : g;
         }
         break;
-      case Values::smallInt: v = static_cast<double>(rng() % 4); break;
-      case Values::ids: v = static_cast<double>(rng() % static_cast<uint64_t>(in.idRange)); break;
-      case Values::wide: v = 4 * g; break;
+      case Values::smallInt:
+        v = static_cast<double>(rng() % 4);
+        break;
+      case Values::ids:
+        v = static_cast<double>(rng() % static_cast<uint64_t>(in.idRange));
+        break;
+      case Values::wide:
+        v = 4 * g;
+        break;
     }
-    if (d == DType::boolean) v = (in.values == Values::normal || in.values == Values::wide) ? (g > 0) : (v != 0);
+    if (d == DType::boolean)
+      v = (in.values == Values::normal || in.values == Values::wide) ? (g > 0) : (v != 0);
   }
   Tensor t = Tensor::from_blob(buf.data(), storage, DType::f64).clone().to(d);
   switch (layout) {
-    case Layout::contiguous: return t;
-    case Layout::transposed: return transpose(t, -1, -2);
-    case Layout::sliced: return slice(t, -1, 1, 1 + in.shape.back());
-    case Layout::expanded: return expand(t, in.shape);
+    case Layout::contiguous:
+      return t;
+    case Layout::transposed:
+      return transpose(t, -1, -2);
+    case Layout::sliced:
+      return slice(t, -1, 1, 1 + in.shape.back());
+    case Layout::expanded:
+      return expand(t, in.shape);
   }
   return t;
 }
@@ -130,12 +155,17 @@ struct Tol {
 };
 inline Tol tolFor(DType dt, double scale = 1) {
   switch (dt) {
-    case DType::f32: return {1e-4 * scale, 1e-5 * scale};  // the contract in API.md
-    case DType::f64: return {1e-9 * scale, 1e-10 * scale};
+    case DType::f32:
+      return {1e-4 * scale, 1e-5 * scale};  // the contract in API.md
+    case DType::f64:
+      return {1e-9 * scale, 1e-10 * scale};
     // f16/bf16: compiled code may round to the storage type at other points than eager
-    case DType::f16: return {1e-2 * scale, 1e-2 * scale};
-    case DType::bf16: return {1e-2 * scale, 1e-2 * scale};
-    default: return {0, 0};  // integers and booleans compare exactly
+    case DType::f16:
+      return {1e-2 * scale, 1e-2 * scale};
+    case DType::bf16:
+      return {1e-2 * scale, 1e-2 * scale};
+    default:
+      return {0, 0};  // integers and booleans compare exactly
   }
 }
 

@@ -1,0 +1,81 @@
+// Logs: set_logs parsing, the graph/output_code/guards/recompiles lines, the JSON trace file.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include <rcjit/rcjit.h>
+
+using namespace rcjit;
+
+namespace {
+
+struct LogsOff {
+  ~LogsOff() { set_logs(""); }
+};
+
+TEST(Logs, UnknownKindIsAnError) {
+  try {
+    set_logs("graph,bogus");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown log kind 'bogus'"), std::string::npos);
+  }
+  set_logs("");
+}
+
+TEST(Logs, GraphOutputCodeGuardsAndRecompiles) {
+  LogsOff off;
+  set_logs("graph,output_code,guards,recompiles");
+  testing::internal::CaptureStderr();
+  auto cf = compile([](const Tensor& x) { return softmax(x, -1) * 3.0; });
+  cf(Tensor::randn({4, 8}, 1));
+  cf(Tensor::randn({4, 9}, 2));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("[rcjit:graph]"), std::string::npos);
+  EXPECT_NE(err.find("amax"), std::string::npos) << "the graph after the pipeline";
+  EXPECT_NE(err.find("[rcjit:output_code]"), std::string::npos);
+  EXPECT_NE(err.find("define"), std::string::npos) << "LLVM IR of the kernels";
+  EXPECT_NE(err.find("[rcjit:guards]"), std::string::npos);
+  EXPECT_NE(err.find("arg 0: f32 cpu [4, 8]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rcjit:recompiles]"), std::string::npos);
+  EXPECT_NE(err.find("arg 0 dim 1: expected 8, got 9"), std::string::npos) << err;
+}
+
+TEST(Logs, RecompileLimitLineNamesTheLastGuard) {
+  LogsOff off;
+  set_logs("recompiles");
+  CompileOptions o;
+  o.recompile_limit = 1;
+  auto cf = compile([](const Tensor& x) { return x * 2.0; }, o);
+  testing::internal::CaptureStderr();
+  cf(Tensor::ones({2}));
+  cf(Tensor::ones({3}));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("recompile_limit (1) reached"), std::string::npos) << err;
+  EXPECT_NE(err.find("arg 0 dim 0: expected 2, got 3"), std::string::npos) << err;
+}
+
+TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
+  std::string file = testing::TempDir() + "rcjit_trace_test.jsonl";
+  std::remove(file.c_str());
+  std::string cmd = "RCJIT_TRACE_FILE=" + file + " " + RCJIT_CLI +
+                    " bench --model toy64 --modes full --batch 1 --seq 4 --reps 1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(file);
+  int compiles = 0, lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);  // throws on a malformed line
+    ++lines;
+    if (j["event"] == "compile") {
+      ++compiles;
+      EXPECT_TRUE(j.contains("seconds"));
+      EXPECT_TRUE(j.contains("function"));
+    }
+  }
+  EXPECT_GE(lines, 1);
+  EXPECT_EQ(compiles, 1);
+}
+
+}  // namespace
