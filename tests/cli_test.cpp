@@ -36,15 +36,16 @@ TEST(Cli, ModelsListsToy64) {
   Result r = run({"models"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("toy64"), std::string::npos);
-  EXPECT_NE(r.out.find("params"), std::string::npos);
+  EXPECT_NE(r.out.find("parameters"), std::string::npos);
+  EXPECT_NE(r.out.find("llama-3.2-1b"), std::string::npos);
 }
 
 TEST(Cli, BenchEagerPrintsATable) {
   Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1,2", "--seq",
                   "8", "--reps", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("inference ms"), std::string::npos);
-  EXPECT_NE(r.out.find("eager"), std::string::npos);
+  EXPECT_NE(r.out.find("inference"), std::string::npos);
+  EXPECT_NE(r.out.find("Baseline (eager)"), std::string::npos);
   Result unknown = run({"bench", "--model", "nope"});
   EXPECT_EQ(unknown.code, 1);
   EXPECT_NE(unknown.err.find("unknown model 'nope'"), std::string::npos);
@@ -61,6 +62,12 @@ TEST(Cli, TraceDumpsEveryStage) {
   Result p = run({"trace", "--model", "toy64", "--dump", "program", "--layers", "1"});
   EXPECT_NE(p.out.find("library linear"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find("+relu +sigmoid"), std::string::npos) << p.out;  // fused post-ops
+  Result ir = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "llvm"});
+  ASSERT_EQ(ir.code, 0) << ir.err;
+  EXPECT_NE(ir.out.find("define void @k0"), std::string::npos);  // layer_norm etc. are kernels
+  Result as = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "asm"});
+  ASSERT_EQ(as.code, 0) << as.err;
+  EXPECT_NE(as.out.find("k0:"), std::string::npos);
   Result bad = run({"trace", "--dump", "ptx"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("CUDA"), std::string::npos);

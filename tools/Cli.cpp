@@ -17,6 +17,7 @@
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tools/CacheCommand.h"
+#include "tools/BenchCommand.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -31,31 +32,7 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::vector<std::string> splitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
-std::vector<int64_t> parseInts(const std::string& s, const char* flag) {
-  std::vector<int64_t> out;
-  for (const std::string& item : splitList(s)) {
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(item, &used);
-      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      throw UsageError(std::string("--") + flag + ": '" + item + "' is not a positive integer");
-    }
-  }
-  if (out.empty()) throw UsageError(std::string("--") + flag + ": expected a list like 1,4");
-  return out;
-}
 
 po::variables_map parse(const po::options_description& desc, const std::vector<std::string>& args) {
   po::variables_map vm;
@@ -64,9 +41,6 @@ po::variables_map parse(const po::options_description& desc, const std::vector<s
   return vm;
 }
 
-double msSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 const char* kUsageText =
     "usage: rcjit <command> [options]\n"
@@ -87,94 +61,14 @@ int cmdModels(const std::vector<std::string>& args, std::ostream& out) {
     out << desc;
     return kOk;
   }
-  for (const ModelInfo& m : builtinModels()) {
-    ModelConfig c;
-    std::unique_ptr<Model> model = m.build(c);
-    int64_t params = parameterCount(model->module());
-    char line[160];
-    std::snprintf(line, sizeof line, "%-12s %12lld params  %10.2f MB f32  ", m.name.c_str(),
-                  static_cast<long long>(params), static_cast<double>(params) * 4 / 1e6);
-    out << line << m.description << "\n";
-  }
-  return kOk;
-}
-
-struct BenchRow {
-  std::string mode;
-  int64_t batch;
-  double firstMs;
-  double inferMs;
-};
-
-int cmdBench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description desc("rcjit bench: time a built-in model");
-  std::string model, modes, batches, target;
-  int64_t seq = 128;
-  int reps = 10, layers = -1;
-  desc.add_options()("help,h", "show this help")(
-      "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
-      "modes", po::value(&modes)->default_value("eager,full,regional"), "comma list of modes: eager, full, regional")(
-      "batch", po::value(&batches)->default_value("1,4"), "comma list of batch sizes")(
-      "seq", po::value(&seq)->default_value(128), "sequence length")(
-      "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
-      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
-      "target", po::value(&target)->default_value("cpu"), "cpu");
-  po::variables_map vm = parse(desc, args);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
-  if (target != "cpu") throw UsageError("--target: only 'cpu' is available in this build");
-  if (seq <= 0 || reps <= 0) throw UsageError("--seq and --reps must be positive");
-  std::vector<std::string> modeList = splitList(modes);
-  for (const std::string& m : modeList) {
-    if (m != "eager" && m != "full" && m != "regional") {
-      throw UsageError("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
-    }
-  }
-  std::vector<int64_t> batchList = parseInts(batches, "batch");
-  const ModelInfo& info = findModel(model);
-  std::vector<BenchRow> rows;
-  for (const std::string& mode : modeList) {
-    for (int64_t b : batchList) {
-      err << "bench: " << model << " " << mode << " batch " << b << "...\n";
-      ModelConfig c;
-      c.batch = b;
-      c.seq = seq;
-      c.layers = layers;
-      std::unique_ptr<Model> m = info.build(c);
-      std::vector<Tensor> inputs = m->makeInputs(c);
-      CompileOptions opts;
-      opts.mode = mode == "eager" ? Mode::eager : mode == "full" ? Mode::full : Mode::regional;
-      auto fn = compile([&](const std::vector<Tensor>& in) { return m->forward(in); }, opts);
-      auto t0 = std::chrono::steady_clock::now();
-      fn(inputs);
-      double first = msSince(t0);
-      std::vector<double> times;
-      for (int r = 0; r < reps; ++r) {
-        auto t1 = std::chrono::steady_clock::now();
-        fn(inputs);
-        times.push_back(msSince(t1));
-      }
-      std::sort(times.begin(), times.end());
-      rows.push_back({mode, b, first, times[times.size() / 2]});
-    }
-  }
-  out << "model " << model << " (target cpu, f32, seq " << seq << ", median of " << reps
-      << " calls)\n";
   char line[200];
-  std::snprintf(line, sizeof line, "%-10s %6s %16s %16s %12s\n", "mode", "batch",
-                "first call ms", "inference ms", "vs eager");
+  std::snprintf(line, sizeof line, "%-14s %14s %12s  %s\n", "name", "parameters", "f32 memory",
+                "description");
   out << line;
-  for (const BenchRow& r : rows) {
-    double base = 0;
-    for (const BenchRow& e : rows) {
-      if (e.mode == "eager" && e.batch == r.batch) base = e.inferMs;
-    }
-    std::string ratio = base > 0 ? std::to_string(base / r.inferMs).substr(0, 5) + "x" : "-";
-    std::snprintf(line, sizeof line, "%-10s %6lld %16.3f %16.3f %12s\n", r.mode.c_str(),
-                  static_cast<long long>(r.batch), r.firstMs, r.inferMs, ratio.c_str());
-    out << line;
+  for (const ModelInfo& m : builtinModels()) {
+    std::snprintf(line, sizeof line, "%-14s %14lld %9.2f GB  ", m.name.c_str(),
+                  static_cast<long long>(m.parameters), static_cast<double>(m.bytesF32) / 1e9);
+    out << line << m.description << "\n";
   }
   return kOk;
 }
@@ -231,6 +125,11 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
   po.keepLlvmIr = dump == "llvm";
   po.keepAssembly = dump == "asm";
   auto cp = cpu::CpuProgram::create(std::move(p), "rcjit_trace_" + model, po);
+  if (cp->program().kernels.empty()) {
+    out << "; no generated kernels: every step of this model is a library call\n"
+        << printProgram(cp->program());
+    return kOk;
+  }
   out << (dump == "llvm" ? cp->llvmIr() : cp->assembly());
   return kOk;
 }
@@ -250,7 +149,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   }
   const std::map<std::string, std::function<int()>> commands = {
       {"models", [&] { return cmdModels(args, out); }},
-      {"bench", [&] { return cmdBench(args, out, err); }},
+      {"bench", [&] { return benchCommand(args, out, err); }},
       {"trace", [&] { return cmdTrace(args, out); }},
       {"cache", [&] { return cacheCommand(args, out, err); }},
   };
@@ -261,6 +160,9 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   }
   try {
     return it->second();
+  } catch (const std::invalid_argument& e) {
+    err << "rcjit " << cmd << ": " << e.what() << "\n";
+    return kUsage;
   } catch (const UsageError& e) {
     err << "rcjit " << cmd << ": " << e.what() << "\n";
     return kUsage;

@@ -1,0 +1,254 @@
+// `rcjit bench`: per mode and batch, the first call (trace + compile + run) and the median
+// of later calls, printed in the layout of the published regional-compilation table.
+#include "tools/BenchCommand.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/Cli.h"
+#include "tools/Models.h"
+
+namespace po = boost::program_options;
+
+namespace rcjit::tools {
+
+namespace {
+
+struct Row {
+  std::string mode;
+  int64_t batch = 0;
+  double firstMs = 0, inferMs = 0;
+  CompileStats stats;
+};
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Mode parseMode(const std::string& m) {
+  if (m == "eager") return Mode::eager;
+  if (m == "full") return Mode::full;
+  if (m == "regional") return Mode::regional;
+  throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
+}
+
+std::string modeTitle(const std::string& m) {
+  if (m == "eager") return "Baseline (eager)";
+  if (m == "full") return "Full compilation";
+  return "Regional compilation";
+}
+
+std::string cpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+Row runOne(const ModelInfo& info, const ModelConfig& c, const std::string& mode, int reps) {
+  std::unique_ptr<Model> m = info.build(c);
+  std::vector<Tensor> inputs = m->makeInputs(c);
+  CompileOptions opts;
+  opts.mode = parseMode(mode);
+  auto fn = compile([&](const std::vector<Tensor>& in) { return m->forward(in); }, opts);
+  Row r;
+  r.mode = mode;
+  r.batch = c.batch;
+  auto t0 = std::chrono::steady_clock::now();
+  fn(inputs);
+  r.firstMs = msSince(t0);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    auto t1 = std::chrono::steady_clock::now();
+    fn(inputs);
+    times.push_back(msSince(t1));
+  }
+  std::sort(times.begin(), times.end());
+  r.inferMs = times[times.size() / 2];
+  r.stats = fn.stats();
+  return r;
+}
+
+void printTable(std::ostream& out, const std::string& model, const ModelConfig& c, int reps,
+                const std::vector<std::string>& modes, const std::vector<int64_t>& batches,
+                const std::vector<Row>& rows) {
+  out << model << " - cpu, " << dtypeName(c.dtype) << ", seq " << c.seq << ", median of " << reps
+      << " calls; times in ms\n";
+  char buf[64];
+  std::string head1 = "                        ", head2 = "mode                    ";
+  for (const char* part : {"inference", "compile (first call)"}) {
+    std::snprintf(buf, sizeof buf, "| %-*s", static_cast<int>(batches.size()) * 10, part);
+    head1 += buf;
+    head2 += "| ";
+    for (int64_t b : batches) {
+      std::snprintf(buf, sizeof buf, "%-10s", ("b=" + std::to_string(b) + "x" + std::to_string(c.seq)).c_str());
+      head2 += buf;
+    }
+  }
+  out << head1 << "\n" << head2 << "\n";
+  for (const std::string& mode : modes) {
+    std::snprintf(buf, sizeof buf, "%-24s", modeTitle(mode).c_str());
+    std::string line = buf;
+    for (int part = 0; part < 2; ++part) {
+      line += "| ";
+      for (int64_t b : batches) {
+        const Row* r = nullptr;
+        for (const Row& x : rows) {
+          if (x.mode == mode && x.batch == b) r = &x;
+        }
+        double v = !r ? -1 : part == 0 ? r->inferMs : r->firstMs;
+        if (part == 1 && mode == "eager") v = -1;  // nothing is compiled
+        if (v < 0) {
+          std::snprintf(buf, sizeof buf, "%-10s", "-");
+        } else {
+          std::snprintf(buf, sizeof buf, "%-10.3f", v);
+        }
+        line += buf;
+      }
+    }
+    out << line << "\n";
+  }
+  for (const Row& r : rows) {
+    if (r.mode == "eager") continue;
+    out << "  " << r.mode << " b=" << r.batch << ": " << r.stats.compiles << " compiles, "
+        << r.stats.cache_hits << " cache hits, " << r.stats.compile_seconds * 1e3
+        << " ms tracing+compiling\n";
+  }
+}
+
+nlohmann::json toJson(const std::string& model, const ModelConfig& c, int reps,
+                      const std::vector<Row>& rows) {
+  nlohmann::json j;
+  j["model"] = model;
+  j["seq"] = c.seq;
+  j["dtype"] = std::string(dtypeName(c.dtype));
+  j["layers"] = c.layers;
+  j["reps"] = reps;
+  j["machine"] = {{"cpu", cpuName()},
+                  {"threads", std::thread::hardware_concurrency()},
+                  {"target", "cpu"},
+                  {"rcjit", RCJIT_VERSION_STRING_TOOL}};
+  for (const Row& r : rows) {
+    j["results"].push_back({{"mode", r.mode},
+                            {"batch", r.batch},
+                            {"first_call_ms", r.firstMs},
+                            {"inference_ms", r.inferMs},
+                            {"compiles", r.stats.compiles},
+                            {"cache_hits", r.stats.cache_hits},
+                            {"compile_seconds", r.stats.compile_seconds}});
+  }
+  return j;
+}
+
+void writePlot(const std::string& file, const std::vector<Row>& rows) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    throw Error("--plot needs gnuplot, which is not installed (apt-get install gnuplot-nox)");
+  }
+  std::string data = file + ".dat", script = file + ".gp";
+  {
+    std::ofstream d(data);
+    for (const Row& r : rows) {
+      if (r.mode == "eager") continue;
+      d << '"' << r.mode << " b=" << r.batch << "\" " << r.firstMs << " " << r.inferMs << "\n";
+    }
+    std::ofstream g(script);
+    g << "set terminal svg size 800,500\nset output '" << file << "'\n"
+      << "set xlabel 'compile time, first call (ms)'\nset ylabel 'inference time (ms)'\n"
+      << "set title 'rcjit: compile time vs inference time'\nset key off\nset grid\n"
+      << "plot '" << data << "' using 2:3 with points pt 7 ps 1.5, '' using 2:3:1 with labels "
+      << "offset 1,1 left\n";
+  }
+  if (std::system(("gnuplot '" + script + "'").c_str()) != 0) {
+    throw Error("--plot: gnuplot failed on " + script);
+  }
+  std::remove(data.c_str());
+  std::remove(script.c_str());
+}
+
+}  // namespace
+
+int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description desc("rcjit bench: time a built-in model per mode and batch");
+  std::string model, modes, batches, target, dtype, json, plot;
+  int64_t seq = 128;
+  int reps = 10, layers = -1;
+  desc.add_options()("help,h", "show this help")(
+      "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
+      "modes", po::value(&modes)->default_value("eager,full,regional"),
+      "comma list of modes: eager, full, regional")(
+      "batch", po::value(&batches)->default_value("1,4"), "comma list of batch sizes")(
+      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
+      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
+      "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
+      "target", po::value(&target)->default_value("cpu"), "cpu (cuda: not in this build)")(
+      "json", po::value(&json), "also write every figure and the machine to FILE")(
+      "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    out << desc;
+    return kOk;
+  }
+  if (target != "cpu") throw std::invalid_argument("--target: only cpu is available in this build");
+  if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
+  if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
+  std::vector<std::string> modeList = splitList(modes);
+  for (const std::string& m : modeList) parseMode(m);
+  std::vector<int64_t> batchList;
+  for (const std::string& b : splitList(batches)) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(b, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != b.size() || v <= 0) throw std::invalid_argument("--batch: '" + b + "' is not a positive integer");
+    batchList.push_back(v);
+  }
+  if (batchList.empty() || modeList.empty()) throw std::invalid_argument("--batch and --modes need a value");
+  const ModelInfo& info = findModel(model);
+  ModelConfig c;
+  c.seq = seq;
+  c.layers = layers;
+  c.dtype = dtypeFromName(dtype);
+  std::vector<Row> rows;
+  for (const std::string& mode : modeList) {
+    for (int64_t b : batchList) {
+      err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
+      c.batch = b;
+      rows.push_back(runOne(info, c, mode, reps));
+    }
+  }
+  printTable(out, model, c, reps, modeList, batchList, rows);
+  if (!json.empty()) {
+    std::ofstream f(json);
+    if (!f) throw Error("--json: cannot write " + json);
+    f << toJson(model, c, reps, rows).dump(2) << "\n";
+  }
+  if (!plot.empty()) writePlot(plot, rows);
+  return kOk;
+}
+
+}  // namespace rcjit::tools
