@@ -76,6 +76,8 @@ std::vector<uint8_t> layout(const EntryFields& e) {
 
 }  // namespace
 
+const char* rcjitVersion() { return RCJIT_VERSION_STRING; }
+
 std::vector<uint8_t> encodeEntryWithTag(const EntryFields& e, const Tag& tag) {
   std::vector<uint8_t> out = layout(e);
   std::memcpy(&out[kTagOffset], tag.data(), tag.size());

@@ -15,10 +15,13 @@ inline constexpr uint32_t kFormatVersion = 1;
 using Secret = std::array<uint8_t, 32>;
 using Tag = std::array<uint8_t, 32>;
 
+/// This build's rcjit version (RCJIT_VERSION_STRING).
+const char* rcjitVersion();
+
 /// What an entry holds. `format` and `version` default to this build's.
 struct EntryFields {
   uint32_t format = kFormatVersion;
-  std::string version = RCJIT_VERSION_STRING;
+  std::string version = rcjitVersion();
   std::string key;
   std::vector<uint8_t> payload;
 };

@@ -68,7 +68,9 @@ std::string defaultKeyFile() {
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) {
     return std::string(x) + "/rcjit/cache.key";
   }
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.config/rcjit/cache.key";
+  if (const char* h = std::getenv("HOME"); h && *h) {
+    return std::string(h) + "/.config/rcjit/cache.key";
+  }
   return "";
 }
 

@@ -1,6 +1,12 @@
 // The default pass order and the loop that runs a pass list.
 #include "jit/Pipeline.h"
 
+#include <mutex>
+
+#include <rcjit/Passes.h>
+
+#include "tracer/GraphIO.h"
+
 #include <rcjit/Error.h>
 
 #include "jit/passes/ConstantFold.h"
@@ -8,6 +14,35 @@
 #include "jit/passes/Dce.h"
 
 namespace rcjit {
+
+namespace {
+std::mutex& passesMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<Pass>& userPasses() {
+  static std::vector<Pass> passes;
+  return passes;
+}
+// A copy, so a pipeline being built is not affected by later registrations.
+std::vector<Pass> registeredPasses() {
+  std::lock_guard<std::mutex> lock(passesMutex());
+  return userPasses();
+}
+}  // namespace
+
+void register_graph_pass(std::string name, GraphPassFn fn) {
+  if (!fn) throw Error("register_graph_pass: pass '" + name + "' has no function");
+  std::lock_guard<std::mutex> lock(passesMutex());
+  userPasses().push_back({std::move(name), std::move(fn)});
+}
+
+void clear_graph_passes() {
+  std::lock_guard<std::mutex> lock(passesMutex());
+  userPasses().clear();
+}
+
+std::string print_graph(const Graph& g) { return printGraph(g); }
 
 std::vector<Pass> defaultPasses(const PipelineOptions& opts) {
   std::vector<Pass> passes;
@@ -20,6 +55,8 @@ std::vector<Pass> defaultPasses(const PipelineOptions& opts) {
   // fold before CSE: equal folded constants become mergeable.
   if (opts.constantFold) passes.push_back({"constant_fold", constantFold});
   if (opts.cse) passes.push_back({"cse", cse});
+  // user passes see the canonical (decomposed, folded, deduplicated) graph
+  for (Pass& p : registeredPasses()) passes.push_back(std::move(p));
   // DCE last: it removes what folding (the constants' operands) and decompose left unused.
   if (opts.dce) passes.push_back({"dce", dce});
   return passes;

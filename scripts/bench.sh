@@ -3,4 +3,4 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" --target rcjit-cli
-"$root/build/rcjit" bench --model toy64 --modes eager --batch 1,4 "$@"
+"$root/build/rcjit" bench --model toy64 --modes eager,full,regional --batch 1,4 "$@"

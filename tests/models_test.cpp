@@ -1,6 +1,7 @@
 // The model zoo: registry, parameter arithmetic, eager and compiled forwards, dtypes, memory.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include <rcjit/rcjit.h>
@@ -94,9 +95,9 @@ void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
 TEST(ModelsRegistry, OrderAndRealParameterCounts) {
   std::vector<std::string> names;
   for (const ModelInfo& m : builtinModels()) names.push_back(m.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"toy64", "llama-3.2-1b", "llama-3.2-3b",
-                                             "llama-3.1-8b", "llama-2-13b", "gpt2", "gpt2-xl",
-                                             "vit-gpt2"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"toy64", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
+                                      "llama-2-13b", "gpt2", "gpt2-xl", "vit-gpt2"}));
   EXPECT_EQ(findModel("toy64").parameters, 14190);
   EXPECT_EQ(findModel("llama-3.2-1b").parameters, 1235814400);
   EXPECT_EQ(findModel("llama-3.2-3b").parameters, 3212749824);
@@ -181,6 +182,28 @@ TEST(ModelsLlama, ShorterSequenceIsCausalPrefix) {
   longer.seq = 9;
   std::string e = errorOf([&] { m->forward(m->makeInputs(longer)); });
   EXPECT_NE(e.find("exceeds the RoPE tables"), std::string::npos) << e;
+}
+
+TEST(ModelsLlama, GroupedQueryAttentionEqualsRepeatedKvHeads) {
+  // head i of a GQA model reads kv head i / (heads / kvHeads), like HF's repeat_kv
+  ModelConfig c = smallRun();
+  auto gqa = buildLlama(tinyLlama(), c);
+  LlamaConfig full = tinyLlama();
+  full.kvHeads = full.heads;
+  auto mha = buildLlama(full, smallRun(2));
+  auto src = gqa->module().named_parameters();
+  auto dst = mha->module().named_parameters();
+  ASSERT_EQ(src.size(), dst.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    Tensor w = src[i].second;
+    if (w.shape() != dst[i].second.shape()) {  // k_proj, v_proj: [kvHeads * headDim, hidden]
+      Tensor heads = unsqueeze(reshape(w, {2, 8, 32}), 1);
+      w = reshape(expand(heads, {2, 2, 8, 32}), {32, 32});
+    }
+    dst[i].second.copy_(w);
+  }
+  std::vector<Tensor> in = gqa->makeInputs(c);
+  EXPECT_TRUE(allclose(gqa->forward(in), mha->forward(in), 1e-5, 1e-6));
 }
 
 TEST(ModelsLlama, RopeScaling) {

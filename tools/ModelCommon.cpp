@@ -22,9 +22,10 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Approximately standard normal: four 16-bit uniforms of one hash, summed and rescaled.
+// Approximately standard normal: four 16-bit uniforms of one splitmix64 output (stream
+// `seed`, counter i), summed and rescaled.
 float unitNormal(uint64_t seed, uint64_t i) {
-  uint64_t h = mix64(seed ^ mix64(i));
+  uint64_t h = mix64(seed + i * 0xD1B54A32D192ED03ull);
   float sum = 0;
   for (int k = 0; k < 4; ++k) sum += (static_cast<float>((h >> (16 * k)) & 0xffff) + 0.5f);
   return (sum / 65536.0f - 2.0f) * 1.7320508f;  // variance of the sum is 4/12
@@ -38,7 +39,8 @@ uint16_t toBf16Bits(float f) {
 }
 
 // Runs body(begin, end) over [0, n) on up to 8 threads.
-template <class F> void parallelFor(int64_t n, F body) {
+template <class F>
+void parallelFor(int64_t n, F body) {
   int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
   threads = std::min<int64_t>(threads, std::max<int64_t>(1, n / (1 << 16)));
   std::vector<std::thread> pool;
@@ -142,8 +144,7 @@ Tensor mergeHeads(const Tensor& x) {
   return reshape(transpose(x, 1, 2), {x.size(0), x.size(2), -1});
 }
 
-std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t seq,
-                                     DType dtype) {
+std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t seq, DType dtype) {
   int64_t half = static_cast<int64_t>(invFreq.size());
   std::vector<float> cosv(static_cast<size_t>(seq * 2 * half));
   std::vector<float> sinv(cosv.size());

@@ -54,7 +54,6 @@ Tensor splitHeads(const Tensor& x, int64_t heads);
 Tensor mergeHeads(const Tensor& x);
 /// Rotate-half RoPE tables cos and sin [seq, headDim] in dtype: frequency i of the
 /// headDim/2 pairs is invFreq[i], position p's angle p * invFreq[i], repeated for both halves.
-std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t seq,
-                                     DType dtype);
+std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t seq, DType dtype);
 
 }  // namespace rcjit::tools

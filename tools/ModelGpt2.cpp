@@ -8,13 +8,11 @@ namespace rcjit::tools {
 namespace {
 
 // Hugging Face scales the residual projections' init by 1/sqrt(2 * layers).
-double residualStd(const Gpt2Config& c) {
-  return 0.02 / std::sqrt(2.0 * std::max(1, c.layers));
-}
+double residualStd(const Gpt2Config& c) { return 0.02 / std::sqrt(2.0 * std::max(1, c.layers)); }
 
 void validate(const Gpt2Config& c) {
-  if (c.hidden <= 0 || c.heads <= 0 || c.hidden % c.heads != 0 || c.layers < 0 ||
-      c.vocab <= 0 || c.context <= 0) {
+  if (c.hidden <= 0 || c.heads <= 0 || c.hidden % c.heads != 0 || c.layers < 0 || c.vocab <= 0 ||
+      c.context <= 0) {
     throw Error(c.name + ": bad config (hidden " + std::to_string(c.hidden) + ", heads " +
                 std::to_string(c.heads) + "): heads must divide hidden");
   }
@@ -36,8 +34,7 @@ class Gpt2 : public Model {
 
 }  // namespace
 
-Gpt2Attention::Gpt2Attention(const Gpt2Config& c, ParamInit& init, bool cross)
-    : heads(c.heads) {
+Gpt2Attention::Gpt2Attention(const Gpt2Config& c, ParamInit& init, bool cross) : heads(c.heads) {
   init.linear(c_attn, c.hidden, (cross ? 2 : 3) * c.hidden);
   init.linear(c_proj, c.hidden, c.hidden, residualStd(c));
   register_module("c_attn", c_attn);

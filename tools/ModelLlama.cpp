@@ -67,7 +67,9 @@ struct LlamaDecoderLayer : nn::Module<LlamaDecoderLayer> {
   LlamaMLP mlp;
   nn::RMSNorm input_layernorm, post_attention_layernorm;
   LlamaDecoderLayer(const LlamaConfig& c, ParamInit& init)
-      : self_attn(c, init), mlp(c, init), input_layernorm(c.hidden, c.eps),
+      : self_attn(c, init),
+        mlp(c, init),
+        input_layernorm(c.hidden, c.eps),
         post_attention_layernorm(c.hidden, c.eps) {
     init.norm(input_layernorm);
     init.norm(post_attention_layernorm);
@@ -150,8 +152,8 @@ void validate(const LlamaConfig& c) {
   }
 }
 
-LlamaConfig llama3(std::string name, int64_t hidden, int layers, int64_t heads,
-                   int64_t inter, double ropeFactor, bool tied) {
+LlamaConfig llama3(std::string name, int64_t hidden, int layers, int64_t heads, int64_t inter,
+                   double ropeFactor, bool tied) {
   LlamaConfig c;
   c.name = std::move(name);
   c.hidden = hidden;

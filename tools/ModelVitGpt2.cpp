@@ -21,8 +21,7 @@ struct Conv2d : nn::Module<Conv2d> {
 // ("attention.attention.query", "attention.output.dense", "intermediate.dense", ...).
 struct ViTLayer : nn::Module<ViTLayer> {
   nn::ModuleBase attention, selfAttention, selfOutput, intermediate, output;
-  nn::Linear query{1, 1}, key{1, 1}, value{1, 1}, attnDense{1, 1}, interDense{1, 1},
-      outDense{1, 1};
+  nn::Linear query{1, 1}, key{1, 1}, value{1, 1}, attnDense{1, 1}, interDense{1, 1}, outDense{1, 1};
   nn::LayerNorm layernorm_before, layernorm_after;
   int64_t heads;
   ViTLayer(const VitConfig& c, ParamInit& init)
@@ -69,7 +68,9 @@ struct ViTModel : nn::Module<ViTModel> {
   ViTModel(const VitConfig& c, ParamInit& init)
       : cls_token(init.normal({1, 1, c.hidden})),
         position_embeddings(init.normal({1, patches(c) + 1, c.hidden})),
-        projection(c.channels, c.hidden, c.patch, init), layernorm(c.hidden, c.eps), cfg(c) {
+        projection(c.channels, c.hidden, c.patch, init),
+        layernorm(c.hidden, c.eps),
+        cfg(c) {
     for (int i = 0; i < c.layers; ++i) layer.emplace_back(c, init);
     init.norm(layernorm);
     embeddings.register_parameter("cls_token", cls_token);
@@ -134,7 +135,8 @@ void validate(const VitGpt2Config& c) {
             e.image % e.patch == 0 && e.layers >= 0 && c.decoder.hidden == e.hidden &&
             c.decoder.crossAttention && c.decoder.hidden % c.decoder.heads == 0;
   if (!ok) {
-    throw Error(c.name + ": bad config: heads must divide hidden, patch divide image, the "
+    throw Error(c.name +
+                ": bad config: heads must divide hidden, patch divide image, the "
                 "decoder must have crossAttention and the encoder's hidden size");
   }
 }
@@ -152,8 +154,8 @@ int64_t vitGpt2ParameterCount(const VitGpt2Config& cfg) {
   const VitConfig& c = cfg.encoder;
   int64_t h = c.hidden, n = ViTModel::patches(c);
   int64_t embed = h * c.channels * c.patch * c.patch + h + h + (n + 1) * h;
-  int64_t layer = 4 * h + 4 * (h * h + h) + (h * c.intermediate + c.intermediate) +
-                  (c.intermediate * h + h);
+  int64_t layer =
+      4 * h + 4 * (h * h + h) + (h * c.intermediate + c.intermediate) + (c.intermediate * h + h);
   return embed + c.layers * layer + 2 * h + gpt2ParameterCount(cfg.decoder);
 }
 

@@ -61,7 +61,8 @@ class ToyModel : public Model {
 
 int64_t toyCount(const ModelConfig& c) { return 110 + 220 * (c.layers < 0 ? 64 : c.layers); }
 
-template <class Cfg> Cfg withLayers(Cfg cfg, const ModelConfig& c) {
+template <class Cfg>
+Cfg withLayers(Cfg cfg, const ModelConfig& c) {
   if (c.layers >= 0) cfg.layers = c.layers;
   return cfg;
 }
@@ -79,28 +80,33 @@ ModelInfo entry(std::string name, std::string description,
   return {std::move(name), std::move(description), build, count, n, 4 * n};
 }
 
-template <LlamaConfig (*F)()> std::unique_ptr<Model> llamaBuild(const ModelConfig& c) {
+template <LlamaConfig (*F)()>
+std::unique_ptr<Model> llamaBuild(const ModelConfig& c) {
   return buildLlama(F(), c);
 }
-template <LlamaConfig (*F)()> int64_t llamaCount(const ModelConfig& c) {
+template <LlamaConfig (*F)()>
+int64_t llamaCount(const ModelConfig& c) {
   return llamaParameterCount(withLayers(F(), c));
 }
-template <Gpt2Config (*F)()> std::unique_ptr<Model> gpt2Build(const ModelConfig& c) {
+template <Gpt2Config (*F)()>
+std::unique_ptr<Model> gpt2Build(const ModelConfig& c) {
   return buildGpt2(F(), c);
 }
-template <Gpt2Config (*F)()> int64_t gpt2Count(const ModelConfig& c) {
+template <Gpt2Config (*F)()>
+int64_t gpt2Count(const ModelConfig& c) {
   return gpt2ParameterCount(withLayers(F(), c));
 }
 
 std::vector<ModelInfo> makeRegistry() {
   return {
-      entry("toy64",
-            "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
-            "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
-            [](const ModelConfig& c) -> std::unique_ptr<Model> {
-              return std::make_unique<ToyModel>(c);
-            },
-            toyCount),
+      entry(
+          "toy64",
+          "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
+          "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
+          [](const ModelConfig& c) -> std::unique_ptr<Model> {
+            return std::make_unique<ToyModel>(c);
+          },
+          toyCount),
       entry("llama-3.2-1b",
             "Llama-3.2-1B: 2048 hidden, 16 layers, 32/8 heads (GQA), SwiGLU 8192, vocab 128256, "
             "tied; input token ids [batch, seq]",
@@ -125,11 +131,12 @@ std::vector<ModelInfo> makeRegistry() {
             "GPT-2 XL: 1600 hidden, 48 layers, 25 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
             gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>),
-      entry("vit-gpt2",
-            "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
-            "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
-            [](const ModelConfig& c) { return buildVitGpt2(vitGpt2(), c); },
-            [](const ModelConfig& c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
+      entry(
+          "vit-gpt2",
+          "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
+          "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
+          [](const ModelConfig& c) { return buildVitGpt2(vitGpt2(), c); },
+          [](const ModelConfig& c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
   };
 }
 

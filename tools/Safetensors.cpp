@@ -20,7 +20,7 @@ constexpr int64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit
 
 const std::vector<std::pair<std::string, DType>>& dtypeNames() {
   static const std::vector<std::pair<std::string, DType>> names = {
-      {"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16}, {"F64", DType::f64},
+      {"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16},   {"F64", DType::f64},
       {"I64", DType::i64}, {"I32", DType::i32}, {"BOOL", DType::boolean}};
   return names;
 }
@@ -85,9 +85,8 @@ SafetensorsEntry parseEntry(const std::string& path, const std::string& name, co
   int64_t need = numelOf(e.shape) * static_cast<int64_t>(dtypeSize(e.dtype));
   if (e.end - e.begin != need) {
     fail(path, "tensor '" + name + "': data_offsets " + range + " hold " +
-                   std::to_string(e.end - e.begin) + " bytes but " +
-                   fileDtypeName(e.dtype) + " " + shapeStr(e.shape) + " needs " +
-                   std::to_string(need));
+                   std::to_string(e.end - e.begin) + " bytes but " + fileDtypeName(e.dtype) + " " +
+                   shapeStr(e.shape) + " needs " + std::to_string(need));
   }
   return e;
 }
@@ -263,8 +262,8 @@ void checkAssignment(const SafetensorsReader& r, const SafetensorsEntry& e, cons
                                      : std::string()));
   }
   DType to = a.slot->dtype();
-  bool ok = isFloating(e.dtype) ? isFloating(to) : e.dtype == to || (isIntegral(e.dtype) &&
-                                                                     isIntegral(to));
+  bool ok = isFloating(e.dtype) ? isFloating(to)
+                                : e.dtype == to || (isIntegral(e.dtype) && isIntegral(to));
   if (!ok) {
     fail(r.path(), "tensor '" + e.name + "': dtype " + std::string(dtypeName(e.dtype)) +
                        " cannot be converted to parameter '" + a.paramName + "' of dtype " +

@@ -8,7 +8,7 @@ namespace rcjit {
 namespace {
 constexpr std::array<OpInfo, kNumOps> kOpTable = {{
 #define RCJIT_OP(name, cat, arity, attrs) {#name, OpCategory::cat, arity, attrs},
-#include "tracer/Ops.def"
+#include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
 }};
 }  // namespace

@@ -6,6 +6,7 @@
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
 #include <rcjit/Ops.h>
+#include <rcjit/Passes.h>
 #include <rcjit/Region.h>
 #include <rcjit/Tensor.h>
 #include <rcjit/Types.h>

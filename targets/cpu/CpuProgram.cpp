@@ -90,7 +90,8 @@ std::string kernelKey(const LoopKernel& k) {
 
 }  // namespace
 
-std::shared_ptr<CpuProgram> CpuProgram::create(Program p, [[maybe_unused]] const std::string& moduleId,
+std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
+                                               [[maybe_unused]] const std::string& moduleId,
                                                const CpuProgramOptions& opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
   // Compile each distinct kernel not compiled before (all of them when dumps are wanted).

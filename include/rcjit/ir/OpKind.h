@@ -1,0 +1,50 @@
+// OpKind and its table (name, category, arity, attrs), generated from Ops.def.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace rcjit {
+
+/// Which fields of Attrs an op uses.
+enum AttrBit : uint32_t {
+  kDims = 1u << 0,
+  kDim = 1u << 1,
+  kStart = 1u << 2,
+  kEnd = 1u << 3,
+  kStride = 1u << 4,
+  kPadding = 1u << 5,
+  kValue = 1u << 6,
+  kEps = 1u << 7,
+  kKeepdim = 1u << 8,
+  kCausal = 1u << 9,
+};
+
+enum class OpCategory : uint8_t { Source, Unary, Binary, Compare, Where, Reduce, Normalize,
+                                  Matmul, Nn, View, Copy };
+
+enum class OpKind : uint8_t {
+#define RCJIT_OP(name, cat, arity, attrs) name,
+#include <rcjit/ir/Ops.def>
+#undef RCJIT_OP
+};
+
+constexpr int kNumOps = 0
+#define RCJIT_OP(name, cat, arity, attrs) +1
+#include <rcjit/ir/Ops.def>
+#undef RCJIT_OP
+    ;
+
+struct OpInfo {
+  std::string_view name;
+  OpCategory category;
+  int arity;       // -1: variadic
+  uint32_t attrs;  // AttrBit mask
+};
+
+/// The row of the op table for `op`.
+const OpInfo& opInfo(OpKind op);
+inline std::string_view opName(OpKind op) { return opInfo(op).name; }
+/// Looks an op up by its IR name; false when there is none.
+bool opFromName(std::string_view name, OpKind& out);
+
+}  // namespace rcjit
