@@ -1,4 +1,5 @@
 // The public rcjit::cache functions, over the process-wide ObjectStore.
+#include "cache/ClearHooks.h"
 #include <rcjit/Cache.h>
 
 #include "cache/Artifacts.h"
@@ -29,7 +30,10 @@ size_t load_artifacts(const std::vector<uint8_t>& blob) {
   return objects.size();
 }
 
-void clear() { store().clear(); }
+void clear() {
+  store().clear();
+  detail::runClearHooks();
+}
 
 Stats stats() {
   const Counters& c = store().counters();

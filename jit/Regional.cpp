@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cache/ClearHooks.h"
 #include "targets/Lower.h"
 #include "tracer/GraphIO.h"
 
@@ -18,8 +19,16 @@ namespace {
 class StageTable {
  public:
   static StageTable& instance() {
-    static StageTable* t = new StageTable();  // never destroyed: programs outlive statics
+    static StageTable* t = [] {
+      auto* table = new StageTable();  // never destroyed: programs outlive statics
+      cache::detail::onClear([table] { table->clear(); });
+      return table;
+    }();
     return *t;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    programs_.clear();
   }
   std::shared_ptr<cpu::CpuProgram> find(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,7 +54,35 @@ Mode parseMode(const std::string& m) {
 std::string modeTitle(const std::string& m) {
   if (m == "eager") return "Baseline (eager)";
   if (m == "full") return "Full compilation";
+  if (m == "full-warm") return "Full, warm start";
+  if (m == "regional-warm") return "Regional, warm start";
   return "Regional compilation";
+}
+
+// The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
+Row warmRow(const std::string& model, const ModelConfig& c, const std::string& mode,
+            const std::string& cacheDir) {
+  std::string json = cacheDir + "/warm.json";
+  std::ostringstream cmd;
+  // resolved here: inside std::system's shell, /proc/self/exe would be the shell
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch "
+      << c.batch << " --seq " << c.seq << " --layers " << c.layers << " --dtype "
+      << dtypeName(c.dtype) << " --reps 1 --keep-cache --cache-dir '" << cacheDir
+      << "' --json '" << json << "' >/dev/null 2>&1";
+  if (std::system(cmd.str().c_str()) != 0) throw Error("--warm: the fresh process failed");
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  Row r;
+  r.mode = mode + "-warm";
+  r.batch = c.batch;
+  r.firstMs = j["results"][0]["first_call_ms"];
+  r.inferMs = j["results"][0]["inference_ms"];
+  r.stats.compiles = j["results"][0]["compiles"];
+  r.stats.cache_hits = j["results"][0]["cache_hits"];
+  r.stats.compile_seconds = j["results"][0]["compile_seconds"];
+  std::remove(json.c_str());
+  return r;
 }
 
 std::string cpuName() {
@@ -188,7 +217,8 @@ void writePlot(const std::string& file, const std::vector<Row>& rows) {
 
 int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   po::options_description desc("rcjit bench: time a built-in model per mode and batch");
-  std::string model, modes, batches, target, dtype, json, plot;
+  std::string model, modes, batches, target, dtype, json, plot, cacheDir;
+  bool warm = false, keepCache = false;
   int64_t seq = 128;
   int reps = 10, layers = -1;
   desc.add_options()("help,h", "show this help")(
@@ -202,7 +232,12 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
       "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
       "target", po::value(&target)->default_value("cpu"), "cpu (cuda: not in this build)")(
       "json", po::value(&json), "also write every figure and the machine to FILE")(
-      "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)");
+      "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)")(
+      "warm", po::bool_switch(&warm), "also time each first call in a fresh process with a warm "
+                                      "disk cache")(
+      "cache-dir", po::value(&cacheDir), "compile cache directory (default: a fresh temporary "
+                                         "one, so first calls are cold)")(
+      "keep-cache", po::bool_switch(&keepCache), "do not clear the cache before each run");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -233,15 +268,27 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   c.seq = seq;
   c.layers = layers;
   c.dtype = dtypeFromName(dtype);
+  bool ownDir = cacheDir.empty();
+  if (ownDir) {
+    char tmpl[] = "/tmp/rcjit-bench-XXXXXX";
+    if (!mkdtemp(tmpl)) throw Error("bench: cannot create a temporary cache directory");
+    cacheDir = tmpl;
+  }
+  cache::set_dir(cacheDir);
   std::vector<Row> rows;
+  std::vector<std::string> tableModes = modeList;
   for (const std::string& mode : modeList) {
     for (int64_t b : batchList) {
       err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
       c.batch = b;
+      if (!keepCache) cache::clear();  // cold: empty memory and disk cache
       rows.push_back(runOne(info, c, mode, reps));
+      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir));
     }
+    if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
-  printTable(out, model, c, reps, modeList, batchList, rows);
+  if (ownDir) std::filesystem::remove_all(cacheDir);
+  printTable(out, model, c, reps, tableModes, batchList, rows);
   if (!json.empty()) {
     std::ofstream f(json);
     if (!f) throw Error("--json: cannot write " + json);

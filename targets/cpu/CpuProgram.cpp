@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include <rcjit/Cache.h>
+
+#include "cache/ClearHooks.h"
 #include "cache/Key.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/eager/Eager.h"
@@ -57,8 +60,16 @@ namespace {
 class KernelMemo {
  public:
   static KernelMemo& instance() {
-    static KernelMemo* m = new KernelMemo();  // never destroyed: code outlives statics
+    static KernelMemo* m = [] {
+      auto* memo = new KernelMemo();  // never destroyed: code outlives statics
+      cache::detail::onClear([memo] { memo->clear(); });
+      return memo;
+    }();
     return *m;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fns_.clear();
   }
   KernelFn find(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,6 +115,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     keys.push_back(kernelKey(p.kernels[i]));
     if (!dumps) cp->kernels_[i] = memo.find(keys[i]);
+    if (cp->kernels_[i]) ++cp->cacheHits_;
     if (!cp->kernels_[i] && !fresh.count(keys[i])) {
       fresh[keys[i]] = todo.size();
       todo.push_back(p.kernels[i]);
@@ -114,7 +126,10 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     CpuCompileOptions co;
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
+    uint64_t before = cache::stats().memory_hits + cache::stats().disk_hits;
     CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
+    uint64_t after = cache::stats().memory_hits + cache::stats().disk_hits;
+    if (after > before) cp->cacheHits_ += static_cast<int>(todo.size());  // object came from the cache
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       if (cp->kernels_[i]) continue;
       cp->kernels_[i] = ck.functions[fresh.at(keys[i])];

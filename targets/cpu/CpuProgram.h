@@ -33,6 +33,8 @@ class CpuProgram {
   const Program& program() const { return program_; }
   const std::string& llvmIr() const { return llvmIr_; }
   const std::string& assembly() const { return assembly_; }
+  /// Kernels served by the in-process memo or the compile cache instead of compiled.
+  int cacheHits() const { return cacheHits_; }
 
  private:
   struct Arena;
@@ -46,6 +48,7 @@ class CpuProgram {
   std::vector<KernelFn> kernels_;
   std::vector<std::unique_ptr<LibraryStep>> library_;  // per step; null = eager path
   std::string llvmIr_, assembly_;
+  int cacheHits_ = 0;
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };
