@@ -235,6 +235,27 @@ TEST(ModelsLlama, Bf16ParametersAndActivations) {
   EXPECT_TRUE(allclose(y.to(DType::f32), ref, 0.1, 0.05));
 }
 
+TEST(ModelsCommon, Bf16EveryFamily) {
+  ModelConfig c = smallRun();
+  c.batch = 1;
+  c.dtype = DType::bf16;
+  std::vector<std::unique_ptr<Model>> models;
+  models.push_back(buildLlama(tinyLlama(), c));
+  models.push_back(buildGpt2(tinyGpt2(), c));
+  models.push_back(buildVitGpt2(tinyVitGpt2(), c));
+  ModelConfig toy = c;
+  toy.layers = 2;
+  models.push_back(findModel("toy64").build(toy));
+  for (auto& m : models) {
+    for (const auto& [name, t] : m->module().named_parameters()) {
+      EXPECT_EQ(t.dtype(), DType::bf16) << name;
+    }
+    Tensor y = m->forward(m->makeInputs(c));
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    for (float v : y.to_vector<float>()) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
 TEST(ModelsGpt2, ForwardNamesAndCompile) {
   ModelConfig c = smallRun();
   auto m = buildGpt2(tinyGpt2(), c);

@@ -116,6 +116,22 @@ TEST(Safetensors, LlamaWeightsLoadIntoAnotherSeed) {
   }
 }
 
+TEST(Safetensors, ShardedCheckpoint) {
+  TempFile f1("shard1.safetensors"), f2("shard2.safetensors");
+  auto a = buildLlama(tinyLlama(false), run(1));
+  std::vector<std::pair<std::string, Tensor>> all = a->module().named_parameters();
+  size_t half = all.size() / 2;
+  writeSafetensors(f1.path, {all.begin(), all.begin() + half});
+  writeSafetensors(f2.path, {all.begin() + half, all.end()});
+  auto b = buildLlama(tinyLlama(false), run(2));
+  std::string e = errorOf([&] { loadWeights(b->module(), f1.path, WeightNaming::llama()); });
+  EXPECT_NE(e.find("missing parameters ["), std::string::npos) << e;
+  EXPECT_NE(e.find(all[half].first), std::string::npos) << e;  // listed, in name order
+  loadWeights(b->module(), {f1.path, f2.path}, WeightNaming::llama());
+  std::vector<Tensor> in = a->makeInputs(run(1));
+  EXPECT_TRUE(allclose(a->forward(in), b->forward(in), 0, 0));
+}
+
 TEST(Safetensors, TiedLlamaIgnoresAnLmHeadCopy) {
   TempFile f("tied.safetensors");
   auto a = buildLlama(tinyLlama(true), run(1));

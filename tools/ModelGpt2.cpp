@@ -10,6 +10,12 @@ namespace {
 // Hugging Face scales the residual projections' init by 1/sqrt(2 * layers).
 double residualStd(const Gpt2Config& c) { return 0.02 / std::sqrt(2.0 * std::max(1, c.layers)); }
 
+// GPT-2's "gelu_new": the tanh approximation of GELU.
+Tensor geluTanh(const Tensor& x) {
+  Tensor inner = (x + x * x * x * 0.044715) * 0.7978845608028654;
+  return x * 0.5 * (tanh(inner) + 1.0);
+}
+
 void validate(const Gpt2Config& c) {
   if (c.hidden <= 0 || c.heads <= 0 || c.hidden % c.heads != 0 || c.layers < 0 || c.vocab <= 0 ||
       c.context <= 0) {
@@ -63,6 +69,8 @@ Tensor Gpt2Attention::forward(const Tensor& x, const Tensor& encoder) {
   Tensor v = splitHeads(slice(kv, -1, h, 2 * h), heads);
   return c_proj(mergeHeads(scaled_dot_product_attention(q, k, v, false)));
 }
+
+Tensor Gpt2MLP::forward(const Tensor& x) { return c_proj(geluTanh(c_fc(x))); }
 
 Gpt2MLP::Gpt2MLP(const Gpt2Config& c, ParamInit& init) {
   init.linear(c_fc, c.hidden, 4 * c.hidden);

@@ -48,7 +48,7 @@ struct Gpt2Attention : nn::Module<Gpt2Attention> {
 struct Gpt2MLP : nn::Module<Gpt2MLP> {
   nn::Linear c_fc{1, 1}, c_proj{1, 1};
   Gpt2MLP(const Gpt2Config& c, ParamInit& init);
-  Tensor forward(const Tensor& x) { return c_proj(gelu(c_fc(x))); }
+  Tensor forward(const Tensor& x);  // c_proj(gelu_new(c_fc(x))), gelu_new the tanh form
 };
 
 struct Gpt2Block : nn::Module<Gpt2Block> {

@@ -221,10 +221,10 @@ WeightNaming WeightNaming::vitGpt2() {
 
 namespace {
 
-// Every parameter slot of m and its descendants, by dotted name.
+// Every parameter slot of m and its descendants, by dotted name, in registration order.
 void collectSlots(nn::ModuleBase& m, const std::string& prefix,
-                  std::map<std::string, Tensor*>& out) {
-  for (const auto& [name, t] : m.own_parameters()) out[prefix + name] = t;
+                  std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (const auto& [name, t] : m.own_parameters()) out.emplace_back(prefix + name, t);
   for (const auto& [name, child] : m.children()) collectSlots(*child, prefix + name + ".", out);
 }
 
@@ -246,6 +246,7 @@ std::string listNames(const std::vector<std::string>& names) {
 
 // One planned copy: file tensor -> parameter slot.
 struct Assignment {
+  const SafetensorsReader* reader;
   std::string fileName;
   std::string paramName;
   Tensor* slot;
@@ -273,40 +274,49 @@ void checkAssignment(const SafetensorsReader& r, const SafetensorsEntry& e, cons
 
 }  // namespace
 
-LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
-                       bool strict) {
-  SafetensorsReader reader(path);
-  std::map<std::string, Tensor*> slots;
-  collectSlots(m, "", slots);
+LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
+                       const WeightNaming& naming, bool strict) {
+  std::vector<SafetensorsReader> readers(paths.begin(), paths.end());
+  std::vector<std::pair<std::string, Tensor*>> ordered;
+  collectSlots(m, "", ordered);
+  std::map<std::string, Tensor*> slots(ordered.begin(), ordered.end());
   std::vector<std::regex> transposed = compile(naming.transposed);
   std::vector<std::regex> ignored = compile(naming.ignored);
   LoadReport report;
   std::vector<Assignment> plan;
   std::map<std::string, bool> assigned;
-  for (const SafetensorsEntry& e : reader.entries()) {
-    std::string name = slots.count(e.name) ? e.name : naming.modulePrefix + e.name;
-    auto it = slots.find(name);
-    if (it == slots.end() || assigned[name]) {
-      (matchesAny(ignored, e.name) ? report.ignored : report.unexpected).push_back(e.name);
-      continue;
+  for (const SafetensorsReader& reader : readers) {
+    for (const SafetensorsEntry& e : reader.entries()) {
+      std::string name = slots.count(e.name) ? e.name : naming.modulePrefix + e.name;
+      auto it = slots.find(name);
+      if (it == slots.end() || assigned[name]) {
+        (matchesAny(ignored, e.name) ? report.ignored : report.unexpected).push_back(e.name);
+        continue;
+      }
+      assigned[name] = true;
+      plan.push_back({&reader, e.name, name, it->second, matchesAny(transposed, name)});
+      checkAssignment(reader, e, plan.back());
     }
-    assigned[name] = true;
-    plan.push_back({e.name, name, it->second, matchesAny(transposed, name)});
-    checkAssignment(reader, e, plan.back());
   }
-  for (const auto& [name, slot] : slots) {
+  for (const auto& [name, slot] : ordered) {
     if (!assigned[name]) report.missing.push_back(name);
   }
   if (strict && (!report.missing.empty() || !report.unexpected.empty())) {
-    fail(path, "does not match the model: missing parameters [" + listNames(report.missing) +
-                   "], unexpected tensors [" + listNames(report.unexpected) + "]");
+    fail(listNames(paths), "does not match the model: missing parameters [" +
+                               listNames(report.missing) + "], unexpected tensors [" +
+                               listNames(report.unexpected) + "]");
   }
   for (const Assignment& a : plan) {
-    Tensor t = reader.read(a.fileName);
+    Tensor t = a.reader->read(a.fileName);
     a.slot->copy_(a.transposed ? transpose(t, 0, 1) : t);
     report.loaded.push_back(a.fileName);
   }
   return report;
+}
+
+LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
+                       bool strict) {
+  return loadWeights(m, std::vector<std::string>{path}, naming, strict);
 }
 
 void saveWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming) {

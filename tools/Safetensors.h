@@ -85,6 +85,10 @@ struct LoadReport {
 /// Not thread-safe with respect to other users of m.
 LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
                        bool strict = true);
+/// The same over a sharded checkpoint ("model-00001-of-00004.safetensors", ...): names are
+/// matched across all the files; a name in two files counts once, then as unexpected.
+LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
+                       const WeightNaming& naming, bool strict = true);
 /// Writes m's parameters under their names, transposing those `naming` says are stored
 /// transposed: the inverse of loadWeights.
 void saveWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming);
