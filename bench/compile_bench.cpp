@@ -10,6 +10,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "guards/GuardSet.h"
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
@@ -78,10 +79,37 @@ void BM_Toy64ProgramOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_Toy64ProgramOnly)->Args({1, 1})->Unit(benchmark::kMicrosecond);
 
+// Guard checking alone for toy64's 259 inputs (1 argument, 258 captured parameters).
+void BM_Toy64GuardCheck(benchmark::State& state) {
+  std::vector<Tensor> in;
+  auto m = toy(1, 1, in);
+  Trace t = traceFunction([&](const std::vector<Tensor>& v) { return std::vector<Tensor>{m->forward(v)}; }, in);
+  std::vector<Tensor> inputs = t.args;
+  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
+  GuardSet g = GuardSet::fromInputs(inputs, {}, t.args.size());
+  Tensor fresh = Tensor::randn(in[0].shape(), 9);  // a new argument: checked field by field
+  std::vector<const Tensor*> ptrs;
+  ptrs.push_back(&fresh);
+  for (size_t i = 1; i < inputs.size(); ++i) ptrs.push_back(&inputs[i]);
+  for (auto _ : state) benchmark::DoNotOptimize(g.check(ptrs.data(), ptrs.size()));
+}
+BENCHMARK(BM_Toy64GuardCheck)->Unit(benchmark::kNanosecond);
+
 constexpr int64_t kChainN = 16 << 20;
 
-// 8 fused elementwise ops: reads x and y once, writes once (12 bytes per element).
+// 8 fused elementwise ops (mul add mul sub relu mul add minimum): reads x and y once,
+// writes once (12 bytes per element), so it is memory-bound like the triad.
 void BM_FusedChain8Compiled(benchmark::State& state) {
+  Tensor x = Tensor::randn({kChainN}, 1), y = Tensor::randn({kChainN}, 2);
+  auto cf = compile([](const Tensor& a, const Tensor& b) {
+    return minimum(relu((a * 2.0 + 1.0) * b - 0.25) * 0.5 + a, 4.0);
+  });
+  cf(x, y);
+  for (auto _ : state) benchmark::DoNotOptimize(cf(x, y));
+  state.SetBytesProcessed(state.iterations() * kChainN * 12);
+}
+// The same traffic with transcendentals (sigmoid, tanh): compute-bound on 2 cores.
+void BM_FusedChainTranscendental(benchmark::State& state) {
   Tensor x = Tensor::randn({kChainN}, 1), y = Tensor::randn({kChainN}, 2);
   auto cf = compile([](const Tensor& a, const Tensor& b) {
     return relu(sigmoid(a * 2.0 + 1.0) * b - 0.25) + tanh(a) * 0.5;
@@ -90,6 +118,18 @@ void BM_FusedChain8Compiled(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(cf(x, y));
   state.SetBytesProcessed(state.iterations() * kChainN * 12);
 }
+BENCHMARK(BM_FusedChainTranscendental)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The 8-op chain run eagerly: 8 passes over memory and 8 allocations.
+void BM_Chain8Eager(benchmark::State& state) {
+  Tensor a = Tensor::randn({kChainN}, 1), b = Tensor::randn({kChainN}, 2);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(minimum(relu((a * 2.0 + 1.0) * b - 0.25) * 0.5 + a, 4.0));
+  }
+  state.SetBytesProcessed(state.iterations() * kChainN * 12);
+}
+BENCHMARK(BM_Chain8Eager)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 BENCHMARK(BM_FusedChain8Compiled)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // STREAM triad over preallocated arrays, all threads: the bandwidth reference.
