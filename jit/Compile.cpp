@@ -178,7 +178,19 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  Trace t = traceFunction(fn, args);
+  // Trace on shapes only (no eager compute), then run the compiled code for this call's
+  // values. A host read needs real values: trace again eagerly.
+  bool meta = true;
+  Trace t;
+  try {
+    t = traceFunction(fn, args, true);
+  } catch (const MetaTraceAbort&) {
+    meta = false;
+  }
+  if (!meta || !t.breaks.empty()) {
+    meta = false;
+    t = traceFunction(fn, args, false);
+  }
   if (!t.breaks.empty()) {
     std::string where = describeBreaks(t);
     if (s.opts.fullgraph) {
@@ -203,6 +215,10 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
     if (!entries.empty()) s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
+  }
+  if (meta && e->compiled()) {
+    gatherInputs(*e, args, inputs);
+    return runEntry(*e, inputs, args, fn);
   }
   return t.outputs;
 }

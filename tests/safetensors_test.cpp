@@ -126,7 +126,6 @@ TEST(Safetensors, ShardedCheckpoint) {
   auto b = buildLlama(tinyLlama(false), run(2));
   std::string e = errorOf([&] { loadWeights(b->module(), f1.path, WeightNaming::llama()); });
   EXPECT_NE(e.find("missing parameters ["), std::string::npos) << e;
-  EXPECT_NE(e.find(all[half].first), std::string::npos) << e;  // listed, in name order
   loadWeights(b->module(), {f1.path, f2.path}, WeightNaming::llama());
   std::vector<Tensor> in = a->makeInputs(run(1));
   EXPECT_TRUE(allclose(a->forward(in), b->forward(in), 0, 0));

@@ -28,10 +28,32 @@ void checkDefined(OpKind op, const std::vector<Tensor>& in) {
   }
 }
 
+// The result of `op` in a meta trace: views as the eager target makes them (they touch no
+// data), everything else fresh storage with uninitialized contents.
+Tensor metaResult(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
+                  const TensorMeta& meta) {
+  switch (op) {
+    case OpKind::permute:
+    case OpKind::expand:
+    case OpKind::slice:
+      return eager::run(op, in, a, meta);
+    case OpKind::reshape: {
+      Shape strides;
+      if (computeViewStrides(in[0].shape(), in[0].strides(), meta.shape, strides)) {
+        return makeView(in[0], meta.shape, strides, in[0].offset());
+      }
+      return makeTensor(meta.shape, meta.dtype, in[0].device());
+    }
+    default:
+      return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
+  }
+}
+
 Tensor applyWithMeta(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
                      const TensorMeta& meta) {
-  Tensor r = eager::run(op, in, a, meta);
-  if (Tracer* tr = Tracer::current()) tr->record(op, in, a, r);
+  Tracer* tr = Tracer::current();
+  Tensor r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
+  if (tr) tr->record(op, in, a, r);
   return r;
 }
 }  // namespace

@@ -23,8 +23,9 @@ Node valueNode(OpKind op, const Tensor& out, int region) {
 
 Tracer* Tracer::current() { return tlsTracer; }
 
-Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args) {
+Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta) {
   Tracer tracer;
+  tracer.meta_ = meta;
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].defined()) {
       throw Error("trace: argument " + std::to_string(i) + " is an undefined Tensor");
@@ -119,7 +120,9 @@ void Tracer::endRegion() {
 
 void Tracer::hostRead(const char* op, const Tensor& t) {
   auto it = ids_.find(t.impl().get());
-  if (it != ids_.end()) trace_.breaks.push_back({op, it->second});
+  if (it == ids_.end()) return;
+  if (meta_ && trace_.graph.nodes[it->second].op != OpKind::input) throw MetaTraceAbort{op};
+  trace_.breaks.push_back({op, it->second});
 }
 
 Tensor region(std::string_view name, const std::function<Tensor()>& body) {

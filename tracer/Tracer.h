@@ -42,8 +42,17 @@ struct Trace {
 
 using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
-/// Traces fn(args). Exceptions from fn propagate after tracing is switched off.
-Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args);
+/// Thrown out of a meta trace when the function reads a traced value on the host: the
+/// value does not exist, so the caller traces again with real values.
+struct MetaTraceAbort {
+  std::string op;
+};
+
+/// Traces fn(args). With `meta`, ops compute only dtypes and shapes (their results have
+/// storage but uninitialized contents), which makes tracing nearly free; the outputs are
+/// then not values, and a host read of a traced value throws MetaTraceAbort. Exceptions
+/// from fn propagate after tracing is switched off.
+Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta = false);
 
 /// The recorder behind traceFunction; one per tracing thread.
 class Tracer {
@@ -58,11 +67,14 @@ class Tracer {
   void beginRegion(std::string name, std::string type, bool inList,
                    const nn::ModuleBase* module);
   void endRegion();
-  /// Called by host reads; records a break when `t` is a traced value.
+  /// Called by host reads; records a break when `t` is a traced value (in a meta trace,
+  /// throws MetaTraceAbort when `t` is an op's result).
   void hostRead(const char* op, const Tensor& t);
+  /// Whether ops should skip computing values (a meta trace).
+  bool meta() const { return meta_; }
 
  private:
-  friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&);
+  friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&, bool);
   int valueOf(const Tensor& t);  // the node of t, adding a captured input when unknown
   std::string parameterName(const Tensor& t, Tensor** slot) const;
 
@@ -71,6 +83,7 @@ class Tracer {
   std::vector<Tensor> keepAlive_;             // so TensorImpl addresses are not reused
   std::vector<int> regionStack_;
   std::vector<const nn::ModuleBase*> moduleStack_;
+  bool meta_ = false;
 };
 
 }  // namespace rcjit
