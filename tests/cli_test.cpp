@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "tools/Cli.h"
+#include "tools/Models.h"
+#include "tools/Safetensors.h"
 
 namespace {
 
@@ -50,6 +52,25 @@ TEST(Cli, BenchEagerPrintsATable) {
   EXPECT_EQ(unknown.code, 1);
   EXPECT_NE(unknown.err.find("unknown model 'nope'"), std::string::npos);
   EXPECT_EQ(run({"bench", "--batch", "0"}).code, 2);
+}
+
+TEST(Cli, BenchLoadsSafetensorsWeights) {
+  rcjit::tools::ModelConfig c;
+  c.seed = 5;
+  auto m = rcjit::tools::findModel("toy64").build(c);
+  std::string file = testing::TempDir() + "cli_toy64.safetensors";
+  rcjit::tools::saveWeights(m->module(), file, rcjit::tools::WeightNaming::exact());
+  Result ok = run({"bench", "--model", "toy64", "--modes", "full", "--batch", "1", "--seq", "4",
+                   "--reps", "1", "--weights", file.c_str()});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  std::string bad = testing::TempDir() + "cli_bad.safetensors";
+  rcjit::tools::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
+  Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq",
+                      "4", "--reps", "1", "--weights", bad.c_str()});
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_NE(wrong.err.find("linear.weight"), std::string::npos) << wrong.err;
+  std::remove(file.c_str());
+  std::remove(bad.c_str());
 }
 
 TEST(Cli, TraceDumpsEveryStage) {

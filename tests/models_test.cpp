@@ -80,7 +80,7 @@ bool hasParameter(Model& m, const std::string& name) {
   return false;
 }
 
-// compile() in full mode against eager, on the model's own inputs.
+// compile() in full and in regional mode against eager, on the model's own inputs.
 void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
   std::vector<Tensor> in = m.makeInputs(c);
   Tensor ref = m.forward(in);
@@ -90,6 +90,12 @@ void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
   EXPECT_TRUE(allclose(y, ref, 1e-3, 1e-4));
   EXPECT_TRUE(allclose(cf(in), ref, 1e-3, 1e-4));
   EXPECT_EQ(cf.stats().compiles, 1);
+  CompileOptions regional;
+  regional.mode = Mode::regional;
+  auto cr = compile([&](const std::vector<Tensor>& x) { return m.forward(x); }, regional);
+  EXPECT_TRUE(allclose(cr(in), ref, 1e-3, 1e-4));
+  EXPECT_TRUE(allclose(cr(in), ref, 1e-3, 1e-4));
+  EXPECT_GE(cr.stats().compiles, 1);
 }
 
 TEST(ModelsRegistry, OrderAndRealParameterCounts) {

@@ -132,3 +132,36 @@ TEST(Device, CudaAvailableIsAnAnswerNotACrash) {
   }
 }
 }  // namespace
+
+namespace {
+// Every shape op's bad input is an Error naming the op and the shapes involved.
+TEST(ShapeOps, BadInputNamesOpAndShapes) {
+  Tensor t = Tensor::ones({2, 3});
+  struct Case {
+    std::function<void()> f;
+    std::vector<std::string> words;
+  };
+  std::vector<Case> cases = {
+      {[&] { reshape(t, {4, 2}); }, {"reshape", "[2, 3]", "[4, 2]"}},
+      {[&] { reshape(t, {-1, -1}); }, {"reshape", "[-1, -1]"}},
+      {[&] { permute(t, {0, 0}); }, {"permute", "[0, 0]", "[2, 3]"}},
+      {[&] { permute(t, {0}); }, {"permute", "[0]", "[2, 3]"}},
+      {[&] { expand(t, {2, 4}); }, {"expand", "[2, 3]", "[2, 4]"}},
+      {[&] { expand(t, {3}); }, {"expand", "[3]", "[2, 3]"}},
+      {[&] { slice(t, 2, 0, 1); }, {"slice", "dim 2", "rank 2"}},
+      {[&] { cat({t, Tensor::ones({2, 4})}, 0); }, {"cat", "[2, 3]", "[2, 4]"}},
+      {[&] { transpose(t, 0, 5); }, {"transpose", "dim 5"}},
+      {[&] { unsqueeze(t, 4); }, {"unsqueeze", "dim 4"}},
+      {[&] { squeeze(t, -3); }, {"squeeze", "dim -3"}},
+      {[&] { where(t, t, t); }, {"where", "bool", "f32[2, 3]"}},
+      {[&] { embedding(t, Tensor::ones({2}, DType::f32)); }, {"embedding", "i32 or i64", "f32[2]"}},
+      {[&] { add(t, Tensor::ones({4})); }, {"add", "[2, 3]", "[4]"}},
+  };
+  for (const Case& c : cases) {
+    std::string msg = errorOf(c.f);
+    for (const std::string& w : c.words) {
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    }
+  }
+}
+}  // namespace

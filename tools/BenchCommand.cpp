@@ -17,6 +17,7 @@
 
 #include "tools/Cli.h"
 #include "tools/Models.h"
+#include "tools/Safetensors.h"
 
 namespace po = boost::program_options;
 
@@ -61,7 +62,7 @@ std::string modeTitle(const std::string& m) {
 
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
 Row warmRow(const std::string& model, const ModelConfig& c, const std::string& mode,
-            const std::string& cacheDir) {
+            const std::string& cacheDir, const std::string& weights) {
   std::string json = cacheDir + "/warm.json";
   std::ostringstream cmd;
   // resolved here: inside std::system's shell, /proc/self/exe would be the shell
@@ -69,7 +70,8 @@ Row warmRow(const std::string& model, const ModelConfig& c, const std::string& m
   cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch "
       << c.batch << " --seq " << c.seq << " --layers " << c.layers << " --dtype "
       << dtypeName(c.dtype) << " --reps 1 --keep-cache --cache-dir '" << cacheDir
-      << "' --json '" << json << "' >/dev/null 2>&1";
+      << "' --json '" << json << "'" << (weights.empty() ? "" : " --weights '" + weights + "'")
+      << " >/dev/null 2>&1";
   if (std::system(cmd.str().c_str()) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
@@ -93,8 +95,18 @@ std::string cpuName() {
   return "unknown";
 }
 
-Row runOne(const ModelInfo& info, const ModelConfig& c, const std::string& mode, int reps) {
+// The Hugging Face naming of a built-in model's checkpoints.
+WeightNaming namingFor(const std::string& model) {
+  if (model.rfind("llama", 0) == 0) return WeightNaming::llama();
+  if (model.rfind("vit-gpt2", 0) == 0) return WeightNaming::vitGpt2();
+  if (model.rfind("gpt2", 0) == 0) return WeightNaming::gpt2();
+  return WeightNaming::exact();
+}
+
+Row runOne(const ModelInfo& info, const ModelConfig& c, const std::string& mode, int reps,
+           const std::string& weights) {
   std::unique_ptr<Model> m = info.build(c);
+  if (!weights.empty()) loadWeights(m->module(), weights, namingFor(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
   CompileOptions opts;
   opts.mode = parseMode(mode);
@@ -217,7 +229,7 @@ void writePlot(const std::string& file, const std::vector<Row>& rows) {
 
 int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   po::options_description desc("rcjit bench: time a built-in model per mode and batch");
-  std::string model, modes, batches, target, dtype, json, plot, cacheDir;
+  std::string model, modes, batches, target, dtype, json, plot, cacheDir, weights;
   bool warm = false, keepCache = false;
   int64_t seq = 128;
   int reps = 10, layers = -1;
@@ -237,7 +249,9 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
                                       "disk cache")(
       "cache-dir", po::value(&cacheDir), "compile cache directory (default: a fresh temporary "
                                          "one, so first calls are cold)")(
-      "keep-cache", po::bool_switch(&keepCache), "do not clear the cache before each run");
+      "keep-cache", po::bool_switch(&keepCache), "do not clear the cache before each run")(
+      "weights", po::value(&weights), "load parameters from FILE.safetensors (Hugging Face "
+                                      "names; every shape checked)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -282,8 +296,8 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
       err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
       c.batch = b;
       if (!keepCache) cache::clear();  // cold: empty memory and disk cache
-      rows.push_back(runOne(info, c, mode, reps));
-      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir));
+      rows.push_back(runOne(info, c, mode, reps, weights));
+      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir, weights));
     }
     if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
