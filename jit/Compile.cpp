@@ -72,8 +72,11 @@ std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string&
   e->slots = t.capturedSlots;
   e->graphBreaks = static_cast<int>(t.breaks.size());
   if (!t.breaks.empty()) {
+    // graph breaks: the C++ runs on every call; the work between host reads runs as
+    // compiled segments looked up by structural hash and input layouts
     e->graph = t.graph;
-    return e;  // graph breaks: this entry runs eagerly (segment compilation: not yet)
+    e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit));
+    return e;
   }
   std::vector<Shape> strides;
   for (const Tensor& in : inputs) strides.push_back(in.strides());
@@ -124,6 +127,10 @@ void logNewEntry(const CompiledState& s, const Entry& e) {
 std::vector<Tensor> runEntry(const Entry& e, const std::vector<const Tensor*>& inputs,
                              const std::vector<Tensor>& args, const TracedFn& fn) {
   if (e.regional) return e.regional->run(inputs.data(), inputs.size());
+  if (e.segments) {
+    SegmentTable& table = *e.segments;
+    return runSegmented(fn, args, [&table](Segment& seg) { table.run(seg); });
+  }
   if (!e.program) return fn(args);
   return e.program->run(inputs.data(), inputs.size());
 }
@@ -259,7 +266,13 @@ std::vector<Tensor> callCompiled(CompiledState& s, const std::vector<Tensor>& ar
 
 CompileStats statsOf(const CompiledState& s) {
   std::lock_guard<std::mutex> lock(s.mu);
-  return s.stats;
+  CompileStats st = s.stats;
+  for (const auto& e : s.entries) {
+    if (!e->segments) continue;
+    st.compiles += e->segments->compiled();
+    st.cache_hits += e->segments->reused();
+  }
+  return st;
 }
 
 std::string explainOf(const CompiledState& s) {
@@ -272,7 +285,11 @@ std::string explainOf(const CompiledState& s) {
   for (const auto& e : s.entries) {
     os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3
        << " ms)";
-    if (!e->compiled()) os << " runs eagerly: " << e->graphBreaks << " graph break(s)";
+    if (e->segments) {
+      os << " has " << e->graphBreaks << " graph break(s): its C++ runs on every call; "
+         << e->segments->compiled() << " segments compiled, " << e->segments->reused()
+         << " reused";
+    }
     os << "\n  guards:\n";
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";

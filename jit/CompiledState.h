@@ -10,6 +10,7 @@
 
 #include "guards/GuardSet.h"
 #include "jit/Regional.h"
+#include "jit/Segments.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tracer/Graph.h"
 
@@ -23,6 +24,7 @@ struct Entry {
   std::vector<Tensor*> slots;     // where each captured tensor's current value lives, or null
   std::shared_ptr<cpu::CpuProgram> program;  // full mode
   std::shared_ptr<RegionalPlan> regional;    // regional mode
+  std::shared_ptr<SegmentTable> segments;    // graph breaks: compiled pieces between them
   bool compiled() const { return program || regional; }  // else runs eagerly (graph breaks)
   Graph graph;                    // the graph after the pass pipeline
   std::string reason;             // why it was compiled

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unistd.h>
 
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
@@ -87,17 +88,22 @@ bool enabled(Kind k) {
   return (state().mask.load(std::memory_order_relaxed) >> static_cast<unsigned>(k)) & 1u;
 }
 
-bool wanted(Kind k) { return enabled(k) || state().traceOn; }
+// The bulky kinds (whole graphs, LLVM IR) go to the trace file only when enabled.
+bool bulky(Kind k) { return k == Kind::graph || k == Kind::output_code; }
+
+bool wanted(Kind k) { return enabled(k) || (state().traceOn && !bulky(k)); }
 
 void emit(Kind k, const std::string& text, const nlohmann::json& fields) {
   State& s = state();
   bool toStderr = enabled(k);
-  if (!toStderr && !s.traceOn) return;
+  bool toTrace = s.traceOn && (toStderr || !bulky(k));
+  if (!toStderr && !toTrace) return;
   std::lock_guard<std::mutex> lock(s.mu);
   if (toStderr) std::cerr << "[rcjit:" << kindName(k) << "] " << text << "\n";
-  if (s.traceOn) {
+  if (toTrace) {
     nlohmann::json j = fields.is_object() ? fields : nlohmann::json::object();
     j["event"] = kindName(k);
+    j["pid"] = static_cast<int64_t>(getpid());
     j["message"] = text;
     j["time"] = std::chrono::duration<double>(
                     std::chrono::system_clock::now().time_since_epoch())

@@ -198,6 +198,35 @@ TEST(Compile, GraphBreakIsAnErrorWithFullgraph) {
   EXPECT_EQ(cb.stats().graph_breaks, 1);
 }
 
+TEST(Compile, GraphBreakSegmentsRunCompiledCodeInBothDirections) {
+  // data-dependent C++ control flow: the path taken depends on a value read on the host
+  int calls = 0;
+  Tensor w = Tensor::full({16}, 1.5);
+  auto fn = [&](const Tensor& x) {
+    ++calls;
+    Tensor h = softmax(x * w, -1);
+    double top = amax(h).item();  // graph break
+    Tensor y = top > 0.5 ? log_softmax(h * 4.0, -1) : exp(h) - 1.0;
+    return y + sum(h, {-1}, true);
+  };
+  auto cf = compile(fn);
+  std::vector<float> v(16, 0.0f);
+  v[3] = 40.0f;
+  Tensor sharp = Tensor::from_vector(v, {16}), flat = Tensor::ones({16});  // top ~1 vs 1/16
+  for (int i = 0; i < 3; ++i) {
+    for (const Tensor& x : {sharp, flat}) {
+      Tensor got = cf(x), want = fn(x);
+      EXPECT_TRUE(allclose(got, want, 1e-4, 1e-5)) << "iteration " << i;
+    }
+  }
+  CompileStats st = cf.stats();
+  EXPECT_EQ(st.graph_breaks, 1);
+  // segments: before the break, and after it for each of the two paths
+  EXPECT_EQ(st.compiles, 3) << cf.explain();
+  EXPECT_GE(st.cache_hits, 6);
+  EXPECT_NE(cf.explain().find("segments compiled"), std::string::npos);
+}
+
 TEST(Compile, UnavailableOptionsAreClearErrors) {
   CompileOptions o;
   o.target = Target::cuda;

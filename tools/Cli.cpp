@@ -17,6 +17,7 @@
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tools/CacheCommand.h"
+#include "tools/LogsCommand.h"
 #include "tools/BenchCommand.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
@@ -50,6 +51,7 @@ const char* kUsageText =
     "  bench  --model NAME    time a model (first call and steady-state inference)\n"
     "  trace  --model NAME    trace a model and print its graph (--dump graph)\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
+    "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
     "\n"
     "Run 'rcjit <command> --help' for a command's options.\n";
 
@@ -152,6 +154,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       {"bench", [&] { return benchCommand(args, out, err); }},
       {"trace", [&] { return cmdTrace(args, out); }},
       {"cache", [&] { return cacheCommand(args, out, err); }},
+      {"logs", [&] { return logsCommand(args, out, err); }},
   };
   auto it = commands.find(cmd);
   if (it == commands.end()) {

@@ -121,8 +121,78 @@ void Tracer::endRegion() {
 void Tracer::hostRead(const char* op, const Tensor& t) {
   auto it = ids_.find(t.impl().get());
   if (it == ids_.end()) return;
-  if (meta_ && trace_.graph.nodes[it->second].op != OpKind::input) throw MetaTraceAbort{op};
+  bool pending = meta_ && trace_.graph.nodes[it->second].op != OpKind::input;
+  if (pending && flush_) {
+    Segment seg = takeSegment({t});
+    (*flush_)(seg);
+    return;
+  }
+  if (pending) throw MetaTraceAbort{op};
   trace_.breaks.push_back({op, it->second});
+}
+
+Segment Tracer::takeSegment(const std::vector<Tensor>& mustOutput) {
+  Segment seg;
+  Graph& g = trace_.graph;
+  std::vector<bool> isOut(g.nodes.size(), false);
+  for (const Tensor& t : mustOutput) {
+    auto it = ids_.find(t.impl().get());
+    if (it != ids_.end()) isOut[it->second] = true;
+  }
+  for (const Tensor& t : keepAlive_) {
+    auto it = ids_.find(t.impl().get());
+    if (it == ids_.end() || g.nodes[it->second].op == OpKind::input) continue;
+    if (t.impl().use_count() > 1) isOut[it->second] = true;  // held outside the tracer
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!isOut[i] || g.nodes[i].op == OpKind::input) continue;
+    const Tensor* t = nullptr;
+    for (const Tensor& k : keepAlive_) {
+      auto it = ids_.find(k.impl().get());
+      if (it != ids_.end() && it->second == static_cast<int>(i)) t = &k;
+    }
+    if (!t) continue;
+    bool viewsInput = false;  // a view of a real input already holds real values
+    for (const Tensor& in : trace_.captured) viewsInput |= t->sharesStorage(in);
+    if (viewsInput) continue;
+    g.outputs.push_back(static_cast<int>(i));
+    seg.pending.push_back(*t);
+  }
+  seg.graph = std::move(g);
+  seg.inputs = trace_.captured;
+  // start an empty graph; open regions continue in it
+  trace_ = Trace();
+  ids_.clear();
+  keepAlive_.clear();
+  for (int& r : regionStack_) {
+    Region copy = seg.graph.regions[r];
+    copy.begin = copy.end = 0;
+    copy.parent = -1;
+    trace_.graph.regions.push_back(copy);
+    r = static_cast<int>(trace_.graph.regions.size()) - 1;
+  }
+  seg.graph.regions.clear();
+  return seg;
+}
+
+std::vector<Tensor> runSegmented(const TracedFn& fn, const std::vector<Tensor>& args,
+                                 const SegmentFlush& flush) {
+  Tracer tracer;
+  tracer.meta_ = true;
+  tracer.flush_ = &flush;
+  struct Activate {
+    Tracer* previous;
+    explicit Activate(Tracer* t) : previous(tlsTracer) { tlsTracer = t; }
+    ~Activate() { tlsTracer = previous; }
+  };
+  std::vector<Tensor> outs;
+  {
+    Activate on(&tracer);
+    outs = fn(args);  // args are real: used in a segment, they become captured inputs
+    Segment last = tracer.takeSegment(outs);
+    if (!last.pending.empty()) flush(last);
+  }
+  return outs;
 }
 
 Tensor region(std::string_view name, const std::function<Tensor()>& body) {

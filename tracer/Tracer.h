@@ -54,6 +54,26 @@ struct MetaTraceAbort {
 /// from fn propagate after tracing is switched off.
 Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta = false);
 
+/// A finished piece of a segmented trace: a graph over real inputs whose outputs are
+/// still pending (meta) tensors that the caller must fill with real values.
+struct Segment {
+  Graph graph;
+  std::vector<Tensor> inputs;   // bound like Trace: args (none here) then captured
+  std::vector<Tensor> pending;  // one per graph output: the tensor to fill
+};
+
+/// Called at each host read of a pending value and when the function returns: must
+/// compute the segment and fill its pending tensors.
+using SegmentFlush = std::function<void(Segment&)>;
+
+/// Runs fn(args) with ops recorded on shapes only; at every host read of a pending value,
+/// and at the end, the graph recorded so far is handed to `flush` (which compiles or reuses
+/// code for it and fills the pending tensors with real values), and recording starts a new
+/// graph. Returns fn's outputs, all real. This is how a function with graph breaks runs
+/// compiled code: its C++ runs on every call and decides the path.
+std::vector<Tensor> runSegmented(const TracedFn& fn, const std::vector<Tensor>& args,
+                                 const SegmentFlush& flush);
+
 /// The recorder behind traceFunction; one per tracing thread.
 class Tracer {
  public:
@@ -75,6 +95,11 @@ class Tracer {
 
  private:
   friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&, bool);
+  friend std::vector<Tensor> runSegmented(const TracedFn&, const std::vector<Tensor>&,
+                                          const SegmentFlush&);
+  /// Ends the current segment: its graph, with every pending result still referenced
+  /// outside the tracer (and `mustOutput`) as outputs; then starts an empty graph.
+  Segment takeSegment(const std::vector<Tensor>& mustOutput);
   int valueOf(const Tensor& t);  // the node of t, adding a captured input when unknown
   std::string parameterName(const Tensor& t, Tensor** slot) const;
 
@@ -84,6 +109,7 @@ class Tracer {
   std::vector<int> regionStack_;
   std::vector<const nn::ModuleBase*> moduleStack_;
   bool meta_ = false;
+  const SegmentFlush* flush_ = nullptr;  // segmented runs only
 };
 
 }  // namespace rcjit

@@ -1,0 +1,205 @@
+// `rcjit logs`: the summary and HTML report of a recorded trace, malformed lines, exit codes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "tools/Cli.h"
+#include "tools/LogsCommand.h"
+
+using rcjit::tools::logsCommand;
+
+namespace {
+
+// tests/data/trace_sample.jsonl: `rcjit bench --model toy64 --layers 2 --modes full,regional
+// --batch 1,2 --seq 4` (RCJIT_LOGS=guards,graph), then twice a program compiling a function
+// with recompile_limit = 2 called on 4 widths and one with a graph break (item()), the second
+// time with one disk cache entry corrupted. Three processes append to one trace.
+const std::string kSample = std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_sample.jsonl";
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+Result runLogs(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  Result r;
+  r.rc = logsCommand(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::string tempPath(const std::string& name) {
+  std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "rcjit_logs_test";
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string writeFile(const std::string& name, const std::string& text) {
+  std::string path = tempPath(name);
+  std::ofstream(path, std::ios::trunc) << text;
+  return path;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+#define EXPECT_CONTAINS(text, what) \
+  EXPECT_NE((text).find(what), std::string::npos) << "no '" << (what) << "' in:\n" << (text)
+
+TEST(LogsCommand, SummarizesTheRecordedTrace) {
+  Result r = runLogs({kSample});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_CONTAINS(r.out, "62 events (");
+  EXPECT_CONTAINS(r.out, "12 compile,");
+  EXPECT_CONTAINS(r.out, "; 0 malformed lines");
+  EXPECT_CONTAINS(r.out,
+                  "8 functions, 12 entries, 4 recompiles, 2 recompile-limit hits, "
+                  "4 graph breaks");
+  EXPECT_CONTAINS(r.out, "3 runs");
+  EXPECT_CONTAINS(r.out, "run 2 function 0: 2 entries, 1 recompile, compile ");
+  EXPECT_CONTAINS(r.out, "2 regions (+1 reused)");
+  EXPECT_CONTAINS(r.out, "    entry 1: arg 0 dim 1: expected 8, got 9\n");
+  EXPECT_CONTAINS(r.out,
+                  "recompile_limit (2) reached, later misses run eagerly; last failing "
+                  "guard: arg 0 dim 1: expected 8, got 10");
+  EXPECT_CONTAINS(r.out, "falls back to eager");
+  EXPECT_CONTAINS(r.out, "cache: 3 disk hits, 1 rejection");
+}
+
+TEST(LogsCommand, GraphBreaksAreCountedPerFunctionAndProcess) {
+  Result r = runLogs({kSample});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // Each process traces function 1 twice (a first call and one recompile), one break each;
+  // the break is logged before the entry it belongs to, so it must land in the same run.
+  EXPECT_EQ(occurrences(r.out, "    2x item() on the result of sum (%1)\n"), 2u) << r.out;
+  size_t run2 = r.out.find("run 2 function 1:"), run3 = r.out.find("run 3 function 0:");
+  ASSERT_NE(run2, std::string::npos);
+  EXPECT_NE(r.out.substr(run2, run3 - run2).find("graph breaks:"), std::string::npos) << r.out;
+}
+
+TEST(LogsCommand, WritesASelfContainedHtmlReport) {
+  std::string html = tempPath("report.html");
+  std::filesystem::remove(html);
+  Result r = runLogs({kSample, "--html", html});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string page = readFile(html);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u) << page.substr(0, 100);
+  EXPECT_CONTAINS(page, "<style>");
+  EXPECT_CONTAINS(page,
+                  "<tr><th>function</th><th>entry</th><th>ms</th><th>reason</th>"
+                  "<th>kernels</th></tr>");
+  EXPECT_CONTAINS(page, "<td>arg 0 dim 1: expected 8, got 9</td>");
+  for (const char* section : {"Recompiles", "Graph breaks", "Perf hints", "Cache events"}) {
+    EXPECT_CONTAINS(page, "<h2>" + std::string(section));
+  }
+  EXPECT_CONTAINS(page, "<td>item() on the result of sum (%1)</td><td>2</td>");
+  EXPECT_CONTAINS(page, "authentication failed (forged, or written with another key)");
+  for (const char* external : {"<script", "<link", "src=", "href=", "http"}) {
+    EXPECT_EQ(page.find(external), std::string::npos) << external;
+  }
+  EXPECT_EQ(page.substr(page.size() - 8), "</html>\n");
+}
+
+TEST(LogsCommand, HtmlEscapesEveryText) {
+  std::string trace = writeFile(
+      "escape.jsonl",
+      R"({"event":"perf_hints","message":"function 7 <script>alert(\"x\")</script> & 'y'"})"
+      "\n"
+      R"({"event":"compile","function":7,"entry":0,"seconds":0.5,"reason":"a < b && c > d"})"
+      "\n");
+  std::string html = tempPath("escape.html");
+  Result r = runLogs({trace, "--html", html});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string page = readFile(html);
+  EXPECT_EQ(page.find("<script>"), std::string::npos) << page;
+  EXPECT_CONTAINS(page, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;");
+  EXPECT_CONTAINS(page, "<td>a &lt; b &amp;&amp; c &gt; d</td>");
+  EXPECT_CONTAINS(r.out, "function 7: 1 entry, 0 recompiles, compile 500.0 ms total");
+}
+
+TEST(LogsCommand, MalformedLinesAreReportedAndSkipped) {
+  std::string trace = writeFile(
+      "malformed.jsonl",
+      R"({"event":"compile","function":0,"entry":0,"seconds":0.001,"reason":"first call"})"
+      "\n"
+      "this is not json\n"
+      "[1, 2]\n"
+      "\n"
+      R"({"event":"compile","function":0})"
+      "\n"
+      R"({"event":"recompiles","function":0,"entry":1,"guard":"arg 0 dim 0: expected 2, got 3"})"
+      "\n"
+      R"({"event":"compile","function":0,"entry":1,"seconds":0.002,"reason":"arg 0 dim 0)");
+  Result r = runLogs({trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "line 2: not JSON: ");
+  EXPECT_CONTAINS(r.err, "line 3: not a trace event");
+  EXPECT_CONTAINS(r.err, "line 5: key 'entry' not found");
+  EXPECT_CONTAINS(r.err, "line 7: not JSON: ");
+  EXPECT_EQ(occurrences(r.err, "\n"), 4u) << r.err;
+  EXPECT_CONTAINS(r.out, "2 events (1 compile, 1 recompiles); 4 malformed lines");
+  EXPECT_CONTAINS(r.out, "function 0: 1 entry, 1 recompile");
+  EXPECT_CONTAINS(r.out, "    entry 1: arg 0 dim 0: expected 2, got 3\n");
+}
+
+TEST(LogsCommand, UnreadableFileIsAFailure) {
+  Result r = runLogs({tempPath("no_such_trace.jsonl")});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "cannot read trace file");
+  EXPECT_CONTAINS(r.err, "No such file or directory");
+  EXPECT_EQ(r.out, "");
+  r = runLogs({testing::TempDir()});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "is a directory");
+}
+
+TEST(LogsCommand, UnwritableHtmlIsAFailure) {
+  Result r = runLogs({kSample, "--html", tempPath("no_such_dir/report.html")});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "cannot write");
+}
+
+TEST(LogsCommand, UsageErrors) {
+  Result r = runLogs({});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "missing the trace FILE");
+  r = runLogs({kSample, "--bogus"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "--bogus");
+  r = runLogs({kSample, kSample});
+  EXPECT_EQ(r.rc, 2);
+  r = runLogs({kSample, "--html"});
+  EXPECT_EQ(r.rc, 2);
+  r = runLogs({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_CONTAINS(r.out, "--html");
+}
+
+TEST(LogsCommand, IsACliCommand) {
+  std::ostringstream out, err;
+  const char* help[] = {"rcjit", "--help"};
+  EXPECT_EQ(rcjit::tools::runCli(2, help, out, err), 0);
+  EXPECT_CONTAINS(out.str(), "  logs ");
+  std::string file = kSample;
+  const char* logs[] = {"rcjit", "logs", file.c_str()};
+  EXPECT_EQ(rcjit::tools::runCli(3, logs, out, err), 0) << err.str();
+  EXPECT_CONTAINS(out.str(), "cache: 3 disk hits");
+  const char* bare[] = {"rcjit", "logs"};
+  EXPECT_EQ(rcjit::tools::runCli(2, bare, out, err), 2);
+}
+
+}  // namespace
