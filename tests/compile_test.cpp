@@ -2,6 +2,8 @@
 // recompiles, stances, the recompile limit, bad input, explain().
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <atomic>
 #include <thread>
 
@@ -13,14 +15,7 @@ using namespace rcjit;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using rcjit::test::errorOf;
 
 TEST(Compile, ToyModelCompilesOnceAndMatchesEager) {
   tools::ModelConfig c;

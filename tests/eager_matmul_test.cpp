@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <rcjit/rcjit.h>
 
 #include "targets/eager/DnnlContext.h"
@@ -125,16 +127,7 @@ void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
   }
 }
 
-/// The message of the rcjit::Error `f` throws ("" and a failure when it throws none).
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const rcjit::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an rcjit::Error";
-  return "";
-}
+using rcjit::test::errorOf;
 
 void checkMatmul(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-5) {
   expectClose(rcjit::matmul(a, b), refMatmul(refOf(a), refOf(b)), rtol, atol);

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <rcjit/rcjit.h>
 
 namespace {
@@ -33,15 +35,7 @@ void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
   }
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const rcjit::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an rcjit::Error";
-  return "";
-}
+using rcjit::test::errorOf;
 
 /// layer_norm (b may be null) or, with rms, rms_norm over the trailing w.numel() elements.
 Ref refNorm(const Ref& x, const Ref& w, const Ref* b, double eps, bool rms) {

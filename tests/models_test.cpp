@@ -1,6 +1,8 @@
 // The model zoo: registry, parameter arithmetic, eager and compiled forwards, dtypes, memory.
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <cmath>
 #include <functional>
 
@@ -16,14 +18,7 @@ using namespace rcjit::tools;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using rcjit::test::errorOf;
 
 LlamaConfig tinyLlama(bool tied = true) {
   LlamaConfig c;

@@ -1,6 +1,8 @@
 // safetensors: round trips of every dtype, loading checkpoints by HF names, error messages.
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,14 +19,7 @@ using namespace rcjit::tools;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using rcjit::test::errorOf;
 
 // A fresh file path under the test temp dir, removed at scope exit.
 struct TempFile {

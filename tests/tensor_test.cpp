@@ -1,6 +1,8 @@
 // Tensor basics: factories, views sharing storage, contiguity, conversions, host access.
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <cmath>
 #include <functional>
 
@@ -10,14 +12,7 @@ using namespace rcjit;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using rcjit::test::errorOf;
 
 TEST(Tensor, FactoriesFillAndAlign) {
   Tensor z = Tensor::zeros({2, 3});

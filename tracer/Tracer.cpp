@@ -23,6 +23,20 @@ Node valueNode(OpKind op, const Tensor& out, int region) {
 
 Tracer* Tracer::current() { return tlsTracer; }
 
+namespace {
+// Makes `t` this thread's tracer for its lifetime (restoring the previous one).
+class ActiveTracer {
+ public:
+  explicit ActiveTracer(Tracer* t) : previous_(tlsTracer) { tlsTracer = t; }
+  ~ActiveTracer() { tlsTracer = previous_; }
+  ActiveTracer(const ActiveTracer&) = delete;
+  ActiveTracer& operator=(const ActiveTracer&) = delete;
+
+ private:
+  Tracer* previous_;
+};
+}  // namespace
+
 Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta) {
   Tracer tracer;
   tracer.meta_ = meta;
@@ -38,14 +52,9 @@ Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool me
     tracer.keepAlive_.push_back(args[i]);
   }
   tracer.trace_.args = args;
-  struct Activate {
-    Tracer* previous;
-    explicit Activate(Tracer* t) : previous(tlsTracer) { tlsTracer = t; }
-    ~Activate() { tlsTracer = previous; }
-  };
   std::vector<Tensor> outs;
   {
-    Activate on(&tracer);
+    ActiveTracer on(&tracer);
     outs = fn(args);
   }
   for (const Tensor& o : outs) {
@@ -180,14 +189,9 @@ std::vector<Tensor> runSegmented(const TracedFn& fn, const std::vector<Tensor>& 
   Tracer tracer;
   tracer.meta_ = true;
   tracer.flush_ = &flush;
-  struct Activate {
-    Tracer* previous;
-    explicit Activate(Tracer* t) : previous(tlsTracer) { tlsTracer = t; }
-    ~Activate() { tlsTracer = previous; }
-  };
   std::vector<Tensor> outs;
   {
-    Activate on(&tracer);
+    ActiveTracer on(&tracer);
     outs = fn(args);  // args are real: used in a segment, they become captured inputs
     Segment last = tracer.takeSegment(outs);
     if (!last.pending.empty()) flush(last);
