@@ -48,26 +48,26 @@ rcjit::LoopKernel chainKernel() {
 struct Buffers {
   std::vector<float> a, b, c;
   Buffers() : a(kN, 0.5f), b(kN, 1.25f), c(kN, 0.f) {
-#pragma omp parallel for  // first touch spread like the runs
+#pragma omp parallel for // first touch spread like the runs
     for (int64_t i = 0; i < kN; ++i) a[i] = 0.001f * static_cast<float>(i % 1000);
   }
 };
 
-Buffers& buffers() {
+Buffers &buffers() {
   static Buffers b;
   return b;
 }
 
-void finish(benchmark::State& state) {
+void finish(benchmark::State &state) {
   state.SetBytesProcessed(state.iterations() * kN * 3 * static_cast<int64_t>(sizeof(float)));
 }
 
-void BM_StreamTriad(benchmark::State& state) {
+void BM_StreamTriad(benchmark::State &state) {
   int threads = static_cast<int>(state.range(0));
-  Buffers& buf = buffers();
-  float* a = buf.a.data();
-  float* b = buf.b.data();
-  float* c = buf.c.data();
+  Buffers &buf = buffers();
+  float *a = buf.a.data();
+  float *b = buf.b.data();
+  float *c = buf.c.data();
   for (auto _ : state) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < kN; ++i) c[i] = a[i] + 3.f * b[i];
@@ -76,13 +76,13 @@ void BM_StreamTriad(benchmark::State& state) {
   finish(state);
 }
 
-void BM_FusedChain8(benchmark::State& state) {
+void BM_FusedChain8(benchmark::State &state) {
   int threads = static_cast<int>(state.range(0));
-  static rcjit::KernelFn fn = rcjit::cpu::compileKernels({chainKernel()}, "bench.chain8")
-                                  .functions.at(0);
-  Buffers& buf = buffers();
-  char* ptrs[3] = {reinterpret_cast<char*>(buf.a.data()), reinterpret_cast<char*>(buf.b.data()),
-                   reinterpret_cast<char*>(buf.c.data())};
+  static rcjit::KernelFn fn =
+      rcjit::cpu::compileKernels({chainKernel()}, "bench.chain8").functions.at(0);
+  Buffers &buf = buffers();
+  char *ptrs[3] = {reinterpret_cast<char *>(buf.a.data()), reinterpret_cast<char *>(buf.b.data()),
+                   reinterpret_cast<char *>(buf.c.data())};
   int64_t syms[1] = {0};
   for (auto _ : state) {
 #pragma omp parallel num_threads(threads)
@@ -95,7 +95,7 @@ void BM_FusedChain8(benchmark::State& state) {
   finish(state);
 }
 
-void BM_CompileChain8(benchmark::State& state) {
+void BM_CompileChain8(benchmark::State &state) {
   int i = 0;
   for (auto _ : state) {
     rcjit::LoopKernel k = chainKernel();
@@ -104,7 +104,7 @@ void BM_CompileChain8(benchmark::State& state) {
   }
 }
 
-}  // namespace
+} // namespace
 
 BENCHMARK(BM_StreamTriad)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FusedChain8)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -15,21 +15,21 @@ namespace rcjit::cache {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'C', 'J', 'I', 'T', 'A', 'R', 'T'};
-constexpr uint64_t kMaxBlob = uint64_t(16) << 30;  // refuses decompression bombs
+constexpr uint64_t kMaxBlob = uint64_t(16) << 30; // refuses decompression bombs
 
-void put(std::vector<uint8_t>& out, uint64_t v, int n) {
+void put(std::vector<uint8_t> &out, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
-void putBytes(std::vector<uint8_t>& out, const void* p, size_t n) {
-  auto* b = static_cast<const uint8_t*>(p);
+void putBytes(std::vector<uint8_t> &out, const void *p, size_t n) {
+  auto *b = static_cast<const uint8_t *>(p);
   out.insert(out.end(), b, b + n);
 }
 
 // A bounds-checked reader over the decompressed blob.
 class Reader {
- public:
-  explicit Reader(const std::vector<uint8_t>& b) : b_(b) {}
+public:
+  explicit Reader(const std::vector<uint8_t> &b) : b_(b) {}
   uint64_t num(int n) {
     need(static_cast<uint64_t>(n));
     uint64_t v = 0;
@@ -50,15 +50,15 @@ class Reader {
   }
   bool done() const { return pos_ == b_.size(); }
 
- private:
+private:
   void need(uint64_t n) const {
     if (n > b_.size() - pos_) throw Error("load_artifacts: the blob is truncated or corrupt");
   }
-  const std::vector<uint8_t>& b_;
+  const std::vector<uint8_t> &b_;
   size_t pos_ = 0;
 };
 
-std::vector<uint8_t> decompress(const std::vector<uint8_t>& blob) {
+std::vector<uint8_t> decompress(const std::vector<uint8_t> &blob) {
   unsigned long long size = ZSTD_getFrameContentSize(blob.data(), blob.size());
   if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > kMaxBlob) {
     throw Error("load_artifacts: not an rcjit artifact blob (no valid zstd frame)");
@@ -72,9 +72,9 @@ std::vector<uint8_t> decompress(const std::vector<uint8_t>& blob) {
   return out;
 }
 
-}  // namespace
+} // namespace
 
-std::vector<uint8_t> packArtifacts(const Objects& objects) {
+std::vector<uint8_t> packArtifacts(const Objects &objects) {
   std::vector<uint8_t> raw;
   putBytes(raw, kMagic, sizeof kMagic);
   put(raw, kFormatVersion, 4);
@@ -82,16 +82,16 @@ std::vector<uint8_t> packArtifacts(const Objects& objects) {
   put(raw, version.size(), 4);
   putBytes(raw, version.data(), version.size());
   put(raw, objects.size(), 8);
-  for (const auto& [key, obj] : objects) {
+  for (const auto &[key, obj] : objects) {
     put(raw, key.size(), 4);
     putBytes(raw, key.data(), key.size());
     put(raw, obj->size(), 8);
     putBytes(raw, obj->data(), obj->size());
   }
   std::vector<uint8_t> out(ZSTD_compressBound(raw.size()));
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx *cctx = ZSTD_createCCtx();
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 9);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);  // zstd verifies it on load
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1); // zstd verifies it on load
   size_t n = ZSTD_compress2(cctx, out.data(), out.size(), raw.data(), raw.size());
   ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(n)) throw Error(std::string("save_artifacts: ") + ZSTD_getErrorName(n));
@@ -99,7 +99,7 @@ std::vector<uint8_t> packArtifacts(const Objects& objects) {
   return out;
 }
 
-Objects unpackArtifacts(const std::vector<uint8_t>& blob) {
+Objects unpackArtifacts(const std::vector<uint8_t> &blob) {
   std::vector<uint8_t> raw = decompress(blob);
   Reader r(raw);
   if (r.str(sizeof kMagic) != std::string(kMagic, sizeof kMagic)) {
@@ -125,4 +125,4 @@ Objects unpackArtifacts(const std::vector<uint8_t>& blob) {
   return out;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

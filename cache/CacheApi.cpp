@@ -9,22 +9,22 @@
 namespace rcjit::cache {
 
 namespace {
-ObjectStore& store() { return ObjectStore::instance(); }
-uint64_t get(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
-}  // namespace
+ObjectStore &store() { return ObjectStore::instance(); }
+uint64_t get(const std::atomic<uint64_t> &c) { return c.load(std::memory_order_relaxed); }
+} // namespace
 
-void set_dir(const std::string& path) { store().setDir(path); }
+void set_dir(const std::string &path) { store().setDir(path); }
 std::string dir() { return store().dir(); }
 void set_max_bytes(uint64_t bytes) { store().setMaxBytes(bytes); }
 uint64_t max_bytes() { return store().maxBytes(); }
-void set_key_file(const std::string& path) { store().setKeyFile(path); }
+void set_key_file(const std::string &path) { store().setKeyFile(path); }
 
 std::vector<uint8_t> save_artifacts() { return packArtifacts(store().usedObjects()); }
 std::vector<uint8_t> save_disk_artifacts() { return packArtifacts(store().diskObjects()); }
 
-size_t load_artifacts(const std::vector<uint8_t>& blob) {
+size_t load_artifacts(const std::vector<uint8_t> &blob) {
   Objects objects = unpackArtifacts(blob);
-  for (const auto& [key, obj] : objects) store().warm(key, obj);
+  for (const auto &[key, obj] : objects) store().warm(key, obj);
   logging::emit(logging::Kind::cache,
                 "loaded " + std::to_string(objects.size()) + " objects from artifacts");
   return objects.size();
@@ -36,9 +36,9 @@ void clear() {
 }
 
 Stats stats() {
-  const Counters& c = store().counters();
+  const Counters &c = store().counters();
   Stats s;
-  s.memory_hits = get(c.memoryHits);  // hits before lookups: a lookup counts first
+  s.memory_hits = get(c.memoryHits); // hits before lookups: a lookup counts first
   s.disk_hits = get(c.diskHits);
   s.lookups = get(c.lookups);
   s.misses = s.lookups - s.memory_hits - s.disk_hits;
@@ -52,10 +52,9 @@ Stats stats() {
 }
 
 void reset_stats() {
-  Counters& c = store().counters();
-  for (std::atomic<uint64_t>* a : {&c.lookups, &c.memoryHits, &c.diskHits, &c.diskMisses,
-                                   &c.stores, &c.diskWrites, &c.writeFailures, &c.rejections,
-                                   &c.evictions}) {
+  Counters &c = store().counters();
+  for (std::atomic<uint64_t> *a : {&c.lookups, &c.memoryHits, &c.diskHits, &c.diskMisses, &c.stores,
+                                   &c.diskWrites, &c.writeFailures, &c.rejections, &c.evictions}) {
     a->store(0, std::memory_order_relaxed);
   }
 }
@@ -74,4 +73,4 @@ DiskUsage disk_usage(bool verify) {
   return u;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

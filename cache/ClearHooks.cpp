@@ -7,15 +7,15 @@
 namespace rcjit::cache::detail {
 
 namespace {
-std::mutex& hooksMutex() {
-  static std::mutex* mu = new std::mutex();
+std::mutex &hooksMutex() {
+  static std::mutex *mu = new std::mutex();
   return *mu;
 }
-std::vector<std::function<void()>>& hooks() {
-  static auto* h = new std::vector<std::function<void()>>();
+std::vector<std::function<void()>> &hooks() {
+  static auto *h = new std::vector<std::function<void()>>();
   return *h;
 }
-}  // namespace
+} // namespace
 
 void onClear(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(hooksMutex());
@@ -28,7 +28,7 @@ void runClearHooks() {
     std::lock_guard<std::mutex> lock(hooksMutex());
     copy = hooks();
   }
-  for (auto& fn : copy) fn();
+  for (auto &fn : copy) fn();
 }
 
-}  // namespace rcjit::cache::detail
+} // namespace rcjit::cache::detail

@@ -10,4 +10,4 @@ void onClear(std::function<void()> fn);
 /// Runs every registered callback.
 void runClearHooks();
 
-}  // namespace rcjit::cache::detail
+} // namespace rcjit::cache::detail

@@ -11,11 +11,11 @@ struct Counters {
   std::atomic<uint64_t> memoryHits{0};
   std::atomic<uint64_t> diskHits{0};
   std::atomic<uint64_t> diskMisses{0};
-  std::atomic<uint64_t> stores{0};  // objects handed to the cache after a compile
+  std::atomic<uint64_t> stores{0}; // objects handed to the cache after a compile
   std::atomic<uint64_t> diskWrites{0};
   std::atomic<uint64_t> writeFailures{0};
-  std::atomic<uint64_t> rejections{0};  // disk entries refused by verification
-  std::atomic<uint64_t> evictions{0};   // disk entries removed for the size bound
+  std::atomic<uint64_t> rejections{0}; // disk entries refused by verification
+  std::atomic<uint64_t> evictions{0};  // disk entries removed for the size bound
 };
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

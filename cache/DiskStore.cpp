@@ -20,11 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSuffix = ".rcobj";
-constexpr const char* kTempPrefix = ".tmp-";
+constexpr const char *kSuffix = ".rcobj";
+constexpr const char *kTempPrefix = ".tmp-";
 constexpr auto kStaleTemp = std::chrono::minutes(10);
 
-bool readAll(int fd, std::vector<uint8_t>& out, size_t n) {
+bool readAll(int fd, std::vector<uint8_t> &out, size_t n) {
   out.resize(n);
   size_t got = 0;
   while (got < n) {
@@ -52,7 +52,7 @@ bool writeAll(int fd, std::span<const uint8_t> bytes) {
 bool deletable(Verdict v) { return v != Verdict::badTag; }
 
 // Unlinks `path` only if it is still the file we read (a racing writer may have replaced it).
-bool unlinkIfSame(const std::string& path, const struct stat& seen) {
+bool unlinkIfSame(const std::string &path, const struct stat &seen) {
   struct stat now {};
   if (::lstat(path.c_str(), &now) != 0) return false;
   if (now.st_dev != seen.st_dev || now.st_ino != seen.st_ino) return false;
@@ -65,13 +65,13 @@ struct FileInfo {
   fs::file_time_type mtime;
 };
 
-bool isEntryName(const std::string& name) {
+bool isEntryName(const std::string &name) {
   size_t n = std::strlen(kSuffix);
   return name.size() > n && name.compare(name.size() - n, n, kSuffix) == 0 &&
          isContentKey(std::string_view(name).substr(0, name.size() - n));
 }
 
-std::vector<FileInfo> listEntries(const std::string& dir, bool removeStaleTemps) {
+std::vector<FileInfo> listEntries(const std::string &dir, bool removeStaleTemps) {
   std::vector<FileInfo> out;
   std::error_code ec;
   auto now = fs::file_time_type::clock::now();
@@ -92,16 +92,14 @@ std::vector<FileInfo> listEntries(const std::string& dir, bool removeStaleTemps)
   return out;
 }
 
-}  // namespace
+} // namespace
 
-DiskStore::DiskStore(std::string dir, const Secret& secret, uint64_t maxBytes, Counters& counters)
+DiskStore::DiskStore(std::string dir, const Secret &secret, uint64_t maxBytes, Counters &counters)
     : dir_(std::move(dir)), secret_(secret), maxBytes_(maxBytes), counters_(counters) {}
 
-std::string DiskStore::pathOf(const std::string& key) const {
-  return dir_ + "/" + key + kSuffix;
-}
+std::string DiskStore::pathOf(const std::string &key) const { return dir_ + "/" + key + kSuffix; }
 
-void DiskStore::reject(const std::string& path, Verdict v, bool deleted) {
+void DiskStore::reject(const std::string &path, Verdict v, bool deleted) {
   counters_.rejections.fetch_add(1, std::memory_order_relaxed);
   logging::emit(logging::Kind::cache,
                 std::string("rejected disk entry ") + path + ": " + verdictText(v) +
@@ -109,7 +107,7 @@ void DiskStore::reject(const std::string& path, Verdict v, bool deleted) {
                 {{"path", path}, {"reason", verdictText(v)}, {"deleted", deleted}});
 }
 
-DiskStore::Read DiskStore::read(const std::string& key, std::vector<uint8_t>& payload) {
+DiskStore::Read DiskStore::read(const std::string &key, std::vector<uint8_t> &payload) {
   std::string path = pathOf(key);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Read::miss;
@@ -121,7 +119,7 @@ DiskStore::Read DiskStore::read(const std::string& key, std::vector<uint8_t>& pa
   }
   EntryFields e;
   Verdict v = ok ? decodeEntry(bytes, key, secret_, e) : Verdict::corrupt;
-  if (v == Verdict::ok) ::futimens(fd, nullptr);  // marks it recently used (LRU eviction)
+  if (v == Verdict::ok) ::futimens(fd, nullptr); // marks it recently used (LRU eviction)
   ::close(fd);
   if (v != Verdict::ok) {
     reject(path, v, ok && deletable(v) && unlinkIfSame(path, st));
@@ -131,7 +129,7 @@ DiskStore::Read DiskStore::read(const std::string& key, std::vector<uint8_t>& pa
   return Read::hit;
 }
 
-bool DiskStore::write(const std::string& key, std::span<const uint8_t> payload) {
+bool DiskStore::write(const std::string &key, std::span<const uint8_t> payload) {
   EntryFields e;
   e.key = key;
   e.payload.assign(payload.begin(), payload.end());
@@ -139,7 +137,7 @@ bool DiskStore::write(const std::string& key, std::span<const uint8_t> payload) 
   std::error_code ec;
   fs::create_directories(dir_, ec);
   std::string tmp = dir_ + "/" + kTempPrefix + key + "-XXXXXX";
-  int fd = ::mkstemp(tmp.data());  // mode 0600, a unique name per writer
+  int fd = ::mkstemp(tmp.data()); // mode 0600, a unique name per writer
   bool ok = fd >= 0 && writeAll(fd, bytes) && ::fsync(fd) == 0;
   if (fd >= 0) ok = ::close(fd) == 0 && ok;
   ok = ok && ::rename(tmp.c_str(), pathOf(key).c_str()) == 0;
@@ -159,16 +157,16 @@ bool DiskStore::write(const std::string& key, std::span<const uint8_t> payload) 
 size_t DiskStore::evict() {
   std::vector<FileInfo> files = listEntries(dir_, true);
   uint64_t total = 0;
-  for (const FileInfo& f : files) total += f.bytes;
+  for (const FileInfo &f : files) total += f.bytes;
   if (total <= maxBytes_) return 0;
   std::sort(files.begin(), files.end(),
-            [](const FileInfo& a, const FileInfo& b) { return a.mtime < b.mtime; });
+            [](const FileInfo &a, const FileInfo &b) { return a.mtime < b.mtime; });
   size_t removed = 0;
-  for (const FileInfo& f : files) {
+  for (const FileInfo &f : files) {
     if (total <= maxBytes_) break;
     std::error_code ec;
     if (fs::remove(f.path, ec)) ++removed;
-    total -= f.bytes;  // gone either way: removed here or by a racing process
+    total -= f.bytes; // gone either way: removed here or by a racing process
   }
   counters_.evictions.fetch_add(removed, std::memory_order_relaxed);
   if (removed && logging::wanted(logging::Kind::cache)) {
@@ -189,7 +187,7 @@ void DiskStore::clear() {
 
 DiskStore::Report DiskStore::inspect(bool verify) const {
   Report r;
-  for (const FileInfo& f : listEntries(dir_, false)) {
+  for (const FileInfo &f : listEntries(dir_, false)) {
     ++r.entries;
     r.bytes += f.bytes;
     if (!verify) continue;
@@ -209,11 +207,11 @@ DiskStore::Report DiskStore::inspect(bool verify) const {
 
 std::vector<std::string> DiskStore::keys() const {
   std::vector<std::string> out;
-  for (const FileInfo& f : listEntries(dir_, false)) {
+  for (const FileInfo &f : listEntries(dir_, false)) {
     std::string name = f.path.filename().string();
     out.push_back(name.substr(0, name.size() - std::strlen(kSuffix)));
   }
   return out;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

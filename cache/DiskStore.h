@@ -16,15 +16,15 @@ namespace rcjit::cache {
 /// `cache` log, counted and, unless it may be another user's authentic entry, deleted.
 /// Thread-safe; the counters are not owned and must outlive the store.
 class DiskStore {
- public:
-  DiskStore(std::string dir, const Secret& secret, uint64_t maxBytes, Counters& counters);
+public:
+  DiskStore(std::string dir, const Secret &secret, uint64_t maxBytes, Counters &counters);
 
   enum class Read { hit, miss, rejected };
   /// Looks `key` up; on a hit fills `payload` and marks the entry used (its mtime).
-  Read read(const std::string& key, std::vector<uint8_t>& payload);
+  Read read(const std::string &key, std::vector<uint8_t> &payload);
   /// Stores `payload` under `key`, then evicts least recently used entries over the bound.
   /// Returns false (and logs) when the directory cannot be written.
-  bool write(const std::string& key, std::span<const uint8_t> payload);
+  bool write(const std::string &key, std::span<const uint8_t> payload);
   /// Removes least recently used entries until the directory holds at most the bound, and
   /// stale temp files of crashed writers. Returns how many entries it removed.
   size_t evict();
@@ -39,19 +39,19 @@ class DiskStore {
   /// The keys of the entries present now (unverified).
   std::vector<std::string> keys() const;
 
-  const std::string& dir() const { return dir_; }
+  const std::string &dir() const { return dir_; }
   void setMaxBytes(uint64_t maxBytes) { maxBytes_ = maxBytes; }
   uint64_t maxBytes() const { return maxBytes_; }
   /// The file that holds `key`.
-  std::string pathOf(const std::string& key) const;
+  std::string pathOf(const std::string &key) const;
 
- private:
-  void reject(const std::string& path, Verdict v, bool deleted);
+private:
+  void reject(const std::string &path, Verdict v, bool deleted);
 
   std::string dir_;
   Secret secret_;
   std::atomic<uint64_t> maxBytes_;
-  Counters& counters_;
+  Counters &counters_;
 };
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -17,11 +17,11 @@ constexpr size_t kTagOffset = 40;
 constexpr size_t kHeaderSize = kTagOffset + 32;
 constexpr uint32_t kMaxField = 4096;
 
-void putLe(uint8_t* p, uint64_t v, int n) {
+void putLe(uint8_t *p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-uint64_t getLe(const uint8_t* p, int n) {
+uint64_t getLe(const uint8_t *p, int n) {
   uint64_t v = 0;
   for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
@@ -32,33 +32,33 @@ uint64_t bodyChecksum(std::span<const uint8_t> body) {
 }
 
 // OpenSSL's HMAC implementation, fetched once (an EVP_MAC may be shared between threads).
-EVP_MAC* hmacAlgorithm() {
-  static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+EVP_MAC *hmacAlgorithm() {
+  static EVP_MAC *mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   return mac;
 }
 
 // HMAC-SHA256 over the header up to the tag, then the body.
-Tag computeTag(const Secret& secret, const uint8_t* head, std::span<const uint8_t> body) {
+Tag computeTag(const Secret &secret, const uint8_t *head, std::span<const uint8_t> body) {
   Tag tag{};
   size_t len = 0;
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
                          OSSL_PARAM_construct_end()};
-  EVP_MAC_CTX* ctx = hmacAlgorithm() ? EVP_MAC_CTX_new(hmacAlgorithm()) : nullptr;
+  EVP_MAC_CTX *ctx = hmacAlgorithm() ? EVP_MAC_CTX_new(hmacAlgorithm()) : nullptr;
   bool ok = ctx && EVP_MAC_init(ctx, secret.data(), secret.size(), params) &&
             EVP_MAC_update(ctx, head, kTagOffset) &&
             EVP_MAC_update(ctx, body.data(), body.size()) &&
             EVP_MAC_final(ctx, tag.data(), &len, tag.size()) && len == tag.size();
   EVP_MAC_CTX_free(ctx);
-  if (!ok) tag.fill(0);  // never matches a real tag: the entry is refused
+  if (!ok) tag.fill(0); // never matches a real tag: the entry is refused
   return tag;
 }
 
-void copyAt(std::vector<uint8_t>& out, size_t at, const void* p, size_t n) {
+void copyAt(std::vector<uint8_t> &out, size_t at, const void *p, size_t n) {
   if (n) std::memcpy(out.data() + at, p, n);
 }
 
-std::vector<uint8_t> layout(const EntryFields& e) {
+std::vector<uint8_t> layout(const EntryFields &e) {
   size_t vl = e.version.size(), kl = e.key.size();
   std::vector<uint8_t> out(kHeaderSize + vl + kl + e.payload.size());
   copyAt(out, 0, kMagic, sizeof kMagic);
@@ -74,41 +74,49 @@ std::vector<uint8_t> layout(const EntryFields& e) {
   return out;
 }
 
-}  // namespace
+} // namespace
 
-const char* rcjitVersion() { return RCJIT_VERSION_STRING; }
+const char *rcjitVersion() { return RCJIT_VERSION_STRING; }
 
-std::vector<uint8_t> encodeEntryWithTag(const EntryFields& e, const Tag& tag) {
+std::vector<uint8_t> encodeEntryWithTag(const EntryFields &e, const Tag &tag) {
   std::vector<uint8_t> out = layout(e);
   std::memcpy(&out[kTagOffset], tag.data(), tag.size());
   return out;
 }
 
-std::vector<uint8_t> encodeEntry(const EntryFields& e, const Secret& secret) {
+std::vector<uint8_t> encodeEntry(const EntryFields &e, const Secret &secret) {
   std::vector<uint8_t> out = layout(e);
   Tag tag = computeTag(secret, out.data(), std::span(out).subspan(kHeaderSize));
   std::memcpy(&out[kTagOffset], tag.data(), tag.size());
   return out;
 }
 
-const char* verdictText(Verdict v) {
+const char *verdictText(Verdict v) {
   switch (v) {
-    case Verdict::ok: return "ok";
-    case Verdict::truncated: return "truncated";
-    case Verdict::corrupt: return "corrupt (bad header)";
-    case Verdict::badChecksum: return "checksum mismatch (corrupt)";
-    case Verdict::badTag: return "authentication failed (forged, or written with another key)";
-    case Verdict::foreignFormat: return "another cache format version";
-    case Verdict::foreignVersion: return "written by another rcjit version";
-    case Verdict::wrongKey: return "stored under another key";
+  case Verdict::ok:
+    return "ok";
+  case Verdict::truncated:
+    return "truncated";
+  case Verdict::corrupt:
+    return "corrupt (bad header)";
+  case Verdict::badChecksum:
+    return "checksum mismatch (corrupt)";
+  case Verdict::badTag:
+    return "authentication failed (forged, or written with another key)";
+  case Verdict::foreignFormat:
+    return "another cache format version";
+  case Verdict::foreignVersion:
+    return "written by another rcjit version";
+  case Verdict::wrongKey:
+    return "stored under another key";
   }
   return "?";
 }
 
-Verdict decodeEntry(std::span<const uint8_t> bytes, const std::string& key, const Secret& secret,
-                    EntryFields& out) {
+Verdict decodeEntry(std::span<const uint8_t> bytes, const std::string &key, const Secret &secret,
+                    EntryFields &out) {
   if (bytes.size() < kHeaderSize) return Verdict::truncated;
-  const uint8_t* h = bytes.data();
+  const uint8_t *h = bytes.data();
   if (std::memcmp(h, kMagic, sizeof kMagic) != 0) return Verdict::corrupt;
   if (getLe(h + 8, 4) != kFormatVersion) return Verdict::foreignFormat;
   uint64_t versionLen = getLe(h + 12, 4), keyLen = getLe(h + 16, 4), payloadLen = getLe(h + 24, 8);
@@ -131,4 +139,4 @@ Verdict decodeEntry(std::span<const uint8_t> bytes, const std::string& key, cons
   return Verdict::ok;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -16,7 +16,7 @@ using Secret = std::array<uint8_t, 32>;
 using Tag = std::array<uint8_t, 32>;
 
 /// This build's rcjit version (RCJIT_VERSION_STRING).
-const char* rcjitVersion();
+const char *rcjitVersion();
 
 /// What an entry holds. `format` and `version` default to this build's.
 struct EntryFields {
@@ -27,26 +27,26 @@ struct EntryFields {
 };
 
 /// Serializes `e` with its checksum and a tag computed with `secret`.
-std::vector<uint8_t> encodeEntry(const EntryFields& e, const Secret& secret);
+std::vector<uint8_t> encodeEntry(const EntryFields &e, const Secret &secret);
 /// Serializes `e` with its checksum but the given tag (tests use it to forge entries).
-std::vector<uint8_t> encodeEntryWithTag(const EntryFields& e, const Tag& tag);
+std::vector<uint8_t> encodeEntryWithTag(const EntryFields &e, const Tag &tag);
 
 /// Why an entry is refused (ok when it is not).
 enum class Verdict {
   ok,
-  truncated,       // shorter than its header says
-  corrupt,         // bad magic, oversized fields, trailing bytes
-  badChecksum,     // payload, version or key bytes changed
-  badTag,          // not written with this user's secret: forged or foreign
-  foreignFormat,   // another entry format version
-  foreignVersion,  // written by another rcjit version
-  wrongKey,        // authentic, but stored under another key's name
+  truncated,      // shorter than its header says
+  corrupt,        // bad magic, oversized fields, trailing bytes
+  badChecksum,    // payload, version or key bytes changed
+  badTag,         // not written with this user's secret: forged or foreign
+  foreignFormat,  // another entry format version
+  foreignVersion, // written by another rcjit version
+  wrongKey,       // authentic, but stored under another key's name
 };
-const char* verdictText(Verdict v);
+const char *verdictText(Verdict v);
 
 /// Checks everything about `bytes` (structure, checksum, tag in constant time, format and
 /// rcjit version, that it is the entry for `key`) and on success fills `out`.
-Verdict decodeEntry(std::span<const uint8_t> bytes, const std::string& key, const Secret& secret,
-                    EntryFields& out);
+Verdict decodeEntry(std::span<const uint8_t> bytes, const std::string &key, const Secret &secret,
+                    EntryFields &out);
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::string_view kPrefix = "rcjit-";
 
-std::string hex(const unsigned char* p, size_t n) {
+std::string hex(const unsigned char *p, size_t n) {
   std::string s;
   char buf[3];
   for (size_t i = 0; i < n; ++i) {
@@ -28,17 +28,17 @@ std::string hex(const unsigned char* p, size_t n) {
 }
 
 // The build id in the PT_NOTE segments of one loaded object.
-std::string noteBuildId(const dl_phdr_info* info) {
+std::string noteBuildId(const dl_phdr_info *info) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const ElfW(Phdr) &ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_NOTE) continue;
-    auto* p = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
-    const unsigned char* end = p + ph.p_memsz;
+    auto *p = reinterpret_cast<const unsigned char *>(info->dlpi_addr + ph.p_vaddr);
+    const unsigned char *end = p + ph.p_memsz;
     while (p + sizeof(ElfW(Nhdr)) <= end) {
       ElfW(Nhdr) nh;
       std::memcpy(&nh, p, sizeof nh);
-      const unsigned char* name = p + sizeof nh;
-      const unsigned char* desc = name + ((nh.n_namesz + 3) & ~3u);
+      const unsigned char *name = p + sizeof nh;
+      const unsigned char *desc = name + ((nh.n_namesz + 3) & ~3u);
       if (desc + nh.n_descsz > end) break;
       if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
         return hex(desc, nh.n_descsz);
@@ -50,21 +50,21 @@ std::string noteBuildId(const dl_phdr_info* info) {
 }
 
 struct Search {
-  const void* base;
+  const void *base;
   std::string id;
 };
 
 std::string findBuildId() {
   Dl_info dl{};
-  if (!dladdr(reinterpret_cast<const void*>(&findBuildId), &dl)) return "";
+  if (!dladdr(reinterpret_cast<const void *>(&findBuildId), &dl)) return "";
   Search s{dl.dli_fbase, ""};
   dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* s = static_cast<Search*>(data);
+      [](dl_phdr_info *info, size_t, void *data) {
+        auto *s = static_cast<Search *>(data);
         for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
           if (ph.p_type == PT_LOAD && ph.p_offset == 0 &&
-              reinterpret_cast<const void*>(info->dlpi_addr + ph.p_vaddr) == s->base) {
+              reinterpret_cast<const void *>(info->dlpi_addr + ph.p_vaddr) == s->base) {
             s->id = noteBuildId(info);
             return 1;
           }
@@ -75,15 +75,15 @@ std::string findBuildId() {
   return s.id;
 }
 
-}  // namespace
+} // namespace
 
-const std::string& buildId() {
+const std::string &buildId() {
   static const std::string id = findBuildId();
   return id;
 }
 
-std::string contentKey(const std::vector<std::string_view>& parts) {
-  XXH3_state_t* st = XXH3_createState();
+std::string contentKey(const std::vector<std::string_view> &parts) {
+  XXH3_state_t *st = XXH3_createState();
   XXH3_128bits_reset(st);
   auto add = [&](std::string_view s) {
     uint64_t n = s.size();
@@ -109,4 +109,4 @@ bool isContentKey(std::string_view key) {
   return true;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

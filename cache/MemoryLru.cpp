@@ -3,7 +3,7 @@
 
 namespace rcjit::cache {
 
-Bytes MemoryLru::get(const std::string& key) {
+Bytes MemoryLru::get(const std::string &key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return nullptr;
@@ -11,7 +11,7 @@ Bytes MemoryLru::get(const std::string& key) {
   return it->second->second;
 }
 
-void MemoryLru::put(const std::string& key, Bytes value) {
+void MemoryLru::put(const std::string &key, Bytes value) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
     bytes_ -= it->second->second->size();
@@ -55,4 +55,4 @@ void MemoryLru::evictLocked() {
   }
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -15,26 +15,26 @@ using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 /// Holds at most `maxBytes` of payload (an entry larger than that is not kept). Values are
 /// shared and immutable, so a reader keeps its copy alive after eviction. Thread-safe.
 class MemoryLru {
- public:
+public:
   explicit MemoryLru(uint64_t maxBytes) : maxBytes_(maxBytes) {}
   /// The value for `key` (now the most recently used), or nullptr.
-  Bytes get(const std::string& key);
+  Bytes get(const std::string &key);
   /// Inserts or replaces `key`, then evicts the least recently used entries over the bound.
-  void put(const std::string& key, Bytes value);
+  void put(const std::string &key, Bytes value);
   void setMaxBytes(uint64_t maxBytes);
   void clear();
   uint64_t bytes() const;
   size_t size() const;
 
- private:
+private:
   using Item = std::pair<std::string, Bytes>;
   void evictLocked();
 
   mutable std::mutex mu_;
-  std::list<Item> order_;  // most recently used first
+  std::list<Item> order_; // most recently used first
   std::unordered_map<std::string, std::list<Item>::iterator> index_;
   uint64_t bytes_ = 0;
   uint64_t maxBytes_;
 };
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -16,16 +16,16 @@ constexpr uint64_t kDefaultDiskBytes = uint64_t(1) << 30;
 constexpr uint64_t kDefaultMemoryBytes = uint64_t(512) << 20;
 
 std::string defaultDir() {
-  if (const char* d = std::getenv("RCJIT_CACHE_DIR")) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rcjit";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/rcjit";
+  if (const char *d = std::getenv("RCJIT_CACHE_DIR")) return d;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rcjit";
+  if (const char *h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/rcjit";
   return "";
 }
 
 uint64_t defaultMaxBytes() {
-  const char* s = std::getenv("RCJIT_CACHE_MAX_BYTES");
+  const char *s = std::getenv("RCJIT_CACHE_MAX_BYTES");
   if (!s || !*s) return kDefaultDiskBytes;
-  char* end = nullptr;
+  char *end = nullptr;
   unsigned long long v = std::strtoull(s, &end, 10);
   if (*end != '\0' || v == 0) {
     logging::emit(logging::Kind::cache, std::string("RCJIT_CACHE_MAX_BYTES='") + s +
@@ -35,19 +35,17 @@ uint64_t defaultMaxBytes() {
   return v;
 }
 
-bool isOff(const std::string& dir) { return dir.empty() || dir == "off"; }
+bool isOff(const std::string &dir) { return dir.empty() || dir == "off"; }
 
-}  // namespace
+} // namespace
 
-ObjectStore& ObjectStore::instance() {
-  static ObjectStore* s = new ObjectStore();  // never destroyed: used by code outliving statics
+ObjectStore &ObjectStore::instance() {
+  static ObjectStore *s = new ObjectStore(); // never destroyed: used by code outliving statics
   return *s;
 }
 
 ObjectStore::ObjectStore()
-    : memory_(kDefaultMemoryBytes),
-      dir_(defaultDir()),
-      keyFile_(defaultKeyFile()),
+    : memory_(kDefaultMemoryBytes), dir_(defaultDir()), keyFile_(defaultKeyFile()),
       maxBytes_(defaultMaxBytes()) {}
 
 std::shared_ptr<DiskStore> ObjectStore::disk() {
@@ -64,12 +62,12 @@ std::shared_ptr<DiskStore> ObjectStore::disk() {
   return disk_;
 }
 
-void ObjectStore::markUsed(const std::string& key) {
+void ObjectStore::markUsed(const std::string &key) {
   std::lock_guard<std::mutex> lock(mu_);
   used_.insert(key);
 }
 
-Bytes ObjectStore::lookup(const std::string& key) {
+Bytes ObjectStore::lookup(const std::string &key) {
   if (!isContentKey(key)) return nullptr;
   counters_.lookups.fetch_add(1, std::memory_order_relaxed);
   if (Bytes b = memory_.get(key)) {
@@ -94,7 +92,7 @@ Bytes ObjectStore::lookup(const std::string& key) {
   return b;
 }
 
-void ObjectStore::store(const std::string& key, std::span<const uint8_t> object) {
+void ObjectStore::store(const std::string &key, std::span<const uint8_t> object) {
   if (!isContentKey(key)) return;
   counters_.stores.fetch_add(1, std::memory_order_relaxed);
   auto b = std::make_shared<const std::vector<uint8_t>>(object.begin(), object.end());
@@ -103,14 +101,14 @@ void ObjectStore::store(const std::string& key, std::span<const uint8_t> object)
   if (std::shared_ptr<DiskStore> d = disk()) d->write(key, object);
 }
 
-void ObjectStore::warm(const std::string& key, Bytes object) {
+void ObjectStore::warm(const std::string &key, Bytes object) {
   if (!isContentKey(key)) return;
   memory_.put(key, object);
   markUsed(key);
   if (std::shared_ptr<DiskStore> d = disk()) d->write(key, *object);
 }
 
-void ObjectStore::setDir(const std::string& dir) {
+void ObjectStore::setDir(const std::string &dir) {
   std::lock_guard<std::mutex> lock(mu_);
   dir_ = dir;
   disk_.reset();
@@ -140,7 +138,7 @@ uint64_t ObjectStore::maxBytes() const {
   return maxBytes_;
 }
 
-void ObjectStore::setKeyFile(const std::string& path) {
+void ObjectStore::setKeyFile(const std::string &path) {
   std::lock_guard<std::mutex> lock(mu_);
   keyFile_ = path;
   disk_.reset();
@@ -169,7 +167,7 @@ std::vector<std::pair<std::string, Bytes>> ObjectStore::usedObjects() {
   }
   std::shared_ptr<DiskStore> d = disk();
   std::vector<std::pair<std::string, Bytes>> out;
-  for (const std::string& k : keys) {
+  for (const std::string &k : keys) {
     Bytes b = memory_.get(k);
     std::vector<uint8_t> payload;
     if (!b && d && d->read(k, payload) == DiskStore::Read::hit) {
@@ -184,7 +182,7 @@ std::vector<std::pair<std::string, Bytes>> ObjectStore::diskObjects() {
   std::vector<std::pair<std::string, Bytes>> out;
   std::shared_ptr<DiskStore> d = disk();
   if (!d) return out;
-  for (const std::string& k : d->keys()) {
+  for (const std::string &k : d->keys()) {
     std::vector<uint8_t> payload;
     if (d->read(k, payload) != DiskStore::Read::hit) continue;
     out.emplace_back(k, std::make_shared<const std::vector<uint8_t>>(std::move(payload)));
@@ -192,4 +190,4 @@ std::vector<std::pair<std::string, Bytes>> ObjectStore::diskObjects() {
   return out;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -19,22 +19,22 @@ namespace rcjit::cache {
 /// (RCJIT_CACHE_DIR, RCJIT_CACHE_MAX_BYTES, RCJIT_CACHE_KEY_FILE) or the setters, and opened
 /// lazily: a missing or unusable key file turns it off with one `cache` log line.
 class ObjectStore {
- public:
-  static ObjectStore& instance();
+public:
+  static ObjectStore &instance();
 
   /// The object for `key`: memory first, then disk (a disk hit is kept in memory too).
-  Bytes lookup(const std::string& key);
+  Bytes lookup(const std::string &key);
   /// Records a freshly compiled object in memory and on disk.
-  void store(const std::string& key, std::span<const uint8_t> object);
+  void store(const std::string &key, std::span<const uint8_t> object);
   /// Adds an object from an artifact blob (memory and disk), as if compiled here.
-  void warm(const std::string& key, Bytes object);
+  void warm(const std::string &key, Bytes object);
 
   /// "" or "off" turns the disk layer off.
-  void setDir(const std::string& dir);
+  void setDir(const std::string &dir);
   std::string dir() const;
   void setMaxBytes(uint64_t bytes);
   uint64_t maxBytes() const;
-  void setKeyFile(const std::string& path);
+  void setKeyFile(const std::string &path);
   std::string keyFile() const;
   /// Drops memory entries and removes disk entries.
   void clear();
@@ -46,16 +46,16 @@ class ObjectStore {
   std::vector<std::pair<std::string, Bytes>> diskObjects();
   /// The disk store, opened if needed; nullptr when off or unusable.
   std::shared_ptr<DiskStore> disk();
-  Counters& counters() { return counters_; }
-  const MemoryLru& memory() const { return memory_; }
+  Counters &counters() { return counters_; }
+  const MemoryLru &memory() const { return memory_; }
 
- private:
+private:
   ObjectStore();
-  void markUsed(const std::string& key);
+  void markUsed(const std::string &key);
 
   Counters counters_;
   MemoryLru memory_;
-  mutable std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_; // guards everything below
   std::string dir_;
   std::string keyFile_;
   uint64_t maxBytes_;
@@ -64,4 +64,4 @@ class ObjectStore {
   std::set<std::string> used_;
 };
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -17,9 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errnoText(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errnoText(const std::string &what) { return what + ": " + std::strerror(errno); }
 
-bool randomBytes(Secret& s) {
+bool randomBytes(Secret &s) {
   size_t got = 0;
   while (got < s.size()) {
     ssize_t n = getrandom(s.data() + got, s.size() - got, 0);
@@ -30,7 +30,7 @@ bool randomBytes(Secret& s) {
   return true;
 }
 
-bool writeAll(int fd, const uint8_t* p, size_t n) {
+bool writeAll(int fd, const uint8_t *p, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -42,12 +42,12 @@ bool writeAll(int fd, const uint8_t* p, size_t n) {
 }
 
 // Creates `path` with a fresh secret unless it exists; a racing creator's file wins.
-bool createKeyFile(const std::string& path, std::string& why) {
+bool createKeyFile(const std::string &path, std::string &why) {
   std::error_code ec;
   fs::path dir = fs::path(path).parent_path();
   if (!dir.empty()) fs::create_directories(dir, ec);
   std::string tmp = path + ".tmp-XXXXXX";
-  int fd = mkstemp(tmp.data());  // mode 0600
+  int fd = mkstemp(tmp.data()); // mode 0600
   if (fd < 0) {
     why = errnoText("cannot create the cache key file " + path);
     return false;
@@ -61,20 +61,20 @@ bool createKeyFile(const std::string& path, std::string& why) {
   return ok;
 }
 
-}  // namespace
+} // namespace
 
 std::string defaultKeyFile() {
-  if (const char* f = std::getenv("RCJIT_CACHE_KEY_FILE"); f && *f) return f;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) {
+  if (const char *f = std::getenv("RCJIT_CACHE_KEY_FILE"); f && *f) return f;
+  if (const char *x = std::getenv("XDG_CONFIG_HOME"); x && *x) {
     return std::string(x) + "/rcjit/cache.key";
   }
-  if (const char* h = std::getenv("HOME"); h && *h) {
+  if (const char *h = std::getenv("HOME"); h && *h) {
     return std::string(h) + "/.config/rcjit/cache.key";
   }
   return "";
 }
 
-std::optional<Secret> loadOrCreateSecret(const std::string& path, std::string& why) {
+std::optional<Secret> loadOrCreateSecret(const std::string &path, std::string &why) {
   if (path.empty()) {
     why = "no cache key file (set RCJIT_CACHE_KEY_FILE or HOME)";
     return std::nullopt;
@@ -103,4 +103,4 @@ std::optional<Secret> loadOrCreateSecret(const std::string& path, std::string& w
   return s;
 }
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

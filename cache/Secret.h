@@ -15,6 +15,6 @@ std::string defaultKeyFile();
 /// random source, atomically even with several processes racing) when it does not exist.
 /// Refuses a key file that others may read or that another user owns. On failure returns
 /// nullopt and sets `why`. Thread-safe.
-std::optional<Secret> loadOrCreateSecret(const std::string& path, std::string& why);
+std::optional<Secret> loadOrCreateSecret(const std::string &path, std::string &why);
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

@@ -7,20 +7,20 @@ using namespace rcjit;
 
 int main() {
   int rewritten = 0;
-  register_graph_pass("mul2_to_add", [&](const Graph& g) {
+  register_graph_pass("mul2_to_add", [&](const Graph &g) {
     Graph out = g;
-    for (Node& n : out.nodes) {
+    for (Node &n : out.nodes) {
       if (n.op != OpKind::mul || n.inputs.size() != 2) continue;
-      const Node& c = out.nodes[n.inputs[1]];
+      const Node &c = out.nodes[n.inputs[1]];
       if (c.op == OpKind::full && c.shape.empty() && c.attrs.value == 2.0) {
-        n.op = OpKind::add;                   // x * 2 -> x + x
+        n.op = OpKind::add; // x * 2 -> x + x
         n.inputs[1] = n.inputs[0];
         ++rewritten;
       }
     }
-    return rewritten ? out : g;               // unchanged when it did nothing
+    return rewritten ? out : g; // unchanged when it did nothing
   });
-  auto f = compile([](const Tensor& x) { return relu(x * 2.0) - 1.0; });
+  auto f = compile([](const Tensor &x) { return relu(x * 2.0) - 1.0; });
   Tensor x = Tensor::randn({1000}, 7);
   Tensor y = f(x);
   y = f(x);

@@ -18,20 +18,27 @@ struct Decoder : nn::Module<Decoder> {
         v(kHidden, kKvHeads * kHeadDim, false, s + 2), o(kHidden, kHidden, false, s + 3),
         gate(kHidden, kFfn, false, s + 4), up(kHidden, kFfn, false, s + 5),
         down(kFfn, kHidden, false, s + 6) {
-    for (auto [name, m] : {std::pair<const char*, nn::ModuleBase*>{"norm1", &norm1},
-                           {"norm2", &norm2}, {"q", &q}, {"k", &k}, {"v", &v}, {"o", &o},
-                           {"gate", &gate}, {"up", &up}, {"down", &down}}) {
+    for (auto [name, m] : {std::pair<const char *, nn::ModuleBase *>{"norm1", &norm1},
+                           {"norm2", &norm2},
+                           {"q", &q},
+                           {"k", &k},
+                           {"v", &v},
+                           {"o", &o},
+                           {"gate", &gate},
+                           {"up", &up},
+                           {"down", &down}}) {
       register_module(name, *m);
     }
   }
-  static Tensor heads(const Tensor& x, int64_t n) {  // [b, s, n*d] -> [b, n, s, d]
+  static Tensor heads(const Tensor &x, int64_t n) { // [b, s, n*d] -> [b, n, s, d]
     return transpose(reshape(x, {x.size(0), x.size(1), n, kHeadDim}), 1, 2);
   }
-  static Tensor repeatKv(const Tensor& x) {  // [b, kv, s, d] -> [b, heads, s, d]
-    Tensor e = expand(unsqueeze(x, 2), {x.size(0), kKvHeads, kHeads / kKvHeads, x.size(2), kHeadDim});
+  static Tensor repeatKv(const Tensor &x) { // [b, kv, s, d] -> [b, heads, s, d]
+    Tensor e =
+        expand(unsqueeze(x, 2), {x.size(0), kKvHeads, kHeads / kKvHeads, x.size(2), kHeadDim});
     return reshape(e, {x.size(0), kHeads, x.size(2), kHeadDim});
   }
-  Tensor forward(const Tensor& x) {
+  Tensor forward(const Tensor &x) {
     Tensor h = norm1(x);
     Tensor a = scaled_dot_product_attention(heads(q(h), kHeads), repeatKv(heads(k(h), kKvHeads)),
                                             repeatKv(heads(v(h), kKvHeads)), true);
@@ -49,12 +56,12 @@ struct Llama : nn::Module<Llama> {
     register_module("norm", norm);
   }
   Tensor forward(Tensor x) {
-    for (Decoder& d : layers) x = d(x);
+    for (Decoder &d : layers) x = d(x);
     return norm(x);
   }
 };
 
-template <class F> double ms(F&& f) {
+template <class F> double ms(F &&f) {
   auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -78,8 +85,8 @@ int main() {
     for (int i = 0; i < 5; ++i) steady = std::min(steady, ms([&] { y = fast(x); }));
     bool same = allclose(y, ref, 1e-3, 1e-4);
     ok = ok && same;
-    std::printf("%-9s %12.3f %14.3f %8s\n", mode == Mode::full ? "full" : "regional", first,
-                steady, same ? "yes" : "NO");
+    std::printf("%-9s %12.3f %14.3f %8s\n", mode == Mode::full ? "full" : "regional", first, steady,
+                same ? "yes" : "NO");
   }
   return ok ? 0 : 1;
 }

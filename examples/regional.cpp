@@ -12,7 +12,7 @@ struct Layer : nn::Module<Layer> {
     register_module("linear1", linear1);
     register_module("linear2", linear2);
   }
-  Tensor forward(const Tensor& x) { return relu(linear2(sigmoid(relu(linear1(x))))); }
+  Tensor forward(const Tensor &x) { return relu(linear2(sigmoid(relu(linear1(x))))); }
 };
 
 struct Model : nn::Module<Model> {
@@ -25,20 +25,21 @@ struct Model : nn::Module<Model> {
   }
   Tensor forward(Tensor x) {
     x = linear(x);
-    for (Layer& l : layers) x = l(x);
+    for (Layer &l : layers) x = l(x);
     return x;
   }
 };
 
 double firstCallMs(Mode mode, int64_t rows) {
-  Model model;  // fresh parameters: nothing shared with the other mode's model
+  Model model; // fresh parameters: nothing shared with the other mode's model
   CompileOptions opts;
   opts.mode = mode;
   auto compiled = compile(model, opts);
   Tensor x = Tensor::randn({rows, 10}, 42);
   auto t0 = std::chrono::steady_clock::now();
   Tensor y = compiled(x);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   CompileStats s = compiled.stats();
   std::printf("%-8s first call %8.2f ms  compiles %3d  cache hits %3d  matches eager: %s\n",
               mode == Mode::full ? "full" : "regional", ms, s.compiles, s.cache_hits,

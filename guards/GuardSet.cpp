@@ -7,12 +7,12 @@
 
 namespace rcjit {
 
-GuardSet GuardSet::fromInputs(const std::vector<Tensor>& inputs,
-                              const std::vector<std::string>& labels, size_t identityFrom) {
+GuardSet GuardSet::fromInputs(const std::vector<Tensor> &inputs,
+                              const std::vector<std::string> &labels, size_t identityFrom) {
   GuardSet g;
   g.tensors_.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
+    const Tensor &t = inputs[i];
     TensorGuard tg;
     tg.label = i < labels.size() ? labels[i] : "input " + std::to_string(i);
     tg.impl = i >= identityFrom ? t.impl().get() : nullptr;
@@ -33,13 +33,13 @@ GuardSet GuardSet::fromInputs(const std::vector<Tensor>& inputs,
 namespace {
 
 // Returns "" when t passes g, else the reason (built only when `explain`).
-template <bool explain> std::string checkOne(const TensorGuard& g, const Tensor& t) {
-  const detail::TensorImpl* impl = t.impl().get();
+template <bool explain> std::string checkOne(const TensorGuard &g, const Tensor &t) {
+  const detail::TensorImpl *impl = t.impl().get();
   if (!impl) {
     if constexpr (explain) return g.label + ": expected a tensor, got an undefined Tensor";
     return "x";
   }
-  if (impl == g.impl) return {};  // shape, dtype and strides of an impl never change
+  if (impl == g.impl) return {}; // shape, dtype and strides of an impl never change
   if (impl->dtype != g.dtype) {
     if constexpr (explain) {
       return g.label + " dtype: expected " + std::string(dtypeName(g.dtype)) + ", got " +
@@ -62,7 +62,7 @@ template <bool explain> std::string checkOne(const TensorGuard& g, const Tensor&
     return "x";
   }
   for (size_t d = 0; d < g.dims.size(); ++d) {
-    const DimGuard& dg = g.dims[d];
+    const DimGuard &dg = g.dims[d];
     int64_t size = impl->shape[d];
     bool ok = dg.sym < 0 ? size == dg.size : size >= dg.min && size <= dg.max;
     if (!ok) {
@@ -76,8 +76,8 @@ template <bool explain> std::string checkOne(const TensorGuard& g, const Tensor&
       return "x";
     }
   }
-  for (size_t d = 0; d < g.dims.size(); ++d) {  // sizes first: they explain more
-    const DimGuard& dg = g.dims[d];
+  for (size_t d = 0; d < g.dims.size(); ++d) { // sizes first: they explain more
+    const DimGuard &dg = g.dims[d];
     if (dg.checkStride && impl->shape[d] != 1 && impl->strides[d] != dg.stride) {
       if constexpr (explain) {
         return g.label + " stride of dim " + std::to_string(d) + ": expected " +
@@ -90,9 +90,9 @@ template <bool explain> std::string checkOne(const TensorGuard& g, const Tensor&
   return {};
 }
 
-}  // namespace
+} // namespace
 
-bool GuardSet::check(const Tensor* const* inputs, size_t n) const {
+bool GuardSet::check(const Tensor *const *inputs, size_t n) const {
   if (n != tensors_.size()) return false;
   for (size_t i = 0; i < n; ++i) {
     if (!checkOne<false>(tensors_[i], *inputs[i]).empty()) return false;
@@ -100,7 +100,7 @@ bool GuardSet::check(const Tensor* const* inputs, size_t n) const {
   return true;
 }
 
-std::string GuardSet::firstFailure(const Tensor* const* inputs, size_t n) const {
+std::string GuardSet::firstFailure(const Tensor *const *inputs, size_t n) const {
   if (n != tensors_.size()) {
     return "number of inputs: expected " + std::to_string(tensors_.size()) + ", got " +
            std::to_string(n);
@@ -112,7 +112,7 @@ std::string GuardSet::firstFailure(const Tensor* const* inputs, size_t n) const 
   return {};
 }
 
-std::string GuardSet::allFailures(const Tensor* const* inputs, size_t n) const {
+std::string GuardSet::allFailures(const Tensor *const *inputs, size_t n) const {
   std::string out;
   if (n != tensors_.size()) return firstFailure(inputs, n);
   for (size_t i = 0; i < n; ++i) {
@@ -124,10 +124,10 @@ std::string GuardSet::allFailures(const Tensor* const* inputs, size_t n) const {
 
 std::string GuardSet::print() const {
   std::ostringstream os;
-  for (const TensorGuard& g : tensors_) {
+  for (const TensorGuard &g : tensors_) {
     os << g.label << ": " << dtypeName(g.dtype) << " " << g.device.str() << " [";
     for (size_t d = 0; d < g.dims.size(); ++d) {
-      const DimGuard& dg = g.dims[d];
+      const DimGuard &dg = g.dims[d];
       if (d) os << ", ";
       if (dg.sym >= 0) {
         os << "s" << dg.sym << " in [" << dg.min << ", " << dg.max << "]";
@@ -144,4 +144,4 @@ std::string GuardSet::print() const {
   return os.str();
 }
 
-}  // namespace rcjit
+} // namespace rcjit

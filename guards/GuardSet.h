@@ -16,18 +16,18 @@ namespace rcjit {
 
 /// What one dim of a guarded tensor must be.
 struct DimGuard {
-  int64_t size = 0;    // static size (when sym < 0)
-  int32_t sym = -1;    // symbolic: any size in [min, max]
+  int64_t size = 0; // static size (when sym < 0)
+  int32_t sym = -1; // symbolic: any size in [min, max]
   int64_t min = 0;
   int64_t max = 0;
-  int64_t stride = 0;  // required stride (static layouts); ignored for size-1 dims
+  int64_t stride = 0; // required stride (static layouts); ignored for size-1 dims
   bool checkStride = true;
 };
 
 /// Guards for one input (argument or captured tensor).
 struct TensorGuard {
-  std::string label;   // "arg 0", "captured 3 (layers.0.linear1.weight)"
-  const void* impl = nullptr;  // identity at trace time (captured tensors): passes at once
+  std::string label;          // "arg 0", "captured 3 (layers.0.linear1.weight)"
+  const void *impl = nullptr; // identity at trace time (captured tensors): passes at once
   DType dtype = DType::f32;
   Device device;
   std::vector<DimGuard> dims;
@@ -35,28 +35,28 @@ struct TensorGuard {
 
 /// The guard set of one cache entry. Immutable after construction; thread-safe to check.
 class GuardSet {
- public:
+public:
   GuardSet() = default;
   /// Static guards for `inputs` (args then captured tensors), labelled by `labels`.
   /// Inputs from index `identityFrom` on also get an identity shortcut: the caller must
   /// keep those tensors alive as long as the GuardSet (so their address is not reused).
-  static GuardSet fromInputs(const std::vector<Tensor>& inputs,
-                             const std::vector<std::string>& labels, size_t identityFrom);
+  static GuardSet fromInputs(const std::vector<Tensor> &inputs,
+                             const std::vector<std::string> &labels, size_t identityFrom);
 
   /// True when every input passes. `inputs` are args then captured tensors, `n` of them.
-  bool check(const Tensor* const* inputs, size_t n) const;
+  bool check(const Tensor *const *inputs, size_t n) const;
   /// The first failing guard as "arg 0 dim 1: expected 128, got 77"; "" when all pass.
-  std::string firstFailure(const Tensor* const* inputs, size_t n) const;
+  std::string firstFailure(const Tensor *const *inputs, size_t n) const;
   /// Every failing guard, one per line.
-  std::string allFailures(const Tensor* const* inputs, size_t n) const;
+  std::string allFailures(const Tensor *const *inputs, size_t n) const;
   /// Readable listing of every guard.
   std::string print() const;
 
-  const std::vector<TensorGuard>& tensors() const { return tensors_; }
-  std::vector<TensorGuard>& mutableTensors() { return tensors_; }
+  const std::vector<TensorGuard> &tensors() const { return tensors_; }
+  std::vector<TensorGuard> &mutableTensors() { return tensors_; }
 
- private:
+private:
   std::vector<TensorGuard> tensors_;
 };
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -24,20 +24,20 @@ namespace {
 std::atomic<int> nextStateId{0};
 
 // The inputs an entry checks and runs on: args, then each captured tensor's current value.
-void gatherInputs(const Entry& e, const std::vector<Tensor>& args,
-                  std::vector<const Tensor*>& out) {
+void gatherInputs(const Entry &e, const std::vector<Tensor> &args,
+                  std::vector<const Tensor *> &out) {
   out.clear();
-  for (const Tensor& a : args) out.push_back(&a);
+  for (const Tensor &a : args) out.push_back(&a);
   for (size_t j = 0; j < e.captured.size(); ++j) {
     out.push_back(e.slots[j] ? e.slots[j] : &e.captured[j]);
   }
 }
 
-std::vector<std::string> inputLabels(const Trace& t) {
+std::vector<std::string> inputLabels(const Trace &t) {
   std::vector<std::string> labels;
   for (size_t i = 0; i < t.args.size(); ++i) labels.push_back("arg " + std::to_string(i));
   std::vector<std::string> names(t.captured.size());
-  for (const Node& n : t.graph.nodes) {
+  for (const Node &n : t.graph.nodes) {
     if (n.op == OpKind::input && n.inputKind == InputKind::captured) names[n.inputIndex] = n.name;
   }
   for (size_t j = 0; j < t.captured.size(); ++j) {
@@ -47,10 +47,10 @@ std::vector<std::string> inputLabels(const Trace& t) {
   return labels;
 }
 
-std::string describeBreaks(const Trace& t) {
+std::string describeBreaks(const Trace &t) {
   std::string s;
-  for (const GraphBreak& b : t.breaks) {
-    const Node& n = t.graph.nodes[b.node];
+  for (const GraphBreak &b : t.breaks) {
+    const Node &n = t.graph.nodes[b.node];
     s += (s.empty() ? "" : "; ") + b.op + "() on the result of " + std::string(opName(n.op)) +
          " (%" + std::to_string(b.node) + ")";
   }
@@ -61,7 +61,7 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string& reason) {
+std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason) {
   auto e = std::make_shared<Entry>();
   e->id = static_cast<int>(s.entries.size());
   e->reason = reason;
@@ -79,12 +79,13 @@ std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string&
     return e;
   }
   std::vector<Shape> strides;
-  for (const Tensor& in : inputs) strides.push_back(in.strides());
+  for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
-    auto optimize = [](const Graph& g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
-    e->regional = std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
+    auto optimize = [](const Graph &g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
+    e->regional =
+        std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
     return e;
   }
   e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
@@ -95,69 +96,69 @@ std::shared_ptr<Entry> buildEntry(CompiledState& s, Trace& t, const std::string&
   return e;
 }
 
-void logNewEntry(const CompiledState& s, const Entry& e) {
+void logNewEntry(const CompiledState &s, const Entry &e) {
   std::string fn = "function " + std::to_string(s.id);
   if (logging::wanted(logging::Kind::graph)) {
     logging::emit(logging::Kind::graph, fn + " entry " + std::to_string(e.id) + " graph:\n" +
-                                    printGraph(e.graph) +
-                                    (e.program ? printProgram(e.program->program()) : "") +
-                                    (e.regional ? e.regional->print() : ""));
+                                            printGraph(e.graph) +
+                                            (e.program ? printProgram(e.program->program()) : "") +
+                                            (e.regional ? e.regional->print() : ""));
   }
   if (e.program && logging::wanted(logging::Kind::output_code)) {
     logging::emit(logging::Kind::output_code,
-              fn + " entry " + std::to_string(e.id) + " LLVM IR:\n" + e.program->llvmIr());
+                  fn + " entry " + std::to_string(e.id) + " LLVM IR:\n" + e.program->llvmIr());
   }
   if (logging::wanted(logging::Kind::guards)) {
     logging::emit(logging::Kind::guards,
-              fn + " entry " + std::to_string(e.id) + " guards:\n" + e.guards.print());
+                  fn + " entry " + std::to_string(e.id) + " guards:\n" + e.guards.print());
   }
   logging::emit(logging::Kind::compile,
-            fn + " compiled entry " + std::to_string(e.id) + " in " +
-                std::to_string(e.compileSeconds * 1e3) + " ms (" + e.reason + ")",
-            {{"function", s.id},
-             {"entry", e.id},
-             {"seconds", e.compileSeconds},
-             {"reason", e.reason},
-             {"nodes", e.graph.nodes.size()},
-             {"kernels", e.program ? e.program->program().kernels.size() : 0},
-             {"regions_compiled", e.regional ? e.regional->compiled : 0},
-             {"regions_reused", e.regional ? e.regional->reused : 0}});
+                fn + " compiled entry " + std::to_string(e.id) + " in " +
+                    std::to_string(e.compileSeconds * 1e3) + " ms (" + e.reason + ")",
+                {{"function", s.id},
+                 {"entry", e.id},
+                 {"seconds", e.compileSeconds},
+                 {"reason", e.reason},
+                 {"nodes", e.graph.nodes.size()},
+                 {"kernels", e.program ? e.program->program().kernels.size() : 0},
+                 {"regions_compiled", e.regional ? e.regional->compiled : 0},
+                 {"regions_reused", e.regional ? e.regional->reused : 0}});
 }
 
-std::vector<Tensor> runEntry(const Entry& e, const std::vector<const Tensor*>& inputs,
-                             const std::vector<Tensor>& args, const TracedFn& fn) {
+std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &inputs,
+                             const std::vector<Tensor> &args, const TracedFn &fn) {
   if (e.regional) return e.regional->run(inputs.data(), inputs.size());
   if (e.segments) {
-    SegmentTable& table = *e.segments;
-    return runSegmented(fn, args, [&table](Segment& seg) { table.run(seg); });
+    SegmentTable &table = *e.segments;
+    return runSegmented(fn, args, [&table](Segment &seg) { table.run(seg); });
   }
   if (!e.program) return fn(args);
   return e.program->run(inputs.data(), inputs.size());
 }
 
 // A miss on every entry: decide between compiling, falling back and failing.
-std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
-                           const TracedFn& fn) {
+std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, const TracedFn &fn) {
   std::lock_guard<std::mutex> compiling(s.compileMu);
-  std::vector<const Tensor*> inputs;
+  std::vector<const Tensor *> inputs;
   std::string firstWhy, allWhy;
   std::vector<std::shared_ptr<const Entry>> entries;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     entries = s.entries;
   }
-  for (const auto& e : entries) {  // another thread may have compiled meanwhile
+  for (const auto &e : entries) { // another thread may have compiled meanwhile
     gatherInputs(*e, args, inputs);
     if (e->guards.check(inputs.data(), inputs.size())) return runEntry(*e, inputs, args, fn);
     std::string why = e->guards.firstFailure(inputs.data(), inputs.size());
     if (firstWhy.empty()) firstWhy = why;
-    allWhy += "  entry " + std::to_string(e->id) + ": " + e->guards.allFailures(inputs.data(), inputs.size());
+    allWhy += "  entry " + std::to_string(e->id) + ": " +
+              e->guards.allFailures(inputs.data(), inputs.size());
   }
   std::string fname = "function " + std::to_string(s.id);
   if (!entries.empty()) {
     if (s.opts.stance == Stance::fail_on_recompile) {
-      throw Error("compiled " + fname + " would recompile, but its stance is fail_on_recompile: " +
-                  firstWhy);
+      throw Error("compiled " + fname +
+                  " would recompile, but its stance is fail_on_recompile: " + firstWhy);
     }
     bool limit = static_cast<int>(entries.size()) >= s.opts.recompile_limit;
     if (limit || s.opts.stance == Stance::eager_on_recompile) {
@@ -169,17 +170,17 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
       }
       if (limit && firstFallback) {
         logging::emit(logging::Kind::recompiles,
-                  fname + ": recompile_limit (" + std::to_string(s.opts.recompile_limit) +
-                      ") reached; running eagerly from now on. Last failing guard: " + firstWhy,
-                  {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", firstWhy}});
+                      fname + ": recompile_limit (" + std::to_string(s.opts.recompile_limit) +
+                          ") reached; running eagerly from now on. Last failing guard: " + firstWhy,
+                      {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", firstWhy}});
         logging::emit(logging::Kind::perf_hints,
-                  fname + " falls back to eager: raise recompile_limit, or mark the changing "
-                          "dims dynamic (mark_dynamic) so one entry serves them");
+                      fname + " falls back to eager: raise recompile_limit, or mark the changing "
+                              "dims dynamic (mark_dynamic) so one entry serves them");
       }
       return fn(args);
     }
     logging::emit(logging::Kind::recompiles, fname + ": recompiling because " + firstWhy,
-              {{"function", s.id}, {"entry", entries.size()}, {"guard", firstWhy}});
+                  {{"function", s.id}, {"entry", entries.size()}, {"guard", firstWhy}});
     if (logging::wanted(logging::Kind::recompiles_verbose)) {
       logging::emit(logging::Kind::recompiles_verbose, fname + ": every failing guard:\n" + allWhy);
     }
@@ -191,7 +192,7 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
   Trace t;
   try {
     t = traceFunction(fn, args, true);
-  } catch (const MetaTraceAbort&) {
+  } catch (const MetaTraceAbort &) {
     meta = false;
   }
   if (!meta || !t.breaks.empty()) {
@@ -206,7 +207,7 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
                   "false");
     }
     logging::emit(logging::Kind::graph_breaks, fname + ": graph break: " + where,
-              {{"function", s.id}, {"count", t.breaks.size()}, {"where", where}});
+                  {{"function", s.id}, {"count", t.breaks.size()}, {"where", where}});
   }
   std::string reason = entries.empty() ? "first call" : firstWhy;
   std::shared_ptr<Entry> e = buildEntry(s, t, reason);
@@ -217,7 +218,9 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
     e->id = static_cast<int>(s.entries.size());
     s.entries.push_back(e);
     s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : 0;
-    s.stats.cache_hits += e->regional ? e->regional->reused : e->program ? e->program->cacheHits() : 0;
+    s.stats.cache_hits += e->regional  ? e->regional->reused
+                          : e->program ? e->program->cacheHits()
+                                       : 0;
     s.stats.recompiles += !entries.empty() && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
@@ -230,9 +233,9 @@ std::vector<Tensor> onMiss(CompiledState& s, const std::vector<Tensor>& args,
   return t.outputs;
 }
 
-}  // namespace
+} // namespace
 
-CompiledState::CompiledState(const CompileOptions& o) : opts(o), id(nextStateId++) {
+CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId++) {
   if (o.recompile_limit < 1) {
     throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
   }
@@ -241,18 +244,18 @@ CompiledState::CompiledState(const CompileOptions& o) : opts(o), id(nextStateId+
   }
 }
 
-std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions& opts) {
+std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts) {
   return std::make_shared<CompiledState>(opts);
 }
 
-std::vector<Tensor> callCompiled(CompiledState& s, const std::vector<Tensor>& args,
-                                 const TracedFn& fn) {
+std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
+                                 const TracedFn &fn) {
   if (s.opts.mode == Mode::eager || s.opts.stance == Stance::force_eager) return fn(args);
-  thread_local std::vector<const Tensor*> inputs;
+  thread_local std::vector<const Tensor *> inputs;
   std::shared_ptr<const Entry> hit;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    for (const auto& e : s.entries) {
+    for (const auto &e : s.entries) {
       gatherInputs(*e, args, inputs);
       if (e->guards.check(inputs.data(), inputs.size())) {
         hit = e;
@@ -264,10 +267,10 @@ std::vector<Tensor> callCompiled(CompiledState& s, const std::vector<Tensor>& ar
   return onMiss(s, args, fn);
 }
 
-CompileStats statsOf(const CompiledState& s) {
+CompileStats statsOf(const CompiledState &s) {
   std::lock_guard<std::mutex> lock(s.mu);
   CompileStats st = s.stats;
-  for (const auto& e : s.entries) {
+  for (const auto &e : s.entries) {
     if (!e->segments) continue;
     st.compiles += e->segments->compiled();
     st.cache_hits += e->segments->reused();
@@ -275,53 +278,53 @@ CompileStats statsOf(const CompiledState& s) {
   return st;
 }
 
-std::string explainOf(const CompiledState& s) {
+std::string explainOf(const CompiledState &s) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::ostringstream os;
-  const CompileStats& st = s.stats;
+  const CompileStats &st = s.stats;
   os << "compiled function " << s.id << ": " << s.entries.size() << " entries, " << st.compiles
      << " compiles, " << st.recompiles << " recompiles, " << st.fallbacks << " eager fallbacks, "
      << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
-  for (const auto& e : s.entries) {
-    os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3
-       << " ms)";
+  for (const auto &e : s.entries) {
+    os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3 << " ms)";
     if (e->segments) {
       os << " has " << e->graphBreaks << " graph break(s): its C++ runs on every call; "
-         << e->segments->compiled() << " segments compiled, " << e->segments->reused()
-         << " reused";
+         << e->segments->compiled() << " segments compiled, " << e->segments->reused() << " reused";
     }
     os << "\n  guards:\n";
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
     if (e->compiled()) {
-      std::istringstream pr(e->program ? printProgram(e->program->program()) : e->regional->print());
+      std::istringstream pr(e->program ? printProgram(e->program->program())
+                                       : e->regional->print());
       for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
     }
   }
   if (!s.history.empty()) {
     os << "\nrecompiles:\n";
-    for (const std::string& h : s.history) os << "  " << h << "\n";
+    for (const std::string &h : s.history) os << "  " << h << "\n";
   }
   return os.str();
 }
 
-}  // namespace detail
+} // namespace detail
 
-void mark_dynamic(Tensor& t, int dim, int64_t min, int64_t max) {
+void mark_dynamic(Tensor &t, int dim, int64_t min, int64_t max) {
   int64_t d = detail::normalizeDim(dim, t.dim(), "mark_dynamic");
   if (min < 0 || min > max) {
-    throw Error("mark_dynamic: bad range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    throw Error("mark_dynamic: bad range [" + std::to_string(min) + ", " + std::to_string(max) +
+                "]");
   }
-  auto& marks = t.impl()->marks;
-  std::erase_if(marks, [&](const detail::DimMark& m) { return m.dim == d; });
+  auto &marks = t.impl()->marks;
+  std::erase_if(marks, [&](const detail::DimMark &m) { return m.dim == d; });
   marks.push_back({static_cast<int>(d), true, min, max});
 }
 
-void mark_static(Tensor& t, int dim) {
+void mark_static(Tensor &t, int dim) {
   int64_t d = detail::normalizeDim(dim, t.dim(), "mark_static");
-  auto& marks = t.impl()->marks;
-  std::erase_if(marks, [&](const detail::DimMark& m) { return m.dim == d; });
+  auto &marks = t.impl()->marks;
+  std::erase_if(marks, [&](const detail::DimMark &m) { return m.dim == d; });
   marks.push_back({static_cast<int>(d), false, 0, 0});
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -20,28 +20,28 @@ namespace rcjit::detail {
 struct Entry {
   int id = 0;
   GuardSet guards;
-  std::vector<Tensor> captured;   // held: keeps identity-guarded tensors alive
-  std::vector<Tensor*> slots;     // where each captured tensor's current value lives, or null
-  std::shared_ptr<cpu::CpuProgram> program;  // full mode
-  std::shared_ptr<RegionalPlan> regional;    // regional mode
-  std::shared_ptr<SegmentTable> segments;    // graph breaks: compiled pieces between them
-  bool compiled() const { return program || regional; }  // else runs eagerly (graph breaks)
-  Graph graph;                    // the graph after the pass pipeline
-  std::string reason;             // why it was compiled
+  std::vector<Tensor> captured; // held: keeps identity-guarded tensors alive
+  std::vector<Tensor *> slots;  // where each captured tensor's current value lives, or null
+  std::shared_ptr<cpu::CpuProgram> program; // full mode
+  std::shared_ptr<RegionalPlan> regional;   // regional mode
+  std::shared_ptr<SegmentTable> segments;   // graph breaks: compiled pieces between them
+  bool compiled() const { return program || regional; } // else runs eagerly (graph breaks)
+  Graph graph;                                          // the graph after the pass pipeline
+  std::string reason;                                   // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;
 };
 
 class CompiledState {
- public:
-  explicit CompiledState(const CompileOptions& o);
+public:
+  explicit CompiledState(const CompileOptions &o);
   const CompileOptions opts;
-  const int id;                   // process-unique, for module names and logs
-  mutable std::mutex mu;          // entries, stats, history
-  std::mutex compileMu;           // one trace+compile at a time per function
+  const int id;          // process-unique, for module names and logs
+  mutable std::mutex mu; // entries, stats, history
+  std::mutex compileMu;  // one trace+compile at a time per function
   std::vector<std::shared_ptr<const Entry>> entries;
   CompileStats stats;
   std::vector<std::string> history;
 };
 
-}  // namespace rcjit::detail
+} // namespace rcjit::detail

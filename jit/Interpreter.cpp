@@ -12,7 +12,7 @@ namespace rcjit {
 
 namespace {
 
-std::string inputLabel(const Node& n) {
+std::string inputLabel(const Node &n) {
   std::string s = n.inputKind == InputKind::arg ? "arg " : "captured ";
   s += std::to_string(n.inputIndex);
   if (!n.name.empty()) s += " (" + n.name + ")";
@@ -20,17 +20,17 @@ std::string inputLabel(const Node& n) {
 }
 
 struct Interpreter {
-  const Graph& g;
-  const std::vector<Tensor>& inputs;
+  const Graph &g;
+  const std::vector<Tensor> &inputs;
   std::vector<Tensor> values;
   std::vector<int64_t> symbolValue;
-  std::vector<size_t> lastUse;  // node -> last node reading it (outputs: never released)
+  std::vector<size_t> lastUse; // node -> last node reading it (outputs: never released)
   int numArgs = 0;
 
-  Interpreter(const Graph& graph, const std::vector<Tensor>& in)
+  Interpreter(const Graph &graph, const std::vector<Tensor> &in)
       : g(graph), inputs(in), values(graph.nodes.size()), symbolValue(graph.symbols.size(), -1) {
     int numCaptured = 0;
-    for (const Node& n : g.nodes) {
+    for (const Node &n : g.nodes) {
       if (n.op == OpKind::input) (n.inputKind == InputKind::arg ? numArgs : numCaptured)++;
     }
     if (static_cast<int>(inputs.size()) != numArgs + numCaptured) {
@@ -42,10 +42,10 @@ struct Interpreter {
   }
 
   // Checks t against input node n's dtype and shape, recording symbol sizes.
-  void checkInput(const Node& n, const Tensor& t) {
+  void checkInput(const Node &n, const Tensor &t) {
     bool ok = t.defined() && t.dtype() == n.dtype && t.dim() == static_cast<int>(n.shape.size());
     for (size_t d = 0; ok && d < n.shape.size(); ++d) {
-      const Dim& dim = n.shape[d];
+      const Dim &dim = n.shape[d];
       int64_t size = t.shape()[d];
       if (!dim.isSymbolic()) {
         ok = size == dim.value;
@@ -62,7 +62,7 @@ struct Interpreter {
                 shapeStr(concreteShape(n.shape)) + ", got " + got);
   }
 
-  const Tensor& bind(const Node& n) {
+  const Tensor &bind(const Node &n) {
     int index = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
     if (index < 0 || index >= static_cast<int>(inputs.size())) {
       throw Error("interpretGraph: " + inputLabel(n) + " has no tensor among the " +
@@ -72,16 +72,16 @@ struct Interpreter {
     return inputs[index];
   }
 
-  Shape resolve(const SymShape& s) const {
+  Shape resolve(const SymShape &s) const {
     Shape out;
-    for (const Dim& d : s) {
+    for (const Dim &d : s) {
       bool bound = d.isSymbolic() && symbolValue[d.sym] >= 0;
       out.push_back(bound ? symbolValue[d.sym] : d.value);
     }
     return out;
   }
 
-  Tensor runNode(const Node& n) {
+  Tensor runNode(const Node &n) {
     std::vector<Tensor> in;
     std::vector<TensorMeta> metas;
     for (int i : n.inputs) {
@@ -109,15 +109,15 @@ struct Interpreter {
   std::vector<Tensor> run() {
     computeLastUse();
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
+      const Node &n = g.nodes[i];
       if (n.op == OpKind::input) values[i] = bind(n);
     }
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
+      const Node &n = g.nodes[i];
       if (n.op == OpKind::input) continue;
       values[i] = runNode(n);
       for (int in : n.inputs) {
-        if (lastUse[in] == i) values[in] = Tensor();  // frees intermediates early
+        if (lastUse[in] == i) values[in] = Tensor(); // frees intermediates early
       }
     }
     std::vector<Tensor> outs;
@@ -126,10 +126,10 @@ struct Interpreter {
   }
 };
 
-}  // namespace
+} // namespace
 
-std::vector<Tensor> interpretGraph(const Graph& g, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs) {
   return Interpreter(g, inputs).run();
 }
 
-}  // namespace rcjit
+} // namespace rcjit

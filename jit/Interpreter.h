@@ -18,6 +18,6 @@ namespace rcjit {
 /// sizes from the inputs. Throws rcjit::Error when the inputs do not match the graph
 /// (count, dtype, rank, static sizes) or an op rejects its operands. Thread-safe; the
 /// results may share storage with the inputs (views) and with each other.
-std::vector<Tensor> interpretGraph(const Graph& g, const std::vector<Tensor>& inputs);
+std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -20,10 +20,10 @@ namespace rcjit {
 namespace logging {
 namespace {
 
-constexpr const char* kNames[] = {"recompiles", "recompiles_verbose", "guards",  "graph_breaks",
-                                  "perf_hints", "dynamic",            "graph",   "output_code",
-                                  "cache",      "compile"};
-constexpr unsigned kStderrKinds = 9;  // all but `compile`
+constexpr const char *kNames[] = {
+    "recompiles", "recompiles_verbose", "guards", "graph_breaks", "perf_hints", "dynamic",
+    "graph",      "output_code",        "cache",  "compile"};
+constexpr unsigned kStderrKinds = 9; // all but `compile`
 
 unsigned parseKinds(std::string_view list) {
   unsigned mask = 0;
@@ -60,14 +60,14 @@ struct State {
   std::ofstream trace;
   bool traceOn = false;
   State() {
-    if (const char* env = std::getenv("RCJIT_LOGS")) {
+    if (const char *env = std::getenv("RCJIT_LOGS")) {
       try {
         mask = parseKinds(env);
-      } catch (const Error& e) {
+      } catch (const Error &e) {
         std::cerr << "[rcjit] ignoring RCJIT_LOGS: " << e.what() << "\n";
       }
     }
-    if (const char* file = std::getenv("RCJIT_TRACE_FILE"); file && *file) {
+    if (const char *file = std::getenv("RCJIT_TRACE_FILE"); file && *file) {
       trace.open(file, std::ios::app);
       traceOn = trace.is_open();
       if (!traceOn) std::cerr << "[rcjit] cannot open RCJIT_TRACE_FILE " << file << "\n";
@@ -75,14 +75,14 @@ struct State {
   }
 };
 
-State& state() {
-  static State* s = new State();  // never destroyed: logs may come from static destructors
+State &state() {
+  static State *s = new State(); // never destroyed: logs may come from static destructors
   return *s;
 }
 
-}  // namespace
+} // namespace
 
-const char* kindName(Kind k) { return kNames[static_cast<unsigned>(k)]; }
+const char *kindName(Kind k) { return kNames[static_cast<unsigned>(k)]; }
 
 bool enabled(Kind k) {
   return (state().mask.load(std::memory_order_relaxed) >> static_cast<unsigned>(k)) & 1u;
@@ -93,8 +93,8 @@ bool bulky(Kind k) { return k == Kind::graph || k == Kind::output_code; }
 
 bool wanted(Kind k) { return enabled(k) || (state().traceOn && !bulky(k)); }
 
-void emit(Kind k, const std::string& text, const nlohmann::json& fields) {
-  State& s = state();
+void emit(Kind k, const std::string &text, const nlohmann::json &fields) {
+  State &s = state();
   bool toStderr = enabled(k);
   bool toTrace = s.traceOn && (toStderr || !bulky(k));
   if (!toStderr && !toTrace) return;
@@ -105,18 +105,17 @@ void emit(Kind k, const std::string& text, const nlohmann::json& fields) {
     j["event"] = kindName(k);
     j["pid"] = static_cast<int64_t>(getpid());
     j["message"] = text;
-    j["time"] = std::chrono::duration<double>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
+    j["time"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     s.trace << j.dump() << "\n";
     s.trace.flush();
   }
 }
 
-void emit(Kind k, const std::string& text) { emit(k, text, nlohmann::json::object()); }
+void emit(Kind k, const std::string &text) { emit(k, text, nlohmann::json::object()); }
 
-}  // namespace logging
+} // namespace logging
 
 void set_logs(std::string_view kinds) { logging::state().mask = logging::parseKinds(kinds); }
 
-}  // namespace rcjit
+} // namespace rcjit

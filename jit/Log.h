@@ -16,7 +16,7 @@ enum class Kind : unsigned {
   graph,
   output_code,
   cache,
-  compile,  // every compile (trace file only; not a stderr kind)
+  compile, // every compile (trace file only; not a stderr kind)
 };
 
 /// Whether `k` prints to stderr (one relaxed atomic load).
@@ -25,8 +25,8 @@ bool enabled(Kind k);
 bool wanted(Kind k);
 /// Prints "[rcjit:KIND] text" when enabled, and appends {"event": KIND, "message": text,
 /// ...fields} to RCJIT_TRACE_FILE when set. Thread-safe.
-void emit(Kind k, const std::string& text, const nlohmann::json& fields);
-void emit(Kind k, const std::string& text);
-const char* kindName(Kind k);
+void emit(Kind k, const std::string &text, const nlohmann::json &fields);
+void emit(Kind k, const std::string &text);
+const char *kindName(Kind k);
 
-}  // namespace rcjit::logging
+} // namespace rcjit::logging

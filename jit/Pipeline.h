@@ -20,7 +20,7 @@ namespace rcjit {
 /// the same inputs) and should return its input unchanged when it did nothing.
 struct Pass {
   std::string name;
-  std::function<Graph(const Graph&)> run;
+  std::function<Graph(const Graph &)> run;
 };
 
 /// Which of the default passes run, and their options.
@@ -33,10 +33,10 @@ struct PipelineOptions {
 };
 
 /// decompose, constant_fold, cse, dce (those enabled in `opts`), in that order.
-std::vector<Pass> defaultPasses(const PipelineOptions& opts = {});
+std::vector<Pass> defaultPasses(const PipelineOptions &opts = {});
 
 /// Runs `passes` in order on `g`. A pass that throws rcjit::Error is reported as
 /// "pass <name>: <message>". Thread-safe when the passes are.
-Graph runPipeline(const Graph& g, const std::vector<Pass>& passes);
+Graph runPipeline(const Graph &g, const std::vector<Pass> &passes);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -17,10 +17,10 @@ namespace {
 
 // Compiled stage programs of this process, by stage key.
 class StageTable {
- public:
-  static StageTable& instance() {
-    static StageTable* t = [] {
-      auto* table = new StageTable();  // never destroyed: programs outlive statics
+public:
+  static StageTable &instance() {
+    static StageTable *t = [] {
+      auto *table = new StageTable(); // never destroyed: programs outlive statics
       cache::detail::onClear([table] { table->clear(); });
       return table;
     }();
@@ -30,30 +30,30 @@ class StageTable {
     std::lock_guard<std::mutex> lock(mu_);
     programs_.clear();
   }
-  std::shared_ptr<cpu::CpuProgram> find(const std::string& key) {
+  std::shared_ptr<cpu::CpuProgram> find(const std::string &key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = programs_.find(key);
     return it == programs_.end() ? nullptr : it->second;
   }
-  void add(const std::string& key, std::shared_ptr<cpu::CpuProgram> p) {
+  void add(const std::string &key, std::shared_ptr<cpu::CpuProgram> p) {
     std::lock_guard<std::mutex> lock(mu_);
     if (programs_.size() >= kLimit) programs_.erase(programs_.begin());
     programs_.emplace(key, std::move(p));
   }
 
- private:
+private:
   static constexpr size_t kLimit = 4096;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<cpu::CpuProgram>> programs_;
 };
 
-bool inside(const Region& inner, const Region& outer) {
+bool inside(const Region &inner, const Region &outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
 }
 
 // The extracted graph of node range [begin, end) of g, as a region of a copy of g.
-Graph extractRange(const Graph& g, int begin, int end, std::vector<int>& boundary,
-                   std::vector<int>& outputs) {
+Graph extractRange(const Graph &g, int begin, int end, std::vector<int> &boundary,
+                   std::vector<int> &outputs) {
   Graph copy = g;
   Region r;
   r.name = "glue";
@@ -65,25 +65,25 @@ Graph extractRange(const Graph& g, int begin, int end, std::vector<int>& boundar
 }
 
 // Program input order of a sub-graph's inputs: args by inputIndex, then captured.
-std::vector<int> programOrder(const Graph& sub, const std::vector<int>& boundary) {
+std::vector<int> programOrder(const Graph &sub, const std::vector<int> &boundary) {
   std::vector<int> inputNodes = sub.inputNodes();
   int numArgs = 0;
   for (int id : inputNodes) numArgs += sub.nodes[id].inputKind == InputKind::arg;
   std::vector<int> order(inputNodes.size(), -1);
   for (size_t i = 0; i < inputNodes.size(); ++i) {
-    const Node& n = sub.nodes[inputNodes[i]];
+    const Node &n = sub.nodes[inputNodes[i]];
     int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
     order.at(idx) = boundary[i];
   }
   return order;
 }
 
-}  // namespace
+} // namespace
 
-std::vector<int> selectRegions(const Graph& g) {
+std::vector<int> selectRegions(const Graph &g) {
   std::vector<int> picked;
   for (size_t r = 0; r < g.regions.size(); ++r) {
-    const Region& reg = g.regions[r];
+    const Region &reg = g.regions[r];
     if (!(reg.inList || reg.type == "region") || reg.begin == reg.end) continue;
     bool nested = false;
     for (int p : picked) nested |= inside(reg, g.regions[p]);
@@ -94,27 +94,27 @@ std::vector<int> selectRegions(const Graph& g) {
   return picked;
 }
 
-RegionalPlan buildRegionalPlan(const Graph& g, const std::vector<Shape>& inputStrides,
-                               const std::function<Graph(const Graph&)>& optimize,
-                               const std::string& idPrefix) {
+RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
+                               const std::function<Graph(const Graph &)> &optimize,
+                               const std::string &idPrefix) {
   RegionalPlan plan;
   plan.numNodes = static_cast<int>(g.nodes.size());
   plan.graphOutputs = g.outputs;
   std::vector<Shape> strides(g.nodes.size());
   {
     int numArgs = 0;
-    for (const Node& n : g.nodes) numArgs += n.op == OpKind::input && n.inputKind == InputKind::arg;
+    for (const Node &n : g.nodes) numArgs += n.op == OpKind::input && n.inputKind == InputKind::arg;
     std::vector<int> inputs = g.inputNodes();
     plan.graphInputs.assign(inputs.size(), -1);
     for (int id : inputs) {
-      const Node& n = g.nodes[id];
+      const Node &n = g.nodes[id];
       int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
       plan.graphInputs.at(idx) = id;
       strides[id] = inputStrides.at(idx);
     }
   }
   std::vector<int> regions = selectRegions(g);
-  std::vector<std::pair<int, int>> ranges;  // [begin, end) with region index or -1
+  std::vector<std::pair<int, int>> ranges; // [begin, end) with region index or -1
   std::vector<int> kinds;
   int at = 0;
   for (int r : regions) {
@@ -134,7 +134,7 @@ RegionalPlan buildRegionalPlan(const Graph& g, const std::vector<Shape>& inputSt
     std::vector<int> boundary, outs;
     Graph sub = kinds[s] >= 0 ? extractRegion(g, kinds[s], &boundary, &outs)
                               : extractRange(g, ranges[s].first, ranges[s].second, boundary, outs);
-    if (outs.empty()) continue;  // only input nodes, or nothing used later
+    if (outs.empty()) continue; // only input nodes, or nothing used later
     RegionalStage st;
     st.region = kinds[s] >= 0;
     st.name = st.region ? g.regions[kinds[s]].name : "glue";
@@ -153,24 +153,24 @@ RegionalPlan buildRegionalPlan(const Graph& g, const std::vector<Shape>& inputSt
       ++plan.reused;
     } else {
       Program p = lower(optimize(sub), subStrides);
-      st.program = cpu::CpuProgram::create(std::move(p),
-                                           idPrefix + "_s" + std::to_string(s));
+      st.program = cpu::CpuProgram::create(std::move(p), idPrefix + "_s" + std::to_string(s));
       StageTable::instance().add(key.str(), st.program);
       ++plan.compiled;
     }
-    const Program& prog = st.program->program();
-    for (size_t o = 0; o < outs.size(); ++o) strides[outs[o]] = prog.values[prog.outputs[o]].strides;
+    const Program &prog = st.program->program();
+    for (size_t o = 0; o < outs.size(); ++o)
+      strides[outs[o]] = prog.values[prog.outputs[o]].strides;
     plan.stages.push_back(std::move(st));
   }
   return plan;
 }
 
-std::vector<Tensor> RegionalPlan::run(const Tensor* const* inputs, size_t n) const {
+std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) const {
   std::vector<Tensor> values(static_cast<size_t>(numNodes));
-  std::vector<const Tensor*> ptr(static_cast<size_t>(numNodes), nullptr);
+  std::vector<const Tensor *> ptr(static_cast<size_t>(numNodes), nullptr);
   for (size_t i = 0; i < graphInputs.size() && i < n; ++i) ptr[graphInputs[i]] = inputs[i];
-  std::vector<const Tensor*> in;
-  for (const RegionalStage& s : stages) {
+  std::vector<const Tensor *> in;
+  for (const RegionalStage &s : stages) {
     in.clear();
     for (int id : s.inputs) in.push_back(ptr[id]);
     std::vector<Tensor> outs = s.program->run(in.data(), in.size());
@@ -189,11 +189,11 @@ std::string RegionalPlan::print() const {
   os << "regional: " << stages.size() << " stages, " << compiled << " compiled, " << reused
      << " reused\n";
   for (size_t i = 0; i < stages.size(); ++i) {
-    const RegionalStage& s = stages[i];
+    const RegionalStage &s = stages[i];
     os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", "
        << s.program->program().steps.size() << " steps\n";
   }
   return os.str();
 }
 
-}  // namespace rcjit
+} // namespace rcjit

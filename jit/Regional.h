@@ -21,35 +21,35 @@ namespace rcjit {
 
 /// One stage: a compiled program and where its inputs and outputs live in the traced graph.
 struct RegionalStage {
-  std::string name;             // region name, or "glue"
+  std::string name; // region name, or "glue"
   bool region = false;
   std::shared_ptr<cpu::CpuProgram> program;
-  std::vector<int> inputs;      // graph node ids, in the program's input order
-  std::vector<int> outputs;     // graph node ids of the program's outputs
-  bool reused = false;          // the program came from an earlier identical stage
+  std::vector<int> inputs;  // graph node ids, in the program's input order
+  std::vector<int> outputs; // graph node ids of the program's outputs
+  bool reused = false;      // the program came from an earlier identical stage
 };
 
 /// A function compiled region by region. Immutable; run() is thread-safe.
 struct RegionalPlan {
   std::vector<RegionalStage> stages;
-  std::vector<int> graphInputs;   // node id of program input i (args then captured)
+  std::vector<int> graphInputs; // node id of program input i (args then captured)
   std::vector<int> graphOutputs;
   int numNodes = 0;
-  int compiled = 0;  // stages compiled now
-  int reused = 0;    // stages served by an already compiled identical stage
+  int compiled = 0; // stages compiled now
+  int reused = 0;   // stages served by an already compiled identical stage
 
-  std::vector<Tensor> run(const Tensor* const* inputs, size_t n) const;
+  std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
   std::string print() const;
 };
 
 /// The regions of `g` compiled on their own: outermost regions that are ModuleList
 /// elements or explicit rcjit::region calls.
-std::vector<int> selectRegions(const Graph& g);
+std::vector<int> selectRegions(const Graph &g);
 
 /// Builds the plan for `g` whose program inputs (args then captured) have `inputStrides`.
 /// `optimize` is the graph pass pipeline applied to each stage. Throws rcjit::Error.
-RegionalPlan buildRegionalPlan(const Graph& g, const std::vector<Shape>& inputStrides,
-                               const std::function<Graph(const Graph&)>& optimize,
-                               const std::string& idPrefix);
+RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
+                               const std::function<Graph(const Graph &)> &optimize,
+                               const std::string &idPrefix);
 
-}  // namespace rcjit
+} // namespace rcjit

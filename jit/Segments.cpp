@@ -12,11 +12,11 @@
 
 namespace rcjit {
 
-bool SegmentTable::run(Segment& seg) {
+bool SegmentTable::run(Segment &seg) {
   std::ostringstream key;
   key << hashGraph(seg.graph).hex();
   std::vector<Shape> strides;
-  for (const Tensor& t : seg.inputs) {
+  for (const Tensor &t : seg.inputs) {
     strides.push_back(t.strides());
     key << "|" << shapeStr(t.strides());
   }
@@ -49,8 +49,8 @@ bool SegmentTable::run(Segment& seg) {
     }
   }
   if (program) {
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : seg.inputs) ptrs.push_back(&t);
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : seg.inputs) ptrs.push_back(&t);
     outs = program->run(ptrs.data(), ptrs.size());
   }
   for (size_t i = 0; i < seg.pending.size(); ++i) eager::copyInto(seg.pending[i], outs[i]);
@@ -67,4 +67,4 @@ int SegmentTable::reused() const {
   return reused_;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -13,20 +13,20 @@ namespace rcjit {
 
 /// The compiled segments of one function. Thread-safe.
 class SegmentTable {
- public:
+public:
   explicit SegmentTable(size_t limit) : limit_(limit) {}
   /// Compiles (or reuses) code for `seg` and fills its pending tensors. Returns true when
   /// the code was compiled now. Past `limit` distinct segments, runs the segment's graph
   /// through the eager interpreter instead of compiling more.
-  bool run(Segment& seg);
+  bool run(Segment &seg);
   int compiled() const;
   int reused() const;
 
- private:
+private:
   size_t limit_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<cpu::CpuProgram>> programs_;
   int compiled_ = 0, reused_ = 0;
 };
 
-}  // namespace rcjit
+} // namespace rcjit

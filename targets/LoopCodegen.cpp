@@ -19,7 +19,7 @@ namespace {
 // the element type, reassociated), then into an f64 total: accurate for ~1e9 points.
 constexpr int64_t kSumBlock = 4096;
 
-SizeExpr mulSize(SizeExpr a, const SizeExpr& b) {
+SizeExpr mulSize(SizeExpr a, const SizeExpr &b) {
   a.c *= b.c;
   a.syms.insert(a.syms.end(), b.syms.begin(), b.syms.end());
   std::sort(a.syms.begin(), a.syms.end());
@@ -33,8 +33,8 @@ SizeExpr canonical(SizeExpr e) {
 }
 
 // Dims [d, d+1] merge when every tensor's stride of d equals stride(d+1) * size(d+1).
-bool canMerge(const LoopKernel& k, size_t d) {
-  for (const KernelTensor& t : k.tensors) {
+bool canMerge(const LoopKernel &k, size_t d) {
+  for (const KernelTensor &t : k.tensors) {
     if (canonical(t.strides[d]) != canonical(mulSize(t.strides[d + 1], k.domain[d + 1]))) {
       return false;
     }
@@ -42,62 +42,62 @@ bool canMerge(const LoopKernel& k, size_t d) {
   return true;
 }
 
-void eraseDim(LoopKernel& k, size_t d) {
+void eraseDim(LoopKernel &k, size_t d) {
   k.domain.erase(k.domain.begin() + static_cast<long>(d));
-  for (KernelTensor& t : k.tensors) t.strides.erase(t.strides.begin() + static_cast<long>(d));
+  for (KernelTensor &t : k.tensors) t.strides.erase(t.strides.begin() + static_cast<long>(d));
   if (static_cast<int>(d) < k.numOuter) --k.numOuter;
 }
 
-}  // namespace
+} // namespace
 
-LoopKernel simplifyKernel(const LoopKernel& in) {
+LoopKernel simplifyKernel(const LoopKernel &in) {
   LoopKernel k = in;
   for (size_t d = k.domain.size(); d-- > 0;) {
-    bool lastInner = static_cast<int>(k.domain.size()) == k.numOuter + 1 &&
-                     static_cast<int>(d) == k.numOuter;
-    if (k.domain[d] == SizeExpr::constant(1) && !lastInner) eraseDim(k, d);  // keep reductions
+    bool lastInner =
+        static_cast<int>(k.domain.size()) == k.numOuter + 1 && static_cast<int>(d) == k.numOuter;
+    if (k.domain[d] == SizeExpr::constant(1) && !lastInner) eraseDim(k, d); // keep reductions
   }
   for (size_t d = k.domain.size(); d-- > 1;) {
     bool sameGroup = (static_cast<int>(d) < k.numOuter) == (static_cast<int>(d) - 1 < k.numOuter);
     if (!sameGroup || !canMerge(k, d - 1)) continue;
-    for (KernelTensor& t : k.tensors) t.strides[d - 1] = t.strides[d];
+    for (KernelTensor &t : k.tensors) t.strides[d - 1] = t.strides[d];
     k.domain[d - 1] = canonical(mulSize(k.domain[d - 1], k.domain[d]));
     eraseDim(k, d);
   }
   return k;
 }
 
-std::vector<Value*> emitCountedLoop(llvm::IRBuilder<>& b, Value* start, Value* end,
-                                    const std::vector<Value*>& init, const LoopBody& body,
-                                    const llvm::Twine& name) {
-  llvm::Function* fn = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& c = b.getContext();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  auto* loop = llvm::BasicBlock::Create(c, name + ".body", fn);
-  auto* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
+std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *end,
+                                     const std::vector<Value *> &init, const LoopBody &body,
+                                     const llvm::Twine &name) {
+  llvm::Function *fn = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext &c = b.getContext();
+  llvm::BasicBlock *pre = b.GetInsertBlock();
+  auto *loop = llvm::BasicBlock::Create(c, name + ".body", fn);
+  auto *exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
   b.CreateCondBr(b.CreateICmpSLT(start, end), loop, exit);
 
   b.SetInsertPoint(loop);
-  llvm::PHINode* iv = b.CreatePHI(b.getInt64Ty(), 2, name + ".i");
+  llvm::PHINode *iv = b.CreatePHI(b.getInt64Ty(), 2, name + ".i");
   iv->addIncoming(start, pre);
-  std::vector<llvm::PHINode*> phis;
-  std::vector<Value*> carried;
-  for (Value* v : init) {
+  std::vector<llvm::PHINode *> phis;
+  std::vector<Value *> carried;
+  for (Value *v : init) {
     phis.push_back(b.CreatePHI(v->getType(), 2));
     phis.back()->addIncoming(v, pre);
     carried.push_back(phis.back());
   }
-  std::vector<Value*> next = body(iv, carried);
-  Value* ivNext = b.CreateAdd(iv, b.getInt64(1), "", true, true);
-  llvm::BasicBlock* latch = b.GetInsertBlock();
+  std::vector<Value *> next = body(iv, carried);
+  Value *ivNext = b.CreateAdd(iv, b.getInt64(1), "", true, true);
+  llvm::BasicBlock *latch = b.GetInsertBlock();
   b.CreateCondBr(b.CreateICmpSLT(ivNext, end), loop, exit);
   iv->addIncoming(ivNext, latch);
 
   b.SetInsertPoint(exit);
-  std::vector<Value*> out;
+  std::vector<Value *> out;
   for (size_t i = 0; i < phis.size(); ++i) {
     phis[i]->addIncoming(next[i], latch);
-    llvm::PHINode* r = b.CreatePHI(init[i]->getType(), 2);
+    llvm::PHINode *r = b.CreatePHI(init[i]->getType(), 2);
     r->addIncoming(init[i], pre);
     r->addIncoming(next[i], latch);
     out.push_back(r);
@@ -111,13 +111,13 @@ std::vector<Value*> emitCountedLoop(llvm::IRBuilder<>& b, Value* start, Value* e
 struct KernelBody::Reduction {
   int stmt = 0;
   OpKind op = OpKind::sum;
-  DType in = DType::f32;     // the reduced value's dtype
-  DType acc = DType::f32;    // local accumulator dtype
-  DType total = DType::f32;  // total accumulator dtype
-  int slot = 0;              // first carried value (argmax carries value and index)
+  DType in = DType::f32;    // the reduced value's dtype
+  DType acc = DType::f32;   // local accumulator dtype
+  DType total = DType::f32; // total accumulator dtype
+  int slot = 0;             // first carried value (argmax carries value and index)
 
-  Reduction(const LoopKernel& k, int s, int firstSlot) : stmt(s), slot(firstSlot) {
-    const KernelStmt& st = k.stmts[s];
+  Reduction(const LoopKernel &k, int s, int firstSlot) : stmt(s), slot(firstSlot) {
+    const KernelStmt &st = k.stmts[s];
     op = st.op;
     in = k.stmts[st.args[0]].dtype;
     DType base = op == OpKind::argmax ? in : st.dtype;
@@ -127,11 +127,9 @@ struct KernelBody::Reduction {
     total = floatSum ? DType::f64 : acc;
   }
   int width() const { return op == OpKind::argmax ? 2 : 1; }
-  bool isFloatSum() const {
-    return (op == OpKind::sum || op == OpKind::mean) && isFloatDtype(acc);
-  }
+  bool isFloatSum() const { return (op == OpKind::sum || op == OpKind::mean) && isFloatDtype(acc); }
 
-  void init(llvm::IRBuilder<>& b, DType t, std::vector<Value*>& out) const {
+  void init(llvm::IRBuilder<> &b, DType t, std::vector<Value *> &out) const {
     if (op == OpKind::sum || op == OpKind::mean) {
       out.push_back(llvm::Constant::getNullValue(computeType(b.getContext(), t)));
       return;
@@ -140,43 +138,43 @@ struct KernelBody::Reduction {
     if (op == OpKind::argmax) out.push_back(b.getInt64(0));
   }
 
-  void update(llvm::IRBuilder<>& b, Value* x, Value* flat, std::vector<Value*>& cur) const {
-    Value* v = convert(b, x, in, acc);
-    Value*& a = cur[slot];
+  void update(llvm::IRBuilder<> &b, Value *x, Value *flat, std::vector<Value *> &cur) const {
+    Value *v = convert(b, x, in, acc);
+    Value *&a = cur[slot];
     if (op == OpKind::sum || op == OpKind::mean) {
       a = isFloatDtype(acc) ? b.CreateFAdd(a, v) : b.CreateAdd(a, v);
-      if (auto* i = llvm::dyn_cast<llvm::Instruction>(a); i && isFloatDtype(acc)) {
+      if (auto *i = llvm::dyn_cast<llvm::Instruction>(a); i && isFloatDtype(acc)) {
         i->setHasAllowReassoc(true);
       }
     } else if (op == OpKind::amax) {
       a = emitMax(b, a, v, acc);
     } else {
-      Value* take = argmaxTakes(b, v, a, acc);
+      Value *take = argmaxTakes(b, v, a, acc);
       a = b.CreateSelect(take, v, a);
       cur[slot + 1] = b.CreateSelect(take, flat, cur[slot + 1]);
     }
   }
 
-  void combine(llvm::IRBuilder<>& b, const std::vector<Value*>& local,
-               std::vector<Value*>& tot) const {
-    Value*& t = tot[slot];
+  void combine(llvm::IRBuilder<> &b, const std::vector<Value *> &local,
+               std::vector<Value *> &tot) const {
+    Value *&t = tot[slot];
     if (op == OpKind::sum || op == OpKind::mean) {
-      Value* l = convert(b, local[slot], acc, total);
+      Value *l = convert(b, local[slot], acc, total);
       t = isFloatDtype(total) ? b.CreateFAdd(t, l) : b.CreateAdd(t, l);
     } else if (op == OpKind::amax) {
       t = emitMax(b, t, local[slot], acc);
     } else {
-      Value* take = argmaxTakes(b, local[slot], t, acc);
+      Value *take = argmaxTakes(b, local[slot], t, acc);
       t = b.CreateSelect(take, local[slot], t);
       tot[slot + 1] = b.CreateSelect(take, local[slot + 1], tot[slot + 1]);
     }
   }
 
-  Value* finish(llvm::IRBuilder<>& b, const std::vector<Value*>& tot, Value* count,
+  Value *finish(llvm::IRBuilder<> &b, const std::vector<Value *> &tot, Value *count,
                 DType out) const {
     if (op == OpKind::argmax) return tot[slot + 1];
     if (op == OpKind::amax) return convert(b, tot[slot], acc, out);
-    Value* t = tot[slot];
+    Value *t = tot[slot];
     if (op == OpKind::mean) {
       t = isFloatDtype(total) ? b.CreateFDiv(t, b.CreateSIToFP(count, t->getType()))
                               : b.CreateSDiv(t, b.CreateSExtOrTrunc(count, t->getType()));
@@ -187,27 +185,27 @@ struct KernelBody::Reduction {
 
 // ---------------------------------------------------------------------------------------
 
-KernelBody::KernelBody(llvm::IRBuilder<>& b, const LoopKernel& k, Value* ptrs, Value* syms)
+KernelBody::KernelBody(llvm::IRBuilder<> &b, const LoopKernel &k, Value *ptrs, Value *syms)
     : b_(b), k_(k) {
-  llvm::MDNode* invariant = llvm::MDNode::get(b.getContext(), {});
+  llvm::MDNode *invariant = llvm::MDNode::get(b.getContext(), {});
   for (size_t i = 0; i < k.tensors.size(); ++i) {
-    Value* slot = b.CreateConstInBoundsGEP1_64(b.getPtrTy(), ptrs, i);
-    auto* p = b.CreateLoad(b.getPtrTy(), slot, "t" + std::to_string(i));
+    Value *slot = b.CreateConstInBoundsGEP1_64(b.getPtrTy(), ptrs, i);
+    auto *p = b.CreateLoad(b.getPtrTy(), slot, "t" + std::to_string(i));
     p->setMetadata(llvm::LLVMContext::MD_invariant_load, invariant);
     base_.push_back(p);
   }
-  auto loadSyms = [&](const SizeExpr& e) {
+  auto loadSyms = [&](const SizeExpr &e) {
     for (int32_t s : e.syms) {
       if (syms_.count(s)) continue;
-      Value* slot = b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), syms, s);
-      auto* v = b.CreateLoad(b.getInt64Ty(), slot, "s" + std::to_string(s));
+      Value *slot = b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), syms, s);
+      auto *v = b.CreateLoad(b.getInt64Ty(), slot, "s" + std::to_string(s));
       v->setMetadata(llvm::LLVMContext::MD_invariant_load, invariant);
       syms_[s] = v;
     }
   };
-  for (const SizeExpr& e : k.domain) loadSyms(e);
-  for (const KernelTensor& t : k.tensors) {
-    for (const SizeExpr& e : t.strides) loadSyms(e);
+  for (const SizeExpr &e : k.domain) loadSyms(e);
+  for (const KernelTensor &t : k.tensors) {
+    for (const SizeExpr &e : t.strides) loadSyms(e);
   }
   makeAliasScopes();
   analyze();
@@ -217,13 +215,13 @@ KernelBody::KernelBody(llvm::IRBuilder<>& b, const LoopKernel& k, Value* ptrs, V
 // no other output, so loads and stores of different tensors never conflict.
 void KernelBody::makeAliasScopes() {
   llvm::MDBuilder mdb(b_.getContext());
-  llvm::MDNode* domain = mdb.createAnonymousAliasScopeDomain(k_.name);
-  std::vector<llvm::Metadata*> scopes;
+  llvm::MDNode *domain = mdb.createAnonymousAliasScopeDomain(k_.name);
+  std::vector<llvm::Metadata *> scopes;
   for (size_t i = 0; i < k_.tensors.size(); ++i) {
     scopes.push_back(mdb.createAnonymousAliasScope(domain, "t" + std::to_string(i)));
   }
   for (size_t i = 0; i < scopes.size(); ++i) {
-    std::vector<llvm::Metadata*> others;
+    std::vector<llvm::Metadata *> others;
     for (size_t j = 0; j < scopes.size(); ++j) {
       if (j != i) others.push_back(scopes[j]);
     }
@@ -238,7 +236,7 @@ void KernelBody::analyze() {
   inner_.assign(n, false);
   ready_.assign(n, 0);
   for (size_t s = 0; s < n; ++s) {
-    const KernelStmt& st = k_.stmts[s];
+    const KernelStmt &st = k_.stmts[s];
     for (int a : st.args) {
       inner_[s] = inner_[s] || inner_[a];
       ready_[s] = std::max(ready_[s], ready_[a]);
@@ -264,17 +262,17 @@ void KernelBody::analyze() {
   }
 }
 
-Value* KernelBody::size(const SizeExpr& e) {
-  Value* v = b_.getInt64(e.c);
+Value *KernelBody::size(const SizeExpr &e) {
+  Value *v = b_.getInt64(e.c);
   for (int32_t s : e.syms) v = b_.CreateMul(v, syms_.at(s));
   return v;
 }
 
-std::vector<Value*> KernelBody::unflatten(Value* flat, int first, int end) {
-  std::vector<Value*> idx(static_cast<size_t>(std::max(end - first, 0)));
-  Value* q = flat;
+std::vector<Value *> KernelBody::unflatten(Value *flat, int first, int end) {
+  std::vector<Value *> idx(static_cast<size_t>(std::max(end - first, 0)));
+  Value *q = flat;
   for (int d = end - 1; d > first; --d) {
-    Value* n = size(k_.domain[d]);
+    Value *n = size(k_.domain[d]);
     idx[d - first] = b_.CreateURem(q, n);
     q = b_.CreateUDiv(q, n);
   }
@@ -283,44 +281,44 @@ std::vector<Value*> KernelBody::unflatten(Value* flat, int first, int end) {
 }
 
 // ptr + sum_d idx_d * stride_d, summed in dim order so the outer part is loop-invariant.
-Value* KernelBody::address(int tensor, const Values& idx) {
-  const KernelTensor& t = k_.tensors[tensor];
-  Value* off = nullptr;
+Value *KernelBody::address(int tensor, const Values &idx) {
+  const KernelTensor &t = k_.tensors[tensor];
+  Value *off = nullptr;
   for (size_t d = 0; d < idx.size(); ++d) {
     if (t.strides[d] == SizeExpr::constant(0)) continue;
-    Value* term = t.strides[d] == SizeExpr::constant(1) ? idx[d]
-                                                        : b_.CreateMul(idx[d], size(t.strides[d]));
+    Value *term =
+        t.strides[d] == SizeExpr::constant(1) ? idx[d] : b_.CreateMul(idx[d], size(t.strides[d]));
     off = off ? b_.CreateAdd(off, term) : term;
   }
-  llvm::Type* et = storageType(b_.getContext(), t.dtype);
+  llvm::Type *et = storageType(b_.getContext(), t.dtype);
   return off ? b_.CreateInBoundsGEP(et, base_[tensor], off) : base_[tensor];
 }
 
-Value* KernelBody::emitLoad(int tensor, const Values& idx) {
+Value *KernelBody::emitLoad(int tensor, const Values &idx) {
   DType dt = k_.tensors[tensor].dtype;
-  llvm::Type* et = storageType(b_.getContext(), dt);
-  auto* ld = b_.CreateAlignedLoad(et, address(tensor, idx),
+  llvm::Type *et = storageType(b_.getContext(), dt);
+  auto *ld = b_.CreateAlignedLoad(et, address(tensor, idx),
                                   llvm::Align(std::max<uint64_t>(1, dtypeSize(dt))));
   ld->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[tensor]);
   ld->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[tensor]);
   return fromStorage(b_, ld, dt);
 }
 
-void KernelBody::emitStore(int tensor, const Values& idx, Value* v, DType from) {
+void KernelBody::emitStore(int tensor, const Values &idx, Value *v, DType from) {
   DType dt = k_.tensors[tensor].dtype;
-  Value* stored = toStorage(b_, convert(b_, v, from, dt), dt);
-  auto* st = b_.CreateAlignedStore(stored, address(tensor, idx),
+  Value *stored = toStorage(b_, convert(b_, v, from, dt), dt);
+  auto *st = b_.CreateAlignedStore(stored, address(tensor, idx),
                                    llvm::Align(std::max<uint64_t>(1, dtypeSize(dt))));
   st->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[tensor]);
   st->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[tensor]);
 }
 
 // A load, constant or compute statement; stores and reductions are emitted by the caller.
-Value* KernelBody::emitStmt(int s, const Values& idx, const Values& vals) {
-  const KernelStmt& st = k_.stmts[s];
+Value *KernelBody::emitStmt(int s, const Values &idx, const Values &vals) {
+  const KernelStmt &st = k_.stmts[s];
   if (st.kind == K::load) return emitLoad(st.tensor, idx);
   if (st.kind == K::constant) return emitConstant(b_, st.value, st.dtype);
-  std::vector<Value*> args;
+  std::vector<Value *> args;
   std::vector<DType> types;
   for (int a : st.args) {
     args.push_back(vals[a]);
@@ -330,9 +328,9 @@ Value* KernelBody::emitStmt(int s, const Values& idx, const Values& vals) {
 }
 
 // The outer-level statements that become available after `afterPass` reduction passes.
-void KernelBody::emitOuterLevel(int afterPass, const Values& idx, Values& vals) {
+void KernelBody::emitOuterLevel(int afterPass, const Values &idx, Values &vals) {
   for (size_t s = 0; s < k_.stmts.size(); ++s) {
-    const KernelStmt& st = k_.stmts[s];
+    const KernelStmt &st = k_.stmts[s];
     if (inner_[s] || ready_[s] != afterPass || st.kind == K::reduce) continue;
     if (st.kind == K::store) {
       emitStore(st.tensor, idx, vals[st.args[0]], k_.stmts[st.args[0]].dtype);
@@ -342,7 +340,7 @@ void KernelBody::emitOuterLevel(int afterPass, const Values& idx, Values& vals) 
   }
 }
 
-void KernelBody::emitPoint(const std::vector<Value*>& outerIdx) {
+void KernelBody::emitPoint(const std::vector<Value *> &outerIdx) {
   assert(outerIdx.size() == static_cast<size_t>(k_.numOuter));
   Values vals(k_.stmts.size(), nullptr);
   Values idx = outerIdx;
@@ -353,8 +351,8 @@ void KernelBody::emitPoint(const std::vector<Value*>& outerIdx) {
   }
 }
 
-Value* KernelBody::innerFlatIndex(const Values& idx) {
-  Value* f = b_.getInt64(0);
+Value *KernelBody::innerFlatIndex(const Values &idx) {
+  Value *f = b_.getInt64(0);
   for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
     f = b_.CreateAdd(b_.CreateMul(f, size(k_.domain[d])), idx[d]);
   }
@@ -363,12 +361,12 @@ Value* KernelBody::innerFlatIndex(const Values& idx) {
 
 // One pass over the inner dims: the reductions whose input is ready after pass-1 passes,
 // and the inner-level stores that become computable.
-void KernelBody::emitPass(int pass, Values& idx, Values& vals) {
+void KernelBody::emitPass(int pass, Values &idx, Values &vals) {
   std::vector<bool> needed(k_.stmts.size(), false);
   std::vector<Reduction> reds;
   int slots = 0;
   for (size_t s = 0; s < k_.stmts.size(); ++s) {
-    const KernelStmt& st = k_.stmts[s];
+    const KernelStmt &st = k_.stmts[s];
     bool inPass = (st.kind == K::reduce && ready_[s] == pass) ||
                   (st.kind == K::store && inner_[s] && ready_[s] + 1 == pass);
     if (!inPass) continue;
@@ -382,99 +380,97 @@ void KernelBody::emitPass(int pass, Values& idx, Values& vals) {
     if (!needed[s]) continue;
     for (int a : k_.stmts[s].args) needed[a] = needed[a] || inner_[a];
   }
-  bool blocked = std::any_of(reds.begin(), reds.end(), [](const Reduction& r) {
-    return r.isFloatSum();
-  });
-  const SizeExpr& last = k_.domain.back();
+  bool blocked =
+      std::any_of(reds.begin(), reds.end(), [](const Reduction &r) { return r.isFloatSum(); });
+  const SizeExpr &last = k_.domain.back();
   if (last.isConstant() && last.c <= kSumBlock) blocked = false;
   Values totals;
-  for (const Reduction& r : reds) r.init(b_, r.total, totals);
+  for (const Reduction &r : reds) r.init(b_, r.total, totals);
   idx.resize(k_.domain.size(), nullptr);
   totals = emitInnerLoops(k_.numOuter, idx, vals, needed, reds, totals, blocked);
   idx.resize(k_.numOuter);
-  Value* count = b_.getInt64(1);
+  Value *count = b_.getInt64(1);
   for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
     count = b_.CreateMul(count, size(k_.domain[d]));
   }
-  for (const Reduction& r : reds) {
+  for (const Reduction &r : reds) {
     vals[r.stmt] = r.finish(b_, totals, count, k_.stmts[r.stmt].dtype);
   }
 }
 
-KernelBody::Values KernelBody::emitInnerLoops(size_t dim, Values& idx, Values& vals,
-                                              const std::vector<bool>& needed,
-                                              std::vector<Reduction>& reds,
-                                              const Values& totals, bool blocked) {
-  Value* n = size(k_.domain[dim]);
+KernelBody::Values KernelBody::emitInnerLoops(size_t dim, Values &idx, Values &vals,
+                                              const std::vector<bool> &needed,
+                                              std::vector<Reduction> &reds, const Values &totals,
+                                              bool blocked) {
+  Value *n = size(k_.domain[dim]);
   std::string name = "d" + std::to_string(dim);
   if (dim + 1 < k_.domain.size()) {
-    return emitCountedLoop(b_, b_.getInt64(0), n, totals,
-                           [&](Value* i, const Values& cur) {
-                             idx[dim] = i;
-                             return emitInnerLoops(dim + 1, idx, vals, needed, reds, cur,
-                                                   blocked);
-                           },
-                           name);
+    return emitCountedLoop(
+        b_, b_.getInt64(0), n, totals,
+        [&](Value *i, const Values &cur) {
+          idx[dim] = i;
+          return emitInnerLoops(dim + 1, idx, vals, needed, reds, cur, blocked);
+        },
+        name);
   }
   if (!blocked) return emitInnermostRun(b_.getInt64(0), n, idx, vals, needed, reds, totals);
-  Value* blocks = b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(kSumBlock - 1)),
-                                b_.getInt64(kSumBlock));
-  return emitCountedLoop(b_, b_.getInt64(0), blocks, totals,
-                         [&](Value* blk, const Values& cur) {
-                           Value* lo = b_.CreateMul(blk, b_.getInt64(kSumBlock));
-                           Value* hi = b_.CreateBinaryIntrinsic(
-                               llvm::Intrinsic::smin, b_.CreateAdd(lo, b_.getInt64(kSumBlock)),
-                               n);
-                           return emitInnermostRun(lo, hi, idx, vals, needed, reds, cur);
-                         },
-                         name + ".blk");
+  Value *blocks =
+      b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(kSumBlock - 1)), b_.getInt64(kSumBlock));
+  return emitCountedLoop(
+      b_, b_.getInt64(0), blocks, totals,
+      [&](Value *blk, const Values &cur) {
+        Value *lo = b_.CreateMul(blk, b_.getInt64(kSumBlock));
+        Value *hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                             b_.CreateAdd(lo, b_.getInt64(kSumBlock)), n);
+        return emitInnermostRun(lo, hi, idx, vals, needed, reds, cur);
+      },
+      name + ".blk");
 }
 
 // The innermost loop over [lo, hi) with fresh local accumulators, folded into `totals`.
-KernelBody::Values KernelBody::emitInnermostRun(Value* lo, Value* hi, Values& idx, Values& vals,
-                                                const std::vector<bool>& needed,
-                                                std::vector<Reduction>& reds,
-                                                const Values& totals) {
+KernelBody::Values KernelBody::emitInnermostRun(Value *lo, Value *hi, Values &idx, Values &vals,
+                                                const std::vector<bool> &needed,
+                                                std::vector<Reduction> &reds,
+                                                const Values &totals) {
   size_t dim = k_.domain.size() - 1;
   Values locals;
-  for (const Reduction& r : reds) r.init(b_, r.acc, locals);
+  for (const Reduction &r : reds) r.init(b_, r.acc, locals);
   Values out = emitCountedLoop(
       b_, lo, hi, locals,
-      [&](Value* i, const Values& cur) {
+      [&](Value *i, const Values &cur) {
         idx[dim] = i;
         Values v = vals;
         for (size_t s = 0; s < k_.stmts.size(); ++s) {
-          const KernelStmt& st = k_.stmts[s];
+          const KernelStmt &st = k_.stmts[s];
           if (!needed[s] || !inner_[s] || st.kind == K::store) continue;
           v[s] = emitStmt(static_cast<int>(s), idx, v);
         }
         for (size_t s = 0; s < k_.stmts.size(); ++s) {
-          const KernelStmt& st = k_.stmts[s];
+          const KernelStmt &st = k_.stmts[s];
           if (needed[s] && st.kind == K::store) {
             emitStore(st.tensor, idx, v[st.args[0]], k_.stmts[st.args[0]].dtype);
           }
         }
         Values next = cur;
-        bool anyArgmax = std::any_of(reds.begin(), reds.end(), [](const Reduction& r) {
-          return r.op == OpKind::argmax;
-        });
-        Value* flat = anyArgmax ? innerFlatIndex(idx) : nullptr;
-        for (const Reduction& r : reds) r.update(b_, v[k_.stmts[r.stmt].args[0]], flat, next);
+        bool anyArgmax = std::any_of(reds.begin(), reds.end(),
+                                     [](const Reduction &r) { return r.op == OpKind::argmax; });
+        Value *flat = anyArgmax ? innerFlatIndex(idx) : nullptr;
+        for (const Reduction &r : reds) r.update(b_, v[k_.stmts[r.stmt].args[0]], flat, next);
         return next;
       },
       "d" + std::to_string(dim));
   Values tot = totals;
-  for (const Reduction& r : reds) r.combine(b_, out, tot);
+  for (const Reduction &r : reds) r.combine(b_, out, tot);
   return tot;
 }
 
-llvm::Function* emitKernelFunction(llvm::Module& m, const LoopKernel& kernel,
-                                   const OuterLoopEmitter& outer) {
-  llvm::LLVMContext& c = m.getContext();
-  auto* ptrTy = llvm::PointerType::get(c, 0);
-  auto* i64 = llvm::Type::getInt64Ty(c);
-  auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptrTy, ptrTy, i64, i64}, false);
-  auto* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, kernel.name, m);
+llvm::Function *emitKernelFunction(llvm::Module &m, const LoopKernel &kernel,
+                                   const OuterLoopEmitter &outer) {
+  llvm::LLVMContext &c = m.getContext();
+  auto *ptrTy = llvm::PointerType::get(c, 0);
+  auto *i64 = llvm::Type::getInt64Ty(c);
+  auto *fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptrTy, ptrTy, i64, i64}, false);
+  auto *fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, kernel.name, m);
   fn->setDoesNotThrow();
   for (unsigned a = 0; a < 2; ++a) {
     fn->addParamAttr(a, llvm::Attribute::NoAlias);
@@ -493,4 +489,4 @@ llvm::Function* emitKernelFunction(llvm::Module& m, const LoopKernel& kernel,
   return fn;
 }
 
-}  // namespace rcjit::codegen
+} // namespace rcjit::codegen

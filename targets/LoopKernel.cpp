@@ -8,13 +8,13 @@
 
 namespace rcjit {
 
-int64_t evalSize(const SizeExpr& e, const int64_t* syms) {
+int64_t evalSize(const SizeExpr &e, const int64_t *syms) {
   int64_t v = e.c;
   for (int32_t s : e.syms) v *= syms[s];
   return v;
 }
 
-int64_t LoopKernel::outerSize(const int64_t* syms) const {
+int64_t LoopKernel::outerSize(const int64_t *syms) const {
   int64_t n = 1;
   for (int d = 0; d < numOuter; ++d) n *= evalSize(domain[d], syms);
   return n;
@@ -22,40 +22,46 @@ int64_t LoopKernel::outerSize(const int64_t* syms) const {
 
 namespace {
 
-std::string sizeStr(const SizeExpr& e) {
+std::string sizeStr(const SizeExpr &e) {
   std::string out;
   if (e.c != 1 || e.syms.empty()) out = std::to_string(e.c);
   for (int32_t s : e.syms) out += (out.empty() ? "s" : "*s") + std::to_string(s);
   return out;
 }
 
-std::string sizesStr(const std::vector<SizeExpr>& v, size_t split) {
+std::string sizesStr(const std::vector<SizeExpr> &v, size_t split) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) {
-    if (i == split) out += i ? " | " : "| ";
-    else if (i) out += ", ";
+    if (i == split)
+      out += i ? " | " : "| ";
+    else if (i)
+      out += ", ";
     out += sizeStr(v[i]);
   }
   return out + "]";
 }
 
-void printStmt(std::ostringstream& os, const KernelStmt& s, size_t i) {
+void printStmt(std::ostringstream &os, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   os << "  ";
   if (s.kind != K::store) os << "%" << i << " = ";
-  if (s.kind == K::load) os << "load t" << s.tensor;
-  else if (s.kind == K::constant) os << "constant " << s.value;
-  else if (s.kind == K::store) os << "store t" << s.tensor << ",";
-  else os << opName(s.op);
+  if (s.kind == K::load)
+    os << "load t" << s.tensor;
+  else if (s.kind == K::constant)
+    os << "constant " << s.value;
+  else if (s.kind == K::store)
+    os << "store t" << s.tensor << ",";
+  else
+    os << opName(s.op);
   for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", %" : " %") << s.args[a];
   os << " : " << dtypeName(s.dtype) << "\n";
 }
 
-[[noreturn]] void fail(const LoopKernel& k, const std::string& what) {
+[[noreturn]] void fail(const LoopKernel &k, const std::string &what) {
   throw Error("invalid loop kernel '" + k.name + "': " + what);
 }
 
-bool isSymbolName(const std::string& n) {
+bool isSymbolName(const std::string &n) {
   if (n.empty() || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
   for (char c : n) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
@@ -63,14 +69,14 @@ bool isSymbolName(const std::string& n) {
   return true;
 }
 
-bool hasInnerStride(const LoopKernel& k, const KernelTensor& t) {
+bool hasInnerStride(const LoopKernel &k, const KernelTensor &t) {
   for (size_t d = k.numOuter; d < k.domain.size(); ++d) {
     if (t.strides[d] != SizeExpr::constant(0)) return true;
   }
   return false;
 }
 
-void verifyTensors(const LoopKernel& k) {
+void verifyTensors(const LoopKernel &k) {
   for (size_t i = 0; i < k.tensors.size(); ++i) {
     if (k.tensors[i].strides.size() != k.domain.size()) {
       fail(k, "tensor t" + std::to_string(i) + " has " +
@@ -80,7 +86,7 @@ void verifyTensors(const LoopKernel& k) {
   }
 }
 
-void verifyArgs(const LoopKernel& k, const KernelStmt& s, size_t i) {
+void verifyArgs(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   size_t want = 0;
   if (s.kind == K::store || s.kind == K::reduce) want = 1;
@@ -108,17 +114,17 @@ void verifyArgs(const LoopKernel& k, const KernelStmt& s, size_t i) {
   }
 }
 
-void verifyTensorUse(const LoopKernel& k, const KernelStmt& s, size_t i) {
+void verifyTensorUse(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   if (s.kind != K::load && s.kind != K::store) return;
   if (s.tensor < 0 || static_cast<size_t>(s.tensor) >= k.tensors.size()) {
     fail(k, "statement %" + std::to_string(i) + " names tensor t" + std::to_string(s.tensor) +
                 " of " + std::to_string(k.tensors.size()));
   }
-  const KernelTensor& t = k.tensors[s.tensor];
+  const KernelTensor &t = k.tensors[s.tensor];
   if (t.output != (s.kind == K::store)) {
-    fail(k, "statement %" + std::to_string(i) + (s.kind == K::store ? " stores to input t"
-                                                                    : " loads from output t") +
+    fail(k, "statement %" + std::to_string(i) +
+                (s.kind == K::store ? " stores to input t" : " loads from output t") +
                 std::to_string(s.tensor));
   }
   if (s.dtype != t.dtype) {
@@ -127,7 +133,7 @@ void verifyTensorUse(const LoopKernel& k, const KernelStmt& s, size_t i) {
   }
 }
 
-void verifyOp(const LoopKernel& k, const KernelStmt& s, size_t i) {
+void verifyOp(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   std::string at = "statement %" + std::to_string(i) + ": ";
   if (s.kind == K::reduce) {
@@ -141,27 +147,26 @@ void verifyOp(const LoopKernel& k, const KernelStmt& s, size_t i) {
       s.dtype != DType::boolean) {
     fail(k, at + "a comparison must yield bool");
   }
-  if (s.kind == K::compute && s.op == OpKind::where &&
-      k.stmts[s.args[0]].dtype != DType::boolean) {
+  if (s.kind == K::compute && s.op == OpKind::where && k.stmts[s.args[0]].dtype != DType::boolean) {
     fail(k, at + "the condition of where must be bool");
   }
 }
 
-}  // namespace
+} // namespace
 
-std::string printKernel(const LoopKernel& k) {
+std::string printKernel(const LoopKernel &k) {
   std::ostringstream os;
   os << "kernel " << k.name << " domain " << sizesStr(k.domain, k.numOuter) << "\n";
   for (size_t i = 0; i < k.tensors.size(); ++i) {
-    const KernelTensor& t = k.tensors[i];
-    os << "  t" << i << ": " << dtypeName(t.dtype) << (t.output ? " out" : " in")
-       << " strides " << sizesStr(t.strides, k.numOuter) << "\n";
+    const KernelTensor &t = k.tensors[i];
+    os << "  t" << i << ": " << dtypeName(t.dtype) << (t.output ? " out" : " in") << " strides "
+       << sizesStr(t.strides, k.numOuter) << "\n";
   }
   for (size_t i = 0; i < k.stmts.size(); ++i) printStmt(os, k.stmts[i], i);
   return os.str();
 }
 
-void verifyKernel(const LoopKernel& k) {
+void verifyKernel(const LoopKernel &k) {
   using K = KernelStmt::Kind;
   if (!isSymbolName(k.name)) fail(k, "the name is not a valid symbol");
   if (k.numOuter < 0 || static_cast<size_t>(k.numOuter) > k.domain.size()) {
@@ -171,7 +176,7 @@ void verifyKernel(const LoopKernel& k) {
   verifyTensors(k);
   std::vector<bool> inner(k.stmts.size(), false);
   for (size_t i = 0; i < k.stmts.size(); ++i) {
-    const KernelStmt& s = k.stmts[i];
+    const KernelStmt &s = k.stmts[i];
     verifyArgs(k, s, i);
     verifyTensorUse(k, s, i);
     verifyOp(k, s, i);
@@ -187,4 +192,4 @@ void verifyKernel(const LoopKernel& k) {
   }
 }
 
-}  // namespace rcjit
+} // namespace rcjit

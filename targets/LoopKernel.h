@@ -32,14 +32,14 @@ struct SizeExpr {
   std::vector<int32_t> syms;
   bool isConstant() const { return syms.empty(); }
   static SizeExpr constant(int64_t v) { return {v, {}}; }
-  friend bool operator==(const SizeExpr&, const SizeExpr&) = default;
+  friend bool operator==(const SizeExpr &, const SizeExpr &) = default;
 };
 
 /// A tensor operand: its element type and one stride (in elements) per domain dim.
 /// At run time its address (already including the view's offset) is ptrs[index].
 struct KernelTensor {
   DType dtype = DType::f32;
-  std::vector<SizeExpr> strides;  // size == domain.size()
+  std::vector<SizeExpr> strides; // size == domain.size()
   bool output = false;
 };
 
@@ -56,31 +56,31 @@ struct KernelStmt {
   OpKind op = OpKind::add;
   std::vector<int> args;
   int tensor = -1;
-  DType dtype = DType::f32;  // the statement's result type (store: the tensor's)
+  DType dtype = DType::f32; // the statement's result type (store: the tensor's)
   double value = 0;
 };
 
 struct LoopKernel {
-  std::string name;                  // a valid symbol name, unique in its module
-  std::vector<SizeExpr> domain;      // outer dims, then inner dims
+  std::string name;             // a valid symbol name, unique in its module
+  std::vector<SizeExpr> domain; // outer dims, then inner dims
   int numOuter = 0;
   std::vector<KernelTensor> tensors;
   std::vector<KernelStmt> stmts;
 
   /// Number of outer points (product of outer dims) for the given symbol values.
-  int64_t outerSize(const int64_t* syms) const;
+  int64_t outerSize(const int64_t *syms) const;
 };
 
 /// Evaluates a SizeExpr for the given symbol values.
-int64_t evalSize(const SizeExpr& e, const int64_t* syms);
+int64_t evalSize(const SizeExpr &e, const int64_t *syms);
 
 /// The C ABI of every compiled loop kernel: runs outer points [begin, end).
 ///   ptrs: one address per KernelTensor, in order; syms: the symbolic sizes.
-using KernelFn = void (*)(char* const* ptrs, const int64_t* syms, int64_t begin, int64_t end);
+using KernelFn = void (*)(char *const *ptrs, const int64_t *syms, int64_t begin, int64_t end);
 
 /// Readable text of a kernel (for logs and tests).
-std::string printKernel(const LoopKernel& k);
+std::string printKernel(const LoopKernel &k);
 /// Checks a kernel's invariants (arg order, levels, stride counts); throws rcjit::Error.
-void verifyKernel(const LoopKernel& k);
+void verifyKernel(const LoopKernel &k);
 
-}  // namespace rcjit
+} // namespace rcjit

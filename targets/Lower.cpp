@@ -20,32 +20,32 @@ enum class Level : uint8_t { full, keep, drop };
 
 struct Group {
   bool reduce = false;
-  Shape domainShape;  // X: the full iteration shape
-  Dims reduced;       // reduced dims of X (sorted); empty for elementwise groups
+  Shape domainShape; // X: the full iteration shape
+  Dims reduced;      // reduced dims of X (sorted); empty for elementwise groups
   std::vector<int> members;
-  int order = 0;      // position among steps
+  int order = 0; // position among steps
 };
 
 struct Lowering {
-  const Graph& g;
-  const std::vector<Shape>& inputStrides;
+  const Graph &g;
+  const std::vector<Shape> &inputStrides;
   LowerOptions opts;
   Program p;
 
-  std::vector<int> value;      // node -> Value id, -1 while not materialized
-  std::vector<int> groupOf;    // node -> group id or -1
-  std::vector<Level> level;    // node -> level within its group
+  std::vector<int> value;   // node -> Value id, -1 while not materialized
+  std::vector<int> groupOf; // node -> group id or -1
+  std::vector<Level> level; // node -> level within its group
   std::vector<std::vector<int>> users;
   std::vector<bool> isOutput;
   std::vector<Group> groups;
-  std::vector<int> stepOrderOfValue;  // value -> order of the step that writes it (-1: input)
-  std::vector<bool> needsStore;       // node -> its group must store it
+  std::vector<int> stepOrderOfValue; // value -> order of the step that writes it (-1: input)
+  std::vector<bool> needsStore;      // node -> its group must store it
   // steps other than kernels, keyed by order; kernels are built from groups at the end
   std::map<int, Step> otherSteps;
-  std::vector<int> libraryLastNode;   // value -> last node folded into its library step
+  std::vector<int> libraryLastNode; // value -> last node folded into its library step
   int nextOrder = 0;
 
-  Lowering(const Graph& graph, const std::vector<Shape>& strides, const LowerOptions& o)
+  Lowering(const Graph &graph, const std::vector<Shape> &strides, const LowerOptions &o)
       : g(graph), inputStrides(strides), opts(o) {
     size_t n = g.nodes.size();
     value.assign(n, -1);
@@ -70,7 +70,7 @@ struct Lowering {
   }
 
   // A new contiguous arena buffer and its value, written by the step of `order`.
-  int newBufferValue(const Shape& shape, DType dtype, int order, Buffer::Kind kind) {
+  int newBufferValue(const Shape &shape, DType dtype, int order, Buffer::Kind kind) {
     Buffer b;
     b.kind = kind;
     b.dtype = dtype;
@@ -90,9 +90,9 @@ struct Lowering {
   // ---- step 1: values and views ------------------------------------------------------
 
   void placeInput(int node) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     int numArgs = 0;
-    for (const Node& m : g.nodes) {
+    for (const Node &m : g.nodes) {
       if (m.op == OpKind::input && m.inputKind == InputKind::arg) ++numArgs;
     }
     int index = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
@@ -104,9 +104,8 @@ struct Lowering {
     Value v;
     v.buffer = static_cast<int>(p.buffers.size()) - 1;
     v.shape = shapeOf(node);
-    v.strides = index < static_cast<int>(inputStrides.size())
-                    ? inputStrides[index]
-                    : detail::contiguousStrides(v.shape);
+    v.strides = index < static_cast<int>(inputStrides.size()) ? inputStrides[index]
+                                                              : detail::contiguousStrides(v.shape);
     v.dtype = n.dtype;
     value[node] = addValue(v, -1);
     p.numInputs = std::max(p.numInputs, index + 1);
@@ -115,12 +114,12 @@ struct Lowering {
   // The value of `node`, materializing it (a store from its group, or a constant kernel).
   int materialize(int node) {
     if (value[node] >= 0) return value[node];
-    const Node& n = g.nodes[node];
-    if (groupOf[node] < 0) {  // a constant not yet in any group: its own kernel
+    const Node &n = g.nodes[node];
+    if (groupOf[node] < 0) { // a constant not yet in any group: its own kernel
       int gid = newGroup(false, shapeOf(node), {});
       join(gid, node, Level::full);
     }
-    Group& grp = groups[groupOf[node]];
+    Group &grp = groups[groupOf[node]];
     Shape shape = shapeOf(node);
     needsStore[node] = true;
     value[node] = newBufferValue(shape, n.dtype, grp.order, Buffer::Kind::arena);
@@ -128,39 +127,39 @@ struct Lowering {
   }
 
   void placeView(int node) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     int src = materialize(n.inputs[0]);
     Value v = p.values[src];
     Shape out = shapeOf(node);
     switch (n.op) {
-      case OpKind::reshape: {
-        Shape strides;
-        if (!detail::computeViewStrides(v.shape, v.strides, out, strides)) {
-          src = copyContiguous(src);
-          v = p.values[src];
-          detail::computeViewStrides(v.shape, v.strides, out, strides);
-        }
-        v.strides = strides;
-        break;
+    case OpKind::reshape: {
+      Shape strides;
+      if (!detail::computeViewStrides(v.shape, v.strides, out, strides)) {
+        src = copyContiguous(src);
+        v = p.values[src];
+        detail::computeViewStrides(v.shape, v.strides, out, strides);
       }
-      case OpKind::permute: {
-        Shape strides;
-        for (int64_t d : n.attrs.dims) strides.push_back(v.strides[d]);
-        v.strides = strides;
-        break;
+      v.strides = strides;
+      break;
+    }
+    case OpKind::permute: {
+      Shape strides;
+      for (int64_t d : n.attrs.dims) strides.push_back(v.strides[d]);
+      v.strides = strides;
+      break;
+    }
+    case OpKind::expand: {
+      size_t lead = out.size() - v.shape.size();
+      Shape strides(out.size(), 0);
+      for (size_t i = 0; i < v.shape.size(); ++i) {
+        strides[lead + i] = v.shape[i] == out[lead + i] ? v.strides[i] : 0;
       }
-      case OpKind::expand: {
-        size_t lead = out.size() - v.shape.size();
-        Shape strides(out.size(), 0);
-        for (size_t i = 0; i < v.shape.size(); ++i) {
-          strides[lead + i] = v.shape[i] == out[lead + i] ? v.strides[i] : 0;
-        }
-        v.strides = strides;
-        break;
-      }
-      default:  // slice
-        v.offset += n.attrs.start * v.strides[n.attrs.dim];
-        break;
+      v.strides = strides;
+      break;
+    }
+    default: // slice
+      v.offset += n.attrs.start * v.strides[n.attrs.dim];
+      break;
     }
     v.shape = out;
     value[node] = addValue(v, stepOrderOfValue[src]);
@@ -168,7 +167,7 @@ struct Lowering {
 
   // A contiguous copy of value `src` (a one-load, one-store kernel).
   int copyContiguous(int src) {
-    const Value& v = p.values[src];
+    const Value &v = p.values[src];
     int gid = newGroup(false, v.shape, {});
     int out = newBufferValue(v.shape, v.dtype, groups[gid].order, Buffer::Kind::arena);
     copyKernels.push_back({gid, src, out});
@@ -181,7 +180,7 @@ struct Lowering {
 
   // ---- step 2: fusion ----------------------------------------------------------------
 
-  int newGroup(bool reduce, const Shape& domain, const Dims& reduced) {
+  int newGroup(bool reduce, const Shape &domain, const Dims &reduced) {
     Group grp;
     grp.reduce = reduce;
     grp.domainShape = domain;
@@ -197,12 +196,12 @@ struct Lowering {
     level[node] = lv;
   }
 
-  static Shape keepShape(const Shape& x, const Dims& r) {
+  static Shape keepShape(const Shape &x, const Dims &r) {
     Shape s = x;
     for (int64_t d : r) s[d] = 1;
     return s;
   }
-  static Shape dropShape(const Shape& x, const Dims& r) {
+  static Shape dropShape(const Shape &x, const Dims &r) {
     Shape s;
     for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
       if (std::find(r.begin(), r.end(), d) == r.end()) s.push_back(x[d]);
@@ -218,13 +217,13 @@ struct Lowering {
   int availableAt(int node) const {
     if (groupOf[node] >= 0 && value[node] < 0) return groups[groupOf[node]].order;
     if (value[node] >= 0) return stepOrderOfValue[value[node]];
-    return -1;  // constants
+    return -1; // constants
   }
 
   // Can `node` join group `gid` at level `lv`? Every operand must be in the group at a
   // compatible level, a constant, or available from an earlier step.
   bool canJoin(int gid, int node, Level lv) const {
-    const Group& grp = groups[gid];
+    const Group &grp = groups[gid];
     for (int in : g.nodes[node].inputs) {
       if (groupOf[in] == gid && value[in] < 0) {
         Level l = level[in];
@@ -232,7 +231,7 @@ struct Lowering {
         if (lv != Level::full && l != lv) return false;
         continue;
       }
-      if (groupOf[in] == gid) continue;  // stored by this group: read in-group
+      if (groupOf[in] == gid) continue; // stored by this group: read in-group
       if (isConstant(in)) continue;
       if (availableAt(in) >= grp.order) return false;
     }
@@ -240,8 +239,8 @@ struct Lowering {
   }
 
   // The level `shape` would have in group gid, if any.
-  bool levelFor(int gid, const Shape& shape, Level& lv) const {
-    const Group& grp = groups[gid];
+  bool levelFor(int gid, const Shape &shape, Level &lv) const {
+    const Group &grp = groups[gid];
     if (shape == grp.domainShape) {
       lv = Level::full;
       return true;
@@ -273,7 +272,7 @@ struct Lowering {
   }
 
   void fuseReduce(int node) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     int in = n.inputs[0];
     Shape x = shapeOf(in);
     Dims r = n.op == OpKind::argmax ? Dims{n.attrs.dim} : n.attrs.dims;
@@ -282,7 +281,7 @@ struct Lowering {
     Level out = keep ? Level::keep : Level::drop;
     int gid = groupOf[in];
     if (gid >= 0 && value[in] < 0 && level[in] == Level::full) {
-      Group& grp = groups[gid];
+      Group &grp = groups[gid];
       bool fits = grp.domainShape == x && (grp.reduce ? grp.reduced == r : true);
       if (fits) {
         bool wasReduce = grp.reduce;
@@ -304,24 +303,24 @@ struct Lowering {
 
   static bool isPostOp(OpKind op) {
     switch (op) {
-      case OpKind::relu:
-      case OpKind::sigmoid:
-      case OpKind::tanh:
-      case OpKind::gelu:
-      case OpKind::silu:
-      case OpKind::exp:
-      case OpKind::abs:
-      case OpKind::sqrt:
-      case OpKind::log:
-        return true;
-      default:
-        return false;
+    case OpKind::relu:
+    case OpKind::sigmoid:
+    case OpKind::tanh:
+    case OpKind::gelu:
+    case OpKind::silu:
+    case OpKind::exp:
+    case OpKind::abs:
+    case OpKind::sqrt:
+    case OpKind::log:
+      return true;
+    default:
+      return false;
     }
   }
 
   // Folds unary `node` into the library step that wrote its operand, if it may.
   bool foldPostOp(int node) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     if (!opts.fuseLibraryEpilogues || !isPostOp(n.op) || n.dtype != DType::f32) return false;
     int in = n.inputs[0];
     int v = value[in];
@@ -333,16 +332,16 @@ struct Lowering {
   }
 
   void placeLibraryOrEager(int node, Step::Kind kind) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     Step s;
     s.kind = kind;
     s.op = n.op;
     s.attrs = n.attrs;
     for (int in : n.inputs) s.operands.push_back(materialize(in));
     int order = nextOrder++;
-    s.result = newBufferValue(shapeOf(node), n.dtype, order,
-                              kind == Step::Kind::eager ? Buffer::Kind::dynamic
-                                                        : Buffer::Kind::arena);
+    s.result =
+        newBufferValue(shapeOf(node), n.dtype, order,
+                       kind == Step::Kind::eager ? Buffer::Kind::dynamic : Buffer::Kind::arena);
     s.note = std::string(opName(n.op)) + " %" + std::to_string(node);
     value[node] = s.result;
     if (kind == Step::Kind::library) libraryLastNode[s.result] = node;
@@ -350,50 +349,52 @@ struct Lowering {
   }
 
   void placeNode(int node) {
-    const Node& n = g.nodes[node];
+    const Node &n = g.nodes[node];
     switch (opInfo(n.op).category) {
-      case OpCategory::Source:
-        if (n.op == OpKind::input) placeInput(node);
-        else if (n.op == OpKind::arange) placeLibraryOrEager(node, Step::Kind::eager);
-        return;  // `full` stays a constant until a step needs it materialized
-      case OpCategory::View:
-        placeView(node);
-        return;
-      case OpCategory::Unary:
-        if (foldPostOp(node)) return;
-        fuseElementwise(node);
-        return;
-      case OpCategory::Binary:
-      case OpCategory::Compare:
-      case OpCategory::Where:
-        fuseElementwise(node);
-        return;
-      case OpCategory::Reduce:
-        fuseReduce(node);
-        return;
-      case OpCategory::Matmul:
-        placeLibraryOrEager(node, Step::Kind::library);
-        return;
-      case OpCategory::Copy:
-        if (n.op == OpKind::contiguous) {
-          int src = materialize(n.inputs[0]);
-          const Value& v = p.values[src];
-          value[node] = detail::isContiguous(v.shape, v.strides) ? src : copyContiguous(src);
-          return;
-        }
+    case OpCategory::Source:
+      if (n.op == OpKind::input)
+        placeInput(node);
+      else if (n.op == OpKind::arange)
         placeLibraryOrEager(node, Step::Kind::eager);
+      return; // `full` stays a constant until a step needs it materialized
+    case OpCategory::View:
+      placeView(node);
+      return;
+    case OpCategory::Unary:
+      if (foldPostOp(node)) return;
+      fuseElementwise(node);
+      return;
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Where:
+      fuseElementwise(node);
+      return;
+    case OpCategory::Reduce:
+      fuseReduce(node);
+      return;
+    case OpCategory::Matmul:
+      placeLibraryOrEager(node, Step::Kind::library);
+      return;
+    case OpCategory::Copy:
+      if (n.op == OpKind::contiguous) {
+        int src = materialize(n.inputs[0]);
+        const Value &v = p.values[src];
+        value[node] = detail::isContiguous(v.shape, v.strides) ? src : copyContiguous(src);
         return;
-      case OpCategory::Normalize:
-      case OpCategory::Nn:
-        placeLibraryOrEager(node, Step::Kind::eager);
-        return;
+      }
+      placeLibraryOrEager(node, Step::Kind::eager);
+      return;
+    case OpCategory::Normalize:
+    case OpCategory::Nn:
+      placeLibraryOrEager(node, Step::Kind::eager);
+      return;
     }
   }
 
   // ---- building kernels from groups ----------------------------------------------------
 
   // Domain order: kept dims of X, then the reduced dims.
-  static Dims domainOrder(const Group& grp) {
+  static Dims domainOrder(const Group &grp) {
     Dims order;
     for (int64_t d = 0; d < static_cast<int64_t>(grp.domainShape.size()); ++d) {
       if (std::find(grp.reduced.begin(), grp.reduced.end(), d) == grp.reduced.end()) {
@@ -405,8 +406,8 @@ struct Lowering {
   }
 
   // Strides of value v seen at level lv of group grp, one per domain dim.
-  static std::vector<SizeExpr> mapStrides(const Group& grp, const Value& v, Level lv) {
-    const Shape& x = grp.domainShape;
+  static std::vector<SizeExpr> mapStrides(const Group &grp, const Value &v, Level lv) {
+    const Shape &x = grp.domainShape;
     Shape perX(x.size(), 0);
     if (lv == Level::drop) {
       // right-align v to the reduced shape, whose dims are X's kept dims in order
@@ -435,34 +436,34 @@ struct Lowering {
   }
 
   // Whether statement `id` of k varies along an inner (reduced) dim.
-  static bool dependsOnInner(const LoopKernel& k, int id) {
-    const KernelStmt& st = k.stmts[id];
+  static bool dependsOnInner(const LoopKernel &k, int id) {
+    const KernelStmt &st = k.stmts[id];
     switch (st.kind) {
-      case KernelStmt::Kind::load: {
-        const KernelTensor& t = k.tensors[st.tensor];
-        for (size_t d = static_cast<size_t>(k.numOuter); d < t.strides.size(); ++d) {
-          if (!(t.strides[d] == SizeExpr::constant(0))) return true;
-        }
-        return false;
+    case KernelStmt::Kind::load: {
+      const KernelTensor &t = k.tensors[st.tensor];
+      for (size_t d = static_cast<size_t>(k.numOuter); d < t.strides.size(); ++d) {
+        if (!(t.strides[d] == SizeExpr::constant(0))) return true;
       }
-      case KernelStmt::Kind::compute:
-        for (int a : st.args) {
-          if (dependsOnInner(k, a)) return true;
-        }
-        return false;
-      default:
-        return false;
+      return false;
+    }
+    case KernelStmt::Kind::compute:
+      for (int a : st.args) {
+        if (dependsOnInner(k, a)) return true;
+      }
+      return false;
+    default:
+      return false;
     }
   }
 
-  int push(LoopKernel& k, KernelStmt st) {
+  int push(LoopKernel &k, KernelStmt st) {
     k.stmts.push_back(std::move(st));
     return static_cast<int>(k.stmts.size()) - 1;
   }
 
   // A reduction of a value that is the same at every inner point (size-1 or broadcast
   // reduced dims, a 0-dim input): sum = v * count, mean = amax = v, argmax = 0.
-  int reduceInvariant(LoopKernel& k, const KernelStmt& r) {
+  int reduceInvariant(LoopKernel &k, const KernelStmt &r) {
     int64_t count = 1;
     for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
       count *= k.domain[d].c;
@@ -470,7 +471,7 @@ struct Lowering {
     KernelStmt c;
     c.kind = KernelStmt::Kind::constant;
     c.dtype = r.dtype;
-    if (r.op == OpKind::argmax) return push(k, c);  // value 0
+    if (r.op == OpKind::argmax) return push(k, c); // value 0
     int v = r.args[0];
     if (k.stmts[v].dtype != r.dtype) {
       KernelStmt cast;
@@ -487,7 +488,7 @@ struct Lowering {
       c.value = static_cast<double>(count);
       out.op = OpKind::mul;
       out.args = {v, push(k, c)};
-    } else {  // mean, amax: the value itself (x * 1 keeps a fresh statement)
+    } else { // mean, amax: the value itself (x * 1 keeps a fresh statement)
       c.value = 1.0;
       out.op = OpKind::mul;
       out.args = {v, push(k, c)};
@@ -495,14 +496,14 @@ struct Lowering {
     return push(k, out);
   }
 
-  void buildKernel(int gid, Step& step) {
-    const Group& grp = groups[gid];
+  void buildKernel(int gid, Step &step) {
+    const Group &grp = groups[gid];
     LoopKernel k;
     k.name = "k" + std::to_string(gid);
     for (int64_t d : domainOrder(grp)) k.domain.push_back(SizeExpr::constant(grp.domainShape[d]));
     k.numOuter = static_cast<int>(grp.domainShape.size() - grp.reduced.size());
-    std::map<int, int> stmtOf;                        // node -> stmt
-    std::map<std::pair<int, int>, int> loadOf;        // (value, level) -> stmt
+    std::map<int, int> stmtOf;                 // node -> stmt
+    std::map<std::pair<int, int>, int> loadOf; // (value, level) -> stmt
     auto addTensor = [&](int v, Level lv, bool output) {
       KernelTensor t;
       t.dtype = p.values[v].dtype;
@@ -535,7 +536,7 @@ struct Lowering {
       return loadOf[key] = static_cast<int>(k.stmts.size()) - 1;
     };
     for (int node : grp.members) {
-      const Node& n = g.nodes[node];
+      const Node &n = g.nodes[node];
       KernelStmt s;
       s.dtype = n.dtype;
       s.op = n.op;
@@ -549,7 +550,7 @@ struct Lowering {
           s.args.push_back(inGroup ? stmtOf[in] : operand(in, opLevel));
         }
         s.kind = opInfo(n.op).category == OpCategory::Reduce ? KernelStmt::Kind::reduce
-                                                              : KernelStmt::Kind::compute;
+                                                             : KernelStmt::Kind::compute;
       }
       int id = s.kind == KernelStmt::Kind::reduce && !dependsOnInner(k, s.args[0])
                    ? reduceInvariant(k, s)
@@ -564,7 +565,7 @@ struct Lowering {
         k.stmts.push_back(st);
       }
     }
-    for (const CopyKernel& c : copyKernels) {
+    for (const CopyKernel &c : copyKernels) {
       if (c.group != gid) continue;
       KernelStmt ld;
       ld.kind = KernelStmt::Kind::load;
@@ -596,7 +597,7 @@ struct Lowering {
   void planOutputs() {
     for (int o : g.outputs) {
       int v = materialize(o);
-      Buffer& b = p.buffers[p.values[v].buffer];
+      Buffer &b = p.buffers[p.values[v].buffer];
       if (b.kind == Buffer::Kind::arena) b.kind = Buffer::Kind::output;
       p.outputs.push_back(v);
     }
@@ -606,7 +607,7 @@ struct Lowering {
     size_t nb = p.buffers.size();
     std::vector<int> first(nb, INT32_MAX), last(nb, -1);
     for (size_t s = 0; s < p.steps.size(); ++s) {
-      const Step& st = p.steps[s];
+      const Step &st = p.steps[s];
       std::vector<int> vs = st.operands;
       if (st.result >= 0) vs.push_back(st.result);
       for (int v : vs) {
@@ -623,14 +624,15 @@ struct Lowering {
     std::vector<Block> blocks;
     std::vector<int> byFirst;
     for (size_t b = 0; b < nb; ++b) {
-      if (p.buffers[b].kind == Buffer::Kind::arena && last[b] >= 0) byFirst.push_back(static_cast<int>(b));
+      if (p.buffers[b].kind == Buffer::Kind::arena && last[b] >= 0)
+        byFirst.push_back(static_cast<int>(b));
     }
     std::sort(byFirst.begin(), byFirst.end(), [&](int a, int b) { return first[a] < first[b]; });
     int64_t top = 0;
     for (int b : byFirst) {
       int64_t bytes = (p.buffers[b].bytes + 63) / 64 * 64;
       bool placed = false;
-      for (Block& blk : blocks) {
+      for (Block &blk : blocks) {
         if (blk.freeAfter < first[b] && blk.bytes >= bytes) {
           p.buffers[b].offset = blk.offset;
           blk.freeAfter = last[b];
@@ -664,24 +666,24 @@ struct Lowering {
       buildKernel(static_cast<int>(gid), s);
       ordered[groups[gid].order] = std::move(s);
     }
-    for (auto& [order, s] : ordered) p.steps.push_back(std::move(s));
+    for (auto &[order, s] : ordered) p.steps.push_back(std::move(s));
     planArena();
     return std::move(p);
   }
 
   bool hasCopy(int gid) const {
-    for (const CopyKernel& c : copyKernels) {
+    for (const CopyKernel &c : copyKernels) {
       if (c.group == gid) return true;
     }
     return false;
   }
 };
 
-}  // namespace
+} // namespace
 
-Program lower(const Graph& g, const std::vector<Shape>& inputStrides, const LowerOptions& opts) {
-  for (const Node& n : g.nodes) {
-    for (const Dim& d : n.shape) {
+Program lower(const Graph &g, const std::vector<Shape> &inputStrides, const LowerOptions &opts) {
+  for (const Node &n : g.nodes) {
+    for (const Dim &d : n.shape) {
       if (d.isSymbolic()) {
         throw Error("lower: symbolic shapes are not supported by this lowering yet");
       }
@@ -691,28 +693,28 @@ Program lower(const Graph& g, const std::vector<Shape>& inputStrides, const Lowe
   return l.run();
 }
 
-std::string printProgram(const Program& p) {
+std::string printProgram(const Program &p) {
   std::ostringstream os;
   os << "program: " << p.numInputs << " inputs, " << p.steps.size() << " steps, "
      << p.kernels.size() << " kernels, arena " << p.arenaBytes << " bytes\n";
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step& s = p.steps[i];
+    const Step &s = p.steps[i];
     os << "  step " << i << ": ";
     switch (s.kind) {
-      case Step::Kind::kernel:
-        os << s.note;
-        break;
-      case Step::Kind::library:
-        os << "library " << s.note;
-        for (const PostOp& po : s.postOps) os << " +" << opName(po.op);
-        break;
-      case Step::Kind::eager:
-        os << "eager " << s.note;
-        break;
+    case Step::Kind::kernel:
+      os << s.note;
+      break;
+    case Step::Kind::library:
+      os << "library " << s.note;
+      for (const PostOp &po : s.postOps) os << " +" << opName(po.op);
+      break;
+    case Step::Kind::eager:
+      os << "eager " << s.note;
+      break;
     }
     os << "\n";
   }
   return os.str();
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -17,13 +17,13 @@
 namespace rcjit {
 
 struct LowerOptions {
-  bool fuseLibraryEpilogues = true;  // oneDNN post-ops (CPU); off for targets without them
+  bool fuseLibraryEpilogues = true; // oneDNN post-ops (CPU); off for targets without them
 };
 
 /// Lowers `g` (static shapes, composites decomposed) to a Program. `inputStrides` gives the
 /// strides of each program input (args then captured tensors, as guarded). Throws
 /// rcjit::Error for what it cannot lower.
-Program lower(const Graph& g, const std::vector<Shape>& inputStrides,
-              const LowerOptions& opts = {});
+Program lower(const Graph &g, const std::vector<Shape> &inputStrides,
+              const LowerOptions &opts = {});
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -17,23 +17,23 @@ namespace rcjit {
 /// Where a buffer's memory comes from on each call.
 struct Buffer {
   enum class Kind : uint8_t {
-    input,    // the storage of program input `index`
-    arena,    // [offset, offset + bytes) of the per-call scratch arena
-    output,   // a fresh tensor allocated per call (returned to the caller)
-    dynamic,  // a tensor produced at run time by an eager step
+    input,   // the storage of program input `index`
+    arena,   // [offset, offset + bytes) of the per-call scratch arena
+    output,  // a fresh tensor allocated per call (returned to the caller)
+    dynamic, // a tensor produced at run time by an eager step
   };
   Kind kind = Kind::arena;
-  int index = 0;        // input index (input)
-  int64_t bytes = 0;    // arena/output size
-  int64_t offset = 0;   // arena offset (arena)
+  int index = 0;      // input index (input)
+  int64_t bytes = 0;  // arena/output size
+  int64_t offset = 0; // arena offset (arena)
   DType dtype = DType::f32;
-  Shape shape;          // output buffers: the tensor's shape
+  Shape shape; // output buffers: the tensor's shape
 };
 
 /// A strided view of a buffer: what a graph value is at run time.
 struct Value {
   int buffer = -1;
-  int64_t offset = 0;  // in elements
+  int64_t offset = 0; // in elements
   Shape shape;
   Shape strides;
   DType dtype = DType::f32;
@@ -41,17 +41,17 @@ struct Value {
 
 /// oneDNN post-op applied to a library call's result (eltwise kinds).
 struct PostOp {
-  OpKind op = OpKind::relu;  // relu, sigmoid, tanh, gelu, silu, exp, abs, sqrt, log
+  OpKind op = OpKind::relu; // relu, sigmoid, tanh, gelu, silu, exp, abs, sqrt, log
 };
 
 struct Step {
   enum class Kind : uint8_t { kernel, library, eager };
   Kind kind = Kind::kernel;
-  int kernel = -1;             // kernel: index into Program::kernels
-  std::vector<int> operands;   // kernel: values in the kernel's tensor order;
-                               // library/eager: input values in op order
-  int result = -1;             // library/eager: the value written
-  OpKind op = OpKind::add;     // library/eager: the graph op
+  int kernel = -1;           // kernel: index into Program::kernels
+  std::vector<int> operands; // kernel: values in the kernel's tensor order;
+                             // library/eager: input values in op order
+  int result = -1;           // library/eager: the value written
+  OpKind op = OpKind::add;   // library/eager: the graph op
   Attrs attrs;
   std::vector<PostOp> postOps; // library: fused epilogue
   std::string note;            // which graph nodes this step covers (for logs)
@@ -62,12 +62,12 @@ struct Program {
   std::vector<Buffer> buffers;
   std::vector<Value> values;
   std::vector<Step> steps;
-  std::vector<int> outputs;    // values returned, in graph output order
+  std::vector<int> outputs; // values returned, in graph output order
   int numInputs = 0;
   int64_t arenaBytes = 0;
 };
 
 /// Readable listing of a program (steps, kernels, buffers) for logs and tests.
-std::string printProgram(const Program& p);
+std::string printProgram(const Program &p);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -26,7 +26,7 @@
 #include "cache/MemoryLru.h"
 #include "cache/Secret.h"
 
-extern char** environ;
+extern char **environ;
 
 using namespace rcjit;
 namespace fs = std::filesystem;
@@ -54,39 +54,39 @@ struct TempCache {
   }
 };
 
-std::string readText(const fs::path& p) {
+std::string readText(const fs::path &p) {
   std::ifstream in(p);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
-std::vector<uint8_t> readBytes(const fs::path& p) {
+std::vector<uint8_t> readBytes(const fs::path &p) {
   std::ifstream in(p, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-void writeBytes(const fs::path& p, const std::vector<uint8_t>& b) {
+void writeBytes(const fs::path &p, const std::vector<uint8_t> &b) {
   std::ofstream o(p, std::ios::binary | std::ios::trunc);
-  o.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  o.write(reinterpret_cast<const char *>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-std::vector<fs::path> entryFiles(const fs::path& dir) {
+std::vector<fs::path> entryFiles(const fs::path &dir) {
   std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto &e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".rcobj") out.push_back(e.path());
   }
   return out;
 }
 
-std::string keyOf(const fs::path& entry) { return entry.stem().string(); }
+std::string keyOf(const fs::path &entry) { return entry.stem().string(); }
 
 // The compiled workload: per block a distinct fused elementwise chain feeding a layer norm,
 // then a softmax, so the compile time is mostly LLVM optimizing and generating code.
-std::vector<Tensor> workload(const std::vector<Tensor>& in, int variant) {
+std::vector<Tensor> workload(const std::vector<Tensor> &in, int variant) {
   Tensor x = in[0];
-  const Tensor& w = in[1];
-  const Tensor& b = in[2];
+  const Tensor &w = in[1];
+  const Tensor &b = in[2];
   for (int i = 0; i < 4; ++i) {
     double c = 1.0 + 0.125 * i + variant;
     Tensor y = i % 2 ? gelu(x) * c + sin(x) : silu(x) * c - tanh(x) * cos(x);
@@ -100,7 +100,7 @@ std::vector<Tensor> workloadInputs() {
   return {Tensor::randn({64, 256}, 1), Tensor::randn({256}, 2), Tensor::randn({256}, 3)};
 }
 
-std::map<std::string, std::string> parseOptions(const std::string& s) {
+std::map<std::string, std::string> parseOptions(const std::string &s) {
   std::map<std::string, std::string> opts;
   std::stringstream ss(s);
   std::string item;
@@ -115,13 +115,13 @@ std::map<std::string, std::string> parseOptions(const std::string& s) {
 struct Child {
   std::map<std::string, double> v;
   std::string log;
-  double operator[](const std::string& k) const { return v.count(k) ? v.at(k) : -1; }
+  double operator[](const std::string &k) const { return v.count(k) ? v.at(k) : -1; }
 };
 
 // Starts this test binary running only CacheChild.Run with `opts` (see that test).
-pid_t spawnChild(const TempCache& c, const std::string& opts, const fs::path& out) {
+pid_t spawnChild(const TempCache &c, const std::string &opts, const fs::path &out) {
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
+  for (char **e = environ; *e; ++e) {
     std::string s = *e;
     if (s.rfind("RCJIT_", 0) != 0) env.push_back(s);
   }
@@ -130,12 +130,12 @@ pid_t spawnChild(const TempCache& c, const std::string& opts, const fs::path& ou
   env.push_back("RCJIT_LOGS=cache");
   env.push_back("RCJIT_CACHE_TEST_CHILD=" + opts);
   env.push_back("RCJIT_CACHE_TEST_OUT=" + out.string());
-  std::vector<char*> envp;
-  for (std::string& s : env) envp.push_back(s.data());
+  std::vector<char *> envp;
+  for (std::string &s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string exe = fs::read_symlink("/proc/self/exe").string();
   std::string filter = "--gtest_filter=CacheChild.Run";
-  char* argv[] = {exe.data(), filter.data(), nullptr};
+  char *argv[] = {exe.data(), filter.data(), nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -148,11 +148,11 @@ pid_t spawnChild(const TempCache& c, const std::string& opts, const fs::path& ou
   return pid;
 }
 
-Child waitChild(pid_t pid, const fs::path& out) {
+Child waitChild(pid_t pid, const fs::path &out) {
   int status = 0;
   ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "child failed:\n" << readText(out.string() + ".log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child failed:\n"
+                                                             << readText(out.string() + ".log");
   Child r;
   r.log = readText(out.string() + ".log");
   std::ifstream in(out);
@@ -162,7 +162,7 @@ Child waitChild(pid_t pid, const fs::path& out) {
   return r;
 }
 
-Child runChild(const TempCache& c, const std::string& opts) {
+Child runChild(const TempCache &c, const std::string &opts) {
   static int n = 0;
   fs::path out = c.root / ("child" + std::to_string(n++) + ".txt");
   return waitChild(spawnChild(c, opts, out), out);
@@ -173,7 +173,7 @@ Child runChild(const TempCache& c, const std::string& opts) {
 // eager), optionally saves artifacts (save=FILE), and writes its numbers to
 // RCJIT_CACHE_TEST_OUT.
 TEST(CacheChild, Run) {
-  const char* optsEnv = std::getenv("RCJIT_CACHE_TEST_CHILD");
+  const char *optsEnv = std::getenv("RCJIT_CACHE_TEST_CHILD");
   if (!optsEnv) GTEST_SKIP() << "runs only as a child of the other Cache tests";
   std::map<std::string, std::string> opts = parseOptions(optsEnv);
   if (opts.count("load")) cache::load_artifacts(readBytes(opts["load"]));
@@ -182,11 +182,11 @@ TEST(CacheChild, Run) {
   double firstMs = 0;
   bool ok = true;
   for (int v = 0; v < variants; ++v) {
-    auto fn = compile([v](const std::vector<Tensor>& x) { return workload(x, v); });
+    auto fn = compile([v](const std::vector<Tensor> &x) { return workload(x, v); });
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> got = fn(in);
-    firstMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+    firstMs +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ok = ok && allclose(got[0], workload(in, v)[0], 1e-3, 1e-4);
   }
   EXPECT_TRUE(ok);
@@ -196,26 +196,26 @@ TEST(CacheChild, Run) {
   }
   cache::Stats s = cache::stats();
   std::ofstream out(std::getenv("RCJIT_CACHE_TEST_OUT"));
-  out << "ok " << ok << "\nfirst_ms " << firstMs << "\nlookups " << s.lookups
-      << "\nmemory_hits " << s.memory_hits << "\ndisk_hits " << s.disk_hits << "\nmisses "
-      << s.misses << "\ndisk_writes " << s.disk_writes << "\nrejections " << s.rejections << "\n";
+  out << "ok " << ok << "\nfirst_ms " << firstMs << "\nlookups " << s.lookups << "\nmemory_hits "
+      << s.memory_hits << "\ndisk_hits " << s.disk_hits << "\nmisses " << s.misses
+      << "\ndisk_writes " << s.disk_writes << "\nrejections " << s.rejections << "\n";
 }
 
-void expectColdCompile(const Child& r) {
+void expectColdCompile(const Child &r) {
   EXPECT_EQ(r["ok"], 1);
   EXPECT_GT(r["misses"], 0);
   EXPECT_EQ(r["disk_hits"], 0);
   EXPECT_EQ(r["disk_writes"], r["misses"]);
 }
 
-void expectAllHits(const Child& r) {
+void expectAllHits(const Child &r) {
   EXPECT_EQ(r["ok"], 1);
   EXPECT_GT(r["lookups"], 0);
   EXPECT_EQ(r["misses"], 0);
   EXPECT_EQ(r["disk_writes"], 0);
 }
 
-cache::DiskStore::Report verifyDir(const TempCache& c) {
+cache::DiskStore::Report verifyDir(const TempCache &c) {
   cache::Counters counters;
   cache::DiskStore store(c.dir.string(), c.secret(), uint64_t(1) << 30, counters);
   return store.inspect(true);
@@ -235,7 +235,7 @@ TEST(CacheDisk, SecondProcessHitsTheDiskCache) {
               100 * warm["first_ms"] / cold["first_ms"]);
 }
 
-using Damage = std::function<std::vector<uint8_t>(const std::string& key, std::vector<uint8_t>)>;
+using Damage = std::function<std::vector<uint8_t>(const std::string &key, std::vector<uint8_t>)>;
 
 // Entries written by one cold compile, kept to be damaged in several ways.
 struct Pristine {
@@ -243,39 +243,39 @@ struct Pristine {
   std::map<fs::path, std::vector<uint8_t>> entries;
   Pristine() {
     expectColdCompile(runChild(c, ""));
-    for (const fs::path& f : entryFiles(c.dir)) entries[f] = readBytes(f);
+    for (const fs::path &f : entryFiles(c.dir)) entries[f] = readBytes(f);
     EXPECT_FALSE(entries.empty());
   }
 };
 
 // Replaces every entry by a damaged copy of the pristine one; the next process must refuse
 // each with a `cache` log line naming `reason`, recompile, and leave only valid entries.
-void expectRecompiledAfter(Pristine& p, const char* what, const Damage& damage,
-                           const std::string& reason) {
+void expectRecompiledAfter(Pristine &p, const char *what, const Damage &damage,
+                           const std::string &reason) {
   SCOPED_TRACE(what);
-  for (const auto& [f, bytes] : p.entries) writeBytes(f, damage(keyOf(f), bytes));
+  for (const auto &[f, bytes] : p.entries) writeBytes(f, damage(keyOf(f), bytes));
   Child r = runChild(p.c, "");
   expectColdCompile(r);
   EXPECT_EQ(r["rejections"], static_cast<double>(p.entries.size()));
   EXPECT_NE(r.log.find("[rcjit:cache] rejected disk entry"), std::string::npos) << r.log;
   EXPECT_NE(r.log.find(reason), std::string::npos) << r.log;
   cache::DiskStore::Report rep = verifyDir(p.c);
-  EXPECT_EQ(rep.invalid, 0u);  // every damaged entry was replaced by a good one
+  EXPECT_EQ(rep.invalid, 0u); // every damaged entry was replaced by a good one
   EXPECT_EQ(rep.valid, p.entries.size());
 }
 
 // The entry decoded with the test's secret, for re-encoding with one field changed.
-cache::EntryFields decoded(const std::string& key, const std::vector<uint8_t>& bytes,
-                           const cache::Secret& secret) {
+cache::EntryFields decoded(const std::string &key, const std::vector<uint8_t> &bytes,
+                           const cache::Secret &secret) {
   cache::EntryFields e;
   EXPECT_EQ(cache::decodeEntry(bytes, key, secret, e), cache::Verdict::ok);
   return e;
 }
 
 // A damage that re-signs the entry after `change` (to its fields or to the secret used).
-Damage resigned(const cache::Secret& secret,
-                std::function<void(cache::EntryFields&, cache::Secret&)> change) {
-  return [secret, change](const std::string& key, std::vector<uint8_t> b) {
+Damage resigned(const cache::Secret &secret,
+                std::function<void(cache::EntryFields &, cache::Secret &)> change) {
+  return [secret, change](const std::string &key, std::vector<uint8_t> b) {
     cache::EntryFields e = decoded(key, b, secret);
     cache::Secret s = secret;
     change(e, s);
@@ -284,14 +284,14 @@ Damage resigned(const cache::Secret& secret,
 }
 
 Damage flipByte(size_t (*where)(size_t size)) {
-  return [where](const std::string&, std::vector<uint8_t> b) {
+  return [where](const std::string &, std::vector<uint8_t> b) {
     b[where(b.size())] ^= 0x5a;
     return b;
   };
 }
 
 Damage truncateTo(size_t (*size)(size_t size)) {
-  return [size](const std::string&, std::vector<uint8_t> b) {
+  return [size](const std::string &, std::vector<uint8_t> b) {
     b.resize(size(b.size()));
     return b;
   };
@@ -305,20 +305,19 @@ TEST(CacheDisk, DamagedForeignOrOtherKeyEntriesAreRecompiled) {
                         "corrupt");
   expectRecompiledAfter(p, "truncated", truncateTo([](size_t n) { return n * 2 / 3; }),
                         "truncated");
-  expectRecompiledAfter(p, "empty file", truncateTo([](size_t) { return size_t(0); }),
-                        "truncated");
+  expectRecompiledAfter(p, "empty file", truncateTo([](size_t) { return size_t(0); }), "truncated");
   cache::Secret secret = p.c.secret();
   expectRecompiledAfter(
       p, "another rcjit version",
-      resigned(secret, [](cache::EntryFields& e, cache::Secret&) { e.version = "0.0.1"; }),
+      resigned(secret, [](cache::EntryFields &e, cache::Secret &) { e.version = "0.0.1"; }),
       "written by another rcjit version");
   expectRecompiledAfter(
       p, "another format version",
-      resigned(secret, [](cache::EntryFields& e, cache::Secret&) { e.format = 99; }),
+      resigned(secret, [](cache::EntryFields &e, cache::Secret &) { e.format = 99; }),
       "another cache format version");
   expectRecompiledAfter(
       p, "another user's key",
-      resigned(secret, [](cache::EntryFields&, cache::Secret& s) { s[0] ^= 0xff; }),
+      resigned(secret, [](cache::EntryFields &, cache::Secret &s) { s[0] ^= 0xff; }),
       "authentication failed");
 }
 
@@ -327,12 +326,12 @@ TEST(CacheDisk, DamagedForeignOrOtherKeyEntriesAreRecompiled) {
 TEST(CacheDisk, EntryForgedWithoutTheSecretIsRejected) {
   Pristine p;
   cache::Secret secret = p.c.secret();
-  Damage forge = [&](const std::string& key, std::vector<uint8_t> bytes) {
+  Damage forge = [&](const std::string &key, std::vector<uint8_t> bytes) {
     cache::EntryFields e = decoded(key, bytes, secret);
-    e.payload.assign(e.payload.size(), 0xcc);  // the attacker's code: int3 everywhere
+    e.payload.assign(e.payload.size(), 0xcc); // the attacker's code: int3 everywhere
     cache::Tag oldTag;
     std::memcpy(oldTag.data(), bytes.data() + 40, oldTag.size());
-    std::vector<uint8_t> forged = cache::encodeEntryWithTag(e, oldTag);  // valid checksum
+    std::vector<uint8_t> forged = cache::encodeEntryWithTag(e, oldTag); // valid checksum
     cache::EntryFields out;
     EXPECT_EQ(cache::decodeEntry(forged, key, secret, out), cache::Verdict::badTag);
     return forged;
@@ -347,11 +346,11 @@ TEST(CacheDisk, FourProcessesShareOneDirectory) {
     fs::path out = c.root / ("racer" + std::to_string(i) + ".txt");
     kids.emplace_back(spawnChild(c, "variants=2", out), out);
   }
-  for (auto& [pid, out] : kids) EXPECT_EQ(waitChild(pid, out)["ok"], 1);
+  for (auto &[pid, out] : kids) EXPECT_EQ(waitChild(pid, out)["ok"], 1);
   cache::DiskStore::Report rep = verifyDir(c);
   EXPECT_EQ(rep.invalid, 0u);
-  EXPECT_GE(rep.valid, 2u);  // at least one module per function
-  for (const auto& e : fs::directory_iterator(c.dir)) {
+  EXPECT_GE(rep.valid, 2u); // at least one module per function
+  for (const auto &e : fs::directory_iterator(c.dir)) {
     EXPECT_EQ(e.path().extension(), ".rcobj") << "left behind: " << e.path();
   }
   expectAllHits(runChild(c, "variants=2"));
@@ -366,10 +365,10 @@ TEST(CacheDisk, EvictionKeepsTheDirectoryUnderItsBound) {
   auto key = [](int i) { return cache::contentKey({"eviction", std::to_string(i)}); };
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(store.write(key(i), payload));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // distinct mtimes
+    std::this_thread::sleep_for(std::chrono::milliseconds(2)); // distinct mtimes
   }
   std::vector<uint8_t> got;
-  EXPECT_EQ(store.read(key(0), got), cache::DiskStore::Read::hit);  // 0 is now recent
+  EXPECT_EQ(store.read(key(0), got), cache::DiskStore::Read::hit); // 0 is now recent
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   for (int i = 10; i < 40; ++i) {
     ASSERT_TRUE(store.write(key(i), payload));
@@ -380,7 +379,7 @@ TEST(CacheDisk, EvictionKeepsTheDirectoryUnderItsBound) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   EXPECT_GT(counters.evictions.load(), 0u);
-  EXPECT_EQ(store.read(key(1), got), cache::DiskStore::Read::miss);  // least recently used
+  EXPECT_EQ(store.read(key(1), got), cache::DiskStore::Read::miss); // least recently used
   EXPECT_EQ(store.read(key(39), got), cache::DiskStore::Read::hit);
   EXPECT_EQ(got, payload);
   store.setMaxBytes(10000);
@@ -394,12 +393,12 @@ TEST(CacheArtifacts, SavedInOneProcessWarmAnotherWithAnEmptyDirectory) {
   Child saver = runChild(a, "variants=2,save=" + blob.string());
   expectColdCompile(saver);
   ASSERT_GT(fs::file_size(blob), 0u);
-  Child loader = runChild(b, "variants=2,load=" + blob.string());  // b: other dir, other key
+  Child loader = runChild(b, "variants=2,load=" + blob.string()); // b: other dir, other key
   EXPECT_EQ(loader["ok"], 1);
   EXPECT_EQ(loader["misses"], 0);
   EXPECT_EQ(loader["memory_hits"], saver["misses"]);
-  EXPECT_EQ(loader["disk_writes"], saver["misses"]);  // load_artifacts warmed the disk
-  cache::DiskStore::Report rep = verifyDir(b);  // the disk is warm too, signed with b's key
+  EXPECT_EQ(loader["disk_writes"], saver["misses"]); // load_artifacts warmed the disk
+  cache::DiskStore::Report rep = verifyDir(b);       // the disk is warm too, signed with b's key
   EXPECT_EQ(rep.valid, static_cast<uint64_t>(saver["misses"]));
   EXPECT_EQ(rep.invalid, 0u);
   Child next = runChild(b, "variants=2");
@@ -418,11 +417,11 @@ TEST(CacheArtifacts, MalformedBlobsAreErrors) {
 TEST(CacheKey, ContentKeysAreStableSafeNames) {
   std::string k = cache::contentKey({"a", "b"});
   EXPECT_EQ(k, cache::contentKey({"a", "b"}));
-  EXPECT_NE(k, cache::contentKey({"ab", ""}));  // parts are length-prefixed
+  EXPECT_NE(k, cache::contentKey({"ab", ""})); // parts are length-prefixed
   EXPECT_TRUE(cache::isContentKey(k));
   EXPECT_FALSE(cache::isContentKey("rcjit-../../etc/passwd"));
   EXPECT_FALSE(cache::isContentKey("rcjit_f0_e0"));
-  EXPECT_FALSE(cache::buildId().empty());  // rebuilt code never reuses stale entries
+  EXPECT_FALSE(cache::buildId().empty()); // rebuilt code never reuses stale entries
 }
 
 TEST(CacheMemory, LruKeepsItsBound) {
@@ -430,7 +429,7 @@ TEST(CacheMemory, LruKeepsItsBound) {
   auto bytes = [](size_t n) { return std::make_shared<const std::vector<uint8_t>>(n, 1); };
   lru.put("a", bytes(40));
   lru.put("b", bytes(40));
-  EXPECT_TRUE(lru.get("a"));  // b is now the least recently used
+  EXPECT_TRUE(lru.get("a")); // b is now the least recently used
   lru.put("c", bytes(40));
   EXPECT_FALSE(lru.get("b"));
   EXPECT_TRUE(lru.get("a"));
@@ -445,8 +444,8 @@ TEST(CacheSecret, KeyFileIsPrivateAndCheckedForPermissions) {
   std::string why;
   std::optional<cache::Secret> s1 = cache::loadOrCreateSecret(key.string(), why);
   ASSERT_TRUE(s1) << why;
-  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all, fs::perms::owner_read |
-                                                              fs::perms::owner_write);
+  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   std::optional<cache::Secret> s2 = cache::loadOrCreateSecret(key.string(), why);
   EXPECT_EQ(s1, s2);
   ::chmod(key.c_str(), 0644);
@@ -459,10 +458,11 @@ TEST(CacheCli, StatsExportImportClear) {
   TempCache a, b;
   expectColdCompile(runChild(a, ""));
   fs::path blob = a.root / "export.bin";
-  auto cli = [](const TempCache& c, const std::string& args) {
+  auto cli = [](const TempCache &c, const std::string &args) {
     std::string out = (c.root / "cli.txt").string();
-    std::string cmd = "RCJIT_CACHE_DIR=" + c.dir.string() + " RCJIT_CACHE_KEY_FILE=" +
-                      c.key.string() + " " + RCJIT_CLI + " cache " + args + " > " + out + " 2>&1";
+    std::string cmd = "RCJIT_CACHE_DIR=" + c.dir.string() +
+                      " RCJIT_CACHE_KEY_FILE=" + c.key.string() + " " + RCJIT_CLI + " cache " +
+                      args + " > " + out + " 2>&1";
     int rc = std::system(cmd.c_str());
     return std::make_pair(rc, readText(out));
   };
@@ -484,4 +484,4 @@ TEST(CacheCli, StatsExportImportClear) {
   EXPECT_EQ(rc5 >> 8, 2) << bad;
 }
 
-}  // namespace
+} // namespace

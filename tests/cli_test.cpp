@@ -15,7 +15,7 @@ struct Result {
   std::string out, err;
 };
 
-Result run(std::vector<const char*> args) {
+Result run(std::vector<const char *> args) {
   args.insert(args.begin(), "rcjit");
   std::ostringstream out, err;
   int code = rcjit::tools::runCli(static_cast<int>(args.size()), args.data(), out, err);
@@ -43,8 +43,8 @@ TEST(Cli, ModelsListsToy64) {
 }
 
 TEST(Cli, BenchEagerPrintsATable) {
-  Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1,2", "--seq",
-                  "8", "--reps", "2"});
+  Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1,2", "--seq", "8",
+                  "--reps", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("inference"), std::string::npos);
   EXPECT_NE(r.out.find("Baseline (eager)"), std::string::npos);
@@ -65,8 +65,8 @@ TEST(Cli, BenchLoadsSafetensorsWeights) {
   EXPECT_EQ(ok.code, 0) << ok.err;
   std::string bad = testing::TempDir() + "cli_bad.safetensors";
   rcjit::tools::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
-  Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq",
-                      "4", "--reps", "1", "--weights", bad.c_str()});
+  Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
+                      "--reps", "1", "--weights", bad.c_str()});
   EXPECT_EQ(wrong.code, 1);
   EXPECT_NE(wrong.err.find("linear.weight"), std::string::npos) << wrong.err;
   std::remove(file.c_str());
@@ -74,7 +74,7 @@ TEST(Cli, BenchLoadsSafetensorsWeights) {
 }
 
 TEST(Cli, TraceDumpsEveryStage) {
-  for (const char* what : {"optimized", "program", "llvm", "asm"}) {
+  for (const char *what : {"optimized", "program", "llvm", "asm"}) {
     Result r = run({"trace", "--model", "toy64", "--dump", what, "--seq", "4", "--layers", "1"});
     ASSERT_EQ(r.code, 0) << what << ": " << r.err;
     EXPECT_FALSE(r.out.empty()) << what;
@@ -82,10 +82,10 @@ TEST(Cli, TraceDumpsEveryStage) {
   // toy64 is all library calls; a softmax-like model would have kernels. Check the program:
   Result p = run({"trace", "--model", "toy64", "--dump", "program", "--layers", "1"});
   EXPECT_NE(p.out.find("library linear"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("+relu +sigmoid"), std::string::npos) << p.out;  // fused post-ops
+  EXPECT_NE(p.out.find("+relu +sigmoid"), std::string::npos) << p.out; // fused post-ops
   Result ir = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "llvm"});
   ASSERT_EQ(ir.code, 0) << ir.err;
-  EXPECT_NE(ir.out.find("define void @k0"), std::string::npos);  // layer_norm etc. are kernels
+  EXPECT_NE(ir.out.find("define void @k0"), std::string::npos); // layer_norm etc. are kernels
   Result as = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "asm"});
   ASSERT_EQ(as.code, 0) << as.err;
   EXPECT_NE(as.out.find("k0:"), std::string::npos);
@@ -101,4 +101,4 @@ TEST(Cli, TraceDumpsGraph) {
   EXPECT_NE(r.out.find("layers.1"), std::string::npos);
 }
 
-}  // namespace
+} // namespace

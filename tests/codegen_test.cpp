@@ -21,12 +21,12 @@ using K = KernelStmt::Kind;
 // Builds a LoopKernel statement by statement.
 struct KernelBuilder {
   LoopKernel k;
-  KernelBuilder(std::string name, const std::vector<int64_t>& domain, int numOuter) {
+  KernelBuilder(std::string name, const std::vector<int64_t> &domain, int numOuter) {
     k.name = std::move(name);
     k.domain = sizes(domain);
     k.numOuter = numOuter;
   }
-  static std::vector<SizeExpr> sizes(const std::vector<int64_t>& v) {
+  static std::vector<SizeExpr> sizes(const std::vector<int64_t> &v) {
     std::vector<SizeExpr> out;
     for (int64_t x : v) out.push_back(SizeExpr::constant(x));
     return out;
@@ -35,7 +35,7 @@ struct KernelBuilder {
     k.tensors.push_back({dt, std::move(strides), output});
     return static_cast<int>(k.tensors.size()) - 1;
   }
-  int tensor(DType dt, const std::vector<int64_t>& strides, bool output = false) {
+  int tensor(DType dt, const std::vector<int64_t> &strides, bool output = false) {
     return symbolicTensor(dt, sizes(strides), output);
   }
   int add(KernelStmt s) {
@@ -51,30 +51,30 @@ struct KernelBuilder {
   void store(int t, int v) { add({K::store, OpKind::add, {v}, t, k.tensors[t].dtype, 0}); }
 };
 
-KernelFn compileOne(const LoopKernel& k) {
+KernelFn compileOne(const LoopKernel &k) {
   return cpu::compileKernels({k}, "test." + k.name).functions.at(0);
 }
 
-void run(KernelFn f, std::vector<void*> ptrs, int64_t begin, int64_t end,
+void run(KernelFn f, std::vector<void *> ptrs, int64_t begin, int64_t end,
          std::vector<int64_t> syms = {0}) {
-  f(reinterpret_cast<char* const*>(ptrs.data()), syms.data(), begin, end);
+  f(reinterpret_cast<char *const *>(ptrs.data()), syms.data(), begin, end);
 }
 
 std::vector<float> randomFloats(size_t n, float lo, float hi, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
+  for (float &x : v) x = d(gen);
   return v;
 }
 
-void expectClose(double got, double want, double rtol, double atol, const std::string& what) {
+void expectClose(double got, double want, double rtol, double atol, const std::string &what) {
   if (std::isnan(want) || std::isinf(want)) {
     EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << what << ": got " << got;
     return;
   }
-  EXPECT_LE(std::fabs(got - want), atol + rtol * std::fabs(want)) << what << ": got " << got
-                                                                  << " want " << want;
+  EXPECT_LE(std::fabs(got - want), atol + rtol * std::fabs(want))
+      << what << ": got " << got << " want " << want;
 }
 
 TEST(CodegenTest, ElementwiseChainOfEightF32) {
@@ -106,7 +106,7 @@ TEST(CodegenTest, ElementwiseChainOfEightF32) {
 TEST(CodegenTest, BroadcastAndTransposedOperands) {
   const int64_t r = 19, c = 53;
   KernelBuilder kb("bcast", {r, c}, 2);
-  int xt = kb.tensor(DType::f32, {1, r});  // stored as [c, r], read transposed
+  int xt = kb.tensor(DType::f32, {1, r}); // stored as [c, r], read transposed
   int bias = kb.tensor(DType::f32, {0, 1});
   int scale = kb.tensor(DType::f32, {1, 0});
   int o = kb.tensor(DType::f32, {c, 1}, true);
@@ -127,8 +127,8 @@ TEST(CodegenTest, BroadcastAndTransposedOperands) {
 // a + b in every dtype (bool: logical or), compared bit-exactly with the same math.
 TEST(CodegenTest, AddInEveryDtype) {
   const int64_t n = 301;
-  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
-                   DType::boolean}) {
+  for (DType dt :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
     KernelBuilder kb(std::string("add_") + std::string(dtypeName(dt)), {n}, 1);
     int a = kb.tensor(dt, {1}), b = kb.tensor(dt, {1}), o = kb.tensor(dt, {1}, true);
     kb.store(o, kb.op(OpKind::add, {kb.load(a), kb.load(b)}, dt));
@@ -136,34 +136,47 @@ TEST(CodegenTest, AddInEveryDtype) {
     std::vector<uint8_t> av(n * es), bv(n * es), ov(n * es), want(n * es);
     auto fa = randomFloats(n, -100, 100, 6), fb = randomFloats(n, -100, 100, 7);
     for (int64_t i = 0; i < n; ++i) {
-      auto put = [&](std::vector<uint8_t>& v, auto x) { std::memcpy(&v[i * es], &x, es); };
+      auto put = [&](std::vector<uint8_t> &v, auto x) { std::memcpy(&v[i * es], &x, es); };
       switch (dt) {
-        case DType::f32: put(av, fa[i]); put(bv, fb[i]); put(want, fa[i] + fb[i]); break;
-        case DType::f64:
-          put(av, double(fa[i])); put(bv, double(fb[i])); put(want, double(fa[i]) + fb[i]);
-          break;
-        case DType::f16: {
-          uint16_t ha = floatToHalf(fa[i]), hb = floatToHalf(fb[i]);
-          put(av, ha); put(bv, hb); put(want, floatToHalf(halfToFloat(ha) + halfToFloat(hb)));
-          break;
-        }
-        case DType::bf16: {
-          uint16_t ha = floatToBf16(fa[i]), hb = floatToBf16(fb[i]);
-          put(av, ha); put(bv, hb); put(want, floatToBf16(bf16ToFloat(ha) + bf16ToFloat(hb)));
-          break;
-        }
-        case DType::i32:
-          put(av, int32_t(fa[i])); put(bv, int32_t(fb[i]));
-          put(want, int32_t(fa[i]) + int32_t(fb[i]));
-          break;
-        case DType::i64:
-          put(av, int64_t(fa[i] * 1e6)); put(bv, int64_t(fb[i] * 1e6));
-          put(want, int64_t(fa[i] * 1e6) + int64_t(fb[i] * 1e6));
-          break;
-        case DType::boolean:
-          put(av, uint8_t(fa[i] > 0)); put(bv, uint8_t(fb[i] > 0));
-          put(want, uint8_t(fa[i] > 0 || fb[i] > 0));
-          break;
+      case DType::f32:
+        put(av, fa[i]);
+        put(bv, fb[i]);
+        put(want, fa[i] + fb[i]);
+        break;
+      case DType::f64:
+        put(av, double(fa[i]));
+        put(bv, double(fb[i]));
+        put(want, double(fa[i]) + fb[i]);
+        break;
+      case DType::f16: {
+        uint16_t ha = floatToHalf(fa[i]), hb = floatToHalf(fb[i]);
+        put(av, ha);
+        put(bv, hb);
+        put(want, floatToHalf(halfToFloat(ha) + halfToFloat(hb)));
+        break;
+      }
+      case DType::bf16: {
+        uint16_t ha = floatToBf16(fa[i]), hb = floatToBf16(fb[i]);
+        put(av, ha);
+        put(bv, hb);
+        put(want, floatToBf16(bf16ToFloat(ha) + bf16ToFloat(hb)));
+        break;
+      }
+      case DType::i32:
+        put(av, int32_t(fa[i]));
+        put(bv, int32_t(fb[i]));
+        put(want, int32_t(fa[i]) + int32_t(fb[i]));
+        break;
+      case DType::i64:
+        put(av, int64_t(fa[i] * 1e6));
+        put(bv, int64_t(fb[i] * 1e6));
+        put(want, int64_t(fa[i] * 1e6) + int64_t(fb[i] * 1e6));
+        break;
+      case DType::boolean:
+        put(av, uint8_t(fa[i] > 0));
+        put(bv, uint8_t(fb[i] > 0));
+        put(want, uint8_t(fa[i] > 0 || fb[i] > 0));
+        break;
       }
     }
     run(compileOne(kb.k), {av.data(), bv.data(), ov.data()}, 0, n);
@@ -172,8 +185,10 @@ TEST(CodegenTest, AddInEveryDtype) {
 }
 
 TEST(CodegenTest, Casts) {
-  std::vector<float> xs = {0.f, -0.f, 1.5f, -2.5f, 3.999f, 1e-3f, 65504.f, 1.00390625f,
-                           std::numeric_limits<float>::quiet_NaN(), -7.f, 0.1f, 123456.7f};
+  std::vector<float> xs = {0.f,     -0.f,        1.5f,
+                           -2.5f,   3.999f,      1e-3f,
+                           65504.f, 1.00390625f, std::numeric_limits<float>::quiet_NaN(),
+                           -7.f,    0.1f,        123456.7f};
   const int64_t n = static_cast<int64_t>(xs.size());
   KernelBuilder kb("casts", {n}, 1);
   int x = kb.tensor(DType::f32, {1});
@@ -192,8 +207,7 @@ TEST(CodegenTest, Casts) {
   std::vector<uint16_t> rh(n), rb(n);
   std::vector<uint8_t> rl(n);
   std::vector<float> rf(n);
-  run(compileOne(kb.k), {xs.data(), ri.data(), rh.data(), rb.data(), rl.data(), rf.data()}, 0,
-      n);
+  run(compileOne(kb.k), {xs.data(), ri.data(), rh.data(), rb.data(), rl.data(), rf.data()}, 0, n);
   for (int64_t i = 0; i < n; ++i) {
     bool nan = std::isnan(xs[i]);
     if (!nan) {
@@ -230,37 +244,53 @@ TEST(CodegenTest, CompareAndWhere) {
 
 double reference(OpKind op, double x) {
   switch (op) {
-    case OpKind::neg: return -x;
-    case OpKind::abs: return std::fabs(x);
-    case OpKind::exp: return std::exp(x);
-    case OpKind::log: return std::log(x);
-    case OpKind::sqrt: return std::sqrt(x);
-    case OpKind::rsqrt: return 1 / std::sqrt(x);
-    case OpKind::reciprocal: return 1 / x;
-    case OpKind::tanh: return std::tanh(x);
-    case OpKind::sigmoid: return 1 / (1 + std::exp(-x));
-    case OpKind::relu: return x < 0 ? 0 : x;
-    case OpKind::gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case OpKind::silu: return x / (1 + std::exp(-x));
-    case OpKind::erf: return std::erf(x);
-    case OpKind::sin: return std::sin(x);
-    case OpKind::cos: return std::cos(x);
-    default: return 0;
+  case OpKind::neg:
+    return -x;
+  case OpKind::abs:
+    return std::fabs(x);
+  case OpKind::exp:
+    return std::exp(x);
+  case OpKind::log:
+    return std::log(x);
+  case OpKind::sqrt:
+    return std::sqrt(x);
+  case OpKind::rsqrt:
+    return 1 / std::sqrt(x);
+  case OpKind::reciprocal:
+    return 1 / x;
+  case OpKind::tanh:
+    return std::tanh(x);
+  case OpKind::sigmoid:
+    return 1 / (1 + std::exp(-x));
+  case OpKind::relu:
+    return x < 0 ? 0 : x;
+  case OpKind::gelu:
+    return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  case OpKind::silu:
+    return x / (1 + std::exp(-x));
+  case OpKind::erf:
+    return std::erf(x);
+  case OpKind::sin:
+    return std::sin(x);
+  case OpKind::cos:
+    return std::cos(x);
+  default:
+    return 0;
   }
 }
 
 TEST(CodegenTest, UnaryOpsMatchDoubleReference) {
   const int64_t n = 4099;
   for (DType dt : {DType::f32, DType::f64}) {
-    for (OpKind op : {OpKind::neg, OpKind::abs, OpKind::exp, OpKind::log, OpKind::sqrt,
-                      OpKind::rsqrt, OpKind::reciprocal, OpKind::tanh, OpKind::sigmoid,
-                      OpKind::relu, OpKind::gelu, OpKind::silu, OpKind::erf, OpKind::sin,
-                      OpKind::cos}) {
+    for (OpKind op :
+         {OpKind::neg, OpKind::abs, OpKind::exp, OpKind::log, OpKind::sqrt, OpKind::rsqrt,
+          OpKind::reciprocal, OpKind::tanh, OpKind::sigmoid, OpKind::relu, OpKind::gelu,
+          OpKind::silu, OpKind::erf, OpKind::sin, OpKind::cos}) {
       bool positive = op == OpKind::log || op == OpKind::sqrt || op == OpKind::rsqrt;
       auto xs = randomFloats(n, positive ? 1e-3f : -9, 9, 10);
       xs[0] = 1e-5f;
       xs[1] = std::numeric_limits<float>::quiet_NaN();
-      xs[2] = 100;  // exp overflows to inf; tanh, erf, sigmoid saturate
+      xs[2] = 100; // exp overflows to inf; tanh, erf, sigmoid saturate
       xs[3] = -100;
       xs[4] = INFINITY;
       KernelBuilder kb(std::string("u_") + std::string(opName(op)), {n}, 1);
@@ -269,16 +299,16 @@ TEST(CodegenTest, UnaryOpsMatchDoubleReference) {
       kb.store(o, kb.op(op, {v}, dt));
       std::vector<double> out(n);
       std::vector<float> outF(n);
-      void* dst = dt == DType::f64 ? static_cast<void*>(out.data()) : outF.data();
+      void *dst = dt == DType::f64 ? static_cast<void *>(out.data()) : outF.data();
       run(compileOne(kb.k), {xs.data(), dst}, 0, n);
       double rtol = dt == DType::f64 ? 1e-12 : 1e-5;
       for (int64_t i = 0; i < n; ++i) {
         double got = dt == DType::f64 ? out[i] : outF[i];
         double want = reference(op, xs[i]);
-        if (dt == DType::f32) want = static_cast<float>(want);  // overflows like f32
+        if (dt == DType::f32) want = static_cast<float>(want); // overflows like f32
         expectClose(got, want, rtol, rtol * 1e-1,
-                    std::string(opName(op)) + " " + std::string(dtypeName(dt)) + " x=" +
-                        std::to_string(xs[i]));
+                    std::string(opName(op)) + " " + std::string(dtypeName(dt)) +
+                        " x=" + std::to_string(xs[i]));
       }
     }
   }
@@ -366,7 +396,7 @@ TEST(CodegenTest, LayerNormMeanVariance) {
 }
 
 TEST(CodegenTest, SumOverNonLastDim) {
-  const int64_t r = 300, c = 21;  // x[r, c] summed over r
+  const int64_t r = 300, c = 21; // x[r, c] summed over r
   KernelBuilder kb("colsum", {c, r}, 1);
   int x = kb.tensor(DType::f32, {1, c}), o = kb.tensor(DType::f32, {1, 0}, true);
   kb.store(o, kb.reduce(OpKind::sum, kb.load(x), DType::f32));
@@ -445,18 +475,21 @@ TEST(CodegenTest, SumOfAMillionIsAccurate) {
 
 TEST(CodegenTest, ArgmaxFirstMaxAndNaN) {
   const int64_t r = 4, c = 9;
-  KernelBuilder kb("argmax", {r, 3, 3}, 1);  // two inner dims: flat inner index
+  KernelBuilder kb("argmax", {r, 3, 3}, 1); // two inner dims: flat inner index
   int x = kb.tensor(DType::f32, {c, 3, 1}), o = kb.tensor(DType::i64, {1, 0, 0}, true);
   int om = kb.tensor(DType::f32, {1, 0, 0}, true);
   int v = kb.load(x);
   kb.store(o, kb.reduce(OpKind::argmax, v, DType::i64));
   kb.store(om, kb.reduce(OpKind::amax, v, DType::f32));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> xs = {1, 5, 2, 5, 0, 1, 1, 1, 1,          // first max at 1
+  std::vector<float> xs = {1,         5,         2,         5,         0,
+                           1,         1,         1,         1, // first max at 1
                            -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                           -INFINITY, -INFINITY, -INFINITY, -INFINITY,  // all -inf: 0
-                           3, nan, 9, nan, 1, 1, 1, 1, 1,       // first NaN at 1
-                           0, 0, 0, 0, 0, 0, 0, 0, 7};          // last
+                           -INFINITY, -INFINITY, -INFINITY, -INFINITY, // all -inf: 0
+                           3,         nan,       9,         nan,       1,
+                           1,         1,         1,         1, // first NaN at 1
+                           0,         0,         0,         0,         0,
+                           0,         0,         0,         7}; // last
   std::vector<int64_t> idx(r);
   std::vector<float> mx(r);
   run(compileOne(kb.k), {xs.data(), idx.data(), mx.data()}, 0, r);
@@ -532,7 +565,7 @@ TEST(CodegenTest, ConcurrentCompilesAndCalls) {
   std::vector<int> ok(4, 0);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([t, &ok] {
-      KernelBuilder kb("conc", {100}, 1);  // same name in every module
+      KernelBuilder kb("conc", {100}, 1); // same name in every module
       int x = kb.tensor(DType::f32, {1}), o = kb.tensor(DType::f32, {1}, true);
       kb.store(o, kb.op(OpKind::add, {kb.load(x), kb.constant(t, DType::f32)}, DType::f32));
       std::vector<float> xs(100, 1.f), out(100);
@@ -541,15 +574,15 @@ TEST(CodegenTest, ConcurrentCompilesAndCalls) {
       ok[t] = out[99] == 1.f + t;
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto &th : threads) th.join();
   EXPECT_EQ(ok, (std::vector<int>{1, 1, 1, 1}));
 }
 
-void expectRejected(const LoopKernel& k, const std::string& fragment) {
+void expectRejected(const LoopKernel &k, const std::string &fragment) {
   try {
     verifyKernel(k);
     ADD_FAILURE() << "accepted: " << printKernel(k);
-  } catch (const Error& e) {
+  } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
 }
@@ -578,7 +611,7 @@ TEST(CodegenTest, VerifyRejectsMalformedKernels) {
   k.numOuter = 3;
   expectRejected(k, "numOuter");
   k = good();
-  k.tensors[0].strides[1] = SizeExpr::constant(0);  // the reduced value is outer-level
+  k.tensors[0].strides[1] = SizeExpr::constant(0); // the reduced value is outer-level
   expectRejected(k, "does not depend on an inner dim");
   k = good();
   k.stmts[1].op = OpKind::exp;
@@ -587,5 +620,5 @@ TEST(CodegenTest, VerifyRejectsMalformedKernels) {
   EXPECT_NE(printKernel(good()).find("sum %0"), std::string::npos) << printKernel(good());
 }
 
-}  // namespace
-}  // namespace rcjit
+} // namespace
+} // namespace rcjit

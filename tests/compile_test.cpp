@@ -25,14 +25,14 @@ TEST(Compile, ToyModelCompilesOnceAndMatchesEager) {
   std::vector<Tensor> in = m->makeInputs(c);
   Tensor ref = m->forward(in);
   int traced = 0;
-  auto cf = compile([&](const Tensor& x) {
+  auto cf = compile([&](const Tensor &x) {
     ++traced;
     return m->forward({x});
   });
   Tensor y1 = cf(in[0]);
   Tensor y2 = cf(in[0]);
   Tensor y3 = cf(in[0]);
-  EXPECT_EQ(traced, 1);  // later calls run compiled code, not the lambda
+  EXPECT_EQ(traced, 1); // later calls run compiled code, not the lambda
   EXPECT_EQ(cf.stats().compiles, 1);
   EXPECT_EQ(cf.stats().recompiles, 0);
   EXPECT_TRUE(allclose(y1, ref, 1e-4, 1e-5));
@@ -63,7 +63,7 @@ TEST(Compile, ModuleCompileReadsCurrentParameters) {
 
 TEST(Compile, NewShapeRecompilesAndOldEntryStays) {
   int traced = 0;
-  auto cf = compile([&](const Tensor& x) {
+  auto cf = compile([&](const Tensor &x) {
     ++traced;
     return softmax(x * 2.0, -1) + 1.0;
   });
@@ -88,7 +88,7 @@ TEST(Compile, RecompileLimitFallsBackEagerly) {
   CompileOptions o;
   o.dynamic = Dynamic::never;
   o.recompile_limit = 3;
-  auto cf = compile([](const Tensor& x) { return relu(x) * 3.0; }, o);
+  auto cf = compile([](const Tensor &x) { return relu(x) * 3.0; }, o);
   for (int n = 1; n <= 6; ++n) {
     Tensor x = Tensor::randn({n}, static_cast<uint64_t>(n));
     EXPECT_TRUE(allclose(cf(x), relu(x) * 3.0));
@@ -100,15 +100,15 @@ TEST(Compile, RecompileLimitFallsBackEagerly) {
 TEST(Compile, Stances) {
   CompileOptions o;
   o.stance = Stance::fail_on_recompile;
-  auto cf = compile([](const Tensor& x) { return exp(x); }, o);
+  auto cf = compile([](const Tensor &x) { return exp(x); }, o);
   cf(Tensor::ones({3}));
   std::string msg = errorOf([&] { cf(Tensor::ones({4})); });
   EXPECT_NE(msg.find("fail_on_recompile"), std::string::npos) << msg;
   EXPECT_NE(msg.find("arg 0 dim 0: expected 3, got 4"), std::string::npos) << msg;
-  EXPECT_TRUE(allclose(cf(Tensor::ones({3})), exp(Tensor::ones({3}))));  // still usable
+  EXPECT_TRUE(allclose(cf(Tensor::ones({3})), exp(Tensor::ones({3})))); // still usable
 
   o.stance = Stance::eager_on_recompile;
-  auto ce = compile([](const Tensor& x) { return exp(x); }, o);
+  auto ce = compile([](const Tensor &x) { return exp(x); }, o);
   ce(Tensor::ones({3}));
   EXPECT_TRUE(allclose(ce(Tensor::ones({5})), exp(Tensor::ones({5}))));
   EXPECT_EQ(ce.stats().compiles, 1);
@@ -116,7 +116,12 @@ TEST(Compile, Stances) {
 
   o.stance = Stance::force_eager;
   int traced = 0;
-  auto cn = compile([&](const Tensor& x) { ++traced; return exp(x); }, o);
+  auto cn = compile(
+      [&](const Tensor &x) {
+        ++traced;
+        return exp(x);
+      },
+      o);
   cn(Tensor::ones({3}));
   cn(Tensor::ones({3}));
   EXPECT_EQ(traced, 2);
@@ -125,7 +130,7 @@ TEST(Compile, Stances) {
 
 TEST(Compile, BadInputGivesTheEagerErrorAndStaysUsable) {
   Tensor w = Tensor::randn({8, 4}, 1);
-  auto cf = compile([&](const Tensor& x) { return matmul(x, w); });
+  auto cf = compile([&](const Tensor &x) { return matmul(x, w); });
   Tensor good = Tensor::randn({2, 8}, 2);
   EXPECT_TRUE(allclose(cf(good), matmul(good, w), 1e-4, 1e-5));
   std::string eagerMsg = errorOf([&] { matmul(Tensor::ones({2, 5}), w); });
@@ -136,7 +141,7 @@ TEST(Compile, BadInputGivesTheEagerErrorAndStaysUsable) {
 }
 
 TEST(Compile, VectorArgumentsAndResults) {
-  auto cf = compile([](const std::vector<Tensor>& v) {
+  auto cf = compile([](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{v[0] + v[1], v[0] * v[1]};
   });
   Tensor a = Tensor::randn({5}, 1), b = Tensor::randn({5}, 2);
@@ -146,14 +151,14 @@ TEST(Compile, VectorArgumentsAndResults) {
     EXPECT_TRUE(allclose(r[0], a + b));
     EXPECT_TRUE(allclose(r[1], a * b));
   }
-  auto two = compile([](const Tensor& x, const Tensor& y) { return maximum(x, y); });
+  auto two = compile([](const Tensor &x, const Tensor &y) { return maximum(x, y); });
   EXPECT_TRUE(allclose(two(a, b), maximum(a, b)));
   EXPECT_TRUE(allclose(two(a, b), maximum(a, b)));
 }
 
 TEST(Compile, ConcurrentCalls) {
   Tensor w = Tensor::randn({16, 16}, 1);
-  auto cf = compile([&](const Tensor& x) { return softmax(linear(x, w), -1); });
+  auto cf = compile([&](const Tensor &x) { return softmax(linear(x, w), -1); });
   Tensor x = Tensor::randn({32, 16}, 2);
   Tensor ref = softmax(linear(x, w), -1);
   cf(x);
@@ -166,7 +171,7 @@ TEST(Compile, ConcurrentCalls) {
       }
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto &th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(cf.stats().compiles, 1);
 }
@@ -174,7 +179,7 @@ TEST(Compile, ConcurrentCalls) {
 TEST(Compile, ModeEagerNeverCompiles) {
   CompileOptions o;
   o.mode = Mode::eager;
-  auto cf = compile([](const Tensor& x) { return x + 1.0; }, o);
+  auto cf = compile([](const Tensor &x) { return x + 1.0; }, o);
   EXPECT_TRUE(allclose(cf(Tensor::ones({2})), Tensor::full({2}, 2.0)));
   EXPECT_EQ(cf.stats().compiles, 0);
 }
@@ -182,14 +187,14 @@ TEST(Compile, ModeEagerNeverCompiles) {
 TEST(Compile, GraphBreakIsAnErrorWithFullgraph) {
   CompileOptions o;
   o.fullgraph = true;
-  auto cf = compile([](const Tensor& x) { return sum(x).item() > 0 ? x : -x; }, o);
+  auto cf = compile([](const Tensor &x) { return sum(x).item() > 0 ? x : -x; }, o);
   std::string msg = errorOf([&] { cf(Tensor::ones({3})); });
   EXPECT_NE(msg.find("graph break"), std::string::npos) << msg;
   EXPECT_NE(msg.find("item"), std::string::npos) << msg;
   o.fullgraph = false;
-  auto cb = compile([](const Tensor& x) { return sum(x).item() > 0 ? x * 2.0 : x * 3.0; }, o);
+  auto cb = compile([](const Tensor &x) { return sum(x).item() > 0 ? x * 2.0 : x * 3.0; }, o);
   EXPECT_TRUE(allclose(cb(Tensor::ones({3})), Tensor::full({3}, 2.0)));
-  EXPECT_TRUE(allclose(cb(-Tensor::ones({3})), Tensor::full({3}, -3.0)));  // C++ re-runs
+  EXPECT_TRUE(allclose(cb(-Tensor::ones({3})), Tensor::full({3}, -3.0))); // C++ re-runs
   EXPECT_EQ(cb.stats().graph_breaks, 1);
 }
 
@@ -197,19 +202,19 @@ TEST(Compile, GraphBreakSegmentsRunCompiledCodeInBothDirections) {
   // data-dependent C++ control flow: the path taken depends on a value read on the host
   int calls = 0;
   Tensor w = Tensor::full({16}, 1.5);
-  auto fn = [&](const Tensor& x) {
+  auto fn = [&](const Tensor &x) {
     ++calls;
     Tensor h = softmax(x * w, -1);
-    double top = amax(h).item();  // graph break
+    double top = amax(h).item(); // graph break
     Tensor y = top > 0.5 ? log_softmax(h * 4.0, -1) : exp(h) - 1.0;
     return y + sum(h, {-1}, true);
   };
   auto cf = compile(fn);
   std::vector<float> v(16, 0.0f);
   v[3] = 40.0f;
-  Tensor sharp = Tensor::from_vector(v, {16}), flat = Tensor::ones({16});  // top ~1 vs 1/16
+  Tensor sharp = Tensor::from_vector(v, {16}), flat = Tensor::ones({16}); // top ~1 vs 1/16
   for (int i = 0; i < 3; ++i) {
-    for (const Tensor& x : {sharp, flat}) {
+    for (const Tensor &x : {sharp, flat}) {
       Tensor got = cf(x), want = fn(x);
       EXPECT_TRUE(allclose(got, want, 1e-4, 1e-5)) << "iteration " << i;
     }
@@ -225,16 +230,16 @@ TEST(Compile, GraphBreakSegmentsRunCompiledCodeInBothDirections) {
 TEST(Compile, UnavailableOptionsAreClearErrors) {
   CompileOptions o;
   o.target = Target::cuda;
-  EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, o); }).find("cuda"),
+  EXPECT_NE(errorOf([&] { compile([](const Tensor &x) { return x; }, o); }).find("cuda"),
             std::string::npos);
   CompileOptions bad;
   bad.recompile_limit = 0;
-  EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, bad); })
-                .find("recompile_limit"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf([&] { compile([](const Tensor &x) { return x; }, bad); }).find("recompile_limit"),
+      std::string::npos);
 }
 
-}  // namespace
+} // namespace
 
 namespace {
 
@@ -242,7 +247,7 @@ TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
   tools::ModelConfig c;
   c.batch = 2;
   c.seq = 8;
-  c.seed = 777;  // a size no other test uses, so the process-wide stage table is cold
+  c.seed = 777; // a size no other test uses, so the process-wide stage table is cold
   auto m = tools::findModel("toy64").build(c);
   std::vector<Tensor> in = m->makeInputs(c);
   Tensor x = Tensor::randn({2, 7, 10}, 5);
@@ -250,22 +255,24 @@ TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
   CompileOptions o;
   o.mode = Mode::regional;
   int traced = 0;
-  auto cf = compile([&](const Tensor& t) {
-    ++traced;
-    return m->forward({t});
-  }, o);
+  auto cf = compile(
+      [&](const Tensor &t) {
+        ++traced;
+        return m->forward({t});
+      },
+      o);
   EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5));
   EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5));
   EXPECT_EQ(traced, 1);
   CompileStats st = cf.stats();
-  EXPECT_EQ(st.compiles, 2);  // one layer region and the glue (the first linear)
+  EXPECT_EQ(st.compiles, 2); // one layer region and the glue (the first linear)
   EXPECT_GE(st.cache_hits, 63);
   EXPECT_NE(cf.explain().find("reused"), std::string::npos);
 }
 
 TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
   Tensor w1 = Tensor::randn({6, 6}, 1), w2 = Tensor::randn({6, 6}, 2);
-  auto body = [&](const Tensor& x) {
+  auto body = [&](const Tensor &x) {
     Tensor h = region("block", [&] { return relu(linear(x, w1)); });
     return region("block", [&] { return relu(linear(h, w2)); }) * 2.0;
   };
@@ -281,4 +288,4 @@ TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
   EXPECT_TRUE(allclose(cf(x), body(x), 1e-4, 1e-5));
 }
 
-}  // namespace
+} // namespace

@@ -20,26 +20,26 @@ using rcjit::Tensor;
 std::vector<float> values(int64_t n, float lo, float hi, uint32_t seed = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& x : v) {
+  for (auto &x : v) {
     s = s * 1664525u + 1013904223u;
     x = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
   }
   return v;
 }
 
-int64_t numelOf(const Shape& s) {
+int64_t numelOf(const Shape &s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
 }
 
-Tensor make(const std::vector<float>& v, const Shape& s, DType dt = DType::f32) {
+Tensor make(const std::vector<float> &v, const Shape &s, DType dt = DType::f32) {
   return Tensor::from_vector(v, s).to(dt);
 }
 
 /// The flat index in a tensor of shape `in` that NumPy broadcasting reads for element
 /// `flat` of shape `out`.
-int64_t broadcastIndex(int64_t flat, const Shape& out, const Shape& in) {
+int64_t broadcastIndex(int64_t flat, const Shape &out, const Shape &in) {
   int64_t idx = 0;
   int64_t stride = 1;
   const auto lead = static_cast<int64_t>(out.size() - in.size());
@@ -61,16 +61,21 @@ struct Tol {
 };
 Tol tolFor(DType dt) {
   switch (dt) {
-    case DType::f64: return {1e-12, 1e-12};
-    case DType::f32: return {1e-5, 1e-6};
-    case DType::f16: return {2e-3, 2e-3};
-    case DType::bf16: return {1.6e-2, 1e-2};
-    default: return {0, 0};
+  case DType::f64:
+    return {1e-12, 1e-12};
+  case DType::f32:
+    return {1e-5, 1e-6};
+  case DType::f16:
+    return {2e-3, 2e-3};
+  case DType::bf16:
+    return {1.6e-2, 1e-2};
+  default:
+    return {0, 0};
   }
 }
 
-void expectClose(const std::vector<double>& got, const std::vector<double>& want, Tol tol,
-                 const std::string& what) {
+void expectClose(const std::vector<double> &got, const std::vector<double> &want, Tol tol,
+                 const std::string &what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
@@ -85,9 +90,9 @@ void expectClose(const std::vector<double>& got, const std::vector<double>& want
 }
 
 /// want[i] = f(a[bcast i], b[bcast i]) over the broadcast of shapes sa and sb.
-std::vector<double> refBinary(const std::vector<double>& a, const Shape& sa,
-                              const std::vector<double>& b, const Shape& sb, const Shape& so,
-                              const std::function<double(double, double)>& f) {
+std::vector<double> refBinary(const std::vector<double> &a, const Shape &sa,
+                              const std::vector<double> &b, const Shape &sb, const Shape &so,
+                              const std::function<double(double, double)> &f) {
   std::vector<double> out(static_cast<size_t>(numelOf(so)));
   for (int64_t i = 0; i < numelOf(so); ++i) {
     out[i] = f(a[broadcastIndex(i, so, sa)], b[broadcastIndex(i, so, sb)]);
@@ -96,14 +101,14 @@ std::vector<double> refBinary(const std::vector<double>& a, const Shape& sa,
 }
 
 struct UnaryCase {
-  const char* name;
-  Tensor (*fn)(const Tensor&);
+  const char *name;
+  Tensor (*fn)(const Tensor &);
   double (*ref)(double);
   float lo;
   float hi;
 };
 
-const std::vector<UnaryCase>& unaryCases() {
+const std::vector<UnaryCase> &unaryCases() {
   static const std::vector<UnaryCase> cases = {
       {"neg", &rcjit::neg, [](double x) { return -x; }, -4, 4},
       {"abs", &rcjit::abs, [](double x) { return std::abs(x); }, -4, 4},
@@ -115,8 +120,8 @@ const std::vector<UnaryCase>& unaryCases() {
       {"tanh", &rcjit::tanh, [](double x) { return std::tanh(x); }, -5, 5},
       {"sigmoid", &rcjit::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -12, 12},
       {"relu", &rcjit::relu, [](double x) { return x < 0 ? 0.0 : x; }, -4, 4},
-      {"gelu", &rcjit::gelu,
-       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -6, 6},
+      {"gelu", &rcjit::gelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); },
+       -6, 6},
       {"silu", &rcjit::silu, [](double x) { return x / (1 + std::exp(-x)); }, -12, 12},
       {"erf", &rcjit::erf, [](double x) { return std::erf(x); }, -3, 3},
       {"sin", &rcjit::sin, [](double x) { return std::sin(x); }, -6, 6},
@@ -125,20 +130,20 @@ const std::vector<UnaryCase>& unaryCases() {
   return cases;
 }
 
-void checkUnary(const UnaryCase& c, const Tensor& x, const std::string& what) {
+void checkUnary(const UnaryCase &c, const Tensor &x, const std::string &what) {
   const Tensor y = c.fn(x);
   EXPECT_EQ(y.dtype(), x.dtype()) << what;
   EXPECT_EQ(y.shape(), x.shape()) << what;
   EXPECT_TRUE(y.is_contiguous()) << what;
   std::vector<double> want = x.to_vector<double>();
-  for (double& v : want) v = c.ref(v);
+  for (double &v : want) v = c.ref(v);
   Tol tol = tolFor(x.dtype());
-  if (x.dtype() == DType::f32) tol.atol = 2e-6;  // sin/cos/erf near their zeros
+  if (x.dtype() == DType::f32) tol.atol = 2e-6; // sin/cos/erf near their zeros
   expectClose(y.to_vector<double>(), want, tol, what);
 }
 
 TEST(EagerElementwise, UnaryFloatDtypes) {
-  for (const UnaryCase& c : unaryCases()) {
+  for (const UnaryCase &c : unaryCases()) {
     for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       const Tensor x = make(values(37 * 19, c.lo, c.hi, 3), {37, 19}, dt);
       checkUnary(c, x, std::string(c.name) + " " + std::string(rcjit::dtypeName(dt)));
@@ -147,7 +152,7 @@ TEST(EagerElementwise, UnaryFloatDtypes) {
 }
 
 TEST(EagerElementwise, UnaryViewsAndZeroDim) {
-  for (const UnaryCase& c : unaryCases()) {
+  for (const UnaryCase &c : unaryCases()) {
     const Tensor x = make(values(6 * 10, c.lo, c.hi, 5), {6, 10});
     checkUnary(c, rcjit::transpose(x, 0, 1), std::string(c.name) + " transposed");
     checkUnary(c, rcjit::slice(x, 1, 2, 9), std::string(c.name) + " sliced");
@@ -157,7 +162,7 @@ TEST(EagerElementwise, UnaryViewsAndZeroDim) {
 }
 
 TEST(EagerElementwise, UnaryLargeCrossesThreadThreshold) {
-  for (const UnaryCase& c : unaryCases()) {
+  for (const UnaryCase &c : unaryCases()) {
     const Tensor x = make(values(613 * 163, c.lo, c.hi, 7), {613 * 163});
     checkUnary(c, x, std::string(c.name) + " large");
     checkUnary(c, rcjit::transpose(x.reshape({613, 163}), 0, 1),
@@ -183,7 +188,7 @@ TEST(EagerElementwise, IntegerUnary) {
     EXPECT_EQ(rcjit::neg(x).to_vector<int64_t>(), (std::vector<int64_t>{7, 1, 0, -1, -5, -123456}));
     EXPECT_EQ(rcjit::abs(x).to_vector<int64_t>(), (std::vector<int64_t>{7, 1, 0, 1, 5, 123456}));
     EXPECT_EQ(rcjit::relu(x).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 1, 5, 123456}));
-    const Tensor e = rcjit::exp(rcjit::slice(x, 0, 0, 5));  // float op on ints gives f32
+    const Tensor e = rcjit::exp(rcjit::slice(x, 0, 0, 5)); // float op on ints gives f32
     EXPECT_EQ(e.dtype(), DType::f32);
     expectClose(e.to_vector<double>(),
                 {std::exp(-7.0), std::exp(-1.0), 1, std::exp(1.0), std::exp(5.0)},
@@ -204,14 +209,14 @@ TEST(EagerElementwise, NanSemantics) {
 }
 
 struct BinaryCase {
-  const char* name;
-  Tensor (*fn)(const Tensor&, const Tensor&);
+  const char *name;
+  Tensor (*fn)(const Tensor &, const Tensor &);
   double (*ref)(double, double);
   bool compare;
 };
 
-const std::vector<BinaryCase>& binaryCases() {
-  using T = const Tensor&;
+const std::vector<BinaryCase> &binaryCases() {
+  using T = const Tensor &;
   static const std::vector<BinaryCase> cases = {
       {"add", [](T a, T b) { return rcjit::add(a, b); }, [](double a, double b) { return a + b; },
        false},
@@ -245,11 +250,11 @@ const std::vector<BinaryCase>& binaryCases() {
 
 /// Operand values for a binary op: pow gets positive bases, div nonzero divisors, and
 /// comparisons small integers so that ties occur.
-std::vector<float> operand(const BinaryCase& c, int64_t n, bool second, uint32_t seed) {
+std::vector<float> operand(const BinaryCase &c, int64_t n, bool second, uint32_t seed) {
   const std::string name = c.name;
   if (c.compare) {
     std::vector<float> v = values(n, -3, 3, seed);
-    for (float& x : v) x = std::round(x);
+    for (float &x : v) x = std::round(x);
     return v;
   }
   if (name == "pow") return second ? values(n, -2, 2, seed) : values(n, 0.5f, 2, seed);
@@ -257,23 +262,29 @@ std::vector<float> operand(const BinaryCase& c, int64_t n, bool second, uint32_t
   return values(n, -4, 4, seed);
 }
 
-void checkBinary(const BinaryCase& c, const Tensor& a, const Tensor& b, const std::string& what) {
+void checkBinary(const BinaryCase &c, const Tensor &a, const Tensor &b, const std::string &what) {
   const Tensor y = c.fn(a, b);
   const Shape so = y.shape();
   const DType want = c.compare ? DType::boolean : a.dtype();
   EXPECT_EQ(y.dtype(), want) << what;
-  const auto ref = refBinary(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(),
-                             so, c.ref);
+  const auto ref =
+      refBinary(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(), so, c.ref);
   expectClose(y.to_vector<double>(), ref, c.compare ? Tol{0, 0} : tolFor(a.dtype()), what);
 }
 
 TEST(EagerElementwise, BinaryBroadcastShapesAndDtypes) {
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 1, 4}, {2, 1}}, {{5, 7}, {5, 7}}, {{5, 7}, {7}}, {{7}, {5, 7}}, {{5, 7}, {}},
-      {{}, {5, 7}},        {{}, {}},         {{4, 1}, {1, 6}}, {{2, 3, 1, 5}, {3, 4, 1}}};
-  for (const BinaryCase& c : binaryCases()) {
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 1, 4}, {2, 1}},
+                                                       {{5, 7}, {5, 7}},
+                                                       {{5, 7}, {7}},
+                                                       {{7}, {5, 7}},
+                                                       {{5, 7}, {}},
+                                                       {{}, {5, 7}},
+                                                       {{}, {}},
+                                                       {{4, 1}, {1, 6}},
+                                                       {{2, 3, 1, 5}, {3, 4, 1}}};
+  for (const BinaryCase &c : binaryCases()) {
     for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-      for (const auto& [sa, sb] : shapes) {
+      for (const auto &[sa, sb] : shapes) {
         const Tensor a = make(operand(c, numelOf(sa), false, 11), sa, dt);
         const Tensor b = make(operand(c, numelOf(sb), true, 12), sb, dt);
         checkBinary(c, a, b,
@@ -285,7 +296,7 @@ TEST(EagerElementwise, BinaryBroadcastShapesAndDtypes) {
 }
 
 TEST(EagerElementwise, BinaryIntegers) {
-  for (const BinaryCase& c : binaryCases()) {
+  for (const BinaryCase &c : binaryCases()) {
     const std::string name = c.name;
     if (name == "div" || name == "pow") continue;
     for (DType dt : {DType::i32, DType::i64}) {
@@ -293,7 +304,7 @@ TEST(EagerElementwise, BinaryIntegers) {
       std::vector<int64_t> vb;
       for (float v : values(12, -50, 50, 21)) va.push_back(static_cast<int64_t>(v));
       for (float v : values(4, -50, 50, 22)) vb.push_back(static_cast<int64_t>(v));
-      vb[1] = va[1];  // a tie for the comparisons
+      vb[1] = va[1]; // a tie for the comparisons
       const Tensor a = Tensor::from_vector(va, {3, 4}).to(dt);
       const Tensor b = Tensor::from_vector(vb, {4}).to(dt);
       checkBinary(c, a, b, name + " " + std::string(rcjit::dtypeName(dt)));
@@ -318,10 +329,10 @@ TEST(EagerElementwise, BoolArithmetic) {
 }
 
 TEST(EagerElementwise, BinaryNonContiguousAndLarge) {
-  for (const BinaryCase& c : binaryCases()) {
+  for (const BinaryCase &c : binaryCases()) {
     const std::string name = c.name;
     const Tensor base = make(operand(c, 9 * 8, false, 31), {9, 8});
-    const Tensor at = rcjit::transpose(base, 0, 1);                       // [8, 9]
+    const Tensor at = rcjit::transpose(base, 0, 1); // [8, 9]
     const Tensor bs = rcjit::slice(make(operand(c, 8 * 12, true, 32), {8, 12}), 1, 2, 11);
     checkBinary(c, at, bs, name + " transposed with sliced");
     const Tensor row = make(operand(c, 257, true, 33), {257});
@@ -372,7 +383,7 @@ TEST(EagerElementwise, WhereBroadcastsAndDtypes) {
 
 TEST(EagerElementwise, CastsBetweenAllDtypes) {
   const std::vector<float> v = {-2.75f, -1, 0, 0.5f, 1.5f, 3, 100};
-  const std::vector<DType> all = {DType::f32, DType::f64, DType::f16, DType::bf16,
+  const std::vector<DType> all = {DType::f32, DType::f64, DType::f16,    DType::bf16,
                                   DType::i32, DType::i64, DType::boolean};
   for (DType from : all) {
     const Tensor x = make(v, {7}, from);
@@ -380,9 +391,12 @@ TEST(EagerElementwise, CastsBetweenAllDtypes) {
     for (DType to : all) {
       std::vector<double> want;
       for (double e : xv) {
-        if (to == DType::boolean) want.push_back(e != 0);
-        else if (to == DType::i32 || to == DType::i64) want.push_back(std::trunc(e));
-        else want.push_back(e);  // every value here is exact in f16/bf16
+        if (to == DType::boolean)
+          want.push_back(e != 0);
+        else if (to == DType::i32 || to == DType::i64)
+          want.push_back(std::trunc(e));
+        else
+          want.push_back(e); // every value here is exact in f16/bf16
       }
       const Tensor y = rcjit::transpose(x.reshape({7, 1}), 0, 1).to(to);
       EXPECT_EQ(y.dtype(), to);
@@ -395,9 +409,8 @@ TEST(EagerElementwise, CastsBetweenAllDtypes) {
 
 TEST(EagerElementwise, CastRoundsToNearestEven) {
   // 1 + 2^-11 is halfway between two f16 values, 1 + 3*2^-11 rounds up.
-  const Tensor x = Tensor::from_vector(std::vector<float>{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
-                                                          70000.0f, 1.0f + 0x1p-8f},
-                                       {4});
+  const Tensor x = Tensor::from_vector(
+      std::vector<float>{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 70000.0f, 1.0f + 0x1p-8f}, {4});
   EXPECT_EQ(x.to(DType::f16).to_vector<float>(),
             (std::vector<float>{1.0f, 1.0f + 0x1p-9f, INFINITY, 1.0f + 0x1p-8f}));
   EXPECT_EQ(x.to(DType::bf16).to_vector<float>()[3], 1.0f);
@@ -444,13 +457,13 @@ TEST(EagerElementwise, CopiesOfViews) {
 }
 
 /// Runs f, expecting an rcjit::Error whose message contains every one of `parts`.
-void expectError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+void expectError(const std::function<void()> &f, const std::vector<std::string> &parts) {
   try {
     f();
     ADD_FAILURE() << "no rcjit::Error thrown; expected one naming " << parts.front();
-  } catch (const rcjit::Error& e) {
+  } catch (const rcjit::Error &e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
+    for (const auto &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
   }
 }
 
@@ -458,11 +471,14 @@ TEST(EagerElementwise, ErrorsNameOpAndShapes) {
   const Tensor a = Tensor::zeros({2, 3});
   const Tensor b = Tensor::zeros({4});
   expectError([&] { rcjit::add(a, b); }, {"add", "[2, 3]", "[4]"});
-  expectError([&] { rcjit::mul(Tensor::zeros({3, 1, 4}), Tensor::zeros({2, 3})); },
-              {"mul", "[3, 1, 4]", "[2, 3]"});
+  expectError(
+      [&] {
+        rcjit::mul(Tensor::zeros({3, 1, 4}), Tensor::zeros({2, 3}));
+      },
+      {"mul", "[3, 1, 4]", "[2, 3]"});
   expectError([&] { rcjit::lt(a, b); }, {"lt", "[2, 3]", "[4]"});
   expectError([&] { rcjit::where(a, a, a); }, {"where"});
   expectError([&] { rcjit::where(rcjit::gt(a, 0.0), a, b); }, {"where", "[2, 3]", "[4]"});
 }
 
-}  // namespace
+} // namespace

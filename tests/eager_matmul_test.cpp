@@ -25,16 +25,16 @@ struct Ref {
   Shape shape;
 };
 
-Ref refOf(const Tensor& t) { return {t.to_vector<double>(), t.shape()}; }
+Ref refOf(const Tensor &t) { return {t.to_vector<double>(), t.shape()}; }
 
-int64_t numelOf(const Shape& s) {
+int64_t numelOf(const Shape &s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
 }
 
 /// Row-major offset of the broadcast batch index `i` (of `outBatch`) inside `batch`.
-int64_t batchOffset(int64_t i, const Shape& outBatch, const Shape& batch) {
+int64_t batchOffset(int64_t i, const Shape &outBatch, const Shape &batch) {
   int64_t off = 0, mul = 1;
   for (int d = static_cast<int>(outBatch.size()) - 1; d >= 0; --d) {
     int64_t idx = i % outBatch[d];
@@ -48,7 +48,7 @@ int64_t batchOffset(int64_t i, const Shape& outBatch, const Shape& batch) {
 }
 
 /// NumPy matmul in double: 1-D operands promoted, batch dims broadcast.
-Ref refMatmul(const Ref& a, const Ref& b) {
+Ref refMatmul(const Ref &a, const Ref &b) {
   Shape as = a.shape, bs = b.shape;
   if (as.size() == 1) as.insert(as.begin(), 1);
   if (bs.size() == 1) bs.push_back(1);
@@ -56,7 +56,7 @@ Ref refMatmul(const Ref& a, const Ref& b) {
   Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
   Shape ob(std::max(ab.size(), bb.size()), 1);
   for (size_t i = 0; i < ob.size(); ++i) {
-    auto pick = [&](const Shape& s) {
+    auto pick = [&](const Shape &s) {
       size_t pad = ob.size() - s.size();
       return i < pad ? 1 : s[i - pad];
     };
@@ -79,7 +79,7 @@ Ref refMatmul(const Ref& a, const Ref& b) {
 }
 
 /// x [..., in] @ w[out, in]^T + b, in double.
-Ref refLinear(const Ref& x, const Ref& w, const Ref* b) {
+Ref refLinear(const Ref &x, const Ref &w, const Ref *b) {
   int64_t in = w.shape[1], out = w.shape[0], rows = numelOf(x.shape) / in;
   Shape shape = x.shape;
   shape.back() = out;
@@ -95,7 +95,7 @@ Ref refLinear(const Ref& x, const Ref& w, const Ref* b) {
 }
 
 /// NCHW conv2d with symmetric zero padding, in double.
-Ref refConv(const Ref& x, const Ref& w, const Ref* b, int64_t stride, int64_t pad) {
+Ref refConv(const Ref &x, const Ref &w, const Ref *b, int64_t stride, int64_t pad) {
   int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   int64_t O = w.shape[0], KH = w.shape[2], KW = w.shape[3];
   int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
@@ -118,7 +118,7 @@ Ref refConv(const Ref& x, const Ref& w, const Ref* b, int64_t stride, int64_t pa
   return r;
 }
 
-void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
+void expectClose(const Tensor &got, const Ref &want, double rtol, double atol) {
   ASSERT_EQ(got.shape(), want.shape);
   std::vector<double> g = got.to_vector<double>();
   ASSERT_EQ(g.size(), want.data.size());
@@ -129,7 +129,7 @@ void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
 
 using rcjit::test::errorOf;
 
-void checkMatmul(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-5) {
+void checkMatmul(const Tensor &a, const Tensor &b, double rtol = 1e-5, double atol = 1e-5) {
   expectClose(rcjit::matmul(a, b), refMatmul(refOf(a), refOf(b)), rtol, atol);
 }
 
@@ -140,11 +140,11 @@ TEST(EagerMatmul, F32Matrices) {
 }
 
 TEST(EagerMatmul, OneDimensionalOperands) {
-  checkMatmul(Tensor::randn({17}, 1), Tensor::randn({17}, 2));          // -> []
-  checkMatmul(Tensor::randn({17}, 3), Tensor::randn({17, 5}, 4));       // -> [5]
-  checkMatmul(Tensor::randn({6, 17}, 5), Tensor::randn({17}, 6));       // -> [6]
-  checkMatmul(Tensor::randn({17}, 7), Tensor::randn({3, 17, 5}, 8));    // -> [3, 5]
-  checkMatmul(Tensor::randn({2, 6, 17}, 9), Tensor::randn({17}, 10));   // -> [2, 6]
+  checkMatmul(Tensor::randn({17}, 1), Tensor::randn({17}, 2));        // -> []
+  checkMatmul(Tensor::randn({17}, 3), Tensor::randn({17, 5}, 4));     // -> [5]
+  checkMatmul(Tensor::randn({6, 17}, 5), Tensor::randn({17}, 6));     // -> [6]
+  checkMatmul(Tensor::randn({17}, 7), Tensor::randn({3, 17, 5}, 8));  // -> [3, 5]
+  checkMatmul(Tensor::randn({2, 6, 17}, 9), Tensor::randn({17}, 10)); // -> [2, 6]
   EXPECT_EQ(rcjit::matmul(Tensor::randn({4}, 1), Tensor::randn({4}, 2)).dim(), 0);
 }
 
@@ -157,8 +157,8 @@ TEST(EagerMatmul, BatchedAndBroadcast) {
 }
 
 TEST(EagerMatmul, NonContiguousOperands) {
-  Tensor bt = rcjit::transpose(Tensor::randn({9, 12}, 1), 0, 1);  // [12, 9], column-major
-  Tensor at = rcjit::transpose(Tensor::randn({12, 7}, 2), 0, 1);  // [7, 12]
+  Tensor bt = rcjit::transpose(Tensor::randn({9, 12}, 1), 0, 1); // [12, 9], column-major
+  Tensor at = rcjit::transpose(Tensor::randn({12, 7}, 2), 0, 1); // [7, 12]
   ASSERT_FALSE(bt.is_contiguous());
   checkMatmul(at, bt);
   checkMatmul(rcjit::slice(Tensor::randn({10, 12}, 3), 1, 2, 9), Tensor::randn({7, 4}, 4));
@@ -166,19 +166,18 @@ TEST(EagerMatmul, NonContiguousOperands) {
   Tensor ex = rcjit::expand(Tensor::randn({1, 5, 6}, 5), {3, 5, 6});
   checkMatmul(ex, Tensor::randn({3, 6, 2}, 6));
   checkMatmul(ex, rcjit::expand(Tensor::randn({1, 6, 2}, 7), {3, 6, 2}));
-  Tensor strided = rcjit::permute(Tensor::randn({5, 12, 2}, 8), {2, 0, 1});  // inner stride 2
+  Tensor strided = rcjit::permute(Tensor::randn({5, 12, 2}, 8), {2, 0, 1}); // inner stride 2
   checkMatmul(strided, Tensor::randn({12, 3}, 9));
-  Tensor batchPermuted = rcjit::permute(Tensor::randn({5, 3, 6}, 10), {1, 0, 2});  // [3, 5, 6]
+  Tensor batchPermuted = rcjit::permute(Tensor::randn({5, 3, 6}, 10), {1, 0, 2}); // [3, 5, 6]
   checkMatmul(batchPermuted, rcjit::transpose(Tensor::randn({3, 2, 6}, 11), 1, 2));
 }
 
 TEST(EagerMatmul, F64) {
-  checkMatmul(Tensor::randn({37, 70}, 1, DType::f64), Tensor::randn({70, 45}, 2, DType::f64),
-              1e-12, 1e-12);
+  checkMatmul(Tensor::randn({37, 70}, 1, DType::f64), Tensor::randn({70, 45}, 2, DType::f64), 1e-12,
+              1e-12);
   checkMatmul(Tensor::randn({2, 3, 70}, 3, DType::f64),
               rcjit::transpose(Tensor::randn({45, 70}, 4, DType::f64), 0, 1), 1e-12, 1e-12);
-  checkMatmul(Tensor::randn({70}, 5, DType::f64), Tensor::randn({70}, 6, DType::f64), 1e-12,
-              1e-12);
+  checkMatmul(Tensor::randn({70}, 5, DType::f64), Tensor::randn({70}, 6, DType::f64), 1e-12, 1e-12);
   // crosses the loops' row, K and N blocks
   checkMatmul(Tensor::randn({70, 300}, 7, DType::f64), Tensor::randn({300, 270}, 8, DType::f64),
               1e-12, 1e-12);
@@ -198,12 +197,11 @@ TEST(EagerMatmul, Integers) {
 
 TEST(EagerMatmul, ReducedPrecision) {
   for (DType t : {DType::bf16, DType::f16}) {
-    double tol = t == DType::bf16 ? 2e-2 : 4e-3;  // output rounding plus f32 accumulation
+    double tol = t == DType::bf16 ? 2e-2 : 4e-3; // output rounding plus f32 accumulation
     checkMatmul(Tensor::randn({19, 64}, 1, t), Tensor::randn({64, 23}, 2, t), tol, 8 * tol);
     checkMatmul(Tensor::randn({2, 19, 64}, 3, t),
                 rcjit::transpose(Tensor::randn({23, 64}, 4, t), 0, 1), tol, 8 * tol);
-    EXPECT_EQ(rcjit::matmul(Tensor::randn({2, 3}, 5, t), Tensor::randn({3, 2}, 6, t)).dtype(),
-              t);
+    EXPECT_EQ(rcjit::matmul(Tensor::randn({2, 3}, 5, t), Tensor::randn({3, 2}, 6, t)).dtype(), t);
   }
 }
 
@@ -217,7 +215,7 @@ TEST(EagerMatmul, EmptyInnerDimGivesZeros) {
 TEST(EagerMatmul, RepeatedCallsReuseCachedPrimitives) {
   Tensor a = Tensor::randn({31, 17}, 1), b = Tensor::randn({17, 13}, 2);
   rcjit::matmul(a, b);
-  auto& ctx = rcjit::eager::DnnlContext::instance();
+  auto &ctx = rcjit::eager::DnnlContext::instance();
   uint64_t before = ctx.created();
   for (int i = 0; i < 5; ++i) rcjit::matmul(a, b);
   EXPECT_EQ(ctx.created(), before);
@@ -242,13 +240,14 @@ TEST(EagerMatmul, ConcurrentCallsAgree) {
       }
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto &th : threads) th.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(EagerMatmul, ErrorsNameOpAndShapes) {
-  std::string msg =
-      errorOf([] { rcjit::matmul(Tensor::randn({2, 3}, 1), Tensor::randn({4, 5}, 2)); });
+  std::string msg = errorOf([] {
+    rcjit::matmul(Tensor::randn({2, 3}, 1), Tensor::randn({4, 5}, 2));
+  });
   EXPECT_NE(msg.find("matmul"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[4, 5]"), std::string::npos) << msg;
@@ -267,12 +266,12 @@ TEST(EagerLinear, MatchesReference) {
 }
 
 TEST(EagerLinear, NonContiguousInputAndWeight) {
-  Tensor x = rcjit::transpose(Tensor::randn({3, 2, 16}, 1), 0, 1);  // leading dims don't fold
-  Tensor w = rcjit::transpose(Tensor::randn({16, 8}, 2), 0, 1);     // [8, 16] column-major
+  Tensor x = rcjit::transpose(Tensor::randn({3, 2, 16}, 1), 0, 1); // leading dims don't fold
+  Tensor w = rcjit::transpose(Tensor::randn({16, 8}, 2), 0, 1);    // [8, 16] column-major
   Tensor b = rcjit::slice(Tensor::randn({16}, 3), 0, 0, 8);
   Ref rb = refOf(b);
-  expectClose(rcjit::linear(x, w, b), refLinear(refOf(x.contiguous()), refOf(w.contiguous()),
-                                                &rb), 1e-5, 1e-5);
+  expectClose(rcjit::linear(x, w, b), refLinear(refOf(x.contiguous()), refOf(w.contiguous()), &rb),
+              1e-5, 1e-5);
 }
 
 TEST(EagerLinear, OtherDtypes) {
@@ -296,8 +295,9 @@ TEST(EagerLinear, Module) {
 }
 
 TEST(EagerLinear, WrongWeightShapeIsAnError) {
-  std::string msg =
-      errorOf([] { rcjit::linear(Tensor::randn({2, 16}, 1), Tensor::randn({8, 15}, 2)); });
+  std::string msg = errorOf([] {
+    rcjit::linear(Tensor::randn({2, 16}, 1), Tensor::randn({8, 15}, 2));
+  });
   EXPECT_NE(msg.find("linear"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[8, 15]"), std::string::npos) << msg;
 }
@@ -309,12 +309,11 @@ TEST(EagerConv2d, MatchesReference) {
   expectClose(rcjit::conv2d(x, w, b, 2, 1), refConv(rx, rw, &rb, 2, 1), 1e-4, 1e-4);
   expectClose(rcjit::conv2d(x, w, Tensor()), refConv(rx, rw, nullptr, 1, 0), 1e-4, 1e-4);
   Tensor w1 = Tensor::randn({16, 3, 1, 1}, 4);
-  expectClose(rcjit::conv2d(x, w1, Tensor()), refConv(rx, refOf(w1), nullptr, 1, 0), 1e-4,
-              1e-4);
+  expectClose(rcjit::conv2d(x, w1, Tensor()), refConv(rx, refOf(w1), nullptr, 1, 0), 1e-4, 1e-4);
 }
 
 TEST(EagerConv2d, NonContiguousAndOtherDtypes) {
-  Tensor x = rcjit::permute(Tensor::randn({2, 9, 8, 3}, 1), {0, 3, 1, 2});  // NHWC storage
+  Tensor x = rcjit::permute(Tensor::randn({2, 9, 8, 3}, 1), {0, 3, 1, 2}); // NHWC storage
   Tensor w = Tensor::randn({4, 3, 3, 3}, 2), b = Tensor::randn({4}, 3);
   Ref rb = refOf(b);
   expectClose(rcjit::conv2d(x, w, b, 1, 1), refConv(refOf(x.contiguous()), refOf(w), &rb, 1, 1),
@@ -325,8 +324,8 @@ TEST(EagerConv2d, NonContiguousAndOtherDtypes) {
   expectClose(yd, refConv(refOf(xd.contiguous()), refOf(wd), &rb, 2, 0), 1e-5, 1e-5);
   Tensor xh = x.to(DType::bf16), wh = w.to(DType::bf16), bh = b.to(DType::bf16);
   Ref rbh = refOf(bh);
-  expectClose(rcjit::conv2d(xh, wh, bh, 1, 0), refConv(refOf(xh.contiguous()), refOf(wh), &rbh,
-                                                       1, 0), 2e-2, 0.1);
+  expectClose(rcjit::conv2d(xh, wh, bh, 1, 0),
+              refConv(refOf(xh.contiguous()), refOf(wh), &rbh, 1, 0), 2e-2, 0.1);
 }
 
 TEST(EagerConv2d, WrongRankIsAnError) {
@@ -337,4 +336,4 @@ TEST(EagerConv2d, WrongRankIsAnError) {
   EXPECT_NE(msg.find("[3, 9, 8]"), std::string::npos) << msg;
 }
 
-}  // namespace
+} // namespace

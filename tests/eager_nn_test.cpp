@@ -24,9 +24,9 @@ struct Ref {
   Shape shape;
 };
 
-Ref refOf(const Tensor& t) { return {t.to_vector<double>(), t.shape()}; }
+Ref refOf(const Tensor &t) { return {t.to_vector<double>(), t.shape()}; }
 
-void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
+void expectClose(const Tensor &got, const Ref &want, double rtol, double atol) {
   ASSERT_EQ(got.shape(), want.shape);
   std::vector<double> g = got.to_vector<double>();
   ASSERT_EQ(g.size(), want.data.size());
@@ -38,11 +38,11 @@ void expectClose(const Tensor& got, const Ref& want, double rtol, double atol) {
 using rcjit::test::errorOf;
 
 /// layer_norm (b may be null) or, with rms, rms_norm over the trailing w.numel() elements.
-Ref refNorm(const Ref& x, const Ref& w, const Ref* b, double eps, bool rms) {
+Ref refNorm(const Ref &x, const Ref &w, const Ref *b, double eps, bool rms) {
   size_t width = w.data.size(), rows = x.data.size() / width;
   Ref r{std::vector<double>(x.data.size()), x.shape};
   for (size_t i = 0; i < rows; ++i) {
-    const double* row = x.data.data() + i * width;
+    const double *row = x.data.data() + i * width;
     double mean = 0, sq = 0;
     if (!rms) {
       for (size_t j = 0; j < width; ++j) mean += row[j];
@@ -58,7 +58,7 @@ Ref refNorm(const Ref& x, const Ref& w, const Ref* b, double eps, bool rms) {
 }
 
 /// softmax(q k^T / sqrt(D) [causal: key j <= query i]) v over flattened batches.
-Ref refSdpa(const Ref& q, const Ref& k, const Ref& v, bool causal) {
+Ref refSdpa(const Ref &q, const Ref &k, const Ref &v, bool causal) {
   size_t r = q.shape.size();
   int64_t lq = q.shape[r - 2], d = q.shape[r - 1], lk = k.shape[r - 2], dv = v.shape[r - 1];
   int64_t batches = static_cast<int64_t>(q.data.size()) / (lq * d);
@@ -77,7 +77,7 @@ Ref refSdpa(const Ref& q, const Ref& k, const Ref& v, bool causal) {
         s[j] = dot / std::sqrt(static_cast<double>(d));
         mx = std::max(mx, s[j]);
       }
-      for (double& e : s) sum += (e = std::exp(e - mx));
+      for (double &e : s) sum += (e = std::exp(e - mx));
       for (int64_t t = 0; t < dv; ++t) {
         double o = 0;
         for (int64_t j = 0; j < lk; ++j) o += s[j] / sum * v.data[(b * lk + j) * dv + t];
@@ -92,20 +92,20 @@ TEST(EagerLayerNorm, F32WithAndWithoutBias) {
   Tensor x = Tensor::randn({4, 7, 32}, 1), w = Tensor::randn({32}, 2), b = Tensor::randn({32}, 3);
   Ref rx = refOf(x), rw = refOf(w), rb = refOf(b);
   expectClose(rcjit::layer_norm(x, w, b, 1e-5), refNorm(rx, rw, &rb, 1e-5, false), 1e-4, 1e-5);
-  expectClose(rcjit::layer_norm(x, w, Tensor(), 1e-3), refNorm(rx, rw, nullptr, 1e-3, false),
-              1e-4, 1e-5);
+  expectClose(rcjit::layer_norm(x, w, Tensor(), 1e-3), refNorm(rx, rw, nullptr, 1e-3, false), 1e-4,
+              1e-5);
 }
 
 TEST(EagerLayerNorm, OverSeveralTrailingDims) {
   Tensor x = Tensor::randn({3, 5, 6}, 1) * 3.0 + 2.0;
   Tensor w = Tensor::randn({5, 6}, 2), b = Tensor::randn({5, 6}, 3);
   Ref rb = refOf(b);
-  expectClose(rcjit::layer_norm(x, w, b, 1e-5), refNorm(refOf(x), refOf(w), &rb, 1e-5, false),
-              1e-4, 1e-5);
+  expectClose(rcjit::layer_norm(x, w, b, 1e-5), refNorm(refOf(x), refOf(w), &rb, 1e-5, false), 1e-4,
+              1e-5);
 }
 
 TEST(EagerLayerNorm, NonContiguousAndOtherDtypes) {
-  Tensor x = rcjit::transpose(Tensor::randn({16, 6}, 1), 0, 1);  // [6, 16]
+  Tensor x = rcjit::transpose(Tensor::randn({16, 6}, 1), 0, 1); // [6, 16]
   Tensor w = Tensor::randn({16}, 2), b = Tensor::randn({16}, 3);
   Ref rb = refOf(b);
   expectClose(rcjit::layer_norm(x, w, b, 1e-5),
@@ -118,7 +118,7 @@ TEST(EagerLayerNorm, NonContiguousAndOtherDtypes) {
     Ref rbh = refOf(bh);
     Tensor y = rcjit::layer_norm(xh, wh, bh, 1e-5);
     EXPECT_EQ(y.dtype(), t);
-    double tol = t == DType::bf16 ? 1e-2 : 2e-3;  // one rounding of the output
+    double tol = t == DType::bf16 ? 1e-2 : 2e-3; // one rounding of the output
     expectClose(y, refNorm(refOf(xh.contiguous()), refOf(wh), &rbh, 1e-5, false), tol, tol);
   }
 }
@@ -132,8 +132,8 @@ TEST(EagerLayerNorm, Module) {
 
 TEST(EagerRmsNorm, MatchesReference) {
   Tensor x = Tensor::randn({3, 4, 40}, 1), w = Tensor::randn({40}, 2);
-  expectClose(rcjit::rms_norm(x, w, 1e-6), refNorm(refOf(x), refOf(w), nullptr, 1e-6, true),
-              1e-4, 1e-5);
+  expectClose(rcjit::rms_norm(x, w, 1e-6), refNorm(refOf(x), refOf(w), nullptr, 1e-6, true), 1e-4,
+              1e-5);
   Tensor xd = x.to(DType::f64), wd = w.to(DType::f64);
   expectClose(rcjit::rms_norm(xd, wd, 1e-6), refNorm(refOf(xd), refOf(wd), nullptr, 1e-6, true),
               1e-12, 1e-12);
@@ -228,4 +228,4 @@ TEST(EagerSdpa, OtherDtypes) {
   }
 }
 
-}  // namespace
+} // namespace

@@ -21,20 +21,20 @@ using rcjit::Tensor;
 std::vector<float> values(int64_t n, float lo, float hi, uint32_t seed = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   uint32_t s = seed * 2654435761u + 777u;
-  for (auto& x : v) {
+  for (auto &x : v) {
     s = s * 1664525u + 1013904223u;
     x = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
   }
   return v;
 }
 
-int64_t numelOf(const Shape& s) {
+int64_t numelOf(const Shape &s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
 }
 
-Tensor make(const std::vector<float>& v, const Shape& s, DType dt = DType::f32) {
+Tensor make(const std::vector<float> &v, const Shape &s, DType dt = DType::f32) {
   return Tensor::from_vector(v, s).to(dt);
 }
 
@@ -48,8 +48,8 @@ struct RefReduce {
   std::vector<int64_t> counts;
 };
 
-RefReduce refReduce(const std::vector<double>& x, const Shape& s, Dims dims, bool keepdim,
-                    double init, const std::function<double(double, double)>& f) {
+RefReduce refReduce(const std::vector<double> &x, const Shape &s, Dims dims, bool keepdim,
+                    double init, const std::function<double(double, double)> &f) {
   const auto rank = static_cast<int64_t>(s.size());
   if (dims.empty()) {
     for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
@@ -80,8 +80,8 @@ RefReduce refReduce(const std::vector<double>& x, const Shape& s, Dims dims, boo
   return r;
 }
 
-void expectClose(const std::vector<double>& got, const std::vector<double>& want, double rtol,
-                 double atol, const std::string& what) {
+void expectClose(const std::vector<double> &got, const std::vector<double> &want, double rtol,
+                 double atol, const std::string &what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
@@ -96,30 +96,34 @@ void expectClose(const std::vector<double>& got, const std::vector<double>& want
 
 double rtolFor(DType dt) {
   switch (dt) {
-    case DType::f16: return 2e-3;
-    case DType::bf16: return 1.6e-2;
-    case DType::f32: return 1e-5;
-    case DType::f64: return 1e-12;
-    default: return 0;
+  case DType::f16:
+    return 2e-3;
+  case DType::bf16:
+    return 1.6e-2;
+  case DType::f32:
+    return 1e-5;
+  case DType::f64:
+    return 1e-12;
+  default:
+    return 0;
   }
 }
 
-const std::vector<Dims>& dimSets() {
-  static const std::vector<Dims> sets = {{},     {0},     {1},       {2},     {-1},
-                                         {0, 1}, {0, 2},  {1, 2},    {0, -1}, {0, 1, 2},
-                                         {-3},   {2, 0}};
+const std::vector<Dims> &dimSets() {
+  static const std::vector<Dims> sets = {{},     {0},    {1},     {2},       {-1}, {0, 1},
+                                         {0, 2}, {1, 2}, {0, -1}, {0, 1, 2}, {-3}, {2, 0}};
   return sets;
 }
 
-std::string dimsStr(const Dims& d) { return rcjit::shapeStr(d); }
+std::string dimsStr(const Dims &d) { return rcjit::shapeStr(d); }
 
 /// Checks sum, mean and amax of x over every dim set against the naive reference.
-void checkReductions(const Tensor& x, const std::string& what) {
+void checkReductions(const Tensor &x, const std::string &what) {
   const DType dt = x.dtype();
   const auto xv = x.to_vector<double>();
   const bool fl = rcjit::isFloating(dt);
   const double rt = fl ? rtolFor(dt) : 0;
-  for (const Dims& dims : dimSets()) {
+  for (const Dims &dims : dimSets()) {
     for (bool keep : {false, true}) {
       const std::string tag = what + " dims " + dimsStr(dims) + (keep ? " keepdim" : "");
       auto add = [](double a, double b) { return a + b; };
@@ -183,12 +187,12 @@ TEST(EagerReduce, LargeSumsAreAccurate) {
   expectClose({rcjit::sum(x).item()}, {ref}, 1e-5, 0, "sum of 3M");
   expectClose({rcjit::mean(x).item()}, {ref / n}, 1e-5, 0, "mean of 3M");
   // a few long rows (split over threads), many short rows, and columns
-  for (const Shape& shape : {Shape{4, 750000}, Shape{30000, 100}, Shape{100, 30000}}) {
+  for (const Shape &shape : {Shape{4, 750000}, Shape{30000, 100}, Shape{100, 30000}}) {
     const auto xv = make(values(3'000'000, -1, 1.5f, 7), shape);
     const auto xd = xv.to_vector<double>();
     for (int64_t dim : {0, 1}) {
-      const RefReduce r = refReduce(xd, shape, {dim}, false, 0,
-                                    [](double a, double b) { return a + b; });
+      const RefReduce r =
+          refReduce(xd, shape, {dim}, false, 0, [](double a, double b) { return a + b; });
       const std::string tag = rcjit::shapeStr(shape) + " dim " + std::to_string(dim);
       expectClose(rcjit::sum(xv, {dim}).to_vector<double>(), r.vals, 1e-5, 1e-4, "sum " + tag);
       const RefReduce m = refReduce(xd, shape, {dim}, false, -INFINITY,
@@ -212,7 +216,7 @@ TEST(EagerReduce, AmaxPropagatesNan) {
 }
 
 /// Naive argmax over `dim` of a contiguous [outer, dim, inner] view of x.
-std::vector<int64_t> refArgmax(const std::vector<double>& x, const Shape& s, int64_t dim) {
+std::vector<int64_t> refArgmax(const std::vector<double> &x, const Shape &s, int64_t dim) {
   int64_t outer = 1;
   int64_t inner = 1;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
@@ -236,7 +240,7 @@ std::vector<int64_t> refArgmax(const std::vector<double>& x, const Shape& s, int
 
 TEST(EagerReduce, Argmax) {
   auto v = values(4 * 5 * 6, -3, 3, 8);
-  for (float& e : v) e = std::round(e);  // ties: the first index wins
+  for (float &e : v) e = std::round(e); // ties: the first index wins
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     const Tensor x = make(v, {4, 5, 6}, dt);
     for (int64_t dim : {0, 1, 2, -1}) {
@@ -256,7 +260,7 @@ TEST(EagerReduce, Argmax) {
       }
     }
   }
-  const Tensor t = rcjit::transpose(make(v, {4, 5, 6}), 0, 2);  // [6, 5, 4]
+  const Tensor t = rcjit::transpose(make(v, {4, 5, 6}), 0, 2); // [6, 5, 4]
   const auto tv = t.contiguous().to_vector<double>();
   EXPECT_EQ(rcjit::argmax(t, 1).to_vector<int64_t>(), refArgmax(tv, {6, 5, 4}, 1));
   const Tensor n = make({1, NAN, 5, NAN, 2, 7}, {6});
@@ -269,7 +273,7 @@ TEST(EagerReduce, Argmax) {
 }
 
 /// Naive (log_)softmax over `dim` in double.
-std::vector<double> refSoftmax(const std::vector<double>& x, const Shape& s, int64_t dim,
+std::vector<double> refSoftmax(const std::vector<double> &x, const Shape &s, int64_t dim,
                                bool log) {
   int64_t outer = 1;
   int64_t inner = 1;
@@ -294,7 +298,7 @@ std::vector<double> refSoftmax(const std::vector<double>& x, const Shape& s, int
   return out;
 }
 
-void checkSoftmax(const Tensor& x, int64_t dim, const std::string& what) {
+void checkSoftmax(const Tensor &x, int64_t dim, const std::string &what) {
   const int64_t d = dim < 0 ? dim + x.dim() : dim;
   const auto xv = x.to_vector<double>();
   const double rt = rtolFor(x.dtype()) * (x.dtype() == DType::f32 ? 1 : 2);
@@ -334,13 +338,13 @@ TEST(EagerReduce, SoftmaxLargeAndStable) {
 }
 
 /// Runs f, expecting an rcjit::Error whose message contains every one of `parts`.
-void expectError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+void expectError(const std::function<void()> &f, const std::vector<std::string> &parts) {
   try {
     f();
     ADD_FAILURE() << "no rcjit::Error thrown; expected one naming " << parts.front();
-  } catch (const rcjit::Error& e) {
+  } catch (const rcjit::Error &e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
+    for (const auto &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
   }
 }
 
@@ -358,4 +362,4 @@ TEST(EagerReduce, ErrorsNameOpAndShapes) {
   expectError([&] { rcjit::softmax(i, 0); }, {"softmax", "i64"});
 }
 
-}  // namespace
+} // namespace

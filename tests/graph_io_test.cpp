@@ -105,9 +105,8 @@ TEST(GraphText, RoundTripsEmptyGraph) {
 }
 
 TEST(GraphText, RoundTripsExactDoubles) {
-  const double values[] = {0.1,     -0.0,    0.0,     1e-300,  5e-324,
-                           DBL_MAX, -DBL_MIN, INFINITY, -INFINITY, NAN,
-                           1.0 / 3, 123456789012345678.0};
+  const double values[] = {0.1,      -0.0,     0.0,       1e-300, 5e-324,  DBL_MAX,
+                           -DBL_MIN, INFINITY, -INFINITY, NAN,    1.0 / 3, 123456789012345678.0};
   for (double v : values) {
     Graph g;
     Node full = opNode(OpKind::full, {}, dims({2}));
@@ -128,7 +127,7 @@ TEST(GraphText, ZeroSignMatters) {
   a.value = 0.0;
   b.value = -0.0;
   EXPECT_FALSE(attrsEqual(OpKind::full, a, b));
-  EXPECT_TRUE(attrsEqual(OpKind::exp, a, b));  // exp does not use value
+  EXPECT_TRUE(attrsEqual(OpKind::exp, a, b)); // exp does not use value
 }
 
 TEST(GraphText, ReadsHandWrittenText) {
@@ -156,7 +155,7 @@ graph(symbols: s0 in [2, 256]) {   # trailing comment
 }
 
 struct BadText {
-  std::string body;  // lines after "graph() {", which is line 1
+  std::string body; // lines after "graph() {", which is line 1
   int line;
   int col;
   std::string says;
@@ -186,12 +185,12 @@ TEST(GraphText, ErrorsNameLineAndColumn) {
       {in0 + "  $\n", 3, 3, "unexpected character '$'"},
       {in0 + "  return\n", 4, 1, "expected '}', found end of input"},
   };
-  for (const BadText& c : cases) {
+  for (const BadText &c : cases) {
     const std::string text = "graph() {\n" + c.body;
     try {
       parseGraph(text);
       ADD_FAILURE() << "parsed: " << text;
-    } catch (const Error& e) {
+    } catch (const Error &e) {
       const std::string msg = e.what();
       const std::string where =
           "line " + std::to_string(c.line) + ", column " + std::to_string(c.col) + ":";
@@ -205,13 +204,12 @@ TEST(GraphText, ErrorsOutsideTheBody) {
   auto messageOf = [](std::string_view text) {
     try {
       parseGraph(text);
-    } catch (const Error& e) {
+    } catch (const Error &e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
-  EXPECT_EQ(messageOf(""),
-            "graph text: line 1, column 1: expected 'graph', found end of input");
+  EXPECT_EQ(messageOf(""), "graph text: line 1, column 1: expected 'graph', found end of input");
   EXPECT_EQ(messageOf("graph(symbols: s1 in [2, 3]) {"),
             "graph text: line 1, column 16: expected symbol s0, found 's1'");
   EXPECT_EQ(messageOf("graph() {\n  return\n} x"),
@@ -231,11 +229,21 @@ TEST(GraphText, FuzzedTextNeverCrashes) {
     for (int e = 0; e < edits && !text.empty(); ++e) {
       const size_t at = rng() % text.size();
       switch (rng() % 5) {
-        case 0: text[at] = static_cast<char>(rng() % 256); break;
-        case 1: text[at] = alphabet[rng() % alphabet.size()]; break;
-        case 2: text.erase(at, 1 + rng() % 8); break;
-        case 3: text.insert(at, text.substr(rng() % text.size(), rng() % 40)); break;
-        default: text.resize(at); break;
+      case 0:
+        text[at] = static_cast<char>(rng() % 256);
+        break;
+      case 1:
+        text[at] = alphabet[rng() % alphabet.size()];
+        break;
+      case 2:
+        text.erase(at, 1 + rng() % 8);
+        break;
+      case 3:
+        text.insert(at, text.substr(rng() % text.size(), rng() % 40));
+        break;
+      default:
+        text.resize(at);
+        break;
       }
     }
     try {
@@ -243,7 +251,7 @@ TEST(GraphText, FuzzedTextNeverCrashes) {
       ++parsed;
       EXPECT_EQ(parseGraph(printGraph(g)), g);
       (void)hashGraph(g);
-    } catch (const Error&) {
+    } catch (const Error &) {
     }
   }
   EXPECT_GT(parsed, 0);
@@ -272,7 +280,7 @@ Graph branchyGraph() {
 }
 
 // The same DAG in the topological order that always takes the highest ready id first.
-Graph reordered(const Graph& g) {
+Graph reordered(const Graph &g) {
   const size_t n = g.nodes.size();
   std::vector<int> pending(n, 0), newId(n, -1);
   std::vector<std::vector<int>> users(n);
@@ -290,7 +298,7 @@ Graph reordered(const Graph& g) {
     const int id = *ready.rbegin();
     ready.erase(id);
     Node node = g.nodes[static_cast<size_t>(id)];
-    for (int& in : node.inputs) in = newId[static_cast<size_t>(in)];
+    for (int &in : node.inputs) in = newId[static_cast<size_t>(in)];
     node.region = -1;
     newId[static_cast<size_t>(id)] = out.add(node);
     for (int u : users[static_cast<size_t>(id)]) {
@@ -316,8 +324,8 @@ TEST(GraphHash, IgnoresSymbolNumberingAndTracedValues) {
   const Graph g = branchyGraph();
   Graph h = g;
   std::swap(h.symbols[0], h.symbols[1]);
-  for (Node& n : h.nodes) {
-    for (Dim& d : n.shape) {
+  for (Node &n : h.nodes) {
+    for (Dim &d : n.shape) {
       if (d.isSymbolic()) {
         d.sym = 1 - d.sym;
         d.value += 3;
@@ -330,8 +338,8 @@ TEST(GraphHash, IgnoresSymbolNumberingAndTracedValues) {
 TEST(GraphHash, IgnoresNamesBindingsAndRegions) {
   const Graph g = branchyGraph();
   Graph h = g;
-  for (Node& n : h.nodes) n.name = "renamed." + n.name;
-  h.nodes[1].inputIndex = 1;  // the two weights bound the other way round
+  for (Node &n : h.nodes) n.name = "renamed." + n.name;
+  h.nodes[1].inputIndex = 1; // the two weights bound the other way round
   h.nodes[3].inputIndex = 0;
   h.regions = {{"other", "Other", -1, 0, 9, true}, {"inner", "region", 0, 1, 2, false}};
   h.nodes[4].region = 1;
@@ -343,11 +351,11 @@ TEST(GraphHash, IgnoresNamesBindingsAndRegions) {
 TEST(GraphHash, CanonicalCapturedOrderMatchesAcrossNumberings) {
   const Graph g = branchyGraph();
   Graph h = reordered(g);
-  for (Node& n : h.nodes) {
+  for (Node &n : h.nodes) {
     if (n.op == OpKind::input && n.inputKind == InputKind::captured) n.inputIndex ^= 1;
   }
   ASSERT_EQ(hashGraph(h), hashGraph(g));
-  auto names = [](const Graph& x) {
+  auto names = [](const Graph &x) {
     std::vector<std::string> out;
     for (int id : canonicalCaptured(x)) out.push_back(x.nodes[static_cast<size_t>(id)].name);
     return out;
@@ -358,30 +366,36 @@ TEST(GraphHash, CanonicalCapturedOrderMatchesAcrossNumberings) {
 
 TEST(GraphHash, ChangesWithEachProperty) {
   const Graph g = branchyGraph();
-  using Edit = void (*)(Graph&);
-  const std::pair<const char*, Edit> edits[] = {
-      {"op", [](Graph& h) { h.nodes[2].op = OpKind::log; }},
-      {"attr dims", [](Graph& h) { h.nodes[8].attrs.dims = {0}; }},
-      {"attr keepdim", [](Graph& h) { h.nodes[8].attrs.keepdim = true; }},
-      {"dtype", [](Graph& h) { h.nodes[2].dtype = DType::f16; }},
-      {"input dtype", [](Graph& h) { h.nodes[1].dtype = DType::f64; }},
-      {"constant dim", [](Graph& h) { h.nodes[1].shape[0].value = 9; }},
-      {"symbolic dim", [](Graph& h) { h.nodes[2].shape[1] = {8, -1}; }},
-      {"symbol min", [](Graph& h) { h.symbols[0].min = 3; }},
-      {"symbol max", [](Graph& h) { h.symbols[1].max = INT64_MAX; }},
-      {"which symbol", [](Graph& h) { h.nodes[2].shape[1].sym = 0; }},
-      {"arg order", [](Graph& h) { std::swap(h.nodes[0].inputIndex, h.nodes[6].inputIndex); }},
-      {"input kind", [](Graph& h) { h.nodes[6].inputKind = InputKind::captured; }},
-      {"input order", [](Graph& h) { std::swap(h.nodes[7].inputs[0], h.nodes[7].inputs[1]); }},
-      {"shared weight", [](Graph& h) { h.nodes[5].inputs[1] = 1; }},
-      {"output", [](Graph& h) { h.outputs[1] = 7; }},
-      {"output order", [](Graph& h) { std::swap(h.outputs[0], h.outputs[1]); }},
-      {"extra output", [](Graph& h) { h.outputs.push_back(2); }},
-      {"dead node", [](Graph& h) { h.add(opNode(OpKind::neg, {0}, h.nodes[0].shape)); }},
-      {"unused symbol", [](Graph& h) { h.symbols.push_back({2, 8}); }},
+  using Edit = void (*)(Graph &);
+  const std::pair<const char *, Edit> edits[] = {
+      {"op", [](Graph &h) { h.nodes[2].op = OpKind::log; }},
+      {"attr dims", [](Graph &h) { h.nodes[8].attrs.dims = {0}; }},
+      {"attr keepdim", [](Graph &h) { h.nodes[8].attrs.keepdim = true; }},
+      {"dtype", [](Graph &h) { h.nodes[2].dtype = DType::f16; }},
+      {"input dtype", [](Graph &h) { h.nodes[1].dtype = DType::f64; }},
+      {"constant dim", [](Graph &h) { h.nodes[1].shape[0].value = 9; }},
+      {"symbolic dim",
+       [](Graph &h) {
+         h.nodes[2].shape[1] = {8, -1};
+       }},
+      {"symbol min", [](Graph &h) { h.symbols[0].min = 3; }},
+      {"symbol max", [](Graph &h) { h.symbols[1].max = INT64_MAX; }},
+      {"which symbol", [](Graph &h) { h.nodes[2].shape[1].sym = 0; }},
+      {"arg order", [](Graph &h) { std::swap(h.nodes[0].inputIndex, h.nodes[6].inputIndex); }},
+      {"input kind", [](Graph &h) { h.nodes[6].inputKind = InputKind::captured; }},
+      {"input order", [](Graph &h) { std::swap(h.nodes[7].inputs[0], h.nodes[7].inputs[1]); }},
+      {"shared weight", [](Graph &h) { h.nodes[5].inputs[1] = 1; }},
+      {"output", [](Graph &h) { h.outputs[1] = 7; }},
+      {"output order", [](Graph &h) { std::swap(h.outputs[0], h.outputs[1]); }},
+      {"extra output", [](Graph &h) { h.outputs.push_back(2); }},
+      {"dead node", [](Graph &h) { h.add(opNode(OpKind::neg, {0}, h.nodes[0].shape)); }},
+      {"unused symbol",
+       [](Graph &h) {
+         h.symbols.push_back({2, 8});
+       }},
   };
   const GraphHash base = hashGraph(g);
-  for (const auto& [what, edit] : edits) {
+  for (const auto &[what, edit] : edits) {
     Graph h = g;
     edit(h);
     EXPECT_NE(hashGraph(h), base) << what;
@@ -396,7 +410,7 @@ TEST(GraphHash, DoubleAttrsHashByValue) {
   Graph b = a;
   b.nodes[0].attrs.value = 0.25;
   Graph c = a;
-  c.nodes[0].attrs.eps = 7;  // full does not use eps
+  c.nodes[0].attrs.eps = 7; // full does not use eps
   EXPECT_NE(hashGraph(a), hashGraph(b));
   EXPECT_EQ(hashGraph(a), hashGraph(c));
 }
@@ -426,8 +440,8 @@ Graph threeLayers(bool differentLast = false) {
     };
     const int w = in(inputNode(InputKind::captured, captured++, DType::f32, dims({16, 16}),
                                path + ".linear.weight"));
-    const int b = in(inputNode(InputKind::captured, captured++, DType::f32, dims({16}),
-                               path + ".linear.bias"));
+    const int b = in(
+        inputNode(InputKind::captured, captured++, DType::f32, dims({16}), path + ".linear.bias"));
     const int lin = in(opNode(OpKind::linear, {h, w, b}, hs));
     g.regions.push_back({path, "Layer", -1, begin, 0, true});
     g.regions.push_back({path + ".act", "Act", region, lin + 1, lin + 2, false});
@@ -445,8 +459,8 @@ Graph threeLayers(bool differentLast = false) {
 }
 
 Graph withoutNames(Graph g) {
-  for (Node& n : g.nodes) n.name.clear();
-  for (Region& r : g.regions) r.name.clear();
+  for (Node &n : g.nodes) n.name.clear();
+  for (Region &r : g.regions) r.name.clear();
   return g;
 }
 
@@ -467,14 +481,14 @@ TEST(RegionExtract, BindsBoundaryAndOutputs) {
   std::vector<int> boundary, outs;
   const Graph sub = extractRegion(g, 2, &boundary, &outs);
   // layer 1 = nodes [8, 14): w, b, linear, relu, mul, add; it reads %7 and the scale %1.
-  const Region& r = g.regions[2];
+  const Region &r = g.regions[2];
   ASSERT_EQ(r.begin, 8);
   ASSERT_EQ(r.end, 14);
   EXPECT_EQ(boundary, (std::vector<int>{7, 1, 8, 9}));
   EXPECT_EQ(outs, (std::vector<int>{13}));
   ASSERT_EQ(sub.nodes.size(), 8u);
   EXPECT_EQ(sub.outputs, (std::vector<int>{7}));
-  const Node& h = sub.nodes[0];
+  const Node &h = sub.nodes[0];
   EXPECT_EQ(h.op, OpKind::input);
   EXPECT_EQ(h.inputKind, InputKind::arg);
   EXPECT_EQ(h.inputIndex, 0);
@@ -499,5 +513,5 @@ TEST(RegionExtract, RejectsBadRegion) {
   EXPECT_THROW(extractRegion(g, -1), Error);
 }
 
-}  // namespace
-}  // namespace rcjit
+} // namespace
+} // namespace rcjit

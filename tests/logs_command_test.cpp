@@ -24,7 +24,7 @@ struct Result {
   std::string out, err;
 };
 
-Result runLogs(const std::vector<std::string>& args) {
+Result runLogs(const std::vector<std::string> &args) {
   std::ostringstream out, err;
   Result r;
   r.rc = logsCommand(args, out, err);
@@ -33,30 +33,30 @@ Result runLogs(const std::vector<std::string>& args) {
   return r;
 }
 
-std::string tempPath(const std::string& name) {
+std::string tempPath(const std::string &name) {
   std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "rcjit_logs_test";
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }
 
-std::string writeFile(const std::string& name, const std::string& text) {
+std::string writeFile(const std::string &name, const std::string &text) {
   std::string path = tempPath(name);
   std::ofstream(path, std::ios::trunc) << text;
   return path;
 }
 
-std::string readFile(const std::string& path) {
+std::string readFile(const std::string &path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-size_t occurrences(const std::string& text, const std::string& what) {
+size_t occurrences(const std::string &text, const std::string &what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
 
-#define EXPECT_CONTAINS(text, what) \
+#define EXPECT_CONTAINS(text, what)                                                                \
   EXPECT_NE((text).find(what), std::string::npos) << "no '" << (what) << "' in:\n" << (text)
 
 TEST(LogsCommand, SummarizesTheRecordedTrace) {
@@ -66,16 +66,14 @@ TEST(LogsCommand, SummarizesTheRecordedTrace) {
   EXPECT_CONTAINS(r.out, "62 events (");
   EXPECT_CONTAINS(r.out, "12 compile,");
   EXPECT_CONTAINS(r.out, "; 0 malformed lines");
-  EXPECT_CONTAINS(r.out,
-                  "8 functions, 12 entries, 4 recompiles, 2 recompile-limit hits, "
-                  "4 graph breaks");
+  EXPECT_CONTAINS(r.out, "8 functions, 12 entries, 4 recompiles, 2 recompile-limit hits, "
+                         "4 graph breaks");
   EXPECT_CONTAINS(r.out, "3 runs");
   EXPECT_CONTAINS(r.out, "run 2 function 0: 2 entries, 1 recompile, compile ");
   EXPECT_CONTAINS(r.out, "2 regions (+1 reused)");
   EXPECT_CONTAINS(r.out, "    entry 1: arg 0 dim 1: expected 8, got 9\n");
-  EXPECT_CONTAINS(r.out,
-                  "recompile_limit (2) reached, later misses run eagerly; last failing "
-                  "guard: arg 0 dim 1: expected 8, got 10");
+  EXPECT_CONTAINS(r.out, "recompile_limit (2) reached, later misses run eagerly; last failing "
+                         "guard: arg 0 dim 1: expected 8, got 10");
   EXPECT_CONTAINS(r.out, "falls back to eager");
   EXPECT_CONTAINS(r.out, "cache: 3 disk hits, 1 rejection");
 }
@@ -99,16 +97,15 @@ TEST(LogsCommand, WritesASelfContainedHtmlReport) {
   std::string page = readFile(html);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u) << page.substr(0, 100);
   EXPECT_CONTAINS(page, "<style>");
-  EXPECT_CONTAINS(page,
-                  "<tr><th>function</th><th>entry</th><th>ms</th><th>reason</th>"
-                  "<th>kernels</th></tr>");
+  EXPECT_CONTAINS(page, "<tr><th>function</th><th>entry</th><th>ms</th><th>reason</th>"
+                        "<th>kernels</th></tr>");
   EXPECT_CONTAINS(page, "<td>arg 0 dim 1: expected 8, got 9</td>");
-  for (const char* section : {"Recompiles", "Graph breaks", "Perf hints", "Cache events"}) {
+  for (const char *section : {"Recompiles", "Graph breaks", "Perf hints", "Cache events"}) {
     EXPECT_CONTAINS(page, "<h2>" + std::string(section));
   }
   EXPECT_CONTAINS(page, "<td>item() on the result of sum (%1)</td><td>2</td>");
   EXPECT_CONTAINS(page, "authentication failed (forged, or written with another key)");
-  for (const char* external : {"<script", "<link", "src=", "href=", "http"}) {
+  for (const char *external : {"<script", "<link", "src=", "href=", "http"}) {
     EXPECT_EQ(page.find(external), std::string::npos) << external;
   }
   EXPECT_EQ(page.substr(page.size() - 8), "</html>\n");
@@ -191,15 +188,15 @@ TEST(LogsCommand, UsageErrors) {
 
 TEST(LogsCommand, IsACliCommand) {
   std::ostringstream out, err;
-  const char* help[] = {"rcjit", "--help"};
+  const char *help[] = {"rcjit", "--help"};
   EXPECT_EQ(rcjit::tools::runCli(2, help, out, err), 0);
   EXPECT_CONTAINS(out.str(), "  logs ");
   std::string file = kSample;
-  const char* logs[] = {"rcjit", "logs", file.c_str()};
+  const char *logs[] = {"rcjit", "logs", file.c_str()};
   EXPECT_EQ(rcjit::tools::runCli(3, logs, out, err), 0) << err.str();
   EXPECT_CONTAINS(out.str(), "cache: 3 disk hits");
-  const char* bare[] = {"rcjit", "logs"};
+  const char *bare[] = {"rcjit", "logs"};
   EXPECT_EQ(rcjit::tools::runCli(2, bare, out, err), 2);
 }
 
-}  // namespace
+} // namespace

@@ -19,7 +19,7 @@ TEST(Logs, UnknownKindIsAnError) {
   try {
     set_logs("graph,bogus");
     FAIL() << "no error";
-  } catch (const Error& e) {
+  } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("unknown log kind 'bogus'"), std::string::npos);
   }
   set_logs("");
@@ -29,7 +29,7 @@ TEST(Logs, GraphOutputCodeGuardsAndRecompiles) {
   LogsOff off;
   set_logs("graph,output_code,guards,recompiles");
   testing::internal::CaptureStderr();
-  auto cf = compile([](const Tensor& x) { return softmax(x, -1) * 3.0; });
+  auto cf = compile([](const Tensor &x) { return softmax(x, -1) * 3.0; });
   cf(Tensor::randn({4, 8}, 1));
   cf(Tensor::randn({4, 9}, 2));
   std::string err = testing::internal::GetCapturedStderr();
@@ -48,7 +48,7 @@ TEST(Logs, RecompileLimitLineNamesTheLastGuard) {
   set_logs("recompiles");
   CompileOptions o;
   o.recompile_limit = 1;
-  auto cf = compile([](const Tensor& x) { return x * 2.0; }, o);
+  auto cf = compile([](const Tensor &x) { return x * 2.0; }, o);
   testing::internal::CaptureStderr();
   cf(Tensor::ones({2}));
   cf(Tensor::ones({3}));
@@ -66,7 +66,7 @@ TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
   std::ifstream in(file);
   int compiles = 0, lines = 0;
   for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line);  // throws on a malformed line
+    nlohmann::json j = nlohmann::json::parse(line); // throws on a malformed line
     ++lines;
     if (j["event"] == "compile") {
       ++compiles;
@@ -78,4 +78,4 @@ TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
   EXPECT_EQ(compiles, 1);
 }
 
-}  // namespace
+} // namespace

@@ -30,7 +30,7 @@ LlamaConfig tinyLlama(bool tied = true) {
   c.intermediate = 64;
   c.vocab = 50;
   c.tiedEmbeddings = tied;
-  c.ropeFactor = 8;  // exercise Llama 3 scaling
+  c.ropeFactor = 8; // exercise Llama 3 scaling
   c.originalMaxPositions = 64;
   return c;
 }
@@ -68,18 +68,18 @@ ModelConfig smallRun(uint64_t seed = 1) {
   return c;
 }
 
-bool hasParameter(Model& m, const std::string& name) {
-  for (const auto& [n, t] : m.module().named_parameters()) {
+bool hasParameter(Model &m, const std::string &name) {
+  for (const auto &[n, t] : m.module().named_parameters()) {
     if (n == name) return true;
   }
   return false;
 }
 
 // compile() in full and in regional mode against eager, on the model's own inputs.
-void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
+void expectCompiledMatchesEager(Model &m, const ModelConfig &c) {
   std::vector<Tensor> in = m.makeInputs(c);
   Tensor ref = m.forward(in);
-  auto cf = compile([&](const std::vector<Tensor>& x) { return m.forward(x); });
+  auto cf = compile([&](const std::vector<Tensor> &x) { return m.forward(x); });
   Tensor y = cf(in);
   EXPECT_EQ(y.shape(), ref.shape());
   EXPECT_TRUE(allclose(y, ref, 1e-3, 1e-4));
@@ -87,7 +87,7 @@ void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
   EXPECT_EQ(cf.stats().compiles, 1);
   CompileOptions regional;
   regional.mode = Mode::regional;
-  auto cr = compile([&](const std::vector<Tensor>& x) { return m.forward(x); }, regional);
+  auto cr = compile([&](const std::vector<Tensor> &x) { return m.forward(x); }, regional);
   EXPECT_TRUE(allclose(cr(in), ref, 1e-3, 1e-4));
   EXPECT_TRUE(allclose(cr(in), ref, 1e-3, 1e-4));
   EXPECT_GE(cr.stats().compiles, 1);
@@ -95,7 +95,7 @@ void expectCompiledMatchesEager(Model& m, const ModelConfig& c) {
 
 TEST(ModelsRegistry, OrderAndRealParameterCounts) {
   std::vector<std::string> names;
-  for (const ModelInfo& m : builtinModels()) names.push_back(m.name);
+  for (const ModelInfo &m : builtinModels()) names.push_back(m.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"toy64", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
                                       "llama-2-13b", "gpt2", "gpt2-xl", "vit-gpt2"}));
@@ -107,7 +107,7 @@ TEST(ModelsRegistry, OrderAndRealParameterCounts) {
   EXPECT_EQ(findModel("gpt2").parameters, 124439808);
   EXPECT_EQ(findModel("gpt2-xl").parameters, 1557611200);
   EXPECT_EQ(findModel("vit-gpt2").parameters, 238605312);
-  for (const ModelInfo& m : builtinModels()) EXPECT_EQ(m.bytesF32, 4 * m.parameters);
+  for (const ModelInfo &m : builtinModels()) EXPECT_EQ(m.bytesF32, 4 * m.parameters);
   ModelConfig two;
   two.layers = 2;
   EXPECT_EQ(findModel("toy64").countParameters(two), 550);
@@ -145,7 +145,7 @@ TEST(ModelsRegistry, RefusesModelsThatDoNotFit) {
   c.dtype = DType::bf16;
   e = errorOf([&] { findModel("llama-2-13b").build(c); });
   EXPECT_NE(e.find("26031728640 bytes"), std::string::npos) << e;
-  ModelConfig real;  // against MemAvailable: only where 13B in f32 cannot fit
+  ModelConfig real; // against MemAvailable: only where 13B in f32 cannot fit
   if (availableMemoryBytes() < findModel("llama-2-13b").bytesF32) {
     e = errorOf([&] { findModel("llama-2-13b").build(real); });
     EXPECT_NE(e.find("does not fit in memory"), std::string::npos) << e;
@@ -168,7 +168,7 @@ TEST(ModelsLlama, ForwardShapesNamesAndDeterminism) {
   EXPECT_TRUE(hasParameter(*m, "model.embed_tokens.weight"));
   EXPECT_FALSE(hasParameter(*m, "lm_head.weight"));
   EXPECT_TRUE(hasParameter(*buildLlama(tinyLlama(false), c), "lm_head.weight"));
-  const auto& model = m->module().children().at(0).second;
+  const auto &model = m->module().children().at(0).second;
   EXPECT_TRUE(model->children().at(1).second->isModuleList());
 }
 
@@ -197,7 +197,7 @@ TEST(ModelsLlama, GroupedQueryAttentionEqualsRepeatedKvHeads) {
   ASSERT_EQ(src.size(), dst.size());
   for (size_t i = 0; i < src.size(); ++i) {
     Tensor w = src[i].second;
-    if (w.shape() != dst[i].second.shape()) {  // k_proj, v_proj: [kvHeads * headDim, hidden]
+    if (w.shape() != dst[i].second.shape()) { // k_proj, v_proj: [kvHeads * headDim, hidden]
       Tensor heads = unsqueeze(reshape(w, {2, 8, 32}), 1);
       w = reshape(expand(heads, {2, 2, 8, 32}), {32, 32});
     }
@@ -212,10 +212,10 @@ TEST(ModelsLlama, RopeScaling) {
   EXPECT_EQ(plain.size(), 64u);
   EXPECT_DOUBLE_EQ(plain[0], 1.0);
   std::vector<double> scaled = llamaInvFreq(llama31_8b());
-  EXPECT_DOUBLE_EQ(scaled[0], 1.0);  // high frequencies are kept
+  EXPECT_DOUBLE_EQ(scaled[0], 1.0); // high frequencies are kept
   LlamaConfig unscaled = llama31_8b();
   unscaled.ropeFactor = 0;
-  EXPECT_DOUBLE_EQ(scaled.back(), llamaInvFreq(unscaled).back() / 8);  // low ones divided
+  EXPECT_DOUBLE_EQ(scaled.back(), llamaInvFreq(unscaled).back() / 8); // low ones divided
 }
 
 TEST(ModelsLlama, CompiledMatchesEager) {
@@ -227,7 +227,7 @@ TEST(ModelsLlama, Bf16ParametersAndActivations) {
   ModelConfig c = smallRun();
   c.dtype = DType::bf16;
   auto m = buildLlama(tinyLlama(), c);
-  for (const auto& [name, t] : m->module().named_parameters()) {
+  for (const auto &[name, t] : m->module().named_parameters()) {
     EXPECT_EQ(t.dtype(), DType::bf16) << name;
   }
   Tensor y = m->forward(m->makeInputs(c));
@@ -247,8 +247,8 @@ TEST(ModelsCommon, Bf16EveryFamily) {
   ModelConfig toy = c;
   toy.layers = 2;
   models.push_back(findModel("toy64").build(toy));
-  for (auto& m : models) {
-    for (const auto& [name, t] : m->module().named_parameters()) {
+  for (auto &m : models) {
+    for (const auto &[name, t] : m->module().named_parameters()) {
       EXPECT_EQ(t.dtype(), DType::bf16) << name;
     }
     Tensor y = m->forward(m->makeInputs(c));
@@ -292,11 +292,11 @@ TEST(ModelsCommon, ParamInitIsSeededWithStd) {
   ParamInit a(7, DType::f32), b(7, DType::f32);
   Tensor x = a.normal({256, 256});
   EXPECT_TRUE(allclose(x, b.normal({256, 256}), 0, 0));
-  EXPECT_FALSE(allclose(x, a.normal({256, 256}), 0, 1e-3));  // next parameter, next seed
+  EXPECT_FALSE(allclose(x, a.normal({256, 256}), 0, 1e-3)); // next parameter, next seed
   double m = mean(x).item();
   double sd = std::sqrt(mean(x * x).item() - m * m);
   EXPECT_NEAR(m, 0.0, 1e-3);
   EXPECT_NEAR(sd, 0.02, 1e-3);
 }
 
-}  // namespace
+} // namespace

@@ -23,14 +23,14 @@ using namespace rcjit;
 
 namespace {
 
-using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
 
 struct Traced {
   Graph graph;
-  std::vector<Tensor> inputs;  // args then captured
+  std::vector<Tensor> inputs; // args then captured
 };
 
-Traced trace(const Fn& fn, const std::vector<Tensor>& args) {
+Traced trace(const Fn &fn, const std::vector<Tensor> &args) {
   Trace t = traceFunction(fn, args);
   std::vector<Tensor> in = t.args;
   in.insert(in.end(), t.captured.begin(), t.captured.end());
@@ -42,12 +42,12 @@ struct Tol {
   double rtol = 1e-4, atol = 1e-5;
 };
 Tol tolFor(DType t) {
-  if (t == DType::f16) return {2e-3, 2e-3};       // one f16 ulp is 2^-11 relative
-  if (t == DType::bf16) return {1.6e-2, 1.6e-2};  // one bf16 ulp is 2^-8 relative
+  if (t == DType::f16) return {2e-3, 2e-3};      // one f16 ulp is 2^-11 relative
+  if (t == DType::bf16) return {1.6e-2, 1.6e-2}; // one bf16 ulp is 2^-8 relative
   return {};
 }
 
-void expectSameValues(const Graph& before, const Graph& after, const std::vector<Tensor>& in,
+void expectSameValues(const Graph &before, const Graph &after, const std::vector<Tensor> &in,
                       Tol tol = {}) {
   std::vector<Tensor> a = interpretGraph(before, in), b = interpretGraph(after, in);
   ASSERT_EQ(a.size(), b.size());
@@ -60,9 +60,9 @@ void expectSameValues(const Graph& before, const Graph& after, const std::vector
 }
 
 /// Every non-source node's dtype and shape agree with inferMeta over its operands.
-void expectConsistentMetas(const Graph& g) {
+void expectConsistentMetas(const Graph &g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
+    const Node &n = g.nodes[i];
     if (opInfo(n.op).category == OpCategory::Source) continue;
     std::vector<TensorMeta> in;
     for (int j : n.inputs) {
@@ -77,15 +77,15 @@ void expectConsistentMetas(const Graph& g) {
   }
 }
 
-int count(const Graph& g, OpKind op) {
+int count(const Graph &g, OpKind op) {
   return static_cast<int>(
-      std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op == op; }));
+      std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node &n) { return n.op == op; }));
 }
 
 /// The ops of the non-input nodes, in order.
-std::vector<OpKind> opsOf(const Graph& g) {
+std::vector<OpKind> opsOf(const Graph &g) {
   std::vector<OpKind> ops;
-  for (const Node& n : g.nodes) {
+  for (const Node &n : g.nodes) {
     if (n.op != OpKind::input) ops.push_back(n.op);
   }
   return ops;
@@ -106,7 +106,7 @@ std::vector<Pass> passes() {
 }
 
 /// Decomposes, checks metas and the text round trip, and compares values.
-Graph checkDecompose(const Traced& t, Tol tol = {}, const DecomposeOptions& o = smallMatmuls()) {
+Graph checkDecompose(const Traced &t, Tol tol = {}, const DecomposeOptions &o = smallMatmuls()) {
   Graph d = decompose(t.graph, o);
   expectConsistentMetas(d);
   EXPECT_EQ(parseGraph(printGraph(d)), d);
@@ -114,7 +114,7 @@ Graph checkDecompose(const Traced& t, Tol tol = {}, const DecomposeOptions& o = 
   return d;
 }
 
-Node inputNode(DType t, const Shape& s, int index) {
+Node inputNode(DType t, const Shape &s, int index) {
   Node n;
   n.dtype = t;
   n.shape = staticShape(s);
@@ -130,7 +130,7 @@ Node fullNode(double v, DType t = DType::f32) {
   return n;
 }
 
-Node opNode(OpKind op, std::vector<int> in, DType t, const Shape& s) {
+Node opNode(OpKind op, std::vector<int> in, DType t, const Shape &s) {
   Node n;
   n.op = op;
   n.inputs = std::move(in);
@@ -147,7 +147,7 @@ TEST(Interpreter, MatchesTheTracedValues) {
   Tensor w = Tensor::randn({6, 4}, 1), b = Tensor::randn({6}, 2);
   Tensor x = Tensor::randn({3, 4}, 3);
   Trace t = traceFunction(
-      [&](const std::vector<Tensor>& a) {
+      [&](const std::vector<Tensor> &a) {
         Tensor h = relu(linear(a[0], w, b));
         return std::vector<Tensor>{softmax(h, 1), h * 2.0};
       },
@@ -180,13 +180,13 @@ TEST(Interpreter, RejectsMismatchedInputs) {
   try {
     interpretGraph(g, {});
     FAIL() << "expected an Error";
-  } catch (const Error& e) {
+  } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("1 inputs), got 0"), std::string::npos) << e.what();
   }
   try {
     interpretGraph(g, {Tensor::zeros({2, 4})});
     FAIL() << "expected an Error";
-  } catch (const Error& e) {
+  } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("arg 0 expects f32[2, 3]"), std::string::npos) << e.what();
   }
 }
@@ -207,12 +207,12 @@ TEST(Interpreter, SymbolicDimsTakeTheInputsSizes) {
 // ---- decompose --------------------------------------------------------------------------
 
 TEST(PassesDecompose, SoftmaxBecomesKeepdimReductions) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(softmax(a[0], 1)); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(softmax(a[0], 1)); },
                    {Tensor::randn({4, 9, 3}, 1)});
   Graph d = checkDecompose(t);
   EXPECT_EQ(opsOf(d), (std::vector<OpKind>{OpKind::amax, OpKind::sub, OpKind::exp, OpKind::sum,
                                            OpKind::div}));
-  for (const Node& n : d.nodes) {
+  for (const Node &n : d.nodes) {
     if (opInfo(n.op).category != OpCategory::Reduce) continue;
     EXPECT_TRUE(n.attrs.keepdim);
     EXPECT_EQ(n.attrs.dims, (Dims{1}));
@@ -220,7 +220,7 @@ TEST(PassesDecompose, SoftmaxBecomesKeepdimReductions) {
 }
 
 TEST(PassesDecompose, LogSoftmax) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(log_softmax(a[0], 0)); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(log_softmax(a[0], 0)); },
                    {Tensor::randn({17, 5}, 2)});
   Graph d = checkDecompose(t);
   EXPECT_EQ(opsOf(d), (std::vector<OpKind>{OpKind::amax, OpKind::sub, OpKind::exp, OpKind::sum,
@@ -229,7 +229,7 @@ TEST(PassesDecompose, LogSoftmax) {
 
 TEST(PassesDecompose, HalfSoftmaxComputesInF32) {
   for (DType t : {DType::f16, DType::bf16}) {
-    Traced tr = trace([](const std::vector<Tensor>& a) { return one(softmax(a[0], 1)); },
+    Traced tr = trace([](const std::vector<Tensor> &a) { return one(softmax(a[0], 1)); },
                       {Tensor::randn({6, 33}, 3, t)});
     Graph d = checkDecompose(tr, tolFor(t));
     std::vector<OpKind> ops = opsOf(d);
@@ -245,7 +245,7 @@ Traced layerNormTrace(DType t, bool bias, Shape wShape) {
   Shape xs = {3, 4};
   xs.insert(xs.end(), wShape.begin(), wShape.end());
   return trace(
-      [=](const std::vector<Tensor>& a) {
+      [=](const std::vector<Tensor> &a) {
         return one(layer_norm(a[0], w, bias ? b : Tensor(), 1e-5));
       },
       {Tensor::randn(xs, 4, t)});
@@ -257,8 +257,8 @@ TEST(PassesDecompose, LayerNormWithAndWithoutBias) {
     EXPECT_EQ(count(d, OpKind::layer_norm), 0);
     EXPECT_EQ(count(d, OpKind::mean), 2);
     EXPECT_EQ(count(d, OpKind::rsqrt), 1);
-    EXPECT_EQ(count(d, OpKind::add), bias ? 2 : 1);  // eps (+ bias)
-    for (const Node& n : d.nodes) {
+    EXPECT_EQ(count(d, OpKind::add), bias ? 2 : 1); // eps (+ bias)
+    for (const Node &n : d.nodes) {
       if (n.op == OpKind::mean) {
         EXPECT_TRUE(n.attrs.keepdim);
       }
@@ -268,7 +268,7 @@ TEST(PassesDecompose, LayerNormWithAndWithoutBias) {
 
 TEST(PassesDecompose, LayerNormOverSeveralTrailingDims) {
   Graph d = checkDecompose(layerNormTrace(DType::f32, true, {5, 6}));
-  for (const Node& n : d.nodes) {
+  for (const Node &n : d.nodes) {
     if (n.op == OpKind::mean) {
       EXPECT_EQ(n.attrs.dims, (Dims{2, 3}));
     }
@@ -278,7 +278,7 @@ TEST(PassesDecompose, LayerNormOverSeveralTrailingDims) {
 TEST(PassesDecompose, HalfLayerNorm) {
   for (DType t : {DType::f16, DType::bf16}) {
     Graph d = checkDecompose(layerNormTrace(t, true, {32}), tolFor(t));
-    for (const Node& n : d.nodes) {
+    for (const Node &n : d.nodes) {
       if (n.op == OpKind::mean) {
         EXPECT_EQ(n.dtype, DType::f32);
       }
@@ -289,7 +289,7 @@ TEST(PassesDecompose, HalfLayerNorm) {
 TEST(PassesDecompose, RmsNorm) {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     Tensor w = Tensor::randn({24}, 7, t);
-    Traced tr = trace([=](const std::vector<Tensor>& a) { return one(rms_norm(a[0], w, 1e-6)); },
+    Traced tr = trace([=](const std::vector<Tensor> &a) { return one(rms_norm(a[0], w, 1e-6)); },
                       {Tensor::randn({2, 5, 24}, 8, t)});
     Graph d = checkDecompose(tr, tolFor(t));
     EXPECT_EQ(count(d, OpKind::rms_norm), 0);
@@ -300,7 +300,7 @@ TEST(PassesDecompose, RmsNorm) {
 
 Traced sdpaTrace(bool causal, int64_t lq, int64_t lk, DType t = DType::f32) {
   return trace(
-      [=](const std::vector<Tensor>& a) {
+      [=](const std::vector<Tensor> &a) {
         return one(scaled_dot_product_attention(a[0], a[1], a[2], causal));
       },
       {Tensor::randn({2, 3, lq, 8}, 9, t), Tensor::randn({2, 3, lk, 8}, 10, t),
@@ -323,7 +323,7 @@ TEST(PassesDecompose, SdpaCausal) {
     EXPECT_EQ(count(d, OpKind::gt), 1);
     EXPECT_EQ(count(d, OpKind::where), 1);
     bool hasNegInf = false;
-    for (const Node& n : d.nodes) {
+    for (const Node &n : d.nodes) {
       hasNegInf |= n.op == OpKind::full && std::isinf(n.attrs.value) && n.attrs.value < 0;
     }
     EXPECT_TRUE(hasNegInf);
@@ -339,7 +339,7 @@ TEST(PassesDecompose, HalfSdpa) {
 Traced linearTrace(int64_t k, int64_t n, bool bias, DType t = DType::f32) {
   Tensor w = Tensor::randn({n, k}, 12, t), b = Tensor::randn({n}, 13, t);
   return trace(
-      [=](const std::vector<Tensor>& a) { return one(relu(linear(a[0], w, bias ? b : Tensor()))); },
+      [=](const std::vector<Tensor> &a) { return one(relu(linear(a[0], w, bias ? b : Tensor()))); },
       {Tensor::randn({2, 3, k}, 14, t)});
 }
 
@@ -349,7 +349,7 @@ TEST(PassesDecompose, SmallLinearBecomesMulAndSum) {
     EXPECT_EQ(count(d, OpKind::linear), 0);
     EXPECT_EQ(count(d, OpKind::mul), 1);
     EXPECT_EQ(count(d, OpKind::add), bias ? 1 : 0);
-    for (const Node& n : d.nodes) {
+    for (const Node &n : d.nodes) {
       if (n.op == OpKind::reshape) {
         EXPECT_EQ(concreteShape(n.shape), (Shape{2, 3, 1, 16}));
       }
@@ -384,21 +384,21 @@ TEST(PassesDecompose, ThresholdIsAnOption) {
 }
 
 TEST(PassesDecompose, SmallMatmul) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1])); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                    {Tensor::randn({50, 16}, 15), Tensor::randn({16, 24}, 16)});
   Graph d = checkDecompose(t);
   EXPECT_EQ(count(d, OpKind::matmul), 0);
   EXPECT_EQ(count(d, OpKind::permute), 1);
-  Traced big = trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1])); },
+  Traced big = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                      {Tensor::randn({4, 100}, 15), Tensor::randn({100, 24}, 16)});
   EXPECT_EQ(printGraph(decompose(big.graph, smallMatmuls())), printGraph(big.graph));
-  Traced batched = trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1])); },
+  Traced batched = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                          {Tensor::randn({2, 4, 8}, 15), Tensor::randn({2, 8, 8}, 16)});
   EXPECT_EQ(printGraph(decompose(batched.graph, smallMatmuls())), printGraph(batched.graph));
 }
 
 TEST(PassesDecompose, GeluAndSiluStaySingleOps) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(gelu(a[0]) + silu(a[0])); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(gelu(a[0]) + silu(a[0])); },
                    {Tensor::randn({4, 4}, 17)});
   Graph d = decompose(t.graph);
   EXPECT_EQ(printGraph(d), printGraph(t.graph));
@@ -426,16 +426,16 @@ TEST(PassesDecompose, RegionsFollowTheRewrittenNodes) {
       register_module("norm", norm);
       register_module("fc", fc);
     }
-    Tensor forward(const Tensor& x) { return fc(norm(x)); }
+    Tensor forward(const Tensor &x) { return fc(norm(x)); }
   };
   Block blk;
-  Traced t = trace([&](const std::vector<Tensor>& a) { return one(softmax(blk(a[0]), 1)); },
+  Traced t = trace([&](const std::vector<Tensor> &a) { return one(softmax(blk(a[0]), 1)); },
                    {Tensor::randn({3, 8}, 18)});
   ASSERT_FALSE(t.graph.regions.empty());
   Graph d = checkDecompose(t);
   ASSERT_EQ(d.regions.size(), t.graph.regions.size());
   for (size_t r = 0; r < d.regions.size(); ++r) {
-    const Region& reg = d.regions[r];
+    const Region &reg = d.regions[r];
     EXPECT_EQ(reg.name, t.graph.regions[r].name);
     for (int i = reg.begin; i < reg.end; ++i) {
       int inner = d.nodes[i].region;
@@ -448,7 +448,7 @@ TEST(PassesDecompose, RegionsFollowTheRewrittenNodes) {
 }
 
 TEST(PassesDecompose, ReturnsItsInputWhenNothingToDo) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(relu(a[0]) + 1.0); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(relu(a[0]) + 1.0); },
                    {Tensor::randn({4}, 19)});
   EXPECT_EQ(decompose(t.graph), t.graph);
 }
@@ -486,7 +486,7 @@ TEST(PassesConstantFold, RoundsLikeTheRuntime) {
   g.outputs = {g.add(opNode(OpKind::add, {x, sel}, DType::f16, {3}))};
   Graph f = constantFold(g);
   EXPECT_EQ(f.nodes[h].op, OpKind::full);
-  EXPECT_NE(f.nodes[h].attrs.value, 0.1);  // the f16 value, not the f32 one
+  EXPECT_NE(f.nodes[h].attrs.value, 0.1); // the f16 value, not the f32 one
   EXPECT_NEAR(f.nodes[h].attrs.value, 0.1, 1e-4);
   EXPECT_EQ(f.nodes[cmp].op, OpKind::full);
   EXPECT_EQ(f.nodes[cmp].dtype, DType::boolean);
@@ -498,7 +498,7 @@ TEST(PassesConstantFold, RoundsLikeTheRuntime) {
 }
 
 TEST(PassesConstantFold, LeavesNonConstantsAndReductions) {
-  Traced t = trace([](const std::vector<Tensor>& a) { return one(a[0] * 2.0 + 1.0); },
+  Traced t = trace([](const std::vector<Tensor> &a) { return one(a[0] * 2.0 + 1.0); },
                    {Tensor::randn({4}, 22)});
   EXPECT_EQ(constantFold(t.graph), t.graph);
   Graph g;
@@ -511,7 +511,7 @@ TEST(PassesConstantFold, LeavesNonConstantsAndReductions) {
 
 TEST(PassesCse, MergesDuplicatesTransitively) {
   Traced t = trace(
-      [](const std::vector<Tensor>& a) {
+      [](const std::vector<Tensor> &a) {
         Tensor u = exp(a[0]) + 1.0, v = exp(a[0]) + 1.0;
         return std::vector<Tensor>{u * v, v};
       },
@@ -526,7 +526,7 @@ TEST(PassesCse, MergesDuplicatesTransitively) {
 
 TEST(PassesCse, KeepsInputsAndDistinctAttrs) {
   Traced t = trace(
-      [](const std::vector<Tensor>& a) {
+      [](const std::vector<Tensor> &a) {
         return std::vector<Tensor>{sum(a[0], {0}), sum(a[0], {1}), a[0] + a[1]};
       },
       {Tensor::randn({3, 3}, 24), Tensor::randn({3, 3}, 25)});
@@ -553,7 +553,7 @@ TEST(PassesCse, DifferentDtypesOrShapesStayApart) {
 
 TEST(PassesDce, DropsDeadNodesButKeepsInputs) {
   Traced t = trace(
-      [](const std::vector<Tensor>& a) {
+      [](const std::vector<Tensor> &a) {
         Tensor unused = exp(a[0]) * 3.0;
         (void)unused;
         return one(relu(a[0]));
@@ -570,13 +570,13 @@ TEST(PassesDce, DropsDeadNodesButKeepsInputs) {
 
 TEST(PassesPipeline, DefaultOrder) {
   std::vector<std::string> names;
-  for (const Pass& p : defaultPasses()) names.push_back(p.name);
+  for (const Pass &p : defaultPasses()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"decompose", "constant_fold", "cse", "dce"}));
   PipelineOptions o;
   o.decompose = false;
   o.cse = false;
   names.clear();
-  for (const Pass& p : defaultPasses(o)) names.push_back(p.name);
+  for (const Pass &p : defaultPasses(o)) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "dce"}));
 }
 
@@ -585,9 +585,9 @@ Traced attentionBlock(DType t = DType::f32) {
   Tensor wq = weight(30), wk = weight(31), wv = weight(32), wo = weight(33);
   Tensor ln = Tensor::randn({16}, 34, t), lb = Tensor::randn({16}, 35, t);
   return trace(
-      [=](const std::vector<Tensor>& a) {
+      [=](const std::vector<Tensor> &a) {
         Tensor h = layer_norm(a[0], ln, lb, 1e-5);
-        auto heads = [](const Tensor& x) {
+        auto heads = [](const Tensor &x) {
           return permute(reshape(x, {2, 6, 4, 4}), {0, 2, 1, 3});
         };
         Tensor q = heads(linear(h, wq)), k = heads(linear(h, wk)), v = heads(linear(h, wv));
@@ -606,25 +606,25 @@ TEST(PassesPipeline, AttentionBlockHasNoCompositesAndSameValues) {
        {OpKind::softmax, OpKind::layer_norm, OpKind::rms_norm, OpKind::sdpa, OpKind::linear}) {
     EXPECT_EQ(count(p, op), 0) << opName(op);
   }
-  EXPECT_EQ(p.outputs[1], p.outputs[2]);  // the two softmaxes merged
+  EXPECT_EQ(p.outputs[1], p.outputs[2]); // the two softmaxes merged
   expectConsistentMetas(p);
   EXPECT_EQ(parseGraph(printGraph(p)), p);
   expectSameValues(t.graph, p, t.inputs);
-  for (const Node& n : p.nodes) {  // every node is used
+  for (const Node &n : p.nodes) { // every node is used
     if (n.op == OpKind::input) continue;
     int id = static_cast<int>(&n - p.nodes.data());
     bool used = std::find(p.outputs.begin(), p.outputs.end(), id) != p.outputs.end();
-    for (const Node& m : p.nodes) used |= std::count(m.inputs.begin(), m.inputs.end(), id) > 0;
+    for (const Node &m : p.nodes) used |= std::count(m.inputs.begin(), m.inputs.end(), id) > 0;
     EXPECT_TRUE(used) << "node " << id;
   }
-  EXPECT_EQ(runPipeline(p, passes()), p);  // a fixed point
+  EXPECT_EQ(runPipeline(p, passes()), p); // a fixed point
 }
 
 TEST(PassesPipeline, HalfAttentionBlock) {
   for (DType t : {DType::f16, DType::bf16}) {
     Traced tr = attentionBlock(t);
     Tol tol = tolFor(t);
-    tol.rtol *= 4;  // several rounded intermediates (the matmul inputs) differ by an ulp
+    tol.rtol *= 4; // several rounded intermediates (the matmul inputs) differ by an ulp
     tol.atol *= 4;
     expectSameValues(tr.graph, runPipeline(tr.graph, passes()), tr.inputs, tol);
   }
@@ -632,10 +632,10 @@ TEST(PassesPipeline, HalfAttentionBlock) {
 
 TEST(PassesPipeline, UserPassesRunInOrderAndErrorsNameThePass) {
   Traced t =
-      trace([](const std::vector<Tensor>& a) { return one(relu(a[0])); }, {Tensor::randn({4}, 40)});
+      trace([](const std::vector<Tensor> &a) { return one(relu(a[0])); }, {Tensor::randn({4}, 40)});
   std::vector<std::string> seen;
   std::vector<Pass> list = defaultPasses();
-  list.insert(list.begin(), Pass{"mine", [&](const Graph& g) {
+  list.insert(list.begin(), Pass{"mine", [&](const Graph &g) {
                                    seen.push_back("mine");
                                    Graph r = g;
                                    r.nodes[r.outputs[0]].op = OpKind::abs;
@@ -644,11 +644,11 @@ TEST(PassesPipeline, UserPassesRunInOrderAndErrorsNameThePass) {
   Graph p = runPipeline(t.graph, list);
   EXPECT_EQ(seen, (std::vector<std::string>{"mine"}));
   EXPECT_EQ(p.nodes[p.outputs[0]].op, OpKind::abs);
-  list.push_back({"broken", [](const Graph&) -> Graph { throw Error("boom"); }});
+  list.push_back({"broken", [](const Graph &) -> Graph { throw Error("boom"); }});
   try {
     runPipeline(t.graph, list);
     FAIL() << "expected an Error";
-  } catch (const Error& e) {
+  } catch (const Error &e) {
     EXPECT_EQ(std::string(e.what()), "pass broken: boom");
   }
 }
@@ -659,18 +659,18 @@ struct Lowered {
   int kernels = 0, library = 0, eager = 0;
 };
 
-Program lowerGraph(const Graph& g, const std::vector<Tensor>& inputs) {
+Program lowerGraph(const Graph &g, const std::vector<Tensor> &inputs) {
   std::vector<Shape> strides;
-  for (const Tensor& in : inputs) strides.push_back(in.strides());
+  for (const Tensor &in : inputs) strides.push_back(in.strides());
   return lower(g, strides);
 }
 
 /// The optimized graph compiled for the CPU computes what the original graph does.
-void expectCompiledMatches(const Traced& t, const std::string& label) {
+void expectCompiledMatches(const Traced &t, const std::string &label) {
   Program p = lowerGraph(runPipeline(t.graph, passes()), t.inputs);
   auto compiled = cpu::CpuProgram::create(std::move(p), "passes_test_" + label);
-  std::vector<const Tensor*> ptrs;
-  for (const Tensor& in : t.inputs) ptrs.push_back(&in);
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &in : t.inputs) ptrs.push_back(&in);
   std::vector<Tensor> out = compiled->run(ptrs.data(), ptrs.size());
   std::vector<Tensor> ref = interpretGraph(t.graph, t.inputs);
   ASSERT_EQ(out.size(), ref.size());
@@ -681,10 +681,10 @@ void expectCompiledMatches(const Traced& t, const std::string& label) {
   }
 }
 
-Lowered lowerPipeline(const Traced& t) {
+Lowered lowerPipeline(const Traced &t) {
   Program p = lowerGraph(runPipeline(t.graph, passes()), t.inputs);
   Lowered l;
-  for (const Step& s : p.steps) {
+  for (const Step &s : p.steps) {
     l.kernels += s.kind == Step::Kind::kernel;
     l.library += s.kind == Step::Kind::library;
     l.eager += s.kind == Step::Kind::eager;
@@ -696,12 +696,12 @@ TEST(PassesLowering, CompositesBecomeOneKernel) {
   Tensor w = Tensor::randn({32}, 41), b = Tensor::randn({32}, 42);
   Tensor lw = Tensor::randn({24, 32}, 43), lb = Tensor::randn({24}, 44);
   std::vector<Fn> fns = {
-      [](const std::vector<Tensor>& a) { return one(softmax(a[0], 1) * 2.0); },
-      [](const std::vector<Tensor>& a) { return one(log_softmax(a[0], 1)); },
-      [](const std::vector<Tensor>& a) { return one(softmax(a[0].to(DType::f16), 1)); },
-      [=](const std::vector<Tensor>& a) { return one(layer_norm(a[0], w, b, 1e-5)); },
-      [=](const std::vector<Tensor>& a) { return one(rms_norm(a[0], w, 1e-6)); },
-      [=](const std::vector<Tensor>& a) { return one(relu(linear(a[0], lw, lb))); },
+      [](const std::vector<Tensor> &a) { return one(softmax(a[0], 1) * 2.0); },
+      [](const std::vector<Tensor> &a) { return one(log_softmax(a[0], 1)); },
+      [](const std::vector<Tensor> &a) { return one(softmax(a[0].to(DType::f16), 1)); },
+      [=](const std::vector<Tensor> &a) { return one(layer_norm(a[0], w, b, 1e-5)); },
+      [=](const std::vector<Tensor> &a) { return one(rms_norm(a[0], w, 1e-6)); },
+      [=](const std::vector<Tensor> &a) { return one(relu(linear(a[0], lw, lb))); },
   };
   for (size_t i = 0; i < fns.size(); ++i) {
     Traced t = trace(fns[i], {Tensor::randn({8, 32}, 45)});
@@ -719,8 +719,8 @@ TEST(PassesLowering, SdpaIsTwoMatmulsAroundOneSoftmaxKernel) {
   EXPECT_EQ(plain.eager, 0);
   Lowered causal = lowerPipeline(sdpaTrace(true, 6, 6));
   EXPECT_EQ(causal.library, 2);
-  EXPECT_EQ(causal.kernels, 2);  // the mask, then scale + mask + softmax
-  EXPECT_EQ(causal.eager, 1);    // one arange (CSE merged the two)
+  EXPECT_EQ(causal.kernels, 2); // the mask, then scale + mask + softmax
+  EXPECT_EQ(causal.eager, 1);   // one arange (CSE merged the two)
   expectCompiledMatches(sdpaTrace(false, 6, 10), "sdpa");
   expectCompiledMatches(sdpaTrace(true, 6, 6), "sdpa_causal");
   expectCompiledMatches(sdpaTrace(true, 5, 9), "sdpa_causal_wide");
@@ -731,10 +731,10 @@ TEST(PassesLowering, SmallLinearAndMatmulCompileCorrectly) {
     expectCompiledMatches(linearTrace(16, 32, bias), bias ? "linear_bias" : "linear");
   }
   expectCompiledMatches(
-      trace([](const std::vector<Tensor>& a) { return one(matmul(a[0], a[1]) + 1.0); },
+      trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1]) + 1.0); },
             {Tensor::randn({50, 16}, 15), Tensor::randn({16, 24}, 16)}),
       "matmul");
   expectCompiledMatches(attentionBlock(), "attention_block");
 }
 
-}  // namespace
+} // namespace

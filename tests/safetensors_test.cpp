@@ -24,17 +24,17 @@ using rcjit::test::errorOf;
 // A fresh file path under the test temp dir, removed at scope exit.
 struct TempFile {
   std::string path;
-  explicit TempFile(const std::string& name)
+  explicit TempFile(const std::string &name)
       : path((std::filesystem::temp_directory_path() /
               ("rcjit_st_" + std::to_string(::getpid()) + "_" + name))
                  .string()) {}
   ~TempFile() { std::remove(path.c_str()); }
 };
 
-void writeRaw(const std::string& path, const std::string& header, const std::string& data) {
+void writeRaw(const std::string &path, const std::string &header, const std::string &data) {
   std::ofstream out(path, std::ios::binary);
   uint64_t n = header.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(reinterpret_cast<const char *>(&n), 8);
   out << header << data;
 }
 
@@ -85,7 +85,7 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   EXPECT_EQ(r.metadata().at("format"), "pt");
   EXPECT_EQ(r.entries().size(), ts.size());
   std::map<std::string, Tensor> back = readSafetensors(f.path);
-  for (const auto& [name, t] : ts) {
+  for (const auto &[name, t] : ts) {
     ASSERT_TRUE(back.count(name)) << name;
     EXPECT_EQ(back[name].dtype(), t.dtype()) << name;
     EXPECT_EQ(back[name].shape(), t.shape()) << name;
@@ -142,9 +142,9 @@ TEST(Safetensors, Gpt2Conv1DWeightsAreTransposed) {
   auto b = buildGpt2(tinyGpt2(), run(2));
   saveWeights(a->module(), f.path, WeightNaming::gpt2());
   SafetensorsReader r(f.path);
-  const SafetensorsEntry* e = r.find("transformer.h.0.attn.c_attn.weight");
+  const SafetensorsEntry *e = r.find("transformer.h.0.attn.c_attn.weight");
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->shape, (Shape{32, 96}));  // Conv1D: [in, out]
+  EXPECT_EQ(e->shape, (Shape{32, 96})); // Conv1D: [in, out]
   loadWeights(b->module(), f.path, WeightNaming::gpt2());
   std::vector<Tensor> in = a->makeInputs(run(1));
   EXPECT_TRUE(allclose(a->forward(in), b->forward(in), 0, 0));
@@ -155,7 +155,7 @@ TEST(Safetensors, Gpt2ModelCheckpointWithBuffersAndBf16) {
   TempFile f("gpt2model.safetensors");
   auto a = buildGpt2(tinyGpt2(), run(1));
   std::vector<std::pair<std::string, Tensor>> ts;
-  for (auto& [name, t] : a->module().named_parameters()) {
+  for (auto &[name, t] : a->module().named_parameters()) {
     bool conv = name.find(".c_") != std::string::npos && name.ends_with(".weight");
     ts.emplace_back(name.substr(12), (conv ? transpose(t, 0, 1) : t).to(DType::bf16));
   }
@@ -164,7 +164,7 @@ TEST(Safetensors, Gpt2ModelCheckpointWithBuffersAndBf16) {
   auto b = buildGpt2(tinyGpt2(), run(2));
   LoadReport rep = loadWeights(b->module(), f.path, WeightNaming::gpt2());
   EXPECT_EQ(rep.ignored, (std::vector<std::string>{"h.0.attn.bias"}));
-  for (auto& [name, t] : b->module().named_parameters()) EXPECT_EQ(t.dtype(), DType::f32);
+  for (auto &[name, t] : b->module().named_parameters()) EXPECT_EQ(t.dtype(), DType::f32);
   std::vector<Tensor> in = a->makeInputs(run(1));
   EXPECT_TRUE(allclose(a->forward(in), b->forward(in), 0.02, 0.02));
 }
@@ -248,4 +248,4 @@ TEST(Safetensors, CorruptFilesAreErrors) {
   EXPECT_NE(err().find("must be an object"), std::string::npos) << err();
 }
 
-}  // namespace
+} // namespace

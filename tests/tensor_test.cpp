@@ -24,8 +24,8 @@ TEST(Tensor, FactoriesFillAndAlign) {
   for (float v : Tensor::ones({4}).to_vector<float>()) EXPECT_EQ(v, 1.0f);
   for (double v : Tensor::full({3}, 2.5, DType::f64).to_vector<double>()) EXPECT_EQ(v, 2.5);
   EXPECT_EQ(Tensor::arange(5).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
-                  DType::boolean}) {
+  for (DType t :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
     Tensor e = Tensor::empty({3, 5}, t);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(e.data_ptr()) % 64, 0u) << dtypeName(t);
     EXPECT_EQ(e.dtype(), t);
@@ -49,11 +49,13 @@ TEST(Tensor, RandnIsSeededAndNormal) {
 TEST(Tensor, FromVectorAndBlob) {
   Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
-  EXPECT_NE(errorOf([] { Tensor::from_vector(std::vector<float>{1, 2}, {3}); }).find("from_vector"),
+  EXPECT_NE(errorOf([] {
+              Tensor::from_vector(std::vector<float>{1, 2}, {3});
+            }).find("from_vector"),
             std::string::npos);
   std::vector<int64_t> data = {1, 2, 3, 4};
   Tensor b = Tensor::from_blob(data.data(), {2, 2}, DType::i64);
-  EXPECT_EQ(b.data_ptr(), data.data());  // no copy
+  EXPECT_EQ(b.data_ptr(), data.data()); // no copy
   data[3] = 40;
   EXPECT_EQ(b.to_vector<int64_t>()[3], 40);
 }
@@ -69,7 +71,7 @@ TEST(Tensor, ViewsShareStorage) {
   Tensor c = tt.contiguous();
   EXPECT_FALSE(c.sharesStorage(t));
   EXPECT_TRUE(c.is_contiguous());
-  EXPECT_TRUE(t.contiguous().sharesStorage(t));  // no copy when already contiguous
+  EXPECT_TRUE(t.contiguous().sharesStorage(t)); // no copy when already contiguous
   Tensor r = t.reshape({3, 2});
   EXPECT_TRUE(r.sharesStorage(t));
   Tensor s = slice(t, 1, 1, 3);
@@ -107,26 +109,26 @@ TEST(Tensor, Allclose) {
   Tensor b = Tensor::from_vector(std::vector<float>{1, 2, 3.000001f}, {3});
   EXPECT_TRUE(allclose(a, b));
   EXPECT_FALSE(allclose(a, b * 1.01));
-  EXPECT_TRUE(allclose(a.reshape({1, 3}), expand(a, {2, 3})));  // broadcast
-  EXPECT_FALSE(allclose(a, Tensor::ones({2})));                  // incompatible shapes
+  EXPECT_TRUE(allclose(a.reshape({1, 3}), expand(a, {2, 3}))); // broadcast
+  EXPECT_FALSE(allclose(a, Tensor::ones({2})));                // incompatible shapes
   Tensor n = Tensor::from_vector(std::vector<float>{NAN, 1}, {2});
   EXPECT_TRUE(allclose(n, n));
 }
 
-}  // namespace
+} // namespace
 
 namespace {
 TEST(Device, CudaAvailableIsAnAnswerNotACrash) {
   bool a = cuda_available();
-  EXPECT_EQ(a, cuda_available());  // stable
+  EXPECT_EQ(a, cuda_available()); // stable
   if (!a) {
     CompileOptions o;
     o.target = Target::cuda;
-    EXPECT_NE(errorOf([&] { compile([](const Tensor& x) { return x; }, o); }).find("cuda"),
+    EXPECT_NE(errorOf([&] { compile([](const Tensor &x) { return x; }, o); }).find("cuda"),
               std::string::npos);
   }
 }
-}  // namespace
+} // namespace
 
 namespace {
 // Every shape op's bad input is an Error naming the op and the shapes involved.
@@ -137,14 +139,29 @@ TEST(ShapeOps, BadInputNamesOpAndShapes) {
     std::vector<std::string> words;
   };
   std::vector<Case> cases = {
-      {[&] { reshape(t, {4, 2}); }, {"reshape", "[2, 3]", "[4, 2]"}},
-      {[&] { reshape(t, {-1, -1}); }, {"reshape", "[-1, -1]"}},
-      {[&] { permute(t, {0, 0}); }, {"permute", "[0, 0]", "[2, 3]"}},
+      {[&] {
+         reshape(t, {4, 2});
+       },
+       {"reshape", "[2, 3]", "[4, 2]"}},
+      {[&] {
+         reshape(t, {-1, -1});
+       },
+       {"reshape", "[-1, -1]"}},
+      {[&] {
+         permute(t, {0, 0});
+       },
+       {"permute", "[0, 0]", "[2, 3]"}},
       {[&] { permute(t, {0}); }, {"permute", "[0]", "[2, 3]"}},
-      {[&] { expand(t, {2, 4}); }, {"expand", "[2, 3]", "[2, 4]"}},
+      {[&] {
+         expand(t, {2, 4});
+       },
+       {"expand", "[2, 3]", "[2, 4]"}},
       {[&] { expand(t, {3}); }, {"expand", "[3]", "[2, 3]"}},
       {[&] { slice(t, 2, 0, 1); }, {"slice", "dim 2", "rank 2"}},
-      {[&] { cat({t, Tensor::ones({2, 4})}, 0); }, {"cat", "[2, 3]", "[2, 4]"}},
+      {[&] {
+         cat({t, Tensor::ones({2, 4})}, 0);
+       },
+       {"cat", "[2, 3]", "[2, 4]"}},
       {[&] { transpose(t, 0, 5); }, {"transpose", "dim 5"}},
       {[&] { unsqueeze(t, 4); }, {"unsqueeze", "dim 4"}},
       {[&] { squeeze(t, -3); }, {"squeeze", "dim -3"}},
@@ -152,11 +169,11 @@ TEST(ShapeOps, BadInputNamesOpAndShapes) {
       {[&] { embedding(t, Tensor::ones({2}, DType::f32)); }, {"embedding", "i32 or i64", "f32[2]"}},
       {[&] { add(t, Tensor::ones({4})); }, {"add", "[2, 3]", "[4]"}},
   };
-  for (const Case& c : cases) {
+  for (const Case &c : cases) {
     std::string msg = errorOf(c.f);
-    for (const std::string& w : c.words) {
+    for (const std::string &w : c.words) {
       EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
     }
   }
 }
-}  // namespace
+} // namespace

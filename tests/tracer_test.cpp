@@ -14,7 +14,7 @@ namespace {
 struct Block : nn::Module<Block> {
   nn::Linear fc{8, 8};
   Block() { register_module("fc", fc); }
-  Tensor forward(const Tensor& x) { return relu(fc(x)); }
+  Tensor forward(const Tensor &x) { return relu(fc(x)); }
 };
 
 struct Net : nn::Module<Net> {
@@ -24,27 +24,26 @@ struct Net : nn::Module<Net> {
     register_module("blocks", blocks);
   }
   Tensor forward(Tensor x) {
-    for (auto& b : blocks) x = b(x);
+    for (auto &b : blocks) x = b(x);
     return x;
   }
 };
 
-Trace traceModel(tools::Model& m, const std::vector<Tensor>& in) {
+Trace traceModel(tools::Model &m, const std::vector<Tensor> &in) {
   return traceFunction(
-      [&](const std::vector<Tensor>& args) { return std::vector<Tensor>{m.forward(args)}; }, in);
+      [&](const std::vector<Tensor> &args) { return std::vector<Tensor>{m.forward(args)}; }, in);
 }
 
 TEST(Tracer, ArgsCapturedAndOps) {
   Tensor w = Tensor::randn({4}, 1);
   Tensor x = Tensor::randn({2, 4}, 2);
   Trace t = traceFunction(
-      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{relu(a[0] * w + 1.0)}; },
-      {x});
-  const Graph& g = t.graph;
+      [&](const std::vector<Tensor> &a) { return std::vector<Tensor>{relu(a[0] * w + 1.0)}; }, {x});
+  const Graph &g = t.graph;
   ASSERT_EQ(t.captured.size(), 1u);
   EXPECT_TRUE(t.captured[0].sharesStorage(w));
   int args = 0, captured = 0;
-  for (const Node& n : g.nodes) {
+  for (const Node &n : g.nodes) {
     if (n.op == OpKind::input) (n.inputKind == InputKind::arg ? args : captured)++;
   }
   EXPECT_EQ(args, 1);
@@ -53,19 +52,19 @@ TEST(Tracer, ArgsCapturedAndOps) {
   EXPECT_EQ(g.nodes[g.outputs[0]].op, OpKind::relu);
   // the scalar became a constant node, not a captured input
   bool hasFull = false;
-  for (const Node& n : g.nodes) hasFull |= n.op == OpKind::full && n.attrs.value == 1.0;
+  for (const Node &n : g.nodes) hasFull |= n.op == OpKind::full && n.attrs.value == 1.0;
   EXPECT_TRUE(hasFull);
   EXPECT_TRUE(allclose(t.outputs[0], relu(x * w + 1.0)));
 }
 
 TEST(Tracer, ModuleRegionsAndParameterNames) {
   Net net;
-  Trace t = traceFunction(
-      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{net(a[0])}; },
-      {Tensor::randn({2, 8}, 3)});
-  const Graph& g = t.graph;
+  Trace t =
+      traceFunction([&](const std::vector<Tensor> &a) { return std::vector<Tensor>{net(a[0])}; },
+                    {Tensor::randn({2, 8}, 3)});
+  const Graph &g = t.graph;
   int blocks = 0;
-  for (const Region& r : g.regions) {
+  for (const Region &r : g.regions) {
     if (r.type.find("Block") != std::string::npos) {
       EXPECT_TRUE(r.inList);
       EXPECT_EQ(r.name, "blocks." + std::to_string(blocks));
@@ -74,7 +73,7 @@ TEST(Tracer, ModuleRegionsAndParameterNames) {
   }
   EXPECT_EQ(blocks, 3);
   std::vector<std::string> names;
-  for (const Node& n : g.nodes) {
+  for (const Node &n : g.nodes) {
     if (n.op == OpKind::input && n.inputKind == InputKind::captured) names.push_back(n.name);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"blocks.0.fc.weight", "blocks.0.fc.bias",
@@ -88,7 +87,7 @@ TEST(Tracer, ModuleRegionsAndParameterNames) {
 TEST(Tracer, HostReadIsAGraphBreak) {
   Tensor x = Tensor::randn({3}, 4);
   Trace t = traceFunction(
-      [&](const std::vector<Tensor>& a) {
+      [&](const std::vector<Tensor> &a) {
         Tensor s = sum(a[0]);
         double v = s.item();
         return std::vector<Tensor>{v > 0 ? a[0] * 2.0 : a[0] * 3.0};
@@ -101,7 +100,7 @@ TEST(Tracer, HostReadIsAGraphBreak) {
 
 TEST(Tracer, ExplicitRegion) {
   Trace t = traceFunction(
-      [&](const std::vector<Tensor>& a) {
+      [&](const std::vector<Tensor> &a) {
         Tensor y = region("double_relu", [&] { return relu(relu(a[0])); });
         return std::vector<Tensor>{y + 1.0};
       },
@@ -119,10 +118,10 @@ TEST(Tracer, Toy64Graph) {
   std::vector<Tensor> in = m1->makeInputs(c);
   Trace t = traceModel(*m1, in);
   int layers = 0, captured = 0;
-  for (const Region& r : t.graph.regions) {
+  for (const Region &r : t.graph.regions) {
     if (r.inList) ++layers;
   }
-  for (const Node& n : t.graph.nodes) {
+  for (const Node &n : t.graph.nodes) {
     if (n.op == OpKind::input && n.inputKind == InputKind::captured) ++captured;
   }
   EXPECT_EQ(layers, 64);
@@ -149,4 +148,4 @@ TEST(Tracer, Toy64Graph) {
   EXPECT_EQ(parseGraph(printGraph(t.graph)), t.graph);
 }
 
-}  // namespace
+} // namespace

@@ -32,7 +32,7 @@ struct Row {
   CompileStats stats;
 };
 
-std::vector<std::string> splitList(const std::string& s) {
+std::vector<std::string> splitList(const std::string &s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');) {
@@ -45,14 +45,14 @@ double msSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Mode parseMode(const std::string& m) {
+Mode parseMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
   if (m == "full") return Mode::full;
   if (m == "regional") return Mode::regional;
   throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
 }
 
-std::string modeTitle(const std::string& m) {
+std::string modeTitle(const std::string &m) {
   if (m == "eager") return "Baseline (eager)";
   if (m == "full") return "Full compilation";
   if (m == "full-warm") return "Full, warm start";
@@ -61,17 +61,16 @@ std::string modeTitle(const std::string& m) {
 }
 
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
-Row warmRow(const std::string& model, const ModelConfig& c, const std::string& mode,
-            const std::string& cacheDir, const std::string& weights) {
+Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
+            const std::string &cacheDir, const std::string &weights) {
   std::string json = cacheDir + "/warm.json";
   std::ostringstream cmd;
   // resolved here: inside std::system's shell, /proc/self/exe would be the shell
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch "
-      << c.batch << " --seq " << c.seq << " --layers " << c.layers << " --dtype "
-      << dtypeName(c.dtype) << " --reps 1 --keep-cache --cache-dir '" << cacheDir
-      << "' --json '" << json << "'" << (weights.empty() ? "" : " --weights '" + weights + "'")
-      << " >/dev/null 2>&1";
+  cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch " << c.batch
+      << " --seq " << c.seq << " --layers " << c.layers << " --dtype " << dtypeName(c.dtype)
+      << " --reps 1 --keep-cache --cache-dir '" << cacheDir << "' --json '" << json << "'"
+      << (weights.empty() ? "" : " --weights '" + weights + "'") << " >/dev/null 2>&1";
   if (std::system(cmd.str().c_str()) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
@@ -96,21 +95,21 @@ std::string cpuName() {
 }
 
 // The Hugging Face naming of a built-in model's checkpoints.
-WeightNaming namingFor(const std::string& model) {
+WeightNaming namingFor(const std::string &model) {
   if (model.rfind("llama", 0) == 0) return WeightNaming::llama();
   if (model.rfind("vit-gpt2", 0) == 0) return WeightNaming::vitGpt2();
   if (model.rfind("gpt2", 0) == 0) return WeightNaming::gpt2();
   return WeightNaming::exact();
 }
 
-Row runOne(const ModelInfo& info, const ModelConfig& c, const std::string& mode, int reps,
-           const std::string& weights) {
+Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
+           const std::string &weights) {
   std::unique_ptr<Model> m = info.build(c);
   if (!weights.empty()) loadWeights(m->module(), weights, namingFor(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
   CompileOptions opts;
   opts.mode = parseMode(mode);
-  auto fn = compile([&](const std::vector<Tensor>& in) { return m->forward(in); }, opts);
+  auto fn = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
   Row r;
   r.mode = mode;
   r.batch = c.batch;
@@ -129,35 +128,36 @@ Row runOne(const ModelInfo& info, const ModelConfig& c, const std::string& mode,
   return r;
 }
 
-void printTable(std::ostream& out, const std::string& model, const ModelConfig& c, int reps,
-                const std::vector<std::string>& modes, const std::vector<int64_t>& batches,
-                const std::vector<Row>& rows) {
+void printTable(std::ostream &out, const std::string &model, const ModelConfig &c, int reps,
+                const std::vector<std::string> &modes, const std::vector<int64_t> &batches,
+                const std::vector<Row> &rows) {
   out << model << " - cpu, " << dtypeName(c.dtype) << ", seq " << c.seq << ", median of " << reps
       << " calls; times in ms\n";
   char buf[64];
   std::string head1 = "                        ", head2 = "mode                    ";
-  for (const char* part : {"inference", "compile (first call)"}) {
+  for (const char *part : {"inference", "compile (first call)"}) {
     std::snprintf(buf, sizeof buf, "| %-*s", static_cast<int>(batches.size()) * 10, part);
     head1 += buf;
     head2 += "| ";
     for (int64_t b : batches) {
-      std::snprintf(buf, sizeof buf, "%-10s", ("b=" + std::to_string(b) + "x" + std::to_string(c.seq)).c_str());
+      std::snprintf(buf, sizeof buf, "%-10s",
+                    ("b=" + std::to_string(b) + "x" + std::to_string(c.seq)).c_str());
       head2 += buf;
     }
   }
   out << head1 << "\n" << head2 << "\n";
-  for (const std::string& mode : modes) {
+  for (const std::string &mode : modes) {
     std::snprintf(buf, sizeof buf, "%-24s", modeTitle(mode).c_str());
     std::string line = buf;
     for (int part = 0; part < 2; ++part) {
       line += "| ";
       for (int64_t b : batches) {
-        const Row* r = nullptr;
-        for (const Row& x : rows) {
+        const Row *r = nullptr;
+        for (const Row &x : rows) {
           if (x.mode == mode && x.batch == b) r = &x;
         }
         double v = !r ? -1 : part == 0 ? r->inferMs : r->firstMs;
-        if (part == 1 && mode == "eager") v = -1;  // nothing is compiled
+        if (part == 1 && mode == "eager") v = -1; // nothing is compiled
         if (v < 0) {
           std::snprintf(buf, sizeof buf, "%-10s", "-");
         } else {
@@ -168,7 +168,7 @@ void printTable(std::ostream& out, const std::string& model, const ModelConfig& 
     }
     out << line << "\n";
   }
-  for (const Row& r : rows) {
+  for (const Row &r : rows) {
     if (r.mode == "eager") continue;
     out << "  " << r.mode << " b=" << r.batch << ": " << r.stats.compiles << " compiles, "
         << r.stats.cache_hits << " cache hits, " << r.stats.compile_seconds * 1e3
@@ -176,8 +176,8 @@ void printTable(std::ostream& out, const std::string& model, const ModelConfig& 
   }
 }
 
-nlohmann::json toJson(const std::string& model, const ModelConfig& c, int reps,
-                      const std::vector<Row>& rows) {
+nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
+                      const std::vector<Row> &rows) {
   nlohmann::json j;
   j["model"] = model;
   j["seq"] = c.seq;
@@ -188,7 +188,7 @@ nlohmann::json toJson(const std::string& model, const ModelConfig& c, int reps,
                   {"threads", std::thread::hardware_concurrency()},
                   {"target", "cpu"},
                   {"rcjit", RCJIT_VERSION_STRING_TOOL}};
-  for (const Row& r : rows) {
+  for (const Row &r : rows) {
     j["results"].push_back({{"mode", r.mode},
                             {"batch", r.batch},
                             {"first_call_ms", r.firstMs},
@@ -200,14 +200,14 @@ nlohmann::json toJson(const std::string& model, const ModelConfig& c, int reps,
   return j;
 }
 
-void writePlot(const std::string& file, const std::vector<Row>& rows) {
+void writePlot(const std::string &file, const std::vector<Row> &rows) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     throw Error("--plot needs gnuplot, which is not installed (apt-get install gnuplot-nox)");
   }
   std::string data = file + ".dat", script = file + ".gp";
   {
     std::ofstream d(data);
-    for (const Row& r : rows) {
+    for (const Row &r : rows) {
       if (r.mode == "eager") continue;
       d << '"' << r.mode << " b=" << r.batch << "\" " << r.firstMs << " " << r.inferMs << "\n";
     }
@@ -225,33 +225,35 @@ void writePlot(const std::string& file, const std::vector<Row>& rows) {
   std::remove(script.c_str());
 }
 
-}  // namespace
+} // namespace
 
-int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
   po::options_description desc("rcjit bench: time a built-in model per mode and batch");
   std::string model, modes, batches, target, dtype, json, plot, cacheDir, weights;
   bool warm = false, keepCache = false;
   int64_t seq = 128;
   int reps = 10, layers = -1;
-  desc.add_options()("help,h", "show this help")(
-      "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
+  desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
+                                                 "model name (see 'rcjit models')")(
       "modes", po::value(&modes)->default_value("eager,full,regional"),
       "comma list of modes: eager, full, regional")(
-      "batch", po::value(&batches)->default_value("1,4"), "comma list of batch sizes")(
-      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "batch", po::value(&batches)->default_value("1,4"),
+      "comma list of batch sizes")("seq", po::value(&seq)->default_value(128), "sequence length")(
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
       "target", po::value(&target)->default_value("cpu"), "cpu (cuda: not in this build)")(
       "json", po::value(&json), "also write every figure and the machine to FILE")(
       "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)")(
-      "warm", po::bool_switch(&warm), "also time each first call in a fresh process with a warm "
-                                      "disk cache")(
-      "cache-dir", po::value(&cacheDir), "compile cache directory (default: a fresh temporary "
-                                         "one, so first calls are cold)")(
-      "keep-cache", po::bool_switch(&keepCache), "do not clear the cache before each run")(
-      "weights", po::value(&weights), "load parameters from FILE.safetensors (Hugging Face "
-                                      "names; every shape checked)");
+      "warm", po::bool_switch(&warm),
+      "also time each first call in a fresh process with a warm "
+      "disk cache")("cache-dir", po::value(&cacheDir),
+                    "compile cache directory (default: a fresh temporary "
+                    "one, so first calls are cold)")("keep-cache", po::bool_switch(&keepCache),
+                                                     "do not clear the cache before each run")(
+      "weights", po::value(&weights),
+      "load parameters from FILE.safetensors (Hugging Face "
+      "names; every shape checked)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -263,21 +265,23 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
   if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
   std::vector<std::string> modeList = splitList(modes);
-  for (const std::string& m : modeList) parseMode(m);
+  for (const std::string &m : modeList) parseMode(m);
   std::vector<int64_t> batchList;
-  for (const std::string& b : splitList(batches)) {
+  for (const std::string &b : splitList(batches)) {
     size_t used = 0;
     int64_t v = 0;
     try {
       v = std::stoll(b, &used);
-    } catch (const std::exception&) {
+    } catch (const std::exception &) {
       used = 0;
     }
-    if (used != b.size() || v <= 0) throw std::invalid_argument("--batch: '" + b + "' is not a positive integer");
+    if (used != b.size() || v <= 0)
+      throw std::invalid_argument("--batch: '" + b + "' is not a positive integer");
     batchList.push_back(v);
   }
-  if (batchList.empty() || modeList.empty()) throw std::invalid_argument("--batch and --modes need a value");
-  const ModelInfo& info = findModel(model);
+  if (batchList.empty() || modeList.empty())
+    throw std::invalid_argument("--batch and --modes need a value");
+  const ModelInfo &info = findModel(model);
   ModelConfig c;
   c.seq = seq;
   c.layers = layers;
@@ -291,11 +295,11 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   cache::set_dir(cacheDir);
   std::vector<Row> rows;
   std::vector<std::string> tableModes = modeList;
-  for (const std::string& mode : modeList) {
+  for (const std::string &mode : modeList) {
     for (int64_t b : batchList) {
       err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
       c.batch = b;
-      if (!keepCache) cache::clear();  // cold: empty memory and disk cache
+      if (!keepCache) cache::clear(); // cold: empty memory and disk cache
       rows.push_back(runOne(info, c, mode, reps, weights));
       if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir, weights));
     }
@@ -312,4 +316,4 @@ int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   return kOk;
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

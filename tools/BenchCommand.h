@@ -8,6 +8,6 @@ namespace rcjit::tools {
 
 /// Runs the bench command with its arguments (after "bench"). Returns an ExitCode; throws
 /// rcjit::Error on runtime failures and UsageError-like std::invalid_argument on bad flags.
-int benchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

@@ -19,31 +19,30 @@ struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::vector<uint8_t> readFile(const std::string& path) {
+std::vector<uint8_t> readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read '" + path + "'");
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-void writeFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+void writeFile(const std::string &path, const std::vector<uint8_t> &bytes) {
   std::ofstream o(path, std::ios::binary | std::ios::trunc);
-  o.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  o.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!o.flush()) throw std::runtime_error("cannot write '" + path + "'");
 }
 
-void printStats(std::ostream& out) {
+void printStats(std::ostream &out) {
   cache::DiskUsage u = cache::disk_usage(true);
   if (u.dir.empty()) {
     out << "disk cache: off (RCJIT_CACHE_DIR=off, or no usable key file)\n";
     return;
   }
   out << "directory:  " << u.dir << "\n"
-      << "entries:    " << u.entries << " (" << u.valid << " valid, " << u.invalid
-      << " invalid)\n"
+      << "entries:    " << u.entries << " (" << u.valid << " valid, " << u.invalid << " invalid)\n"
       << "size:       " << u.bytes << " bytes of at most " << u.max_bytes << "\n";
 }
 
-int run(const std::string& action, const std::string& file, std::ostream& out) {
+int run(const std::string &action, const std::string &file, std::ostream &out) {
   if (action == "stats") {
     printStats(out);
   } else if (action == "clear") {
@@ -66,9 +65,9 @@ int run(const std::string& action, const std::string& file, std::ostream& out) {
   return kOk;
 }
 
-}  // namespace
+} // namespace
 
-int cacheCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cacheCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
   po::options_description desc("rcjit cache stats|clear|export FILE|import FILE");
   std::string action, file, dir;
   desc.add_options()("help,h", "show this help")(
@@ -87,16 +86,16 @@ int cacheCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     }
     if (vm.count("dir")) cache::set_dir(dir);
     return run(action, file, out);
-  } catch (const Usage& e) {
+  } catch (const Usage &e) {
     err << "rcjit cache: " << e.what() << "\n";
     return kUsage;
-  } catch (const po::error& e) {
+  } catch (const po::error &e) {
     err << "rcjit cache: " << e.what() << " (see 'rcjit cache --help')\n";
     return kUsage;
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     err << "rcjit cache: error: " << e.what() << "\n";
     return kFailure;
   }
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

@@ -16,9 +16,9 @@
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
+#include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
 #include "tools/LogsCommand.h"
-#include "tools/BenchCommand.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -33,17 +33,14 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-
-
-po::variables_map parse(const po::options_description& desc, const std::vector<std::string>& args) {
+po::variables_map parse(const po::options_description &desc, const std::vector<std::string> &args) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
   return vm;
 }
 
-
-const char* kUsageText =
+const char *kUsageText =
     "usage: rcjit <command> [options]\n"
     "\n"
     "commands:\n"
@@ -55,7 +52,7 @@ const char* kUsageText =
     "\n"
     "Run 'rcjit <command> --help' for a command's options.\n";
 
-int cmdModels(const std::vector<std::string>& args, std::ostream& out) {
+int cmdModels(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit models: list the built-in models");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm = parse(desc, args);
@@ -67,7 +64,7 @@ int cmdModels(const std::vector<std::string>& args, std::ostream& out) {
   std::snprintf(line, sizeof line, "%-14s %14s %12s  %s\n", "name", "parameters", "f32 memory",
                 "description");
   out << line;
-  for (const ModelInfo& m : builtinModels()) {
+  for (const ModelInfo &m : builtinModels()) {
     std::snprintf(line, sizeof line, "%-14s %14lld %9.2f GB  ", m.name.c_str(),
                   static_cast<long long>(m.parameters), static_cast<double>(m.bytesF32) / 1e9);
     out << line << m.description << "\n";
@@ -75,18 +72,18 @@ int cmdModels(const std::vector<std::string>& args, std::ostream& out) {
   return kOk;
 }
 
-int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
+int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit trace: trace a built-in model and print what it became");
   std::string model, dump;
   int64_t batch = 1, seq = 128;
   int layers = -1;
-  desc.add_options()("help,h", "show this help")(
-      "model", po::value(&model)->default_value("toy64"), "model name (see 'rcjit models')")(
+  desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
+                                                 "model name (see 'rcjit models')")(
       "dump", po::value(&dump)->default_value("graph"),
       "what to print: graph (as traced), optimized (after the passes), program (fusion "
       "groups and steps), llvm (optimized LLVM IR), asm (host assembly)")(
-      "batch", po::value(&batch)->default_value(1), "batch size")(
-      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "batch", po::value(&batch)->default_value(1),
+      "batch size")("seq", po::value(&seq)->default_value(128), "sequence length")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers");
   po::variables_map vm = parse(desc, args);
   if (vm.count("help")) {
@@ -103,8 +100,9 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
   c.seq = seq;
   c.layers = layers;
   std::unique_ptr<Model> m = findModel(model).build(c);
-  Trace t = traceFunction([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{m->forward(in)}; },
-                          m->makeInputs(c));
+  Trace t = traceFunction(
+      [&](const std::vector<Tensor> &in) { return std::vector<Tensor>{m->forward(in)}; },
+      m->makeInputs(c));
   if (dump == "graph") {
     out << printGraph(t.graph);
     return kOk;
@@ -115,12 +113,12 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
     return kOk;
   }
   std::vector<Shape> strides;
-  for (const Tensor& a : t.args) strides.push_back(a.strides());
-  for (const Tensor& a : t.captured) strides.push_back(a.strides());
+  for (const Tensor &a : t.args) strides.push_back(a.strides());
+  for (const Tensor &a : t.captured) strides.push_back(a.strides());
   Program p = lower(g, strides);
   if (dump == "program") {
     out << printProgram(p);
-    for (const LoopKernel& k : p.kernels) out << printKernel(k);
+    for (const LoopKernel &k : p.kernels) out << printKernel(k);
     return kOk;
   }
   cpu::CpuProgramOptions po;
@@ -136,9 +134,9 @@ int cmdTrace(const std::vector<std::string>& args, std::ostream& out) {
   return kOk;
 }
 
-}  // namespace
+} // namespace
 
-int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &err) {
   if (argc < 2) {
     err << kUsageText;
     return kUsage;
@@ -163,19 +161,19 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   }
   try {
     return it->second();
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::invalid_argument &e) {
     err << "rcjit " << cmd << ": " << e.what() << "\n";
     return kUsage;
-  } catch (const UsageError& e) {
+  } catch (const UsageError &e) {
     err << "rcjit " << cmd << ": " << e.what() << "\n";
     return kUsage;
-  } catch (const po::error& e) {
+  } catch (const po::error &e) {
     err << "rcjit " << cmd << ": " << e.what() << " (see 'rcjit " << cmd << " --help')\n";
     return kUsage;
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     err << "rcjit " << cmd << ": error: " << e.what() << "\n";
     return kFailure;
   }
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

@@ -9,6 +9,6 @@ namespace rcjit::tools {
 enum ExitCode { kOk = 0, kFailure = 1, kUsage = 2 };
 
 /// Runs `rcjit <command> [options]`; never throws.
-int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &err);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

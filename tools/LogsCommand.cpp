@@ -29,7 +29,7 @@ struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-using Counts = std::map<std::string, int>;  // text → occurrences, in text order
+using Counts = std::map<std::string, int>; // text → occurrences, in text order
 
 struct CompileRow {
   int entry = 0;
@@ -53,22 +53,22 @@ struct FunctionReport {
   std::vector<CompileRow> compiles;
   std::vector<Recompile> recompiles;
   std::vector<LimitHit> limitHits;
-  Counts breaks;  // one graph break ("item() on the result of sum (%1)") → times traced
+  Counts breaks; // one graph break ("item() on the result of sum (%1)") → times traced
   Counts hints;
 
   double totalMs() const {
     double t = 0;
-    for (const CompileRow& c : compiles) t += c.ms;
+    for (const CompileRow &c : compiles) t += c.ms;
     return t;
   }
   double maxMs() const {
     double m = 0;
-    for (const CompileRow& c : compiles) m = std::max(m, c.ms);
+    for (const CompileRow &c : compiles) m = std::max(m, c.ms);
     return m;
   }
   int breakCount() const {
     int n = 0;
-    for (const auto& [where, count] : breaks) n += count;
+    for (const auto &[where, count] : breaks) n += count;
     return n;
   }
 };
@@ -76,18 +76,18 @@ struct FunctionReport {
 // A function of one process: ids restart at 0 in each process appending to the same trace.
 struct FunctionKey {
   int run = 0, id = -1;
-  auto operator<=>(const FunctionKey&) const = default;
+  auto operator<=>(const FunctionKey &) const = default;
 };
 
 struct Report {
   std::string file;
   int runs = 1;
   std::map<FunctionKey, FunctionReport> functions;
-  Counts hints;  // perf hints that name no function
+  Counts hints; // perf hints that name no function
   int cacheHits = 0;
-  Counts cacheRejections;  // reason → count
-  Counts cacheOther;       // message → count
-  Counts events;           // event kind → count
+  Counts cacheRejections; // reason → count
+  Counts cacheOther;      // message → count
+  Counts events;          // event kind → count
   int lines = 0, malformed = 0;
 };
 
@@ -98,7 +98,7 @@ struct Reader {
   std::set<int> compiled;
   std::map<int, std::vector<std::string>> pendingBreaks;
 
-  FunctionReport& function(std::optional<int> id) {
+  FunctionReport &function(std::optional<int> id) {
     return report.functions[{report.runs, id.value_or(-1)}];
   }
 };
@@ -106,7 +106,7 @@ struct Reader {
 // ---- reading ------------------------------------------------------------------------------
 
 // The function an event is about: its "function" field, else a message "function N ...".
-std::optional<int> functionOf(const json& j) {
+std::optional<int> functionOf(const json &j) {
   if (j.contains("function")) return j.at("function").get<int>();
   std::string msg = j.value("message", "");
   int id = 0;
@@ -114,13 +114,13 @@ std::optional<int> functionOf(const json& j) {
   return std::nullopt;
 }
 
-void flushBreaks(Reader& rd, int id) {
-  for (const std::string& b : rd.pendingBreaks[id]) ++rd.function(id).breaks[b];
+void flushBreaks(Reader &rd, int id) {
+  for (const std::string &b : rd.pendingBreaks[id]) ++rd.function(id).breaks[b];
   rd.pendingBreaks.erase(id);
 }
 
 // A second "entry 0" of a function id means a new process appended to the trace.
-void addCompile(Reader& rd, const json& j) {
+void addCompile(Reader &rd, const json &j) {
   int id = j.at("function").get<int>();
   CompileRow c;
   c.entry = j.at("entry").get<int>();
@@ -139,8 +139,8 @@ void addCompile(Reader& rd, const json& j) {
   rd.function(id).compiles.push_back(c);
 }
 
-void addRecompile(Reader& rd, const json& j) {
-  FunctionReport& f = rd.function(functionOf(j));
+void addRecompile(Reader &rd, const json &j) {
+  FunctionReport &f = rd.function(functionOf(j));
   std::string guard = j.value("guard", j.value("message", ""));
   if (j.contains("limit")) {
     f.limitHits.push_back({j.at("limit").get<int64_t>(), guard});
@@ -150,8 +150,8 @@ void addRecompile(Reader& rd, const json& j) {
 }
 
 // One event lists every break of one trace, joined by "; ": each is counted on its own.
-void addBreaks(Reader& rd, const json& j) {
-  std::vector<std::string>& pending = rd.pendingBreaks[functionOf(j).value_or(-1)];
+void addBreaks(Reader &rd, const json &j) {
+  std::vector<std::string> &pending = rd.pendingBreaks[functionOf(j).value_or(-1)];
   std::string where = j.value("where", j.value("message", ""));
   for (size_t start = 0; start <= where.size();) {
     size_t end = std::min(where.find("; ", start), where.size());
@@ -160,7 +160,7 @@ void addBreaks(Reader& rd, const json& j) {
   }
 }
 
-void addCache(Report& r, const json& j) {
+void addCache(Report &r, const json &j) {
   std::string msg = j.value("message", "");
   if (msg.rfind("disk hit", 0) == 0) {
     ++r.cacheHits;
@@ -171,7 +171,7 @@ void addCache(Report& r, const json& j) {
   }
 }
 
-void addEvent(Reader& rd, const json& j) {
+void addEvent(Reader &rd, const json &j) {
   if (!j.is_object() || !j.contains("event") || !j.at("event").is_string()) {
     throw std::runtime_error("not a trace event (no \"event\" string)");
   }
@@ -193,19 +193,19 @@ void addEvent(Reader& rd, const json& j) {
 
 // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." →
 // "not JSON: syntax error ..." (the JSON library's line is always 1 here).
-std::string describe(const std::exception& e) {
+std::string describe(const std::exception &e) {
   std::string what = e.what();
-  if (dynamic_cast<const json::parse_error*>(&e)) {
+  if (dynamic_cast<const json::parse_error *>(&e)) {
     size_t colon = what.find(": ");
     return "not JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2));
   }
-  if (dynamic_cast<const json::exception*>(&e) && what.find("] ") != std::string::npos) {
+  if (dynamic_cast<const json::exception *>(&e) && what.find("] ") != std::string::npos) {
     return what.substr(what.find("] ") + 2);
   }
   return what;
 }
 
-Report readTrace(const std::string& path, std::ostream& err) {
+Report readTrace(const std::string &path, std::ostream &err) {
   if (std::filesystem::is_directory(path)) {
     throw std::runtime_error("cannot read trace file '" + path + "': it is a directory");
   }
@@ -214,7 +214,7 @@ Report readTrace(const std::string& path, std::ostream& err) {
     throw std::runtime_error("cannot read trace file '" + path + "': " + std::strerror(errno));
   }
   Reader rd;
-  Report& r = rd.report;
+  Report &r = rd.report;
   r.file = path;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
@@ -222,7 +222,7 @@ Report readTrace(const std::string& path, std::ostream& err) {
     ++r.lines;
     try {
       addEvent(rd, json::parse(line));
-    } catch (const std::exception& e) {
+    } catch (const std::exception &e) {
       ++r.malformed;
       err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
     }
@@ -240,18 +240,18 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string plural(int64_t n, const std::string& word, const std::string& words = "") {
+std::string plural(int64_t n, const std::string &word, const std::string &words = "") {
   return std::to_string(n) + " " + (n == 1 ? word : words.empty() ? word + "s" : words);
 }
 
 // "function 3", or "run 2 function 3" when several processes appended to the trace.
-std::string functionName(const Report& r, FunctionKey k) {
+std::string functionName(const Report &r, FunctionKey k) {
   std::string run = r.runs > 1 ? "run " + std::to_string(k.run) + " " : "";
   return run + (k.id < 0 ? "unknown function" : "function " + std::to_string(k.id));
 }
 
 // The generated code of an entry: kernels (full mode) or regions (regional mode).
-std::string codeText(const CompileRow& c) {
+std::string codeText(const CompileRow &c) {
   if (c.regionsCompiled + c.regionsReused > 0) {
     return plural(c.regionsCompiled, "region") + " (+" + std::to_string(c.regionsReused) +
            " reused)";
@@ -259,18 +259,18 @@ std::string codeText(const CompileRow& c) {
   return std::to_string(c.kernels);
 }
 
-std::string eventCounts(const Report& r) {
+std::string eventCounts(const Report &r) {
   std::string s;
-  for (const auto& [kind, n] : r.events)
+  for (const auto &[kind, n] : r.events)
     s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
   return plural(r.lines - r.malformed, "event") + (s.empty() ? "" : " (" + s + ")") + "; " +
          plural(r.malformed, "malformed line");
 }
 
-std::string totals(const Report& r) {
+std::string totals(const Report &r) {
   int entries = 0, recompiles = 0, limits = 0, breaks = 0;
   double ms = 0;
-  for (const auto& [id, f] : r.functions) {
+  for (const auto &[id, f] : r.functions) {
     entries += static_cast<int>(f.compiles.size());
     recompiles += static_cast<int>(f.recompiles.size());
     limits += static_cast<int>(f.limitHits.size());
@@ -283,44 +283,44 @@ std::string totals(const Report& r) {
          ", compile " + fixed(ms, 1) + " ms total";
 }
 
-std::string runsNote(const Report& r) {
+std::string runsNote(const Report &r) {
   if (r.runs == 1) return "";
   return std::to_string(r.runs) + " runs: processes appending to one trace restart ids at 0";
 }
 
-std::string limitText(const LimitHit& h) {
+std::string limitText(const LimitHit &h) {
   return "recompile_limit (" + std::to_string(h.limit) +
          ") reached, later misses run eagerly; last failing guard: " + h.guard;
 }
 
-std::string cacheHeadline(const Report& r) {
+std::string cacheHeadline(const Report &r) {
   int rejected = 0;
-  for (const auto& [reason, n] : r.cacheRejections) rejected += n;
+  for (const auto &[reason, n] : r.cacheRejections) rejected += n;
   return plural(r.cacheHits, "disk hit") + ", " + plural(rejected, "rejection");
 }
 
 // ---- text ---------------------------------------------------------------------------------
 
-void printCounts(std::ostream& out, const std::string& title, const Counts& c) {
+void printCounts(std::ostream &out, const std::string &title, const Counts &c) {
   if (c.empty()) return;
   out << "  " << title << ":\n";
-  for (const auto& [text, n] : c) out << "    " << n << "x " << text << "\n";
+  for (const auto &[text, n] : c) out << "    " << n << "x " << text << "\n";
 }
 
-void printCompiles(std::ostream& out, const FunctionReport& f) {
+void printCompiles(std::ostream &out, const FunctionReport &f) {
   if (f.compiles.empty()) return;
   char line[160];
   std::snprintf(line, sizeof line, "  %5s %10s %6s %-24s %s\n", "entry", "ms", "nodes", "kernels",
                 "reason");
   out << line;
-  for (const CompileRow& c : f.compiles) {
+  for (const CompileRow &c : f.compiles) {
     std::snprintf(line, sizeof line, "  %5d %10.2f %6lld %-24s ", c.entry, c.ms,
                   static_cast<long long>(c.nodes), codeText(c).c_str());
     out << line << c.reason << "\n";
   }
 }
 
-void printFunction(std::ostream& out, const Report& r, FunctionKey id, const FunctionReport& f) {
+void printFunction(std::ostream &out, const Report &r, FunctionKey id, const FunctionReport &f) {
   int64_t n = static_cast<int64_t>(f.compiles.size());
   out << "\n"
       << functionName(r, id) << ": " << plural(n, "entry", "entries") << ", "
@@ -328,20 +328,20 @@ void printFunction(std::ostream& out, const Report& r, FunctionKey id, const Fun
       << fixed(f.totalMs(), 1) << " ms total, " << fixed(f.maxMs(), 1) << " ms max\n";
   printCompiles(out, f);
   if (!f.recompiles.empty()) out << "  recompiles:\n";
-  for (const Recompile& rc : f.recompiles) {
+  for (const Recompile &rc : f.recompiles) {
     out << "    entry " << rc.entry << ": " << rc.guard << "\n";
   }
-  for (const LimitHit& h : f.limitHits) out << "  " << limitText(h) << "\n";
+  for (const LimitHit &h : f.limitHits) out << "  " << limitText(h) << "\n";
   printCounts(out, "graph breaks", f.breaks);
   printCounts(out, "perf hints", f.hints);
 }
 
-void printText(std::ostream& out, const Report& r) {
+void printText(std::ostream &out, const Report &r) {
   out << "rcjit logs: " << r.file << "\n" << eventCounts(r) << "\n" << totals(r) << "\n";
   if (r.runs > 1) out << runsNote(r) << "\n";
-  for (const auto& [id, f] : r.functions) printFunction(out, r, id, f);
+  for (const auto &[id, f] : r.functions) printFunction(out, r, id, f);
   if (!r.hints.empty()) out << "\nother perf hints:\n";
-  for (const auto& [text, n] : r.hints) out << "  " << n << "x " << text << "\n";
+  for (const auto &[text, n] : r.hints) out << "  " << n << "x " << text << "\n";
   out << "\ncache: " << cacheHeadline(r) << "\n";
   printCounts(out, "rejections", r.cacheRejections);
   printCounts(out, "other cache events", r.cacheOther);
@@ -349,27 +349,27 @@ void printText(std::ostream& out, const Report& r) {
 
 // ---- HTML ---------------------------------------------------------------------------------
 
-std::string escape(const std::string& s) {
+std::string escape(const std::string &s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      case '\'':
-        o += "&#39;";
-        break;
-      default:
-        o += c;
+    case '&':
+      o += "&amp;";
+      break;
+    case '<':
+      o += "&lt;";
+      break;
+    case '>':
+      o += "&gt;";
+      break;
+    case '"':
+      o += "&quot;";
+      break;
+    case '\'':
+      o += "&#39;";
+      break;
+    default:
+      o += c;
     }
   }
   return o;
@@ -377,37 +377,37 @@ std::string escape(const std::string& s) {
 
 using Rows = std::vector<std::vector<std::string>>;
 
-void htmlTable(std::ostream& o, const std::string& title, const std::vector<std::string>& head,
-               const Rows& rows) {
+void htmlTable(std::ostream &o, const std::string &title, const std::vector<std::string> &head,
+               const Rows &rows) {
   o << "<h2>" << escape(title) << "</h2>\n";
   if (rows.empty()) {
     o << "<p class=\"none\">none</p>\n";
     return;
   }
   o << "<table>\n<tr>";
-  for (const std::string& h : head) o << "<th>" << escape(h) << "</th>";
+  for (const std::string &h : head) o << "<th>" << escape(h) << "</th>";
   o << "</tr>\n";
-  for (const auto& row : rows) {
+  for (const auto &row : rows) {
     o << "<tr>";
-    for (const std::string& cell : row) o << "<td>" << escape(cell) << "</td>";
+    for (const std::string &cell : row) o << "<td>" << escape(cell) << "</td>";
     o << "</tr>\n";
   }
   o << "</table>\n";
 }
 
-Rows countRows(const Report& r, Counts FunctionReport::*member, const Counts& orphans) {
+Rows countRows(const Report &r, Counts FunctionReport::*member, const Counts &orphans) {
   Rows rows;
-  for (const auto& [id, f] : r.functions) {
-    for (const auto& [text, n] : f.*member)
+  for (const auto &[id, f] : r.functions) {
+    for (const auto &[text, n] : f.*member)
       rows.push_back({functionName(r, id), text, std::to_string(n)});
   }
-  for (const auto& [text, n] : orphans) rows.push_back({"-", text, std::to_string(n)});
+  for (const auto &[text, n] : orphans) rows.push_back({"-", text, std::to_string(n)});
   return rows;
 }
 
-Rows functionRows(const Report& r) {
+Rows functionRows(const Report &r) {
   Rows rows;
-  for (const auto& [id, f] : r.functions) {
+  for (const auto &[id, f] : r.functions) {
     rows.push_back({functionName(r, id), std::to_string(f.compiles.size()),
                     std::to_string(f.recompiles.size()), std::to_string(f.limitHits.size()),
                     std::to_string(f.breakCount()), fixed(f.totalMs(), 2), fixed(f.maxMs(), 2)});
@@ -415,10 +415,10 @@ Rows functionRows(const Report& r) {
   return rows;
 }
 
-Rows compileRows(const Report& r) {
+Rows compileRows(const Report &r) {
   Rows rows;
-  for (const auto& [id, f] : r.functions) {
-    for (const CompileRow& c : f.compiles) {
+  for (const auto &[id, f] : r.functions) {
+    for (const CompileRow &c : f.compiles) {
       rows.push_back(
           {functionName(r, id), std::to_string(c.entry), fixed(c.ms, 2), c.reason, codeText(c)});
     }
@@ -426,13 +426,13 @@ Rows compileRows(const Report& r) {
   return rows;
 }
 
-Rows recompileRows(const Report& r) {
+Rows recompileRows(const Report &r) {
   Rows rows;
-  for (const auto& [id, f] : r.functions) {
-    for (const Recompile& rc : f.recompiles) {
+  for (const auto &[id, f] : r.functions) {
+    for (const Recompile &rc : f.recompiles) {
       rows.push_back({functionName(r, id), "entry " + std::to_string(rc.entry), rc.guard});
     }
-    for (const LimitHit& h : f.limitHits) {
+    for (const LimitHit &h : f.limitHits) {
       rows.push_back({functionName(r, id), "limit " + std::to_string(h.limit) + " reached",
                       h.guard + " (later misses run eagerly)"});
     }
@@ -440,23 +440,23 @@ Rows recompileRows(const Report& r) {
   return rows;
 }
 
-Rows cacheRows(const Report& r) {
+Rows cacheRows(const Report &r) {
   Rows rows;
   if (r.cacheHits) rows.push_back({"disk hit", "", std::to_string(r.cacheHits)});
-  for (const auto& [why, n] : r.cacheRejections)
+  for (const auto &[why, n] : r.cacheRejections)
     rows.push_back({"rejected", why, std::to_string(n)});
-  for (const auto& [msg, n] : r.cacheOther) rows.push_back({"other", msg, std::to_string(n)});
+  for (const auto &[msg, n] : r.cacheOther) rows.push_back({"other", msg, std::to_string(n)});
   return rows;
 }
 
-constexpr const char* kCss =
+constexpr const char *kCss =
     "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
     "h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}"
     "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;"
     "text-align:left;vertical-align:top;font-family:ui-monospace,monospace;font-size:.9em}"
     "th{background:#f0f0f0}p.none{color:#888}";
 
-void writeHtml(std::ostream& o, const Report& r) {
+void writeHtml(std::ostream &o, const Report &r) {
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rcjit logs: "
     << escape(r.file) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n"
     << "<h1>rcjit logs: " << escape(r.file) << "</h1>\n<p>" << escape(eventCounts(r)) << "<br>\n"
@@ -477,7 +477,7 @@ void writeHtml(std::ostream& o, const Report& r) {
   o << "</body>\n</html>\n";
 }
 
-void saveHtml(const std::string& path, const Report& r) {
+void saveHtml(const std::string &path, const Report &r) {
   std::ofstream o(path, std::ios::trunc);
   writeHtml(o, r);
   if (!o.flush()) throw std::runtime_error("cannot write '" + path + "'");
@@ -485,7 +485,7 @@ void saveHtml(const std::string& path, const Report& r) {
 
 // ---- the command --------------------------------------------------------------------------
 
-int run(const std::string& file, const std::string& html, std::ostream& out, std::ostream& err) {
+int run(const std::string &file, const std::string &html, std::ostream &out, std::ostream &err) {
   Report r = readTrace(file, err);
   printText(out, r);
   if (!html.empty()) {
@@ -495,9 +495,9 @@ int run(const std::string& file, const std::string& html, std::ostream& out, std
   return kOk;
 }
 
-}  // namespace
+} // namespace
 
-int logsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int logsCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
   po::options_description desc("rcjit logs FILE [--html OUT]: summarize a RCJIT_TRACE_FILE");
   std::string file, html;
   desc.add_options()("help,h", "show this help")(
@@ -516,16 +516,16 @@ int logsCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     if (file.empty()) throw Usage("missing the trace FILE");
     if (vm.count("html") && html.empty()) throw Usage("--html needs a file name");
     return run(file, html, out, err);
-  } catch (const Usage& e) {
+  } catch (const Usage &e) {
     err << "rcjit logs: " << e.what() << "\n" << desc;
     return kUsage;
-  } catch (const po::error& e) {
+  } catch (const po::error &e) {
     err << "rcjit logs: " << e.what() << " (see 'rcjit logs --help')\n";
     return kUsage;
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     err << "rcjit logs: error: " << e.what() << "\n";
     return kFailure;
   }
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

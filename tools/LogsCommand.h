@@ -12,6 +12,6 @@ namespace rcjit::tools {
 /// `--html OUT` also writes the same report as one self-contained HTML page. Malformed lines
 /// are reported on `err` ("line N: ...") and skipped. Returns 0 on success, 1 on a failure
 /// (unreadable trace, unwritable HTML), 2 on a usage error; never throws. Thread-safe.
-int logsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int logsCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

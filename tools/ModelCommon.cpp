@@ -28,19 +28,18 @@ float unitNormal(uint64_t seed, uint64_t i) {
   uint64_t h = mix64(seed + i * 0xD1B54A32D192ED03ull);
   float sum = 0;
   for (int k = 0; k < 4; ++k) sum += (static_cast<float>((h >> (16 * k)) & 0xffff) + 0.5f);
-  return (sum / 65536.0f - 2.0f) * 1.7320508f;  // variance of the sum is 4/12
+  return (sum / 65536.0f - 2.0f) * 1.7320508f; // variance of the sum is 4/12
 }
 
 uint16_t toBf16Bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, sizeof b);
-  b += 0x7fffu + ((b >> 16) & 1u);  // round to nearest even; values here are finite
+  b += 0x7fffu + ((b >> 16) & 1u); // round to nearest even; values here are finite
   return static_cast<uint16_t>(b >> 16);
 }
 
 // Runs body(begin, end) over [0, n) on up to 8 threads.
-template <class F>
-void parallelFor(int64_t n, F body) {
+template <class F> void parallelFor(int64_t n, F body) {
   int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
   threads = std::min<int64_t>(threads, std::max<int64_t>(1, n / (1 << 16)));
   std::vector<std::thread> pool;
@@ -49,10 +48,10 @@ void parallelFor(int64_t n, F body) {
     pool.emplace_back(body, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
   }
   body(0, std::min(n, chunk));
-  for (std::thread& th : pool) th.join();
+  for (std::thread &th : pool) th.join();
 }
 
-}  // namespace
+} // namespace
 
 ParamInit::ParamInit(uint64_t seed, DType dtype) : seed_(seed), dtype_(dtype) {
   if (dtype != DType::f32 && dtype != DType::bf16) {
@@ -60,17 +59,17 @@ ParamInit::ParamInit(uint64_t seed, DType dtype) : seed_(seed), dtype_(dtype) {
   }
 }
 
-Tensor ParamInit::normal(const Shape& shape, double stdev) {
+Tensor ParamInit::normal(const Shape &shape, double stdev) {
   uint64_t seed = mix64(seed_ * 0x100000001B3ull + counter_++);
   Tensor t = Tensor::empty(shape, dtype_);
   float s = static_cast<float>(stdev);
   if (dtype_ == DType::f32) {
-    float* p = t.data<float>();
+    float *p = t.data<float>();
     parallelFor(t.numel(), [=](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = unitNormal(seed, i) * s;
     });
   } else {
-    uint16_t* p = static_cast<uint16_t*>(t.data_ptr());
+    uint16_t *p = static_cast<uint16_t *>(t.data_ptr());
     parallelFor(t.numel(), [=](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = toBf16Bits(unitNormal(seed, i) * s);
     });
@@ -78,18 +77,18 @@ Tensor ParamInit::normal(const Shape& shape, double stdev) {
   return t;
 }
 
-void ParamInit::linear(nn::Linear& l, int64_t in, int64_t out, double stdev) {
+void ParamInit::linear(nn::Linear &l, int64_t in, int64_t out, double stdev) {
   l.weight = normal({out, in}, stdev);
   if (l.bias.defined()) l.bias = zeros({out});
 }
 
-void ParamInit::embedding(nn::Embedding& e, int64_t num, int64_t dim, double stdev) {
+void ParamInit::embedding(nn::Embedding &e, int64_t num, int64_t dim, double stdev) {
   e.weight = normal({num, dim}, stdev);
 }
 
-void ParamInit::norm(nn::RMSNorm& n) const { n.weight = n.weight.to(dtype_); }
+void ParamInit::norm(nn::RMSNorm &n) const { n.weight = n.weight.to(dtype_); }
 
-void ParamInit::norm(nn::LayerNorm& n) const {
+void ParamInit::norm(nn::LayerNorm &n) const {
   n.weight = n.weight.to(dtype_);
   n.bias = n.bias.to(dtype_);
 }
@@ -116,7 +115,7 @@ std::string formatBytes(int64_t bytes) {
   return buf;
 }
 
-void checkMemory(const std::string& model, int64_t parameters, const ModelConfig& c) {
+void checkMemory(const std::string &model, int64_t parameters, const ModelConfig &c) {
   int64_t need = parameters * static_cast<int64_t>(dtypeSize(c.dtype));
   int64_t avail = c.memoryLimit >= 0 ? c.memoryLimit : availableMemoryBytes();
   if (need <= avail) return;
@@ -136,15 +135,15 @@ Tensor randomTokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {
   return Tensor::from_vector(ids, {batch, seq});
 }
 
-Tensor splitHeads(const Tensor& x, int64_t heads) {
+Tensor splitHeads(const Tensor &x, int64_t heads) {
   return transpose(reshape(x, {x.size(0), x.size(1), heads, -1}), 1, 2);
 }
 
-Tensor mergeHeads(const Tensor& x) {
+Tensor mergeHeads(const Tensor &x) {
   return reshape(transpose(x, 1, 2), {x.size(0), x.size(2), -1});
 }
 
-std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t seq, DType dtype) {
+std::pair<Tensor, Tensor> ropeTables(const std::vector<double> &invFreq, int64_t seq, DType dtype) {
   int64_t half = static_cast<int64_t>(invFreq.size());
   std::vector<float> cosv(static_cast<size_t>(seq * 2 * half));
   std::vector<float> sinv(cosv.size());
@@ -159,4 +158,4 @@ std::pair<Tensor, Tensor> ropeTables(const std::vector<double>& invFreq, int64_t
           Tensor::from_vector(sinv, {seq, 2 * half}).to(dtype)};
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

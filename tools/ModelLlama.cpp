@@ -10,7 +10,7 @@ namespace rcjit::tools {
 namespace {
 
 // Rotate-half RoPE on x [batch, heads, seq, headDim] with cos/sin [seq, headDim].
-Tensor applyRope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+Tensor applyRope(const Tensor &x, const Tensor &cos, const Tensor &sin) {
   int64_t d = x.size(-1);
   Tensor x1 = slice(x, -1, 0, d / 2);
   Tensor x2 = slice(x, -1, d / 2, d);
@@ -18,7 +18,7 @@ Tensor applyRope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 }
 
 // [batch, kvHeads, seq, headDim] -> [batch, kvHeads * rep, seq, headDim].
-Tensor repeatKv(const Tensor& x, int64_t rep) {
+Tensor repeatKv(const Tensor &x, int64_t rep) {
   if (rep == 1) return x;
   Tensor e = expand(unsqueeze(x, 2), {x.size(0), x.size(1), rep, x.size(2), x.size(3)});
   return reshape(e, {x.size(0), x.size(1) * rep, x.size(2), x.size(3)});
@@ -28,7 +28,7 @@ Tensor repeatKv(const Tensor& x, int64_t rep) {
 struct LlamaAttention : nn::Module<LlamaAttention> {
   nn::Linear q_proj{1, 1, false}, k_proj{1, 1, false}, v_proj{1, 1, false}, o_proj{1, 1, false};
   int64_t heads, kvHeads;
-  LlamaAttention(const LlamaConfig& c, ParamInit& init) : heads(c.heads), kvHeads(c.kvHeads) {
+  LlamaAttention(const LlamaConfig &c, ParamInit &init) : heads(c.heads), kvHeads(c.kvHeads) {
     int64_t headDim = c.hidden / c.heads;
     init.linear(q_proj, c.hidden, c.heads * headDim);
     init.linear(k_proj, c.hidden, c.kvHeads * headDim);
@@ -39,7 +39,7 @@ struct LlamaAttention : nn::Module<LlamaAttention> {
     register_module("v_proj", v_proj);
     register_module("o_proj", o_proj);
   }
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  Tensor forward(const Tensor &x, const Tensor &cos, const Tensor &sin) {
     Tensor q = applyRope(splitHeads(q_proj(x), heads), cos, sin);
     Tensor k = applyRope(splitHeads(k_proj(x), kvHeads), cos, sin);
     Tensor v = splitHeads(v_proj(x), kvHeads);
@@ -51,7 +51,7 @@ struct LlamaAttention : nn::Module<LlamaAttention> {
 
 struct LlamaMLP : nn::Module<LlamaMLP> {
   nn::Linear gate_proj{1, 1, false}, up_proj{1, 1, false}, down_proj{1, 1, false};
-  LlamaMLP(const LlamaConfig& c, ParamInit& init) {
+  LlamaMLP(const LlamaConfig &c, ParamInit &init) {
     init.linear(gate_proj, c.hidden, c.intermediate);
     init.linear(up_proj, c.hidden, c.intermediate);
     init.linear(down_proj, c.intermediate, c.hidden);
@@ -59,17 +59,15 @@ struct LlamaMLP : nn::Module<LlamaMLP> {
     register_module("up_proj", up_proj);
     register_module("down_proj", down_proj);
   }
-  Tensor forward(const Tensor& x) { return down_proj(silu(gate_proj(x)) * up_proj(x)); }
+  Tensor forward(const Tensor &x) { return down_proj(silu(gate_proj(x)) * up_proj(x)); }
 };
 
 struct LlamaDecoderLayer : nn::Module<LlamaDecoderLayer> {
   LlamaAttention self_attn;
   LlamaMLP mlp;
   nn::RMSNorm input_layernorm, post_attention_layernorm;
-  LlamaDecoderLayer(const LlamaConfig& c, ParamInit& init)
-      : self_attn(c, init),
-        mlp(c, init),
-        input_layernorm(c.hidden, c.eps),
+  LlamaDecoderLayer(const LlamaConfig &c, ParamInit &init)
+      : self_attn(c, init), mlp(c, init), input_layernorm(c.hidden, c.eps),
         post_attention_layernorm(c.hidden, c.eps) {
     init.norm(input_layernorm);
     init.norm(post_attention_layernorm);
@@ -78,7 +76,7 @@ struct LlamaDecoderLayer : nn::Module<LlamaDecoderLayer> {
     register_module("input_layernorm", input_layernorm);
     register_module("post_attention_layernorm", post_attention_layernorm);
   }
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  Tensor forward(const Tensor &x, const Tensor &cos, const Tensor &sin) {
     Tensor h = x + self_attn(input_layernorm(x), cos, sin);
     return h + mlp(post_attention_layernorm(h));
   }
@@ -90,8 +88,8 @@ struct LlamaForCausalLM : nn::Module<LlamaForCausalLM> {
   nn::Embedding embed_tokens{1, 1};
   nn::ModuleList<LlamaDecoderLayer> layers;
   nn::RMSNorm norm;
-  std::unique_ptr<nn::Linear> lm_head;  // null when tied to embed_tokens
-  LlamaForCausalLM(const LlamaConfig& c, ParamInit& init) : norm(c.hidden, c.eps) {
+  std::unique_ptr<nn::Linear> lm_head; // null when tied to embed_tokens
+  LlamaForCausalLM(const LlamaConfig &c, ParamInit &init) : norm(c.hidden, c.eps) {
     init.embedding(embed_tokens, c.vocab, c.hidden);
     for (int i = 0; i < c.layers; ++i) layers.emplace_back(c, init);
     init.norm(norm);
@@ -105,25 +103,25 @@ struct LlamaForCausalLM : nn::Module<LlamaForCausalLM> {
       register_module("lm_head", *lm_head);
     }
   }
-  Tensor forward(const Tensor& ids, const Tensor& cos, const Tensor& sin) {
+  Tensor forward(const Tensor &ids, const Tensor &cos, const Tensor &sin) {
     Tensor x = embed_tokens(ids);
-    for (LlamaDecoderLayer& layer : layers) x = layer(x, cos, sin);
+    for (LlamaDecoderLayer &layer : layers) x = layer(x, cos, sin);
     x = norm(x);
     return lm_head ? (*lm_head)(x) : linear(x, embed_tokens.weight);
   }
 };
 
 class LlamaModel : public Model {
- public:
-  LlamaModel(const LlamaConfig& cfg, const ModelConfig& c, ParamInit init)
+public:
+  LlamaModel(const LlamaConfig &cfg, const ModelConfig &c, ParamInit init)
       : cfg_(cfg), net_(cfg, init) {
     std::tie(cos_, sin_) = ropeTables(llamaInvFreq(cfg), c.seq, c.dtype);
   }
-  std::vector<Tensor> makeInputs(const ModelConfig& c) const override {
+  std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
     return {randomTokens(c.batch, c.seq, cfg_.vocab, c.seed)};
   }
-  Tensor forward(const std::vector<Tensor>& inputs) override {
-    const Tensor& ids = inputs.at(0);
+  Tensor forward(const std::vector<Tensor> &inputs) override {
+    const Tensor &ids = inputs.at(0);
     if (ids.dim() != 2) throw Error(cfg_.name + ": token ids must be [batch, seq]");
     int64_t seq = ids.size(1), built = cos_.size(0);
     if (seq > built) {
@@ -133,15 +131,15 @@ class LlamaModel : public Model {
     if (seq == built) return net_(ids, cos_, sin_);
     return net_(ids, slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
   }
-  nn::ModuleBase& module() override { return net_; }
+  nn::ModuleBase &module() override { return net_; }
 
- private:
+private:
   LlamaConfig cfg_;
   LlamaForCausalLM net_;
   Tensor cos_, sin_;
 };
 
-void validate(const LlamaConfig& c) {
+void validate(const LlamaConfig &c) {
   bool ok = c.hidden > 0 && c.heads > 0 && c.kvHeads > 0 && c.hidden % c.heads == 0 &&
             c.heads % c.kvHeads == 0 && (c.hidden / c.heads) % 2 == 0 && c.layers >= 0 &&
             c.vocab > 0 && c.intermediate > 0;
@@ -169,7 +167,7 @@ LlamaConfig llama3(std::string name, int64_t hidden, int layers, int64_t heads, 
   return c;
 }
 
-}  // namespace
+} // namespace
 
 LlamaConfig llama32_1b() { return llama3("llama-3.2-1b", 2048, 16, 32, 8192, 32, true); }
 LlamaConfig llama32_3b() { return llama3("llama-3.2-3b", 3072, 28, 24, 8192, 32, true); }
@@ -190,7 +188,7 @@ LlamaConfig llama2_13b() {
   return c;
 }
 
-int64_t llamaParameterCount(const LlamaConfig& c) {
+int64_t llamaParameterCount(const LlamaConfig &c) {
   int64_t kv = c.kvHeads * (c.hidden / c.heads);
   int64_t attn = 2 * c.hidden * c.hidden + 2 * c.hidden * kv;
   int64_t layer = attn + 3 * c.hidden * c.intermediate + 2 * c.hidden;
@@ -198,7 +196,7 @@ int64_t llamaParameterCount(const LlamaConfig& c) {
   return c.vocab * c.hidden + c.layers * layer + c.hidden + head;
 }
 
-std::vector<double> llamaInvFreq(const LlamaConfig& c) {
+std::vector<double> llamaInvFreq(const LlamaConfig &c) {
   int64_t d = c.hidden / c.heads;
   const double pi = 3.14159265358979323846;
   double lowWave = static_cast<double>(c.originalMaxPositions) / c.lowFreqFactor;
@@ -219,7 +217,7 @@ std::vector<double> llamaInvFreq(const LlamaConfig& c) {
   return inv;
 }
 
-std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig& c) {
+std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c) {
   if (c.layers >= 0) cfg.layers = c.layers;
   validate(cfg);
   if (c.seq <= 0) throw Error(cfg.name + ": seq must be positive");
@@ -228,4 +226,4 @@ std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig& c) {
   return std::make_unique<LlamaModel>(cfg, c, std::move(init));
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

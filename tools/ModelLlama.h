@@ -15,7 +15,7 @@ struct LlamaConfig {
   int64_t hidden = 64;
   int layers = 2;
   int64_t heads = 4;
-  int64_t kvHeads = 2;  // grouped-query attention: heads % kvHeads == 0
+  int64_t kvHeads = 2; // grouped-query attention: heads % kvHeads == 0
   int64_t intermediate = 128;
   int64_t vocab = 256;
   double ropeTheta = 10000;
@@ -28,19 +28,19 @@ struct LlamaConfig {
   int64_t originalMaxPositions = 8192;
 };
 
-LlamaConfig llama32_1b();  // Llama-3.2-1B
-LlamaConfig llama32_3b();  // Llama-3.2-3B
-LlamaConfig llama31_8b();  // Llama-3.1-8B
-LlamaConfig llama2_13b();  // Llama-2-13B
+LlamaConfig llama32_1b(); // Llama-3.2-1B
+LlamaConfig llama32_3b(); // Llama-3.2-3B
+LlamaConfig llama31_8b(); // Llama-3.1-8B
+LlamaConfig llama2_13b(); // Llama-2-13B
 
 /// Parameter elements of a Llama with this config (no allocation).
-int64_t llamaParameterCount(const LlamaConfig& cfg);
+int64_t llamaParameterCount(const LlamaConfig &cfg);
 /// The headDim/2 RoPE inverse frequencies, with Llama 3's scaling when cfg.ropeFactor > 0.
-std::vector<double> llamaInvFreq(const LlamaConfig& cfg);
+std::vector<double> llamaInvFreq(const LlamaConfig &cfg);
 /// Builds `cfg` (depth c.layers when >= 0) with seed c.seed in c.dtype and RoPE tables for
 /// c.seq positions; inputs: token ids [batch, seq] (i64) -> logits [batch, seq, vocab].
 /// Module names are Hugging Face's ("model.layers.0.self_attn.q_proj.weight").
 /// An rcjit::Error, before allocating, when the parameters do not fit in memory.
-std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig& c);
+std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

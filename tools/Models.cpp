@@ -16,7 +16,7 @@ struct ToyLayer : nn::Module<ToyLayer> {
     register_module("linear1", linear1);
     register_module("linear2", linear2);
   }
-  Tensor forward(const Tensor& x) {
+  Tensor forward(const Tensor &x) {
     Tensor a = sigmoid(relu(linear1(x)));
     return relu(linear2(a));
   }
@@ -31,69 +31,64 @@ struct Toy : nn::Module<Toy> {
     register_module("linear", linear);
     register_module("layers", layers);
   }
-  Tensor forward(const Tensor& input) {
+  Tensor forward(const Tensor &input) {
     Tensor x = linear(input);
-    for (ToyLayer& layer : layers) x = layer(x);
+    for (ToyLayer &layer : layers) x = layer(x);
     return x;
   }
 };
 
 // Converts every parameter of m and its descendants to dtype (in place in their slots).
-void convertParameters(nn::ModuleBase& m, DType dtype) {
-  for (const auto& [name, t] : m.own_parameters()) *t = t->to(dtype);
-  for (const auto& [name, child] : m.children()) convertParameters(*child, dtype);
+void convertParameters(nn::ModuleBase &m, DType dtype) {
+  for (const auto &[name, t] : m.own_parameters()) *t = t->to(dtype);
+  for (const auto &[name, child] : m.children()) convertParameters(*child, dtype);
 }
 
 class ToyModel : public Model {
- public:
-  explicit ToyModel(const ModelConfig& c) : net_(c.layers < 0 ? 64 : c.layers, c.seed) {
+public:
+  explicit ToyModel(const ModelConfig &c) : net_(c.layers < 0 ? 64 : c.layers, c.seed) {
     if (c.dtype != DType::f32) convertParameters(net_, c.dtype);
   }
-  std::vector<Tensor> makeInputs(const ModelConfig& c) const override {
+  std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
     return {Tensor::randn({c.batch, c.seq, 10}, c.seed + 12345, c.dtype)};
   }
-  Tensor forward(const std::vector<Tensor>& inputs) override { return net_(inputs.at(0)); }
-  nn::ModuleBase& module() override { return net_; }
+  Tensor forward(const std::vector<Tensor> &inputs) override { return net_(inputs.at(0)); }
+  nn::ModuleBase &module() override { return net_; }
 
- private:
+private:
   Toy net_;
 };
 
-int64_t toyCount(const ModelConfig& c) { return 110 + 220 * (c.layers < 0 ? 64 : c.layers); }
+int64_t toyCount(const ModelConfig &c) { return 110 + 220 * (c.layers < 0 ? 64 : c.layers); }
 
-template <class Cfg>
-Cfg withLayers(Cfg cfg, const ModelConfig& c) {
+template <class Cfg> Cfg withLayers(Cfg cfg, const ModelConfig &c) {
   if (c.layers >= 0) cfg.layers = c.layers;
   return cfg;
 }
 
-VitGpt2Config vitWithLayers(const ModelConfig& c) {
+VitGpt2Config vitWithLayers(const ModelConfig &c) {
   VitGpt2Config cfg = vitGpt2();
   if (c.layers >= 0) cfg.encoder.layers = cfg.decoder.layers = c.layers;
   return cfg;
 }
 
 ModelInfo entry(std::string name, std::string description,
-                std::unique_ptr<Model> (*build)(const ModelConfig&),
-                int64_t (*count)(const ModelConfig&)) {
+                std::unique_ptr<Model> (*build)(const ModelConfig &),
+                int64_t (*count)(const ModelConfig &)) {
   int64_t n = count(ModelConfig{});
   return {std::move(name), std::move(description), build, count, n, 4 * n};
 }
 
-template <LlamaConfig (*F)()>
-std::unique_ptr<Model> llamaBuild(const ModelConfig& c) {
+template <LlamaConfig (*F)()> std::unique_ptr<Model> llamaBuild(const ModelConfig &c) {
   return buildLlama(F(), c);
 }
-template <LlamaConfig (*F)()>
-int64_t llamaCount(const ModelConfig& c) {
+template <LlamaConfig (*F)()> int64_t llamaCount(const ModelConfig &c) {
   return llamaParameterCount(withLayers(F(), c));
 }
-template <Gpt2Config (*F)()>
-std::unique_ptr<Model> gpt2Build(const ModelConfig& c) {
+template <Gpt2Config (*F)()> std::unique_ptr<Model> gpt2Build(const ModelConfig &c) {
   return buildGpt2(F(), c);
 }
-template <Gpt2Config (*F)()>
-int64_t gpt2Count(const ModelConfig& c) {
+template <Gpt2Config (*F)()> int64_t gpt2Count(const ModelConfig &c) {
   return gpt2ParameterCount(withLayers(F(), c));
 }
 
@@ -103,7 +98,7 @@ std::vector<ModelInfo> makeRegistry() {
           "toy64",
           "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
           "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
-          [](const ModelConfig& c) -> std::unique_ptr<Model> {
+          [](const ModelConfig &c) -> std::unique_ptr<Model> {
             return std::make_unique<ToyModel>(c);
           },
           toyCount),
@@ -135,31 +130,31 @@ std::vector<ModelInfo> makeRegistry() {
           "vit-gpt2",
           "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
           "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
-          [](const ModelConfig& c) { return buildVitGpt2(vitGpt2(), c); },
-          [](const ModelConfig& c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
+          [](const ModelConfig &c) { return buildVitGpt2(vitGpt2(), c); },
+          [](const ModelConfig &c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
   };
 }
 
-}  // namespace
+} // namespace
 
-const std::vector<ModelInfo>& builtinModels() {
+const std::vector<ModelInfo> &builtinModels() {
   static const std::vector<ModelInfo> models = makeRegistry();
   return models;
 }
 
-const ModelInfo& findModel(const std::string& name) {
+const ModelInfo &findModel(const std::string &name) {
   std::string known;
-  for (const ModelInfo& m : builtinModels()) {
+  for (const ModelInfo &m : builtinModels()) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
   throw Error("unknown model '" + name + "' (built-in models: " + known + ")");
 }
 
-int64_t parameterCount(nn::ModuleBase& m) {
+int64_t parameterCount(nn::ModuleBase &m) {
   int64_t n = 0;
-  for (const auto& [name, t] : m.named_parameters()) n += t.numel();
+  for (const auto &[name, t] : m.named_parameters()) n += t.numel();
   return n;
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

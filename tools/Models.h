@@ -13,20 +13,20 @@ namespace rcjit::tools {
 struct ModelConfig {
   int64_t batch = 1;
   int64_t seq = 128;
-  int layers = -1;  // -1: the architecture's own depth
+  int layers = -1; // -1: the architecture's own depth
   uint64_t seed = 0;
-  DType dtype = DType::f32;  // f32 or bf16: parameters are converted at build, activations follow
-  int64_t memoryLimit = -1;  // bytes the parameters may take; -1: /proc/meminfo MemAvailable
+  DType dtype = DType::f32; // f32 or bf16: parameters are converted at build, activations follow
+  int64_t memoryLimit = -1; // bytes the parameters may take; -1: /proc/meminfo MemAvailable
 };
 
 /// A built model: owns its modules; forward() runs one pass on inputs from makeInputs().
 /// Not thread-safe (forward may be called from one thread at a time).
 class Model {
- public:
+public:
   virtual ~Model() = default;
-  virtual std::vector<Tensor> makeInputs(const ModelConfig& c) const = 0;
-  virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
-  virtual nn::ModuleBase& module() = 0;
+  virtual std::vector<Tensor> makeInputs(const ModelConfig &c) const = 0;
+  virtual Tensor forward(const std::vector<Tensor> &inputs) = 0;
+  virtual nn::ModuleBase &module() = 0;
 };
 
 /// A registry entry. `build` throws an rcjit::Error (bytes needed and available) instead of
@@ -34,19 +34,19 @@ class Model {
 struct ModelInfo {
   std::string name;
   std::string description;
-  std::unique_ptr<Model> (*build)(const ModelConfig&);
+  std::unique_ptr<Model> (*build)(const ModelConfig &);
   /// Parameter elements of the model `build(c)` would make, computed without allocating.
-  int64_t (*countParameters)(const ModelConfig&);
-  int64_t parameters = 0;  // countParameters at the architecture's own depth
-  int64_t bytesF32 = 0;    // parameters * 4
+  int64_t (*countParameters)(const ModelConfig &);
+  int64_t parameters = 0; // countParameters at the architecture's own depth
+  int64_t bytesF32 = 0;   // parameters * 4
 };
 
 /// Every built-in model, in listing order: toy64, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b,
 /// llama-2-13b, gpt2, gpt2-xl, vit-gpt2.
-const std::vector<ModelInfo>& builtinModels();
+const std::vector<ModelInfo> &builtinModels();
 /// The model called `name`; an rcjit::Error listing the known names otherwise.
-const ModelInfo& findModel(const std::string& name);
+const ModelInfo &findModel(const std::string &name);
 /// Number of parameter elements of a model.
-int64_t parameterCount(nn::ModuleBase& m);
+int64_t parameterCount(nn::ModuleBase &m);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

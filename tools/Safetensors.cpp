@@ -16,9 +16,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr int64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit
+constexpr int64_t kMaxHeaderBytes = 100'000'000; // the format's own limit
 
-const std::vector<std::pair<std::string, DType>>& dtypeNames() {
+const std::vector<std::pair<std::string, DType>> &dtypeNames() {
   static const std::vector<std::pair<std::string, DType>> names = {
       {"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16},   {"F64", DType::f64},
       {"I64", DType::i64}, {"I32", DType::i32}, {"BOOL", DType::boolean}};
@@ -26,35 +26,35 @@ const std::vector<std::pair<std::string, DType>>& dtypeNames() {
 }
 
 std::string fileDtypeName(DType d) {
-  for (const auto& [name, dt] : dtypeNames()) {
+  for (const auto &[name, dt] : dtypeNames()) {
     if (dt == d) return name;
   }
   throw Error("safetensors: dtype " + std::string(dtypeName(d)) + " cannot be stored");
 }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void fail(const std::string &path, const std::string &what) {
   throw Error("safetensors file '" + path + "': " + what);
 }
 
-int64_t numelOf(const Shape& s) {
+int64_t numelOf(const Shape &s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
 }
 
-DType parseDtype(const std::string& path, const std::string& name, const Json& v) {
+DType parseDtype(const std::string &path, const std::string &name, const Json &v) {
   if (!v.is_string()) fail(path, "tensor '" + name + "': \"dtype\" must be a string");
-  for (const auto& [fileName, dt] : dtypeNames()) {
+  for (const auto &[fileName, dt] : dtypeNames()) {
     if (fileName == v.get<std::string>()) return dt;
   }
   fail(path, "tensor '" + name + "': unsupported dtype '" + v.get<std::string>() +
                  "' (supported: F32, F16, BF16, F64, I64, I32, BOOL)");
 }
 
-Shape parseShape(const std::string& path, const std::string& name, const Json& v) {
+Shape parseShape(const std::string &path, const std::string &name, const Json &v) {
   Shape shape;
   if (!v.is_array()) fail(path, "tensor '" + name + "': \"shape\" must be an array");
-  for (const Json& d : v) {
+  for (const Json &d : v) {
     if (!d.is_number_unsigned()) {
       fail(path, "tensor '" + name + "': \"shape\" must hold non-negative integers");
     }
@@ -63,14 +63,14 @@ Shape parseShape(const std::string& path, const std::string& name, const Json& v
   return shape;
 }
 
-SafetensorsEntry parseEntry(const std::string& path, const std::string& name, const Json& v,
+SafetensorsEntry parseEntry(const std::string &path, const std::string &name, const Json &v,
                             int64_t dataBytes) {
   if (!v.is_object()) fail(path, "tensor '" + name + "': header entry must be an object");
-  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+  for (const char *key : {"dtype", "shape", "data_offsets"}) {
     if (!v.contains(key)) fail(path, "tensor '" + name + "': header entry lacks \"" + key + "\"");
   }
   SafetensorsEntry e{name, parseDtype(path, name, v["dtype"]), parseShape(path, name, v["shape"])};
-  const Json& off = v["data_offsets"];
+  const Json &off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
       !off[1].is_number_unsigned()) {
     fail(path, "tensor '" + name + "': \"data_offsets\" must be [begin, end]");
@@ -91,23 +91,23 @@ SafetensorsEntry parseEntry(const std::string& path, const std::string& name, co
   return e;
 }
 
-std::map<std::string, std::string> parseMetadata(const std::string& path, const Json& v) {
+std::map<std::string, std::string> parseMetadata(const std::string &path, const Json &v) {
   std::map<std::string, std::string> out;
   if (!v.is_object()) fail(path, "\"__metadata__\" must be an object of strings");
-  for (const auto& [key, value] : v.items()) {
+  for (const auto &[key, value] : v.items()) {
     if (!value.is_string()) fail(path, "\"__metadata__\" value '" + key + "' is not a string");
     out[key] = value.get<std::string>();
   }
   return out;
 }
 
-int64_t readHeaderLength(std::ifstream& in, const std::string& path, int64_t fileBytes) {
+int64_t readHeaderLength(std::ifstream &in, const std::string &path, int64_t fileBytes) {
   if (fileBytes < 8) {
     fail(path, "truncated: " + std::to_string(fileBytes) +
                    " bytes, shorter than the 8-byte header length");
   }
   uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
+  in.read(reinterpret_cast<char *>(&n), 8);
   if (n > static_cast<uint64_t>(fileBytes - 8) || n > kMaxHeaderBytes) {
     fail(path, "truncated or corrupt: header length " + std::to_string(n) + " exceeds the " +
                    std::to_string(fileBytes - 8) + " bytes that follow it");
@@ -115,7 +115,7 @@ int64_t readHeaderLength(std::ifstream& in, const std::string& path, int64_t fil
   return static_cast<int64_t>(n);
 }
 
-}  // namespace
+} // namespace
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   std::ifstream in(path_, std::ios::binary | std::ios::ate);
@@ -129,11 +129,11 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   Json header;
   try {
     header = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::parse_error &e) {
     fail(path_, std::string("bad JSON header: ") + e.what());
   }
   if (!header.is_object()) fail(path_, "the JSON header must be an object");
-  for (const auto& [name, value] : header.items()) {
+  for (const auto &[name, value] : header.items()) {
     if (name == "__metadata__") {
       metadata_ = parseMetadata(path_, value);
     } else {
@@ -142,41 +142,41 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   }
 }
 
-const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
-  for (const SafetensorsEntry& e : entries_) {
+const SafetensorsEntry *SafetensorsReader::find(const std::string &name) const {
+  for (const SafetensorsEntry &e : entries_) {
     if (e.name == name) return &e;
   }
   return nullptr;
 }
 
-Tensor SafetensorsReader::read(const std::string& name) const {
-  const SafetensorsEntry* e = find(name);
+Tensor SafetensorsReader::read(const std::string &name) const {
+  const SafetensorsEntry *e = find(name);
   if (!e) fail(path_, "no tensor named '" + name + "'");
   Tensor t = Tensor::empty(e->shape, e->dtype);
   std::ifstream in(path_, std::ios::binary);
   in.seekg(dataStart_ + e->begin);
-  if (e->end > e->begin && !in.read(static_cast<char*>(t.data_ptr()), e->end - e->begin)) {
+  if (e->end > e->begin && !in.read(static_cast<char *>(t.data_ptr()), e->end - e->begin)) {
     fail(path_, "tensor '" + name + "': cannot read its " + std::to_string(e->end - e->begin) +
                     " bytes (file truncated or changed?)");
   }
   return t;
 }
 
-std::map<std::string, Tensor> readSafetensors(const std::string& path) {
+std::map<std::string, Tensor> readSafetensors(const std::string &path) {
   SafetensorsReader reader(path);
   std::map<std::string, Tensor> out;
-  for (const SafetensorsEntry& e : reader.entries()) out[e.name] = reader.read(e.name);
+  for (const SafetensorsEntry &e : reader.entries()) out[e.name] = reader.read(e.name);
   return out;
 }
 
-void writeSafetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+void writeSafetensors(const std::string &path,
+                      const std::vector<std::pair<std::string, Tensor>> &tensors,
+                      const std::map<std::string, std::string> &metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> data;
   int64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto &[name, t] : tensors) {
     if (header.contains(name)) fail(path, "duplicate tensor name '" + name + "'");
     Tensor host = t.to(Device::cpu()).contiguous();
     int64_t bytes = host.numel() * static_cast<int64_t>(dtypeSize(host.dtype()));
@@ -191,10 +191,10 @@ void writeSafetensors(const std::string& path,
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) fail(path, "cannot open for writing");
   uint64_t n = text.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(reinterpret_cast<const char *>(&n), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const Tensor& t : data) {
-    out.write(static_cast<const char*>(t.data_ptr()),
+  for (const Tensor &t : data) {
+    out.write(static_cast<const char *>(t.data_ptr()),
               static_cast<std::streamsize>(t.numel() * static_cast<int64_t>(dtypeSize(t.dtype()))));
   }
   if (!out) fail(path, "write failed");
@@ -222,22 +222,22 @@ WeightNaming WeightNaming::vitGpt2() {
 namespace {
 
 // Every parameter slot of m and its descendants, by dotted name, in registration order.
-void collectSlots(nn::ModuleBase& m, const std::string& prefix,
-                  std::vector<std::pair<std::string, Tensor*>>& out) {
-  for (const auto& [name, t] : m.own_parameters()) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : m.children()) collectSlots(*child, prefix + name + ".", out);
+void collectSlots(nn::ModuleBase &m, const std::string &prefix,
+                  std::vector<std::pair<std::string, Tensor *>> &out) {
+  for (const auto &[name, t] : m.own_parameters()) out.emplace_back(prefix + name, t);
+  for (const auto &[name, child] : m.children()) collectSlots(*child, prefix + name + ".", out);
 }
 
-bool matchesAny(const std::vector<std::regex>& patterns, const std::string& name) {
+bool matchesAny(const std::vector<std::regex> &patterns, const std::string &name) {
   return std::any_of(patterns.begin(), patterns.end(),
-                     [&](const std::regex& r) { return std::regex_match(name, r); });
+                     [&](const std::regex &r) { return std::regex_match(name, r); });
 }
 
-std::vector<std::regex> compile(const std::vector<std::string>& patterns) {
+std::vector<std::regex> compile(const std::vector<std::string> &patterns) {
   return {patterns.begin(), patterns.end()};
 }
 
-std::string listNames(const std::vector<std::string>& names) {
+std::string listNames(const std::vector<std::string> &names) {
   std::string out;
   for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
   if (names.size() > 8) out += ", ... (" + std::to_string(names.size()) + " in all)";
@@ -246,14 +246,14 @@ std::string listNames(const std::vector<std::string>& names) {
 
 // One planned copy: file tensor -> parameter slot.
 struct Assignment {
-  const SafetensorsReader* reader;
+  const SafetensorsReader *reader;
   std::string fileName;
   std::string paramName;
-  Tensor* slot;
+  Tensor *slot;
   bool transposed;
 };
 
-void checkAssignment(const SafetensorsReader& r, const SafetensorsEntry& e, const Assignment& a) {
+void checkAssignment(const SafetensorsReader &r, const SafetensorsEntry &e, const Assignment &a) {
   Shape want = a.slot->shape();
   if (a.transposed) std::reverse(want.begin(), want.end());
   if (e.shape != want) {
@@ -272,21 +272,21 @@ void checkAssignment(const SafetensorsReader& r, const SafetensorsEntry& e, cons
   }
 }
 
-}  // namespace
+} // namespace
 
-LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
-                       const WeightNaming& naming, bool strict) {
+LoadReport loadWeights(nn::ModuleBase &m, const std::vector<std::string> &paths,
+                       const WeightNaming &naming, bool strict) {
   std::vector<SafetensorsReader> readers(paths.begin(), paths.end());
-  std::vector<std::pair<std::string, Tensor*>> ordered;
+  std::vector<std::pair<std::string, Tensor *>> ordered;
   collectSlots(m, "", ordered);
-  std::map<std::string, Tensor*> slots(ordered.begin(), ordered.end());
+  std::map<std::string, Tensor *> slots(ordered.begin(), ordered.end());
   std::vector<std::regex> transposed = compile(naming.transposed);
   std::vector<std::regex> ignored = compile(naming.ignored);
   LoadReport report;
   std::vector<Assignment> plan;
   std::map<std::string, bool> assigned;
-  for (const SafetensorsReader& reader : readers) {
-    for (const SafetensorsEntry& e : reader.entries()) {
+  for (const SafetensorsReader &reader : readers) {
+    for (const SafetensorsEntry &e : reader.entries()) {
       std::string name = slots.count(e.name) ? e.name : naming.modulePrefix + e.name;
       auto it = slots.find(name);
       if (it == slots.end() || assigned[name]) {
@@ -298,7 +298,7 @@ LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
       checkAssignment(reader, e, plan.back());
     }
   }
-  for (const auto& [name, slot] : ordered) {
+  for (const auto &[name, slot] : ordered) {
     if (!assigned[name]) report.missing.push_back(name);
   }
   if (strict && (!report.missing.empty() || !report.unexpected.empty())) {
@@ -306,7 +306,7 @@ LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
                                listNames(report.missing) + "], unexpected tensors [" +
                                listNames(report.unexpected) + "]");
   }
-  for (const Assignment& a : plan) {
+  for (const Assignment &a : plan) {
     Tensor t = a.reader->read(a.fileName);
     a.slot->copy_(a.transposed ? transpose(t, 0, 1) : t);
     report.loaded.push_back(a.fileName);
@@ -314,18 +314,18 @@ LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
   return report;
 }
 
-LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
+LoadReport loadWeights(nn::ModuleBase &m, const std::string &path, const WeightNaming &naming,
                        bool strict) {
   return loadWeights(m, std::vector<std::string>{path}, naming, strict);
 }
 
-void saveWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming) {
+void saveWeights(nn::ModuleBase &m, const std::string &path, const WeightNaming &naming) {
   std::vector<std::regex> transposed = compile(naming.transposed);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : m.named_parameters()) {
+  for (auto &[name, t] : m.named_parameters()) {
     tensors.emplace_back(name, matchesAny(transposed, name) ? transpose(t, 0, 1) : t);
   }
   writeSafetensors(path, tensors);
 }
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

@@ -26,18 +26,18 @@ struct SafetensorsEntry {
 /// rcjit::Error naming the file and, where there is one, the tensor. Thread-compatible:
 /// const methods may be called concurrently.
 class SafetensorsReader {
- public:
+public:
   explicit SafetensorsReader(std::string path);
-  const std::string& path() const { return path_; }
+  const std::string &path() const { return path_; }
   /// The tensors, in header (name) order.
-  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const std::vector<SafetensorsEntry> &entries() const { return entries_; }
   /// The entry called `name`, or null.
-  const SafetensorsEntry* find(const std::string& name) const;
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const SafetensorsEntry *find(const std::string &name) const;
+  const std::map<std::string, std::string> &metadata() const { return metadata_; }
   /// A new contiguous CPU tensor holding `name`'s data in the file's dtype.
-  Tensor read(const std::string& name) const;
+  Tensor read(const std::string &name) const;
 
- private:
+private:
   std::string path_;
   int64_t dataStart_ = 0;
   std::vector<SafetensorsEntry> entries_;
@@ -45,12 +45,12 @@ class SafetensorsReader {
 };
 
 /// Every tensor of a file, by name.
-std::map<std::string, Tensor> readSafetensors(const std::string& path);
+std::map<std::string, Tensor> readSafetensors(const std::string &path);
 /// Writes `tensors` (any device, layout and supported dtype) in the given order, with
 /// optional string metadata. An rcjit::Error on a duplicate name or an I/O failure.
-void writeSafetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+void writeSafetensors(const std::string &path,
+                      const std::vector<std::pair<std::string, Tensor>> &tensors,
+                      const std::map<std::string, std::string> &metadata = {});
 
 /// How checkpoint names map onto a module's parameter names (rcjit's built-in models use
 /// Hugging Face's names, so most names map to themselves).
@@ -64,18 +64,18 @@ struct WeightNaming {
   /// Regexes of file names that may have no parameter: buffers and tied LM heads.
   std::vector<std::string> ignored;
 
-  static WeightNaming exact();    // names map to themselves, nothing transposed or ignored
-  static WeightNaming llama();    // LlamaForCausalLM checkpoints
-  static WeightNaming gpt2();     // GPT2LMHeadModel or GPT2Model checkpoints
-  static WeightNaming vitGpt2();  // VisionEncoderDecoderModel (ViT + GPT-2) checkpoints
+  static WeightNaming exact();   // names map to themselves, nothing transposed or ignored
+  static WeightNaming llama();   // LlamaForCausalLM checkpoints
+  static WeightNaming gpt2();    // GPT2LMHeadModel or GPT2Model checkpoints
+  static WeightNaming vitGpt2(); // VisionEncoderDecoderModel (ViT + GPT-2) checkpoints
 };
 
 /// What loadWeights did, by parameter name (missing) or file name (the others).
 struct LoadReport {
   std::vector<std::string> loaded;
-  std::vector<std::string> missing;     // parameters the file does not hold
-  std::vector<std::string> unexpected;  // file tensors with no parameter and not ignored
-  std::vector<std::string> ignored;     // file tensors matched by WeightNaming::ignored
+  std::vector<std::string> missing;    // parameters the file does not hold
+  std::vector<std::string> unexpected; // file tensors with no parameter and not ignored
+  std::vector<std::string> ignored;    // file tensors matched by WeightNaming::ignored
 };
 
 /// Copies the tensors of the safetensors file at `path` into m's parameters (through their
@@ -83,14 +83,14 @@ struct LoadReport {
 /// checked before anything is copied; a mismatch, an unreadable file, or (when strict)
 /// any missing or unexpected name is an rcjit::Error naming the file and the tensors.
 /// Not thread-safe with respect to other users of m.
-LoadReport loadWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming,
+LoadReport loadWeights(nn::ModuleBase &m, const std::string &path, const WeightNaming &naming,
                        bool strict = true);
 /// The same over a sharded checkpoint ("model-00001-of-00004.safetensors", ...): names are
 /// matched across all the files; a name in two files counts once, then as unexpected.
-LoadReport loadWeights(nn::ModuleBase& m, const std::vector<std::string>& paths,
-                       const WeightNaming& naming, bool strict = true);
+LoadReport loadWeights(nn::ModuleBase &m, const std::vector<std::string> &paths,
+                       const WeightNaming &naming, bool strict = true);
 /// Writes m's parameters under their names, transposing those `naming` says are stored
 /// transposed: the inverse of loadWeights.
-void saveWeights(nn::ModuleBase& m, const std::string& path, const WeightNaming& naming);
+void saveWeights(nn::ModuleBase &m, const std::string &path, const WeightNaming &naming);
 
-}  // namespace rcjit::tools
+} // namespace rcjit::tools

@@ -3,4 +3,4 @@
 
 #include "tools/Cli.h"
 
-int main(int argc, char** argv) { return rcjit::tools::runCli(argc, argv, std::cout, std::cerr); }
+int main(int argc, char **argv) { return rcjit::tools::runCli(argc, argv, std::cout, std::cerr); }

@@ -15,11 +15,11 @@ bool sameDouble(double a, double b) {
   return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
 }
 
-bool inputBindingEqual(const Node& a, const Node& b) {
+bool inputBindingEqual(const Node &a, const Node &b) {
   return a.inputKind == b.inputKind && a.inputIndex == b.inputIndex && a.name == b.name;
 }
 
-}  // namespace
+} // namespace
 
 std::vector<int> Graph::inputNodes() const {
   std::vector<int> ids;
@@ -29,20 +29,18 @@ std::vector<int> Graph::inputNodes() const {
   return ids;
 }
 
-bool attrsEqual(OpKind op, const Attrs& a, const Attrs& b) {
+bool attrsEqual(OpKind op, const Attrs &a, const Attrs &b) {
   const uint32_t used = opInfo(op).attrs;
   auto differs = [used](uint32_t bit, bool same) { return (used & bit) && !same; };
   return !(differs(kDims, a.dims == b.dims) || differs(kDim, a.dim == b.dim) ||
            differs(kStart, a.start == b.start) || differs(kEnd, a.end == b.end) ||
-           differs(kStride, a.stride == b.stride) ||
-           differs(kPadding, a.padding == b.padding) ||
+           differs(kStride, a.stride == b.stride) || differs(kPadding, a.padding == b.padding) ||
            differs(kValue, sameDouble(a.value, b.value)) ||
-           differs(kEps, sameDouble(a.eps, b.eps)) ||
-           differs(kKeepdim, a.keepdim == b.keepdim) ||
+           differs(kEps, sameDouble(a.eps, b.eps)) || differs(kKeepdim, a.keepdim == b.keepdim) ||
            differs(kCausal, a.causal == b.causal));
 }
 
-bool operator==(const Node& a, const Node& b) {
+bool operator==(const Node &a, const Node &b) {
   if (a.op != b.op || a.inputs != b.inputs || a.dtype != b.dtype || a.shape != b.shape ||
       a.region != b.region || !attrsEqual(a.op, a.attrs, b.attrs)) {
     return false;
@@ -50,28 +48,28 @@ bool operator==(const Node& a, const Node& b) {
   return a.op != OpKind::input || inputBindingEqual(a, b);
 }
 
-bool operator==(const Region& a, const Region& b) {
-  return a.name == b.name && a.type == b.type && a.parent == b.parent &&
-         a.begin == b.begin && a.end == b.end && a.inList == b.inList;
+bool operator==(const Region &a, const Region &b) {
+  return a.name == b.name && a.type == b.type && a.parent == b.parent && a.begin == b.begin &&
+         a.end == b.end && a.inList == b.inList;
 }
 
-bool operator==(const Graph& a, const Graph& b) {
+bool operator==(const Graph &a, const Graph &b) {
   return a.nodes == b.nodes && a.outputs == b.outputs && a.regions == b.regions &&
          a.symbols == b.symbols;
 }
 
-Shape concreteShape(const SymShape& s) {
+Shape concreteShape(const SymShape &s) {
   Shape out;
   out.reserve(s.size());
-  for (const Dim& d : s) out.push_back(d.value);
+  for (const Dim &d : s) out.push_back(d.value);
   return out;
 }
 
-SymShape staticShape(const Shape& s) {
+SymShape staticShape(const Shape &s) {
   SymShape out;
   out.reserve(s.size());
   for (int64_t v : s) out.push_back(Dim{v, -1});
   return out;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

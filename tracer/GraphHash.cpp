@@ -30,36 +30,34 @@ namespace {
 
 using Hash = XXH128_hash_t;
 
-bool hashLess(const Hash& a, const Hash& b) {
+bool hashLess(const Hash &a, const Hash &b) {
   return a.high64 != b.high64 ? a.high64 < b.high64 : a.low64 < b.low64;
 }
 
 // Bytes fed to one XXH3 call; every field is a fixed-width integer.
 class Bytes {
- public:
-  void u64(uint64_t v) { buf_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+public:
+  void u64(uint64_t v) { buf_.append(reinterpret_cast<const char *>(&v), sizeof v); }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
-  void f64(double v) {
-    u64(std::isnan(v) ? 0x7ff8000000000000ull : std::bit_cast<uint64_t>(v));
-  }
-  void hash(const Hash& h) {
+  void f64(double v) { u64(std::isnan(v) ? 0x7ff8000000000000ull : std::bit_cast<uint64_t>(v)); }
+  void hash(const Hash &h) {
     u64(h.low64);
     u64(h.high64);
   }
   Hash digest() const { return XXH3_128bits(buf_.data(), buf_.size()); }
 
- private:
+private:
   std::string buf_;
 };
 
 // Structure-derived identities of captured inputs and symbols; -1 where unassigned.
 struct Canon {
-  std::vector<int> captured;  // per node
-  std::vector<int> symbol;    // per symbol
+  std::vector<int> captured; // per node
+  std::vector<int> symbol;   // per symbol
 };
 
-void validate(const Graph& g) {
-  auto bad = [](const std::string& what) { throw Error("hashGraph: " + what); };
+void validate(const Graph &g) {
+  auto bad = [](const std::string &what) { throw Error("hashGraph: " + what); };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     for (int in : g.nodes[i].inputs) {
       if (in < 0 || static_cast<size_t>(in) >= i) {
@@ -67,7 +65,7 @@ void validate(const Graph& g) {
             ", which is not an earlier node");
       }
     }
-    for (const Dim& d : g.nodes[i].shape) {
+    for (const Dim &d : g.nodes[i].shape) {
       if (d.isSymbolic() && static_cast<size_t>(d.sym) >= g.symbols.size()) {
         bad("node %" + std::to_string(i) + " uses undeclared symbol s" + std::to_string(d.sym));
       }
@@ -80,7 +78,7 @@ void validate(const Graph& g) {
   }
 }
 
-void hashAttrs(Bytes& b, OpKind op, const Attrs& a) {
+void hashAttrs(Bytes &b, OpKind op, const Attrs &a) {
   const uint32_t used = opInfo(op).attrs;
   if (used & kDims) {
     b.u64(a.dims.size());
@@ -97,15 +95,15 @@ void hashAttrs(Bytes& b, OpKind op, const Attrs& a) {
   if (used & kCausal) b.u64(a.causal);
 }
 
-void hashShape(Bytes& b, const Graph& g, const SymShape& shape, const Canon* canon) {
+void hashShape(Bytes &b, const Graph &g, const SymShape &shape, const Canon *canon) {
   b.u64(shape.size());
-  for (const Dim& d : shape) {
+  for (const Dim &d : shape) {
     if (!d.isSymbolic()) {
       b.u64(0);
       b.i64(d.value);
       continue;
     }
-    const Symbol& s = g.symbols[static_cast<size_t>(d.sym)];
+    const Symbol &s = g.symbols[static_cast<size_t>(d.sym)];
     b.u64(1);
     b.i64(s.min);
     b.i64(s.max);
@@ -113,7 +111,7 @@ void hashShape(Bytes& b, const Graph& g, const SymShape& shape, const Canon* can
   }
 }
 
-void hashInputBinding(Bytes& b, const Node& n, int id, const Canon* canon) {
+void hashInputBinding(Bytes &b, const Node &n, int id, const Canon *canon) {
   b.u64(static_cast<uint64_t>(n.inputKind));
   if (n.inputKind == InputKind::arg) {
     b.i64(n.inputIndex);
@@ -123,8 +121,8 @@ void hashInputBinding(Bytes& b, const Node& n, int id, const Canon* canon) {
 }
 
 // The Merkle hash of node `id`, given the hashes of all earlier nodes.
-Hash nodeHash(const Graph& g, int id, const std::vector<Hash>& hashes, const Canon* canon) {
-  const Node& n = g.nodes[static_cast<size_t>(id)];
+Hash nodeHash(const Graph &g, int id, const std::vector<Hash> &hashes, const Canon *canon) {
+  const Node &n = g.nodes[static_cast<size_t>(id)];
   Bytes b;
   b.u64(static_cast<uint64_t>(n.op));
   b.u64(static_cast<uint64_t>(n.dtype));
@@ -136,7 +134,7 @@ Hash nodeHash(const Graph& g, int id, const std::vector<Hash>& hashes, const Can
   return b.digest();
 }
 
-std::vector<Hash> allNodeHashes(const Graph& g, const Canon* canon) {
+std::vector<Hash> allNodeHashes(const Graph &g, const Canon *canon) {
   std::vector<Hash> hashes(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     hashes[i] = nodeHash(g, static_cast<int>(i), hashes, canon);
@@ -146,13 +144,13 @@ std::vector<Hash> allNodeHashes(const Graph& g, const Canon* canon) {
 
 // Walks the graph in the canonical order, numbering captured inputs and symbols.
 class CanonWalk {
- public:
-  explicit CanonWalk(const Graph& g) : g_(g), visited_(g.nodes.size(), false) {
+public:
+  explicit CanonWalk(const Graph &g) : g_(g), visited_(g.nodes.size(), false) {
     canon_.captured.assign(g.nodes.size(), -1);
     canon_.symbol.assign(g.symbols.size(), -1);
   }
 
-  Canon run(const std::vector<Hash>& plainHashes) {
+  Canon run(const std::vector<Hash> &plainHashes) {
     for (int o : g_.outputs) visit(o);
     std::vector<int> rest;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
@@ -165,14 +163,14 @@ class CanonWalk {
     return std::move(canon_);
   }
 
- private:
+private:
   void visit(int root) {
     if (visited_[static_cast<size_t>(root)]) return;
     visited_[static_cast<size_t>(root)] = true;
     std::vector<std::pair<int, size_t>> stack{{root, 0}};
     while (!stack.empty()) {
-      auto& [id, next] = stack.back();
-      const std::vector<int>& ins = g_.nodes[static_cast<size_t>(id)].inputs;
+      auto &[id, next] = stack.back();
+      const std::vector<int> &ins = g_.nodes[static_cast<size_t>(id)].inputs;
       if (next < ins.size()) {
         const int in = ins[next++];
         if (!visited_[static_cast<size_t>(in)]) {
@@ -187,40 +185,40 @@ class CanonWalk {
   }
 
   void emit(int id) {
-    const Node& n = g_.nodes[static_cast<size_t>(id)];
+    const Node &n = g_.nodes[static_cast<size_t>(id)];
     if (n.op == OpKind::input && n.inputKind == InputKind::captured) {
       canon_.captured[static_cast<size_t>(id)] = nextCaptured_++;
     }
-    for (const Dim& d : n.shape) {
+    for (const Dim &d : n.shape) {
       if (d.isSymbolic() && canon_.symbol[static_cast<size_t>(d.sym)] < 0) {
         canon_.symbol[static_cast<size_t>(d.sym)] = nextSymbol_++;
       }
     }
   }
 
-  const Graph& g_;
+  const Graph &g_;
   std::vector<bool> visited_;
   Canon canon_;
   int nextCaptured_ = 0;
   int nextSymbol_ = 0;
 };
 
-void hashUnusedSymbols(Bytes& b, const Graph& g, const Canon& canon) {
+void hashUnusedSymbols(Bytes &b, const Graph &g, const Canon &canon) {
   std::vector<std::pair<int64_t, int64_t>> unused;
   for (size_t i = 0; i < g.symbols.size(); ++i) {
     if (canon.symbol[i] < 0) unused.emplace_back(g.symbols[i].min, g.symbols[i].max);
   }
   std::sort(unused.begin(), unused.end());
   b.u64(g.symbols.size());
-  for (const auto& [lo, hi] : unused) {
+  for (const auto &[lo, hi] : unused) {
     b.i64(lo);
     b.i64(hi);
   }
 }
 
-Canon canonOf(const Graph& g) { return CanonWalk(g).run(allNodeHashes(g, nullptr)); }
+Canon canonOf(const Graph &g) { return CanonWalk(g).run(allNodeHashes(g, nullptr)); }
 
-}  // namespace
+} // namespace
 
 std::string GraphHash::hex() const {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -232,7 +230,7 @@ std::string GraphHash::hex() const {
   return out;
 }
 
-std::vector<int> canonicalCaptured(const Graph& g) {
+std::vector<int> canonicalCaptured(const Graph &g) {
   validate(g);
   const Canon canon = canonOf(g);
   std::vector<int> ids;
@@ -245,16 +243,16 @@ std::vector<int> canonicalCaptured(const Graph& g) {
   return ids;
 }
 
-GraphHash hashGraph(const Graph& g) {
+GraphHash hashGraph(const Graph &g) {
   validate(g);
   const Canon canon = canonOf(g);
   const std::vector<Hash> hashes = allNodeHashes(g, &canon);
   std::vector<Hash> sorted = hashes;
   std::sort(sorted.begin(), sorted.end(), hashLess);
   Bytes b;
-  b.u64(0x72636a6974677231ull);  // "rcjitgr1": the hash scheme's version
+  b.u64(0x72636a6974677231ull); // "rcjitgr1": the hash scheme's version
   b.u64(sorted.size());
-  for (const Hash& h : sorted) b.hash(h);
+  for (const Hash &h : sorted) b.hash(h);
   b.u64(g.outputs.size());
   for (int o : g.outputs) b.hash(hashes[static_cast<size_t>(o)]);
   hashUnusedSymbols(b, g, canon);
@@ -262,4 +260,4 @@ GraphHash hashGraph(const Graph& g) {
   return GraphHash{h.low64, h.high64};
 }
 
-}  // namespace rcjit
+} // namespace rcjit

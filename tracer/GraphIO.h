@@ -10,7 +10,7 @@
 namespace rcjit {
 
 /// A readable text form that parseGraph reads back: parseGraph(printGraph(g)) == g.
-std::string printGraph(const Graph& g);
+std::string printGraph(const Graph &g);
 /// Parses printGraph's form; malformed text throws rcjit::Error naming line and column.
 Graph parseGraph(std::string_view text);
 /// The text form's name of one Attrs field ("dims", "keepdim", ...), shared by printer and
@@ -20,18 +20,18 @@ std::string_view attrName(AttrBit bit);
 /// 128-bit structural hash of a graph.
 struct GraphHash {
   uint64_t lo = 0, hi = 0;
-  friend bool operator==(const GraphHash&, const GraphHash&) = default;
+  friend bool operator==(const GraphHash &, const GraphHash &) = default;
   std::string hex() const;
 };
 /// Canonical hash: equal for graphs that differ only in node numbering (any topological
 /// order of the same DAG), in captured inputs' names and bindings, and in region
 /// bookkeeping; different when an op, attr, dtype, shape, symbol range, input order or
 /// output differs.
-GraphHash hashGraph(const Graph& g);
+GraphHash hashGraph(const Graph &g);
 /// The captured input nodes of `g` in the structural order hashGraph numbers them by (not
 /// their inputIndex). Graphs with equal hashes take their captured tensors alike when each
 /// lists them in this order, so a cache entry shared by such graphs must bind by it.
-std::vector<int> canonicalCaptured(const Graph& g);
+std::vector<int> canonicalCaptured(const Graph &g);
 
 /// The sub-graph of region `r`: nodes of the region, with every value it uses from
 /// outside (and every input node inside it) turned into an input node, numbered in order
@@ -39,7 +39,7 @@ std::vector<int> canonicalCaptured(const Graph& g);
 /// `boundary` receives, for each input of the sub-graph, the id in `g` it stands for
 /// (in the sub-graph's inputNodes() order); `outputsInG` the g ids of its outputs.
 /// Policy details at the top of RegionExtract.cpp; throws rcjit::Error on a bad region.
-Graph extractRegion(const Graph& g, int r, std::vector<int>* boundary = nullptr,
-                    std::vector<int>* outputsInG = nullptr);
+Graph extractRegion(const Graph &g, int r, std::vector<int> *boundary = nullptr,
+                    std::vector<int> *outputsInG = nullptr);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -32,7 +32,7 @@ namespace rcjit {
 
 namespace {
 
-[[noreturn]] void failAt(int line, int col, const std::string& msg) {
+[[noreturn]] void failAt(int line, int col, const std::string &msg) {
   throw Error("graph text: line " + std::to_string(line) + ", column " + std::to_string(col) +
               ": " + msg);
 }
@@ -41,8 +41,8 @@ enum class Tok : uint8_t { End, Ident, Number, Value, String, Punct };
 
 struct Token {
   Tok kind = Tok::End;
-  std::string_view text;  // the source text; for Value the digits after '%'
-  std::string str;        // a String's decoded contents
+  std::string_view text; // the source text; for Value the digits after '%'
+  std::string str;       // a String's decoded contents
   int line = 1;
   int col = 1;
 };
@@ -69,7 +69,7 @@ std::string quoteForError(std::string_view s) {
   return out + (s.size() > 24 ? "...'" : "'");
 }
 
-std::string describe(const Token& t) {
+std::string describe(const Token &t) {
   if (t.kind == Tok::End) return "end of input";
   if (t.kind == Tok::Value) return quoteForError("%" + std::string(t.text));
   return quoteForError(t.text);
@@ -77,7 +77,7 @@ std::string describe(const Token& t) {
 
 // Splits the text into tokens, tracking 1-based line and byte column.
 class Lexer {
- public:
+public:
   explicit Lexer(std::string_view src) : src_(src) {}
 
   Token next() {
@@ -102,7 +102,7 @@ class Lexer {
     failAt(line_, col_, "unexpected character " + quoteForError(src_.substr(pos_, 1)));
   }
 
- private:
+private:
   void bump() {
     if (src_[pos_] == '\n') {
       ++line_;
@@ -148,8 +148,8 @@ class Lexer {
     if (isDigit(c)) return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    failAt(line_, col_, "expected a hex digit in \\x escape, found " +
-                            quoteForError(std::string_view(&c, 1)));
+    failAt(line_, col_,
+           "expected a hex digit in \\x escape, found " + quoteForError(std::string_view(&c, 1)));
   }
 
   char lexEscape() {
@@ -158,13 +158,20 @@ class Lexer {
     const int line = line_, col = col_;
     bump();
     switch (c) {
-      case '"': return '"';
-      case '\\': return '\\';
-      case 'n': return '\n';
-      case 't': return '\t';
-      case 'r': return '\r';
-      case 'x': return lexHexEscape();
-      default: failAt(line, col, "unknown escape " + quoteForError(std::string("\\") + c));
+    case '"':
+      return '"';
+    case '\\':
+      return '\\';
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case 'x':
+      return lexHexEscape();
+    default:
+      failAt(line, col, "unknown escape " + quoteForError(std::string("\\") + c));
     }
   }
 
@@ -220,7 +227,7 @@ bool arityOk(OpKind op, size_t n) {
   const int arity = opInfo(op).arity;
   if (arity >= 0) return n == static_cast<size_t>(arity);
   if (op == OpKind::cat) return n >= 1;
-  return n == 2 || n == 3;  // x, w [, b]
+  return n == 2 || n == 3; // x, w [, b]
 }
 
 std::string arityText(OpKind op) {
@@ -230,7 +237,7 @@ std::string arityText(OpKind op) {
 }
 
 class Parser {
- public:
+public:
   explicit Parser(std::string_view text) : lex_(text) { advance(); }
 
   Graph parse() {
@@ -246,10 +253,10 @@ class Parser {
     return std::move(g_);
   }
 
- private:
+private:
   void advance() { tok_ = lex_.next(); }
 
-  [[noreturn]] void fail(const std::string& msg) const {
+  [[noreturn]] void fail(const std::string &msg) const {
     failAt(tok_.line, tok_.col, msg + ", found " + describe(tok_));
   }
 
@@ -292,9 +299,9 @@ class Parser {
     const Token at = tok_;
     const int64_t v = expectInt64(what);
     if (v < lo || v > hi) {
-      failAt(at.line, at.col, std::string(what) + " " + std::to_string(v) +
-                                  " out of range [" + std::to_string(lo) + ", " +
-                                  std::to_string(hi) + "]");
+      failAt(at.line, at.col,
+             std::string(what) + " " + std::to_string(v) + " out of range [" + std::to_string(lo) +
+                 ", " + std::to_string(hi) + "]");
     }
     return static_cast<int>(v);
   }
@@ -424,7 +431,7 @@ class Parser {
     g_.nodes.push_back(std::move(n));
   }
 
-  void parseInputOp(Node& n) {
+  void parseInputOp(Node &n) {
     advance();
     n.op = OpKind::input;
     if (atWord("arg")) {
@@ -439,7 +446,7 @@ class Parser {
     if (tok_.kind == Tok::String) n.name = expectString("the input name");
   }
 
-  void parseComputeOp(Node& n, size_t id) {
+  void parseComputeOp(Node &n, size_t id) {
     if (tok_.kind != Tok::Ident || !opFromName(tok_.text, n.op) || n.op == OpKind::input) {
       fail("expected an op name");
     }
@@ -455,14 +462,14 @@ class Parser {
     }
     expectPunct(')');
     if (!arityOk(n.op, n.inputs.size())) {
-      failAt(opTok.line, opTok.col, "op '" + std::string(opName(n.op)) + "' takes " +
-                                        arityText(n.op) + " inputs, not " +
-                                        std::to_string(n.inputs.size()));
+      failAt(opTok.line, opTok.col,
+             "op '" + std::string(opName(n.op)) + "' takes " + arityText(n.op) + " inputs, not " +
+                 std::to_string(n.inputs.size()));
     }
     parseAttrs(n);
   }
 
-  void parseAttrs(Node& n) {
+  void parseAttrs(Node &n) {
     const uint32_t used = opInfo(n.op).attrs;
     uint32_t seen = 0;
     while (tok_.kind == Tok::Ident) {
@@ -490,18 +497,38 @@ class Parser {
     fail("expected an attribute of this op or ':'");
   }
 
-  void parseAttrValue(AttrBit bit, Attrs& a) {
+  void parseAttrValue(AttrBit bit, Attrs &a) {
     switch (bit) {
-      case kDims: a.dims = parseIntList(); break;
-      case kDim: a.dim = expectInt64("dim"); break;
-      case kStart: a.start = expectInt64("start"); break;
-      case kEnd: a.end = expectInt64("end"); break;
-      case kStride: a.stride = expectInt64("stride"); break;
-      case kPadding: a.padding = expectInt64("padding"); break;
-      case kValue: a.value = expectDouble("value"); break;
-      case kEps: a.eps = expectDouble("eps"); break;
-      case kKeepdim: a.keepdim = expectBool("keepdim"); break;
-      case kCausal: a.causal = expectBool("causal"); break;
+    case kDims:
+      a.dims = parseIntList();
+      break;
+    case kDim:
+      a.dim = expectInt64("dim");
+      break;
+    case kStart:
+      a.start = expectInt64("start");
+      break;
+    case kEnd:
+      a.end = expectInt64("end");
+      break;
+    case kStride:
+      a.stride = expectInt64("stride");
+      break;
+    case kPadding:
+      a.padding = expectInt64("padding");
+      break;
+    case kValue:
+      a.value = expectDouble("value");
+      break;
+    case kEps:
+      a.eps = expectDouble("eps");
+      break;
+    case kKeepdim:
+      a.keepdim = expectBool("keepdim");
+      break;
+    case kCausal:
+      a.causal = expectBool("causal");
+      break;
     }
   }
 
@@ -530,7 +557,7 @@ class Parser {
     fail("expected a dtype (f32, f64, f16, bf16, i32, i64, bool)");
   }
 
-  void parseType(Node& n) {
+  void parseType(Node &n) {
     n.dtype = expectDType();
     expectPunct('[');
     if (!atPunct(']')) {
@@ -564,12 +591,12 @@ class Parser {
   }
 
   void checkRegionRanges() const {
-    for (const PendingRange& p : pending_) {
-      const Region& r = g_.regions[static_cast<size_t>(p.region)];
+    for (const PendingRange &p : pending_) {
+      const Region &r = g_.regions[static_cast<size_t>(p.region)];
       if (static_cast<size_t>(r.end) > g_.nodes.size()) {
-        failAt(p.line, p.col, "region " + std::to_string(p.region) + " ends at node " +
-                                  std::to_string(r.end) + " but the graph has " +
-                                  std::to_string(g_.nodes.size()) + " nodes");
+        failAt(p.line, p.col,
+               "region " + std::to_string(p.region) + " ends at node " + std::to_string(r.end) +
+                   " but the graph has " + std::to_string(g_.nodes.size()) + " nodes");
       }
     }
   }
@@ -580,8 +607,8 @@ class Parser {
   std::vector<PendingRange> pending_;
 };
 
-}  // namespace
+} // namespace
 
 Graph parseGraph(std::string_view text) { return Parser(text).parse(); }
 
-}  // namespace rcjit
+} // namespace rcjit

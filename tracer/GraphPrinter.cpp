@@ -15,12 +15,11 @@ constexpr std::string_view kHeaderComment =
     "# rcjit graph: %id = op(inputs) attrs : dtype[dims] @region; "
     "dim sK=V is symbol K traced as V\n";
 
-void appendInt(std::string& out, int64_t v) { out += std::to_string(v); }
+void appendInt(std::string &out, int64_t v) { out += std::to_string(v); }
 
 // Appends text pieces and integers in order (no temporaries joined with `+`).
-template <class... Parts>
-void put(std::string& out, const Parts&... parts) {
-  auto one = [&out](const auto& p) {
+template <class... Parts> void put(std::string &out, const Parts &...parts) {
+  auto one = [&out](const auto &p) {
     if constexpr (std::is_integral_v<std::decay_t<decltype(p)>>) {
       appendInt(out, static_cast<int64_t>(p));
     } else {
@@ -31,7 +30,7 @@ void put(std::string& out, const Parts&... parts) {
 }
 
 // Shortest text that reads back to the same double; all NaNs print as "nan".
-void appendDouble(std::string& out, double v) {
+void appendDouble(std::string &out, double v) {
   if (std::isnan(v)) {
     out += "nan";
     return;
@@ -41,7 +40,7 @@ void appendDouble(std::string& out, double v) {
   out.append(buf, res.ptr);
 }
 
-void appendQuoted(std::string& out, std::string_view s) {
+void appendQuoted(std::string &out, std::string_view s) {
   out += '"';
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -63,7 +62,7 @@ void appendQuoted(std::string& out, std::string_view s) {
   out += '"';
 }
 
-void appendBound(std::string& out, int64_t v) {
+void appendBound(std::string &out, int64_t v) {
   if (v == INT64_MAX) {
     out += "max";
   } else {
@@ -71,7 +70,7 @@ void appendBound(std::string& out, int64_t v) {
   }
 }
 
-void appendSymbols(std::string& out, const std::vector<Symbol>& symbols) {
+void appendSymbols(std::string &out, const std::vector<Symbol> &symbols) {
   out += "graph(";
   if (!symbols.empty()) out += "symbols: ";
   for (size_t i = 0; i < symbols.size(); ++i) {
@@ -85,7 +84,7 @@ void appendSymbols(std::string& out, const std::vector<Symbol>& symbols) {
   out += ") {\n";
 }
 
-void appendRegion(std::string& out, size_t index, const Region& r) {
+void appendRegion(std::string &out, size_t index, const Region &r) {
   put(out, "  region ", index, " ");
   appendQuoted(out, r.name);
   out += " type ";
@@ -95,7 +94,7 @@ void appendRegion(std::string& out, size_t index, const Region& r) {
   out += "\n";
 }
 
-void appendDims(std::string& out, const Dims& dims) {
+void appendDims(std::string &out, const Dims &dims) {
   out += "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) out += ", ";
@@ -104,32 +103,52 @@ void appendDims(std::string& out, const Dims& dims) {
   out += "]";
 }
 
-void appendAttr(std::string& out, AttrBit bit, const Attrs& a) {
+void appendAttr(std::string &out, AttrBit bit, const Attrs &a) {
   out += " ";
   out += attrName(bit);
   out += "=";
   switch (bit) {
-    case kDims: appendDims(out, a.dims); break;
-    case kDim: appendInt(out, a.dim); break;
-    case kStart: appendInt(out, a.start); break;
-    case kEnd: appendInt(out, a.end); break;
-    case kStride: appendInt(out, a.stride); break;
-    case kPadding: appendInt(out, a.padding); break;
-    case kValue: appendDouble(out, a.value); break;
-    case kEps: appendDouble(out, a.eps); break;
-    case kKeepdim: out += a.keepdim ? "true" : "false"; break;
-    case kCausal: out += a.causal ? "true" : "false"; break;
+  case kDims:
+    appendDims(out, a.dims);
+    break;
+  case kDim:
+    appendInt(out, a.dim);
+    break;
+  case kStart:
+    appendInt(out, a.start);
+    break;
+  case kEnd:
+    appendInt(out, a.end);
+    break;
+  case kStride:
+    appendInt(out, a.stride);
+    break;
+  case kPadding:
+    appendInt(out, a.padding);
+    break;
+  case kValue:
+    appendDouble(out, a.value);
+    break;
+  case kEps:
+    appendDouble(out, a.eps);
+    break;
+  case kKeepdim:
+    out += a.keepdim ? "true" : "false";
+    break;
+  case kCausal:
+    out += a.causal ? "true" : "false";
+    break;
   }
 }
 
-void appendAttrs(std::string& out, OpKind op, const Attrs& a) {
+void appendAttrs(std::string &out, OpKind op, const Attrs &a) {
   const uint32_t used = opInfo(op).attrs;
   for (uint32_t bit = 1; bit <= kCausal; bit <<= 1) {
     if (used & bit) appendAttr(out, static_cast<AttrBit>(bit), a);
   }
 }
 
-void appendType(std::string& out, DType dtype, const SymShape& shape) {
+void appendType(std::string &out, DType dtype, const SymShape &shape) {
   out += dtypeName(dtype);
   out += "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -140,7 +159,7 @@ void appendType(std::string& out, DType dtype, const SymShape& shape) {
   out += "]";
 }
 
-void appendInputOp(std::string& out, const Node& n) {
+void appendInputOp(std::string &out, const Node &n) {
   out += n.inputKind == InputKind::arg ? "input arg " : "input captured ";
   appendInt(out, n.inputIndex);
   if (!n.name.empty()) {
@@ -149,7 +168,7 @@ void appendInputOp(std::string& out, const Node& n) {
   }
 }
 
-void appendComputeOp(std::string& out, const Node& n) {
+void appendComputeOp(std::string &out, const Node &n) {
   out += opName(n.op);
   out += "(";
   for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -160,7 +179,7 @@ void appendComputeOp(std::string& out, const Node& n) {
   appendAttrs(out, n.op, n.attrs);
 }
 
-void appendNode(std::string& out, size_t id, const Node& n) {
+void appendNode(std::string &out, size_t id, const Node &n) {
   put(out, "  %", id, " = ");
   if (n.op == OpKind::input) {
     appendInputOp(out, n);
@@ -173,7 +192,7 @@ void appendNode(std::string& out, size_t id, const Node& n) {
   out += "\n";
 }
 
-void appendReturn(std::string& out, const std::vector<int>& outputs) {
+void appendReturn(std::string &out, const std::vector<int> &outputs) {
   out += "  return";
   for (size_t i = 0; i < outputs.size(); ++i) {
     put(out, i ? ", %" : " %", outputs[i]);
@@ -181,25 +200,35 @@ void appendReturn(std::string& out, const std::vector<int>& outputs) {
   out += "\n}\n";
 }
 
-}  // namespace
+} // namespace
 
 std::string_view attrName(AttrBit bit) {
   switch (bit) {
-    case kDims: return "dims";
-    case kDim: return "dim";
-    case kStart: return "start";
-    case kEnd: return "end";
-    case kStride: return "stride";
-    case kPadding: return "padding";
-    case kValue: return "value";
-    case kEps: return "eps";
-    case kKeepdim: return "keepdim";
-    case kCausal: return "causal";
+  case kDims:
+    return "dims";
+  case kDim:
+    return "dim";
+  case kStart:
+    return "start";
+  case kEnd:
+    return "end";
+  case kStride:
+    return "stride";
+  case kPadding:
+    return "padding";
+  case kValue:
+    return "value";
+  case kEps:
+    return "eps";
+  case kKeepdim:
+    return "keepdim";
+  case kCausal:
+    return "causal";
   }
   return {};
 }
 
-std::string printGraph(const Graph& g) {
+std::string printGraph(const Graph &g) {
   std::string out(kHeaderComment);
   appendSymbols(out, g.symbols);
   for (size_t i = 0; i < g.regions.size(); ++i) appendRegion(out, i, g.regions[i]);
@@ -208,4 +237,4 @@ std::string printGraph(const Graph& g) {
   return out;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -21,7 +21,7 @@ inline float halfToFloat(uint16_t h) {
   if (exp == 0) {
     if (mant == 0) {
       f = sign;
-    } else {  // subnormal: normalize
+    } else { // subnormal: normalize
       exp = 127 - 15 + 1;
       while ((mant & 0x400u) == 0) {
         mant <<= 1;
@@ -42,15 +42,15 @@ inline uint16_t floatToHalf(float value) {
   uint32_t x = std::bit_cast<uint32_t>(value);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) {  // inf or nan
+  if (absx >= 0x7f800000u) { // inf or nan
     return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
   }
-  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow
-  if (absx < 0x38800000u) {  // subnormal or zero in half
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow
+  if (absx < 0x38800000u) { // subnormal or zero in half
     if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t e = absx >> 23;
     uint32_t m = (absx & 0x7fffffu) | 0x800000u;
-    uint32_t total = 126 - e;  // bits of m below the half subnormal's unit (2^-24)
+    uint32_t total = 126 - e; // bits of m below the half subnormal's unit (2^-24)
     uint32_t halfm = m >> total;
     uint32_t rem = m & ((1u << total) - 1);
     uint32_t halfway = 1u << (total - 1);
@@ -65,14 +65,16 @@ inline uint16_t floatToHalf(float value) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t floatToBf16(float value) {
   uint32_t x = std::bit_cast<uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // nan
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u); // nan
   uint32_t lsb = (x >> 16) & 1u;
   x += 0x7fffu + lsb;
   return static_cast<uint16_t>(x >> 16);
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -12,26 +12,26 @@
 namespace rcjit::nn {
 
 namespace {
-void checkName(const std::string& name, const char* what) {
+void checkName(const std::string &name, const char *what) {
   if (name.empty() || name.find('.') != std::string::npos) {
     throw Error(std::string(what) + ": name '" + name + "' must be non-empty and contain no '.'");
   }
 }
-}  // namespace
+} // namespace
 
-void ModuleBase::register_parameter(std::string name, Tensor& t) {
+void ModuleBase::register_parameter(std::string name, Tensor &t) {
   checkName(name, "register_parameter");
   if (!t.defined()) throw Error("register_parameter: '" + name + "' is an undefined Tensor");
-  for (const auto& p : params_) {
+  for (const auto &p : params_) {
     if (p.first == name) throw Error("register_parameter: '" + name + "' is already registered");
   }
   params_.emplace_back(std::move(name), &t);
 }
 
-void ModuleBase::register_module(std::string name, ModuleBase& m) {
+void ModuleBase::register_module(std::string name, ModuleBase &m) {
   checkName(name, "register_module");
   if (&m == this) throw Error("register_module: a module cannot be its own child");
-  for (const auto& c : children_) {
+  for (const auto &c : children_) {
     if (c.first == name) throw Error("register_module: '" + name + "' is already registered");
   }
   if (m.parent_ && m.parent_ != this) {
@@ -44,25 +44,25 @@ void ModuleBase::register_module(std::string name, ModuleBase& m) {
 
 std::vector<std::pair<std::string, Tensor>> ModuleBase::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [name, t] : params_) out.emplace_back(name, *t);
-  for (const auto& [cname, child] : children_) {
-    for (auto& [pname, t] : child->named_parameters()) out.emplace_back(cname + "." + pname, t);
+  for (const auto &[name, t] : params_) out.emplace_back(name, *t);
+  for (const auto &[cname, child] : children_) {
+    for (auto &[pname, t] : child->named_parameters()) out.emplace_back(cname + "." + pname, t);
   }
   return out;
 }
 
 std::string ModuleBase::path() const {
   std::string p;
-  for (const ModuleBase* m = this; m && m->parent_; m = m->parent_) {
+  for (const ModuleBase *m = this; m && m->parent_; m = m->parent_) {
     p = p.empty() ? m->nameInParent_ : m->nameInParent_ + "." + p;
   }
   return p;
 }
 
 std::string ModuleBase::typeName() const {
-  const char* mangled = typeid(*this).name();
+  const char *mangled = typeid(*this).name();
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(
+  std::unique_ptr<char, void (*)(void *)> demangled(
       abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return status == 0 && demangled ? std::string(demangled.get()) : std::string(mangled);
 }
@@ -96,4 +96,4 @@ RMSNorm::RMSNorm(int64_t dim, double eps) : weight(Tensor::ones({dim})), eps(eps
   register_parameter("weight", weight);
 }
 
-}  // namespace rcjit::nn
+} // namespace rcjit::nn

@@ -11,11 +11,11 @@ constexpr std::array<OpInfo, kNumOps> kOpTable = {{
 #include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
 }};
-}  // namespace
+} // namespace
 
-const OpInfo& opInfo(OpKind op) { return kOpTable[static_cast<size_t>(op)]; }
+const OpInfo &opInfo(OpKind op) { return kOpTable[static_cast<size_t>(op)]; }
 
-bool opFromName(std::string_view name, OpKind& out) {
+bool opFromName(std::string_view name, OpKind &out) {
   for (size_t i = 0; i < kOpTable.size(); ++i) {
     if (kOpTable[i].name == name) {
       out = static_cast<OpKind>(i);
@@ -25,4 +25,4 @@ bool opFromName(std::string_view name, OpKind& out) {
   return false;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -15,7 +15,7 @@ namespace rcjit {
 namespace detail {
 
 namespace {
-void checkDefined(OpKind op, const std::vector<Tensor>& in) {
+void checkDefined(OpKind op, const std::vector<Tensor> &in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].defined()) {
       throw Error(std::string(opName(op)) + ": input " + std::to_string(i) +
@@ -30,58 +30,58 @@ void checkDefined(OpKind op, const std::vector<Tensor>& in) {
 
 // The result of `op` in a meta trace: views as the eager target makes them (they touch no
 // data), everything else fresh storage with uninitialized contents.
-Tensor metaResult(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
-                  const TensorMeta& meta) {
+Tensor metaResult(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
+                  const TensorMeta &meta) {
   switch (op) {
-    case OpKind::permute:
-    case OpKind::expand:
-    case OpKind::slice:
-      return eager::run(op, in, a, meta);
-    case OpKind::reshape: {
-      Shape strides;
-      if (computeViewStrides(in[0].shape(), in[0].strides(), meta.shape, strides)) {
-        return makeView(in[0], meta.shape, strides, in[0].offset());
-      }
-      return makeTensor(meta.shape, meta.dtype, in[0].device());
+  case OpKind::permute:
+  case OpKind::expand:
+  case OpKind::slice:
+    return eager::run(op, in, a, meta);
+  case OpKind::reshape: {
+    Shape strides;
+    if (computeViewStrides(in[0].shape(), in[0].strides(), meta.shape, strides)) {
+      return makeView(in[0], meta.shape, strides, in[0].offset());
     }
-    default:
-      return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
+    return makeTensor(meta.shape, meta.dtype, in[0].device());
+  }
+  default:
+    return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
   }
 }
 
-Tensor applyWithMeta(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
-                     const TensorMeta& meta) {
-  Tracer* tr = Tracer::current();
+Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
+                     const TensorMeta &meta) {
+  Tracer *tr = Tracer::current();
   Tensor r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
   if (tr) tr->record(op, in, a, r);
   return r;
 }
-}  // namespace
+} // namespace
 
-Tensor applyOp(OpKind op, const std::vector<Tensor>& in, const Attrs& a) {
+Tensor applyOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a) {
   checkDefined(op, in);
   std::vector<TensorMeta> metas;
   metas.reserve(in.size());
-  for (const Tensor& t : in) metas.push_back({t.dtype(), t.shape()});
+  for (const Tensor &t : in) metas.push_back({t.dtype(), t.shape()});
   return applyWithMeta(op, in, a, inferMeta(op, metas, a));
 }
 
-Tensor applySource(OpKind op, const Shape& shape, DType dtype, const Attrs& a) {
+Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a) {
   for (int64_t s : shape) {
     if (s < 0) throw Error(std::string(opName(op)) + ": negative size in shape " + shapeStr(shape));
   }
   Tensor r = eager::run(op, {}, a, TensorMeta{dtype, shape});
-  if (Tracer* tr = Tracer::current()) tr->recordSource(op, a, r);
+  if (Tracer *tr = Tracer::current()) tr->recordSource(op, a, r);
   return r;
 }
 
-Tensor castTo(const Tensor& x, DType dtype) {
+Tensor castTo(const Tensor &x, DType dtype) {
   checkDefined(OpKind::cast, {x});
   if (x.dtype() == dtype) return x;
   return applyWithMeta(OpKind::cast, {x}, Attrs{}, TensorMeta{dtype, x.shape()});
 }
 
-}  // namespace detail
+} // namespace detail
 
 using detail::applyOp;
 using detail::castTo;
@@ -98,34 +98,34 @@ DType scalarDtype(Scalar s) { return s.isFloating() ? DType::f64 : DType::i64; }
 
 bool needsFloat(OpKind op) { return op == OpKind::div || op == OpKind::pow; }
 
-Tensor binary(OpKind op, const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) return applyOp(op, {a, b}, {});  // reports the undefined one
+Tensor binary(OpKind op, const Tensor &a, const Tensor &b) {
+  if (!a.defined() || !b.defined()) return applyOp(op, {a, b}, {}); // reports the undefined one
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, b.dtype(), b.dim() == 0, false);
   if (needsFloat(op) && !isFloating(t)) t = DType::f32;
   return applyOp(op, {castTo(a, t), castTo(b, t)}, {});
 }
 
-Tensor binary(OpKind op, const Tensor& a, Scalar s) {
+Tensor binary(OpKind op, const Tensor &a, Scalar s) {
   if (!a.defined()) return applyOp(op, {a}, {});
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, scalarDtype(s), true, true);
   if (needsFloat(op) && !isFloating(t)) t = DType::f32;
   return applyOp(op, {castTo(a, t), scalarTensor(s, t)}, {});
 }
 
-Tensor binary(OpKind op, Scalar s, const Tensor& b) {
+Tensor binary(OpKind op, Scalar s, const Tensor &b) {
   if (!b.defined()) return applyOp(op, {b}, {});
   DType t = promoteTypes(scalarDtype(s), true, true, b.dtype(), b.dim() == 0, false);
   if (needsFloat(op) && !isFloating(t)) t = DType::f32;
   return applyOp(op, {scalarTensor(s, t), castTo(b, t)}, {});
 }
 
-Tensor unaryFloat(OpKind op, const Tensor& x) {
+Tensor unaryFloat(OpKind op, const Tensor &x) {
   if (x.defined() && !isFloating(x.dtype())) return applyOp(op, {castTo(x, DType::f32)}, {});
   return applyOp(op, {x}, {});
 }
 
 // Explicit, sorted, unique, non-negative dims; empty means all dims.
-Dims reductionDims(const char* op, const Tensor& x, const Dims& dims) {
+Dims reductionDims(const char *op, const Tensor &x, const Dims &dims) {
   int64_t rank = x.dim();
   Dims out;
   if (dims.empty()) {
@@ -141,7 +141,7 @@ Dims reductionDims(const char* op, const Tensor& x, const Dims& dims) {
   return out;
 }
 
-Tensor reduce(OpKind op, const Tensor& x, const Dims& dims, bool keepdim) {
+Tensor reduce(OpKind op, const Tensor &x, const Dims &dims, bool keepdim) {
   if (!x.defined()) return applyOp(op, {x}, {});
   Attrs a;
   a.dims = reductionDims(std::string(opName(op)).c_str(), x, dims);
@@ -149,12 +149,12 @@ Tensor reduce(OpKind op, const Tensor& x, const Dims& dims, bool keepdim) {
   return applyOp(op, {x}, a);
 }
 
-std::vector<Tensor> withOptional(std::vector<Tensor> in, const Tensor& opt) {
+std::vector<Tensor> withOptional(std::vector<Tensor> in, const Tensor &opt) {
   if (opt.defined()) in.push_back(opt);
   return in;
 }
 
-Dims inferReshape(const char* op, const Tensor& x, Dims dims) {
+Dims inferReshape(const char *op, const Tensor &x, Dims dims) {
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1 && infer < 0) {
@@ -176,10 +176,10 @@ Dims inferReshape(const char* op, const Tensor& x, Dims dims) {
   return dims;
 }
 
-}  // namespace
+} // namespace
 
-#define RCJIT_UNARY_FLOAT(name) \
-  Tensor name(const Tensor& x) { return unaryFloat(OpKind::name, x); }
+#define RCJIT_UNARY_FLOAT(name)                                                                    \
+  Tensor name(const Tensor &x) { return unaryFloat(OpKind::name, x); }
 RCJIT_UNARY_FLOAT(exp)
 RCJIT_UNARY_FLOAT(log)
 RCJIT_UNARY_FLOAT(sqrt)
@@ -193,14 +193,14 @@ RCJIT_UNARY_FLOAT(erf)
 RCJIT_UNARY_FLOAT(sin)
 RCJIT_UNARY_FLOAT(cos)
 #undef RCJIT_UNARY_FLOAT
-Tensor neg(const Tensor& x) { return applyOp(OpKind::neg, {x}, {}); }
-Tensor abs(const Tensor& x) { return applyOp(OpKind::abs, {x}, {}); }
-Tensor relu(const Tensor& x) { return applyOp(OpKind::relu, {x}, {}); }
+Tensor neg(const Tensor &x) { return applyOp(OpKind::neg, {x}, {}); }
+Tensor abs(const Tensor &x) { return applyOp(OpKind::abs, {x}, {}); }
+Tensor relu(const Tensor &x) { return applyOp(OpKind::relu, {x}, {}); }
 
-#define RCJIT_BINARY(name)                                                                   \
-  Tensor name(const Tensor& a, const Tensor& b) { return binary(OpKind::name, a, b); }       \
-  Tensor name(const Tensor& a, Scalar b) { return binary(OpKind::name, a, b); }              \
-  Tensor name(Scalar a, const Tensor& b) { return binary(OpKind::name, a, b); }
+#define RCJIT_BINARY(name)                                                                         \
+  Tensor name(const Tensor &a, const Tensor &b) { return binary(OpKind::name, a, b); }             \
+  Tensor name(const Tensor &a, Scalar b) { return binary(OpKind::name, a, b); }                    \
+  Tensor name(Scalar a, const Tensor &b) { return binary(OpKind::name, a, b); }
 RCJIT_BINARY(add)
 RCJIT_BINARY(sub)
 RCJIT_BINARY(mul)
@@ -216,106 +216,113 @@ RCJIT_BINARY(gt)
 RCJIT_BINARY(ge)
 #undef RCJIT_BINARY
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  if (!cond.defined() || !a.defined() || !b.defined()) return applyOp(OpKind::where, {cond, a, b}, {});
+Tensor where(const Tensor &cond, const Tensor &a, const Tensor &b) {
+  if (!cond.defined() || !a.defined() || !b.defined())
+    return applyOp(OpKind::where, {cond, a, b}, {});
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, b.dtype(), b.dim() == 0, false);
   return applyOp(OpKind::where, {cond, castTo(a, t), castTo(b, t)}, {});
 }
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+Tensor where(const Tensor &cond, const Tensor &a, Scalar b) {
   if (!a.defined()) return applyOp(OpKind::where, {cond, a}, {});
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, scalarDtype(b), true, true);
   return applyOp(OpKind::where, {cond, castTo(a, t), scalarTensor(b, t)}, {});
 }
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+Tensor where(const Tensor &cond, Scalar a, const Tensor &b) {
   if (!b.defined()) return applyOp(OpKind::where, {cond, b}, {});
   DType t = promoteTypes(scalarDtype(a), true, true, b.dtype(), b.dim() == 0, false);
   return applyOp(OpKind::where, {cond, scalarTensor(a, t), castTo(b, t)}, {});
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
-Tensor operator+(Scalar a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
-Tensor operator-(Scalar a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
-Tensor operator*(Scalar a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
-Tensor operator/(Scalar a, const Tensor& b) { return div(a, b); }
-Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor &a, const Tensor &b) { return add(a, b); }
+Tensor operator+(const Tensor &a, Scalar b) { return add(a, b); }
+Tensor operator+(Scalar a, const Tensor &b) { return add(a, b); }
+Tensor operator-(const Tensor &a, const Tensor &b) { return sub(a, b); }
+Tensor operator-(const Tensor &a, Scalar b) { return sub(a, b); }
+Tensor operator-(Scalar a, const Tensor &b) { return sub(a, b); }
+Tensor operator*(const Tensor &a, const Tensor &b) { return mul(a, b); }
+Tensor operator*(const Tensor &a, Scalar b) { return mul(a, b); }
+Tensor operator*(Scalar a, const Tensor &b) { return mul(a, b); }
+Tensor operator/(const Tensor &a, const Tensor &b) { return div(a, b); }
+Tensor operator/(const Tensor &a, Scalar b) { return div(a, b); }
+Tensor operator/(Scalar a, const Tensor &b) { return div(a, b); }
+Tensor operator-(const Tensor &x) { return neg(x); }
 
-Tensor sum(const Tensor& x, Dims dims, bool keepdim) { return reduce(OpKind::sum, x, dims, keepdim); }
-Tensor mean(const Tensor& x, Dims dims, bool keepdim) {
+Tensor sum(const Tensor &x, Dims dims, bool keepdim) {
+  return reduce(OpKind::sum, x, dims, keepdim);
+}
+Tensor mean(const Tensor &x, Dims dims, bool keepdim) {
   return reduce(OpKind::mean, x, dims, keepdim);
 }
-Tensor amax(const Tensor& x, Dims dims, bool keepdim) {
+Tensor amax(const Tensor &x, Dims dims, bool keepdim) {
   return reduce(OpKind::amax, x, dims, keepdim);
 }
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+Tensor argmax(const Tensor &x, int64_t dim, bool keepdim) {
   if (!x.defined()) return applyOp(OpKind::argmax, {x}, {});
   Attrs a;
   a.dim = detail::normalizeDim(dim, x.dim(), "argmax");
   a.keepdim = keepdim;
   return applyOp(OpKind::argmax, {x}, a);
 }
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor &x, int64_t dim) {
   if (!x.defined()) return applyOp(OpKind::softmax, {x}, {});
   Attrs a;
   a.dim = detail::normalizeDim(dim, x.dim(), "softmax");
   return applyOp(OpKind::softmax, {x}, a);
 }
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor &x, int64_t dim) {
   if (!x.defined()) return applyOp(OpKind::log_softmax, {x}, {});
   Attrs a;
   a.dim = detail::normalizeDim(dim, x.dim(), "log_softmax");
   return applyOp(OpKind::log_softmax, {x}, a);
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return applyOp(OpKind::matmul, {a, b}, {}); }
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor matmul(const Tensor &a, const Tensor &b) { return applyOp(OpKind::matmul, {a, b}, {}); }
+Tensor linear(const Tensor &x, const Tensor &w, const Tensor &b) {
   return applyOp(OpKind::linear, withOptional({x, w}, b), {});
 }
-Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+Tensor layer_norm(const Tensor &x, const Tensor &w, const Tensor &b, double eps) {
   Attrs a;
   a.eps = eps;
   return applyOp(OpKind::layer_norm, withOptional({x, w}, b), a);
 }
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+Tensor rms_norm(const Tensor &x, const Tensor &w, double eps) {
   Attrs a;
   a.eps = eps;
   return applyOp(OpKind::rms_norm, {x, w}, a);
 }
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
+Tensor embedding(const Tensor &weight, const Tensor &ids) {
   return applyOp(OpKind::embedding, {weight, ids}, {});
 }
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                     bool causal) {
   Attrs a;
   a.causal = causal;
   return applyOp(OpKind::sdpa, {q, k, v}, a);
 }
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
-              int64_t padding) {
+Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride, int64_t padding) {
   Attrs a;
   a.stride = stride;
   a.padding = padding;
   return applyOp(OpKind::conv2d, withOptional({x, w}, b), a);
 }
 
-Tensor reshape(const Tensor& x, Dims shape) {
+Tensor reshape(const Tensor &x, Dims shape) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   Attrs a;
   a.dims = inferReshape("reshape", x, std::move(shape));
   if (a.dims == x.shape()) return x;
   return applyOp(OpKind::reshape, {x}, a);
 }
-Tensor view(const Tensor& x, Dims shape) {
+Tensor view(const Tensor &x, Dims shape) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   Dims dims = inferReshape("view", x, std::move(shape));
   Shape strides;
-  if (x.numel() == [&] { int64_t n = 1; for (int64_t d : dims) n *= d; return n; }() &&
+  if (x.numel() ==
+          [&] {
+            int64_t n = 1;
+            for (int64_t d : dims) n *= d;
+            return n;
+          }() &&
       !detail::computeViewStrides(x.shape(), x.strides(), dims, strides)) {
     throw Error("view: cannot view " + shapeStr(x.shape()) + " with strides " +
                 shapeStr(x.strides()) + " as " + shapeStr(dims) +
@@ -323,7 +330,7 @@ Tensor view(const Tensor& x, Dims shape) {
   }
   return reshape(x, dims);
 }
-Tensor permute(const Tensor& x, Dims order) {
+Tensor permute(const Tensor &x, Dims order) {
   if (!x.defined()) return applyOp(OpKind::permute, {x}, {});
   if (static_cast<int64_t>(order.size()) != x.dim()) {
     throw Error("permute: order " + shapeStr(order) + " does not name every dim of " +
@@ -333,7 +340,7 @@ Tensor permute(const Tensor& x, Dims order) {
   for (int64_t d : order) a.dims.push_back(detail::normalizeDim(d, x.dim(), "permute"));
   return applyOp(OpKind::permute, {x}, a);
 }
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+Tensor transpose(const Tensor &x, int64_t d0, int64_t d1) {
   if (!x.defined()) return applyOp(OpKind::permute, {x}, {});
   int64_t a = detail::normalizeDim(d0, x.dim(), "transpose");
   int64_t b = detail::normalizeDim(d1, x.dim(), "transpose");
@@ -343,14 +350,14 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   std::swap(order[a], order[b]);
   return permute(x, order);
 }
-Tensor unsqueeze(const Tensor& x, int64_t dim) {
+Tensor unsqueeze(const Tensor &x, int64_t dim) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   int64_t d = detail::normalizeDim(dim, x.dim() + 1, "unsqueeze");
   Dims s = x.shape();
   s.insert(s.begin() + d, 1);
   return reshape(x, s);
 }
-Tensor squeeze(const Tensor& x, int64_t dim) {
+Tensor squeeze(const Tensor &x, int64_t dim) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   if (x.dim() == 0) return x;
   int64_t d = detail::normalizeDim(dim, x.dim(), "squeeze");
@@ -359,7 +366,7 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
   s.erase(s.begin() + d);
   return reshape(x, s);
 }
-Tensor expand(const Tensor& x, Dims shape) {
+Tensor expand(const Tensor &x, Dims shape) {
   if (!x.defined()) return applyOp(OpKind::expand, {x}, {});
   int64_t lead = static_cast<int64_t>(shape.size()) - x.dim();
   if (lead < 0) {
@@ -368,7 +375,8 @@ Tensor expand(const Tensor& x, Dims shape) {
   }
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
     if (shape[i] == -1) {
-      if (i < lead) throw Error("expand: -1 is not allowed in a new leading dim " + shapeStr(shape));
+      if (i < lead)
+        throw Error("expand: -1 is not allowed in a new leading dim " + shapeStr(shape));
       shape[i] = x.shape()[i - lead];
     }
   }
@@ -377,7 +385,7 @@ Tensor expand(const Tensor& x, Dims shape) {
   a.dims = std::move(shape);
   return applyOp(OpKind::expand, {x}, a);
 }
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end) {
+Tensor slice(const Tensor &x, int64_t dim, int64_t start, int64_t end) {
   if (!x.defined()) return applyOp(OpKind::slice, {x}, {});
   Attrs a;
   a.dim = detail::normalizeDim(dim, x.dim(), "slice");
@@ -389,22 +397,22 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end) {
   if (a.start == 0 && a.end == n) return x;
   return applyOp(OpKind::slice, {x}, a);
 }
-Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+Tensor cat(const std::vector<Tensor> &xs, int64_t dim) {
   if (xs.empty()) throw Error("cat: needs at least one tensor");
-  for (const Tensor& t : xs) {
+  for (const Tensor &t : xs) {
     if (!t.defined()) return applyOp(OpKind::cat, xs, {});
   }
   DType t = xs[0].dtype();
-  for (const Tensor& x : xs) t = promoteTypes(t, false, false, x.dtype(), false, false);
+  for (const Tensor &x : xs) t = promoteTypes(t, false, false, x.dtype(), false, false);
   std::vector<Tensor> in;
-  for (const Tensor& x : xs) in.push_back(castTo(x, t));
+  for (const Tensor &x : xs) in.push_back(castTo(x, t));
   Attrs a;
   a.dim = detail::normalizeDim(dim, xs[0].dim(), "cat");
   return applyOp(OpKind::cat, in, a);
 }
-Tensor contiguous(const Tensor& x) {
+Tensor contiguous(const Tensor &x) {
   if (x.defined() && x.is_contiguous()) return x;
   return applyOp(OpKind::contiguous, {x}, {});
 }
 
-}  // namespace rcjit
+} // namespace rcjit

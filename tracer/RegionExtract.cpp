@@ -20,31 +20,31 @@ namespace rcjit {
 namespace {
 
 struct Extraction {
-  const Graph& g;
+  const Graph &g;
   int begin;
   int end;
-  std::vector<int> outside;    // outside values used, in order of first use
-  std::vector<int> useOrder;   // g ids of the sub-graph's inputs, in order of first use
-  std::vector<int> newId;      // g id -> sub-graph id, or -1
-  std::vector<int> oldId;      // sub-graph id -> g id
-  std::vector<int> newRegion;  // g region -> sub-graph region, or -1
+  std::vector<int> outside;   // outside values used, in order of first use
+  std::vector<int> useOrder;  // g ids of the sub-graph's inputs, in order of first use
+  std::vector<int> newId;     // g id -> sub-graph id, or -1
+  std::vector<int> oldId;     // sub-graph id -> g id
+  std::vector<int> newRegion; // g region -> sub-graph region, or -1
 };
 
-[[noreturn]] void fail(const std::string& msg) { throw Error("extractRegion: " + msg); }
+[[noreturn]] void fail(const std::string &msg) { throw Error("extractRegion: " + msg); }
 
-const Region& checkedRegion(const Graph& g, int r) {
+const Region &checkedRegion(const Graph &g, int r) {
   if (r < 0 || static_cast<size_t>(r) >= g.regions.size()) {
-    fail("no region " + std::to_string(r) + " (the graph has " +
-         std::to_string(g.regions.size()) + ")");
+    fail("no region " + std::to_string(r) + " (the graph has " + std::to_string(g.regions.size()) +
+         ")");
   }
-  const Region& reg = g.regions[static_cast<size_t>(r)];
+  const Region &reg = g.regions[static_cast<size_t>(r)];
   if (reg.begin < 0 || reg.begin > reg.end || static_cast<size_t>(reg.end) > g.nodes.size()) {
     fail("region " + std::to_string(r) + " has an invalid node range");
   }
   return reg;
 }
 
-void noteUse(Extraction& x, int in, std::vector<bool>& seen) {
+void noteUse(Extraction &x, int in, std::vector<bool> &seen) {
   if (seen[static_cast<size_t>(in)]) return;
   seen[static_cast<size_t>(in)] = true;
   if (in < x.begin) x.outside.push_back(in);
@@ -54,7 +54,7 @@ void noteUse(Extraction& x, int in, std::vector<bool>& seen) {
 }
 
 // Finds the outside values and the first-use order of every sub-graph input.
-void scanUses(Extraction& x) {
+void scanUses(Extraction &x) {
   std::vector<bool> seen(x.g.nodes.size(), false);
   for (int i = x.begin; i < x.end; ++i) {
     for (int in : x.g.nodes[static_cast<size_t>(i)].inputs) {
@@ -67,7 +67,7 @@ void scanUses(Extraction& x) {
   }
 }
 
-bool isDescendant(const Graph& g, int q, int r) {
+bool isDescendant(const Graph &g, int q, int r) {
   const int n = static_cast<int>(g.regions.size());
   for (int steps = 0; steps < n; ++steps) {
     q = g.regions[static_cast<size_t>(q)].parent;
@@ -77,7 +77,7 @@ bool isDescendant(const Graph& g, int q, int r) {
   return false;
 }
 
-void copyRegions(Extraction& x, int r, Graph& sub) {
+void copyRegions(Extraction &x, int r, Graph &sub) {
   const int shift = static_cast<int>(x.outside.size()) - x.begin;
   x.newRegion.assign(x.g.regions.size(), -1);
   for (size_t q = 0; q < x.g.regions.size(); ++q) {
@@ -91,7 +91,7 @@ void copyRegions(Extraction& x, int r, Graph& sub) {
   }
 }
 
-Node boundaryInput(const Node& from) {
+Node boundaryInput(const Node &from) {
   Node n;
   n.dtype = from.dtype;
   n.shape = from.shape;
@@ -102,16 +102,16 @@ Node boundaryInput(const Node& from) {
   return n;
 }
 
-void copyNodes(Extraction& x, Graph& sub) {
+void copyNodes(Extraction &x, Graph &sub) {
   x.newId.assign(x.g.nodes.size(), -1);
   for (int id : x.outside) {
-    const Node& from = x.g.nodes[static_cast<size_t>(id)];
+    const Node &from = x.g.nodes[static_cast<size_t>(id)];
     x.newId[static_cast<size_t>(id)] = sub.add(boundaryInput(from));
     x.oldId.push_back(id);
   }
   for (int i = x.begin; i < x.end; ++i) {
     Node n = x.g.nodes[static_cast<size_t>(i)];
-    for (int& in : n.inputs) in = x.newId[static_cast<size_t>(in)];
+    for (int &in : n.inputs) in = x.newId[static_cast<size_t>(in)];
     const bool known = n.region >= 0 && static_cast<size_t>(n.region) < x.newRegion.size();
     n.region = known ? x.newRegion[static_cast<size_t>(n.region)] : -1;
     x.newId[static_cast<size_t>(i)] = sub.add(std::move(n));
@@ -119,21 +119,21 @@ void copyNodes(Extraction& x, Graph& sub) {
   }
 }
 
-void numberInputs(const Extraction& x, Graph& sub) {
+void numberInputs(const Extraction &x, Graph &sub) {
   int next[2] = {0, 0};
   for (int id : x.useOrder) {
-    Node& n = sub.nodes[static_cast<size_t>(x.newId[static_cast<size_t>(id)])];
+    Node &n = sub.nodes[static_cast<size_t>(x.newId[static_cast<size_t>(id)])];
     n.inputIndex = next[static_cast<int>(n.inputKind)]++;
   }
 }
 
-void renumberSymbols(const Graph& g, Graph& sub) {
+void renumberSymbols(const Graph &g, Graph &sub) {
   std::vector<int> map(g.symbols.size(), -1);
-  for (Node& n : sub.nodes) {
-    for (Dim& d : n.shape) {
+  for (Node &n : sub.nodes) {
+    for (Dim &d : n.shape) {
       if (!d.isSymbolic()) continue;
       if (static_cast<size_t>(d.sym) >= g.symbols.size()) fail("undeclared symbol");
-      int& m = map[static_cast<size_t>(d.sym)];
+      int &m = map[static_cast<size_t>(d.sym)];
       if (m < 0) {
         m = static_cast<int>(sub.symbols.size());
         sub.symbols.push_back(g.symbols[static_cast<size_t>(d.sym)]);
@@ -143,7 +143,7 @@ void renumberSymbols(const Graph& g, Graph& sub) {
   }
 }
 
-std::vector<int> regionOutputs(const Extraction& x) {
+std::vector<int> regionOutputs(const Extraction &x) {
   std::vector<bool> usedLater(x.g.nodes.size(), false);
   for (size_t i = static_cast<size_t>(x.end); i < x.g.nodes.size(); ++i) {
     for (int in : x.g.nodes[i].inputs) {
@@ -161,11 +161,11 @@ std::vector<int> regionOutputs(const Extraction& x) {
   return outs;
 }
 
-}  // namespace
+} // namespace
 
-Graph extractRegion(const Graph& g, int r, std::vector<int>* boundary,
-                    std::vector<int>* outputsInG) {
-  const Region& reg = checkedRegion(g, r);
+Graph extractRegion(const Graph &g, int r, std::vector<int> *boundary,
+                    std::vector<int> *outputsInG) {
+  const Region &reg = checkedRegion(g, r);
   Extraction x{g, reg.begin, reg.end, {}, {}, {}, {}, {}};
   scanUses(x);
   Graph sub;
@@ -183,4 +183,4 @@ Graph extractRegion(const Graph& g, int r, std::vector<int>* boundary,
   return sub;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -10,29 +10,30 @@ namespace rcjit {
 
 namespace {
 
-[[noreturn]] void fail(OpKind op, const std::string& what) {
+[[noreturn]] void fail(OpKind op, const std::string &what) {
   throw Error(std::string(opName(op)) + ": " + what);
 }
 
-std::string metaStr(const TensorMeta& m) {
+std::string metaStr(const TensorMeta &m) {
   return std::string(dtypeName(m.dtype)) + shapeStr(m.shape);
 }
 
-std::string metasStr(const std::vector<TensorMeta>& in) {
+std::string metasStr(const std::vector<TensorMeta> &in) {
   std::string s;
   for (size_t i = 0; i < in.size(); ++i) s += (i ? ", " : "") + metaStr(in[i]);
   return s;
 }
 
-void expectArity(OpKind op, const std::vector<TensorMeta>& in, size_t lo, size_t hi) {
+void expectArity(OpKind op, const std::vector<TensorMeta> &in, size_t lo, size_t hi) {
   if (in.size() < lo || in.size() > hi) {
-    fail(op, "expected " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " +
-                                                                std::to_string(hi)) +
-                 " tensor inputs, got " + std::to_string(in.size()));
+    fail(op,
+         "expected " +
+             (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
+             " tensor inputs, got " + std::to_string(in.size()));
   }
 }
 
-void expectSameDtype(OpKind op, const std::vector<TensorMeta>& in, size_t first, size_t last) {
+void expectSameDtype(OpKind op, const std::vector<TensorMeta> &in, size_t first, size_t last) {
   for (size_t i = first + 1; i < last && i < in.size(); ++i) {
     if (in[i].dtype != in[first].dtype) {
       fail(op, "expected operands of one dtype, got " + metasStr(in));
@@ -40,44 +41,44 @@ void expectSameDtype(OpKind op, const std::vector<TensorMeta>& in, size_t first,
   }
 }
 
-void expectFloating(OpKind op, const TensorMeta& m) {
+void expectFloating(OpKind op, const TensorMeta &m) {
   if (!isFloating(m.dtype)) {
     fail(op, "expected a floating-point tensor, got " + metaStr(m));
   }
 }
 
-void expectRank(OpKind op, const TensorMeta& m, const char* what, size_t lo, size_t hi) {
+void expectRank(OpKind op, const TensorMeta &m, const char *what, size_t lo, size_t hi) {
   if (m.shape.size() < lo || m.shape.size() > hi) {
     fail(op, std::string(what) + " must have " +
-                 (lo == hi ? std::to_string(lo) : std::to_string(lo) + " or more") +
-                 " dims, got " + metaStr(m));
+                 (lo == hi ? std::to_string(lo) : std::to_string(lo) + " or more") + " dims, got " +
+                 metaStr(m));
   }
 }
 
-int64_t numelOf(const Shape& s) {
+int64_t numelOf(const Shape &s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
 }
 
-TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta>& in) {
+TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 1, 1);
-  const TensorMeta& x = in[0];
+  const TensorMeta &x = in[0];
   switch (op) {
-    case OpKind::cast:
-      return x;
-    case OpKind::neg:
-    case OpKind::abs:
-    case OpKind::relu:
-      if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
-      return x;
-    default:
-      expectFloating(op, x);
-      return x;
+  case OpKind::cast:
+    return x;
+  case OpKind::neg:
+  case OpKind::abs:
+  case OpKind::relu:
+    if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
+    return x;
+  default:
+    expectFloating(op, x);
+    return x;
   }
 }
 
-TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta>& in) {
+TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 2, 2);
   expectSameDtype(op, in, 0, 2);
   Shape s = broadcastShapes(in[0].shape, in[1].shape, std::string(opName(op)).c_str());
@@ -92,7 +93,7 @@ TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta>& in) {
   return {t, s};
 }
 
-TensorMeta inferWhere(OpKind op, const std::vector<TensorMeta>& in) {
+TensorMeta inferWhere(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 3, 3);
   if (in[0].dtype != DType::boolean) {
     fail(op, "condition must be a bool tensor, got " + metaStr(in[0]));
@@ -103,9 +104,9 @@ TensorMeta inferWhere(OpKind op, const std::vector<TensorMeta>& in) {
   return {in[1].dtype, s};
 }
 
-TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta>& in, const Attrs& a) {
+TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   expectArity(op, in, 1, 1);
-  const TensorMeta& x = in[0];
+  const TensorMeta &x = in[0];
   int64_t rank = static_cast<int64_t>(x.shape.size());
   if (op == OpKind::argmax) {
     if (a.dim < 0 || a.dim >= std::max<int64_t>(rank, 1)) {
@@ -115,8 +116,10 @@ TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta>& in, const Attrs
     if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
     Shape s;
     for (int64_t d = 0; d < rank; ++d) {
-      if (d != a.dim) s.push_back(x.shape[d]);
-      else if (a.keepdim) s.push_back(1);
+      if (d != a.dim)
+        s.push_back(x.shape[d]);
+      else if (a.keepdim)
+        s.push_back(1);
     }
     return {DType::i64, s};
   }
@@ -129,8 +132,8 @@ TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta>& in, const Attrs
   DType t = x.dtype;
   if (op == OpKind::sum && !isFloating(t)) t = DType::i64;
   if (op == OpKind::mean && !isFloating(t)) {
-    fail(op, "needs a floating-point input (mean of integers is not defined), got " +
-                 metaStr(x) + "; convert with .to(DType::f32) first");
+    fail(op, "needs a floating-point input (mean of integers is not defined), got " + metaStr(x) +
+                 "; convert with .to(DType::f32) first");
   }
   if (op == OpKind::amax && t == DType::boolean) {
     fail(op, "not supported for bool tensors, got " + metaStr(x));
@@ -141,13 +144,15 @@ TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta>& in, const Attrs
     if (reduced && op == OpKind::amax && x.shape[d] == 0) {
       fail(op, "cannot reduce an empty dim of " + metaStr(x));
     }
-    if (!reduced) s.push_back(x.shape[d]);
-    else if (a.keepdim) s.push_back(1);
+    if (!reduced)
+      s.push_back(x.shape[d]);
+    else if (a.keepdim)
+      s.push_back(1);
   }
   return {t, s};
 }
 
-TensorMeta inferNormalize(OpKind op, const std::vector<TensorMeta>& in, const Attrs& a) {
+TensorMeta inferNormalize(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   expectArity(op, in, 1, 1);
   expectFloating(op, in[0]);
   int64_t rank = static_cast<int64_t>(in[0].shape.size());
@@ -157,7 +162,7 @@ TensorMeta inferNormalize(OpKind op, const std::vector<TensorMeta>& in, const At
   return in[0];
 }
 
-TensorMeta inferMatmul(const std::vector<TensorMeta>& in) {
+TensorMeta inferMatmul(const std::vector<TensorMeta> &in) {
   const OpKind op = OpKind::matmul;
   expectArity(op, in, 2, 2);
   const TensorMeta &a = in[0], &b = in[1];
@@ -182,7 +187,7 @@ TensorMeta inferMatmul(const std::vector<TensorMeta>& in) {
   return {a.dtype, s};
 }
 
-TensorMeta inferLinear(const std::vector<TensorMeta>& in) {
+TensorMeta inferLinear(const std::vector<TensorMeta> &in) {
   const OpKind op = OpKind::linear;
   expectArity(op, in, 2, 3);
   const TensorMeta &x = in[0], &w = in[1];
@@ -192,8 +197,7 @@ TensorMeta inferLinear(const std::vector<TensorMeta>& in) {
   expectRank(op, w, "weight", 2, 2);
   if (x.shape.back() != w.shape[1]) {
     fail(op, "input " + metaStr(x) + " has " + std::to_string(x.shape.back()) +
-                 " features but weight " + metaStr(w) + " expects " +
-                 std::to_string(w.shape[1]));
+                 " features but weight " + metaStr(w) + " expects " + std::to_string(w.shape[1]));
   }
   if (in.size() == 3 && in[2].shape != Shape{w.shape[0]}) {
     fail(op, "bias " + metaStr(in[2]) + " must have shape [" + std::to_string(w.shape[0]) + "]");
@@ -203,7 +207,7 @@ TensorMeta inferLinear(const std::vector<TensorMeta>& in) {
   return {x.dtype, s};
 }
 
-TensorMeta inferConv2d(const std::vector<TensorMeta>& in, const Attrs& a) {
+TensorMeta inferConv2d(const std::vector<TensorMeta> &in, const Attrs &a) {
   const OpKind op = OpKind::conv2d;
   expectArity(op, in, 2, 3);
   const TensorMeta &x = in[0], &w = in[1];
@@ -230,7 +234,7 @@ TensorMeta inferConv2d(const std::vector<TensorMeta>& in, const Attrs& a) {
   return {x.dtype, {x.shape[0], w.shape[0], h, wd}};
 }
 
-TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta>& in) {
+TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 2, op == OpKind::layer_norm ? 3 : 2);
   const TensorMeta &x = in[0], &w = in[1];
   expectSameDtype(op, in, 0, in.size());
@@ -246,107 +250,107 @@ TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta>& in) {
   return x;
 }
 
-TensorMeta inferNn(OpKind op, const std::vector<TensorMeta>& in) {
+TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
   switch (op) {
-    case OpKind::layer_norm:
-    case OpKind::rms_norm:
-      return inferNorm(op, in);
-    case OpKind::embedding: {
-      expectArity(op, in, 2, 2);
-      expectRank(op, in[0], "weight [num, dim]", 2, 2);
-      if (!isIntegral(in[1].dtype)) {
-        fail(op, "ids must be i32 or i64, got " + metaStr(in[1]));
-      }
-      Shape s = in[1].shape;
-      s.push_back(in[0].shape[1]);
-      return {in[0].dtype, s};
+  case OpKind::layer_norm:
+  case OpKind::rms_norm:
+    return inferNorm(op, in);
+  case OpKind::embedding: {
+    expectArity(op, in, 2, 2);
+    expectRank(op, in[0], "weight [num, dim]", 2, 2);
+    if (!isIntegral(in[1].dtype)) {
+      fail(op, "ids must be i32 or i64, got " + metaStr(in[1]));
     }
-    default: {  // sdpa
-      expectArity(op, in, 3, 3);
-      expectSameDtype(op, in, 0, 3);
-      expectFloating(op, in[0]);
-      const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
-      for (const TensorMeta& m : in) expectRank(op, m, "q, k and v", 2, 64);
-      bool ok = q.size() == k.size() && k.size() == v.size() && q.back() == k.back() &&
-                k[k.size() - 2] == v[v.size() - 2] &&
-                std::equal(q.begin(), q.end() - 2, k.begin()) &&
-                std::equal(k.begin(), k.end() - 2, v.begin());
-      if (!ok) {
-        fail(op, "expected q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal batch "
-                 "dims, got " + metasStr(in));
-      }
-      Shape s = q;
-      s.back() = v.back();
-      return {in[0].dtype, s};
+    Shape s = in[1].shape;
+    s.push_back(in[0].shape[1]);
+    return {in[0].dtype, s};
+  }
+  default: { // sdpa
+    expectArity(op, in, 3, 3);
+    expectSameDtype(op, in, 0, 3);
+    expectFloating(op, in[0]);
+    const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+    for (const TensorMeta &m : in) expectRank(op, m, "q, k and v", 2, 64);
+    bool ok = q.size() == k.size() && k.size() == v.size() && q.back() == k.back() &&
+              k[k.size() - 2] == v[v.size() - 2] && std::equal(q.begin(), q.end() - 2, k.begin()) &&
+              std::equal(k.begin(), k.end() - 2, v.begin());
+    if (!ok) {
+      fail(op, "expected q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal batch "
+               "dims, got " +
+                   metasStr(in));
     }
+    Shape s = q;
+    s.back() = v.back();
+    return {in[0].dtype, s};
+  }
   }
 }
 
-TensorMeta inferView(OpKind op, const std::vector<TensorMeta>& in, const Attrs& a) {
+TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   expectArity(op, in, 1, 1);
-  const TensorMeta& x = in[0];
-  const Shape& s = x.shape;
+  const TensorMeta &x = in[0];
+  const Shape &s = x.shape;
   switch (op) {
-    case OpKind::reshape:
-      for (int64_t d : a.dims) {
-        if (d < 0) fail(op, "bad target shape " + shapeStr(a.dims) + " for " + metaStr(x));
-      }
-      if (numelOf(a.dims) != numelOf(s)) {
-        fail(op, "cannot reshape " + metaStr(x) + " (" + std::to_string(numelOf(s)) +
-                     " elements) to " + shapeStr(a.dims));
-      }
-      return {x.dtype, a.dims};
-    case OpKind::permute: {
-      std::vector<bool> seen(s.size(), false);
-      bool ok = a.dims.size() == s.size();
-      for (int64_t d : a.dims) {
-        ok = ok && d >= 0 && d < static_cast<int64_t>(s.size()) && !seen[d];
-        if (ok) seen[d] = true;
-      }
-      if (!ok) fail(op, "order " + shapeStr(a.dims) + " is not a permutation of the dims of " +
-                            metaStr(x));
-      Shape out;
-      for (int64_t d : a.dims) out.push_back(s[d]);
-      return {x.dtype, out};
+  case OpKind::reshape:
+    for (int64_t d : a.dims) {
+      if (d < 0) fail(op, "bad target shape " + shapeStr(a.dims) + " for " + metaStr(x));
     }
-    case OpKind::expand: {
-      bool ok = a.dims.size() >= s.size();
-      size_t lead = ok ? a.dims.size() - s.size() : 0;
-      for (size_t i = 0; ok && i < s.size(); ++i) {
-        ok = s[i] == a.dims[lead + i] || s[i] == 1;
-      }
-      for (int64_t d : a.dims) ok = ok && d >= 0;
-      if (!ok) fail(op, "cannot expand " + metaStr(x) + " to " + shapeStr(a.dims));
-      return {x.dtype, a.dims};
+    if (numelOf(a.dims) != numelOf(s)) {
+      fail(op, "cannot reshape " + metaStr(x) + " (" + std::to_string(numelOf(s)) +
+                   " elements) to " + shapeStr(a.dims));
     }
-    default: {  // slice
-      int64_t rank = static_cast<int64_t>(s.size());
-      if (a.dim < 0 || a.dim >= rank || a.start < 0 || a.start > a.end || a.end > s[a.dim]) {
-        fail(op, "bad range dim " + std::to_string(a.dim) + " [" + std::to_string(a.start) +
-                     ", " + std::to_string(a.end) + ") for " + metaStr(x));
-      }
-      Shape out = s;
-      out[a.dim] = a.end - a.start;
-      return {x.dtype, out};
+    return {x.dtype, a.dims};
+  case OpKind::permute: {
+    std::vector<bool> seen(s.size(), false);
+    bool ok = a.dims.size() == s.size();
+    for (int64_t d : a.dims) {
+      ok = ok && d >= 0 && d < static_cast<int64_t>(s.size()) && !seen[d];
+      if (ok) seen[d] = true;
     }
+    if (!ok)
+      fail(op, "order " + shapeStr(a.dims) + " is not a permutation of the dims of " + metaStr(x));
+    Shape out;
+    for (int64_t d : a.dims) out.push_back(s[d]);
+    return {x.dtype, out};
+  }
+  case OpKind::expand: {
+    bool ok = a.dims.size() >= s.size();
+    size_t lead = ok ? a.dims.size() - s.size() : 0;
+    for (size_t i = 0; ok && i < s.size(); ++i) {
+      ok = s[i] == a.dims[lead + i] || s[i] == 1;
+    }
+    for (int64_t d : a.dims) ok = ok && d >= 0;
+    if (!ok) fail(op, "cannot expand " + metaStr(x) + " to " + shapeStr(a.dims));
+    return {x.dtype, a.dims};
+  }
+  default: { // slice
+    int64_t rank = static_cast<int64_t>(s.size());
+    if (a.dim < 0 || a.dim >= rank || a.start < 0 || a.start > a.end || a.end > s[a.dim]) {
+      fail(op, "bad range dim " + std::to_string(a.dim) + " [" + std::to_string(a.start) + ", " +
+                   std::to_string(a.end) + ") for " + metaStr(x));
+    }
+    Shape out = s;
+    out[a.dim] = a.end - a.start;
+    return {x.dtype, out};
+  }
   }
 }
 
-TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta>& in, const Attrs& a) {
+TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   if (op == OpKind::contiguous) {
     expectArity(op, in, 1, 1);
     return in[0];
   }
   if (in.empty()) fail(op, "needs at least one tensor");
   expectSameDtype(op, in, 0, in.size());
-  const Shape& s0 = in[0].shape;
+  const Shape &s0 = in[0].shape;
   int64_t rank = static_cast<int64_t>(s0.size());
   if (a.dim < 0 || a.dim >= rank) {
     fail(op, "dim " + std::to_string(a.dim) + " is out of range for " + metasStr(in));
   }
   Shape out = s0;
   out[a.dim] = 0;
-  for (const TensorMeta& m : in) {
+  for (const TensorMeta &m : in) {
     bool ok = static_cast<int64_t>(m.shape.size()) == rank;
     for (int64_t d = 0; ok && d < rank; ++d) ok = d == a.dim || m.shape[d] == s0[d];
     if (!ok) {
@@ -358,9 +362,9 @@ TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta>& in, const Attrs& 
   return {in[0].dtype, out};
 }
 
-}  // namespace
+} // namespace
 
-Shape broadcastShapes(const Shape& a, const Shape& b, const char* op) {
+Shape broadcastShapes(const Shape &a, const Shape &b, const char *op) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -377,19 +381,19 @@ Shape broadcastShapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 namespace {
-int category(DType t) {  // bool < integral < floating
+int category(DType t) { // bool < integral < floating
   return t == DType::boolean ? 0 : isIntegral(t) ? 1 : 2;
 }
 DType promotePair(DType a, DType b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);
   if (ca != cb) return ca > cb ? a : b;
-  if (ca == 1) return DType::i64;  // i32 with i64
+  if (ca == 1) return DType::i64; // i32 with i64
   // floating: f64 wins; f16 with bf16 gives f32; f32 with a half type gives f32
   if (a == DType::f64 || b == DType::f64) return DType::f64;
   return DType::f32;
 }
-}  // namespace
+} // namespace
 
 DType promoteTypes(DType a, bool aZeroDim, bool aScalar, DType b, bool bZeroDim, bool bScalar) {
   // PyTorch ranks operands: dimensioned tensors, then 0-dim tensors, then wrapped numbers;
@@ -400,41 +404,41 @@ DType promoteTypes(DType a, bool aZeroDim, bool aScalar, DType b, bool bZeroDim,
   DType hi = ra < rb ? a : b, lo = ra < rb ? b : a;
   bool loScalar = ra < rb ? bScalar : aScalar;
   if (category(lo) <= category(hi)) return hi;
-  if (loScalar) return category(lo) == 2 ? DType::f32 : DType::i64;  // default dtypes
+  if (loScalar) return category(lo) == 2 ? DType::f32 : DType::i64; // default dtypes
   return lo;
 }
 
-TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta>& in, const Attrs& a) {
-  const OpInfo& info = opInfo(op);
+TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  const OpInfo &info = opInfo(op);
   if (info.arity >= 0 && static_cast<int>(in.size()) != info.arity) {
     expectArity(op, in, static_cast<size_t>(info.arity), static_cast<size_t>(info.arity));
   }
   switch (info.category) {
-    case OpCategory::Source:
-      fail(op, "a source op has no inputs to infer from");
-    case OpCategory::Unary:
-      return inferUnary(op, in);
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-      return inferBinary(op, in);
-    case OpCategory::Where:
-      return inferWhere(op, in);
-    case OpCategory::Reduce:
-      return inferReduce(op, in, a);
-    case OpCategory::Normalize:
-      return inferNormalize(op, in, a);
-    case OpCategory::Matmul:
-      if (op == OpKind::matmul) return inferMatmul(in);
-      if (op == OpKind::linear) return inferLinear(in);
-      return inferConv2d(in, a);
-    case OpCategory::Nn:
-      return inferNn(op, in);
-    case OpCategory::View:
-      return inferView(op, in, a);
-    case OpCategory::Copy:
-      return inferCopy(op, in, a);
+  case OpCategory::Source:
+    fail(op, "a source op has no inputs to infer from");
+  case OpCategory::Unary:
+    return inferUnary(op, in);
+  case OpCategory::Binary:
+  case OpCategory::Compare:
+    return inferBinary(op, in);
+  case OpCategory::Where:
+    return inferWhere(op, in);
+  case OpCategory::Reduce:
+    return inferReduce(op, in, a);
+  case OpCategory::Normalize:
+    return inferNormalize(op, in, a);
+  case OpCategory::Matmul:
+    if (op == OpKind::matmul) return inferMatmul(in);
+    if (op == OpKind::linear) return inferLinear(in);
+    return inferConv2d(in, a);
+  case OpCategory::Nn:
+    return inferNn(op, in);
+  case OpCategory::View:
+    return inferView(op, in, a);
+  case OpCategory::Copy:
+    return inferCopy(op, in, a);
   }
   fail(op, "unknown op category");
 }
 
-}  // namespace rcjit
+} // namespace rcjit

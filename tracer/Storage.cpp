@@ -18,17 +18,17 @@ constexpr size_t kCacheMin = size_t{1} << 20;
 constexpr size_t kCacheLimit = size_t{1} << 30;
 
 class BlockCache {
- public:
-  void* take(size_t bytes) {
+public:
+  void *take(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(bytes);
     if (it == free_.end()) return nullptr;
-    void* p = it->second;
+    void *p = it->second;
     free_.erase(it);
     cached_ -= bytes;
     return p;
   }
-  void give(void* p, size_t bytes) {
+  void give(void *p, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     while (cached_ + bytes > kCacheLimit && !free_.empty()) {
       auto largest = std::prev(free_.end());
@@ -44,18 +44,18 @@ class BlockCache {
     cached_ += bytes;
   }
 
- private:
+private:
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;
+  std::multimap<size_t, void *> free_;
   size_t cached_ = 0;
 };
 
-BlockCache& blockCache() {
-  static BlockCache* cache = new BlockCache();  // never destroyed: storage may outlive statics
+BlockCache &blockCache() {
+  static BlockCache *cache = new BlockCache(); // never destroyed: storage may outlive statics
   return *cache;
 }
 
-}  // namespace
+} // namespace
 
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   if (device.is_cuda()) {
@@ -65,7 +65,7 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   auto s = std::make_shared<Storage>();
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
-  void* p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
+  void *p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
   if (!p) p = std::aligned_alloc(kAlign, bytes);
   if (!p) {
     throw Error("out of memory: could not allocate " + std::to_string(nbytes) +
@@ -75,11 +75,11 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   s->nbytes = nbytes;
   s->device = device;
   if (bytes >= kCacheMin) {
-    s->release = [bytes](void* q) { blockCache().give(q, bytes); };
+    s->release = [bytes](void *q) { blockCache().give(q, bytes); };
   } else {
-    s->release = [](void* q) { std::free(q); };
+    s->release = [](void *q) { std::free(q); };
   }
   return s;
 }
 
-}  // namespace rcjit::detail
+} // namespace rcjit::detail

@@ -29,9 +29,9 @@ double uniformAt(uint64_t seed, uint64_t i, uint64_t lane) {
 }
 
 // Fills a new f64 tensor from gen(i) and converts it to dtype.
-template <class Gen> Tensor generate(const Shape& shape, DType dtype, Gen gen) {
+template <class Gen> Tensor generate(const Shape &shape, DType dtype, Gen gen) {
   Tensor t = detail::makeTensor(shape, DType::f64);
-  double* p = t.data<double>();
+  double *p = t.data<double>();
   int64_t n = t.numel();
 #pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; ++i) p[i] = gen(static_cast<uint64_t>(i));
@@ -41,21 +41,20 @@ template <class Gen> Tensor generate(const Shape& shape, DType dtype, Gen gen) {
   return out;
 }
 
-void checkCpu(const Tensor& t, const char* what) {
+void checkCpu(const Tensor &t, const char *what) {
   if (!t.device().is_cpu()) {
     throw Error(std::string(what) + ": tensor is on " + t.device().str() +
                 ", host access needs a CPU tensor");
   }
 }
 
-}  // namespace
+} // namespace
 
 namespace detail {
-Tensor randUniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype) {
-  return generate(shape, dtype,
-                  [=](uint64_t i) { return lo + (hi - lo) * uniformAt(seed, i, 0); });
+Tensor randUniform(const Shape &shape, uint64_t seed, double lo, double hi, DType dtype) {
+  return generate(shape, dtype, [=](uint64_t i) { return lo + (hi - lo) * uniformAt(seed, i, 0); });
 }
-}  // namespace detail
+} // namespace detail
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return detail::makeTensor(shape, dtype, device);
@@ -67,7 +66,7 @@ Tensor Tensor::ones(Shape shape, DType dtype, Device device) {
   return full(std::move(shape), 1.0, dtype, device);
 }
 Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
-  if (device.is_cuda()) return detail::makeTensor(shape, dtype, device);  // throws for now
+  if (device.is_cuda()) return detail::makeTensor(shape, dtype, device); // throws for now
   Attrs a;
   a.value = value;
   return detail::applySource(OpKind::full, shape, dtype, a);
@@ -89,28 +88,27 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
 }
 
 namespace {
-template <class T> Tensor fromValues(const std::vector<T>& values, Shape shape, DType dtype) {
+template <class T> Tensor fromValues(const std::vector<T> &values, Shape shape, DType dtype) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   if (n != static_cast<int64_t>(values.size())) {
-    throw Error("from_vector: " + std::to_string(values.size()) +
-                " values do not fill shape " + shapeStr(shape) + " (" + std::to_string(n) +
-                " elements)");
+    throw Error("from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                shapeStr(shape) + " (" + std::to_string(n) + " elements)");
   }
   Tensor t = detail::makeTensor(shape, dtype);
   if (n) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(T));
   return t;
 }
-}  // namespace
+} // namespace
 
-Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape) {
+Tensor Tensor::from_vector(const std::vector<float> &values, Shape shape) {
   return fromValues(values, std::move(shape), DType::f32);
 }
-Tensor Tensor::from_vector(const std::vector<int64_t>& values, Shape shape) {
+Tensor Tensor::from_vector(const std::vector<int64_t> &values, Shape shape) {
   return fromValues(values, std::move(shape), DType::i64);
 }
 
-Tensor Tensor::from_blob(void* data, Shape shape, DType dtype) {
+Tensor Tensor::from_blob(void *data, Shape shape, DType dtype) {
   if (!data) throw Error("from_blob: data is null");
   auto impl = std::make_shared<detail::TensorImpl>();
   impl->storage = std::make_shared<detail::Storage>();
@@ -128,14 +126,14 @@ Tensor Tensor::from_blob(void* data, Shape shape, DType dtype) {
 }
 
 namespace {
-const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& impl) {
+const detail::TensorImpl &checked(const std::shared_ptr<detail::TensorImpl> &impl) {
   if (!impl) throw Error("use of an undefined Tensor (default-constructed)");
   return *impl;
 }
-}  // namespace
+} // namespace
 
-const Shape& Tensor::shape() const { return checked(impl_).shape; }
-const Shape& Tensor::strides() const { return checked(impl_).strides; }
+const Shape &Tensor::shape() const { return checked(impl_).shape; }
+const Shape &Tensor::strides() const { return checked(impl_).strides; }
 int64_t Tensor::offset() const { return checked(impl_).offset; }
 int Tensor::dim() const { return static_cast<int>(checked(impl_).shape.size()); }
 int64_t Tensor::numel() const { return checked(impl_).numel(); }
@@ -144,17 +142,17 @@ Device Tensor::device() const { return checked(impl_).storage->device; }
 bool Tensor::is_contiguous() const {
   return detail::isContiguous(checked(impl_).shape, impl_->strides);
 }
-void* Tensor::data_ptr() const { return checked(impl_).ptr(); }
-bool Tensor::sharesStorage(const Tensor& other) const {
+void *Tensor::data_ptr() const { return checked(impl_).ptr(); }
+bool Tensor::sharesStorage(const Tensor &other) const {
   return impl_ && other.impl_ && impl_->storage == other.impl_->storage;
 }
 int64_t Tensor::size(int d) const {
   return shape()[static_cast<size_t>(detail::normalizeDim(d, dim(), "size"))];
 }
 
-void Tensor::copyToHost(DType as, void* dst) const {
+void Tensor::copyToHost(DType as, void *dst) const {
   checkCpu(*this, "to_vector");
-  if (Tracer* tr = Tracer::current()) tr->hostRead("to_vector", *this);
+  if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this);
   if (numel() == 0) return;
   if (as == dtype() && is_contiguous()) {
     std::memcpy(dst, data_ptr(), static_cast<size_t>(numel()) * dtypeSize(as));
@@ -168,7 +166,7 @@ double Tensor::item() const {
     throw Error("item: expected a one-element tensor, got shape " + shapeStr(shape()));
   }
   checkCpu(*this, "item");
-  if (Tracer* tr = Tracer::current()) tr->hostRead("item", *this);
+  if (Tracer *tr = Tracer::current()) tr->hostRead("item", *this);
   double v = 0;
   eager::copyInto(from_blob(&v, {}, DType::f64), detail::makeView(*this, {}, {}, offset()));
   return v;
@@ -188,7 +186,7 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-void Tensor::copy_(const Tensor& src) {
+void Tensor::copy_(const Tensor &src) {
   if (src.shape() != shape()) {
     Shape b = src.shape();
     throw Error("copy_: source shape " + shapeStr(b) + " does not match destination shape " +
@@ -197,11 +195,11 @@ void Tensor::copy_(const Tensor& src) {
   eager::copyInto(*this, src);
 }
 
-bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+bool allclose(const Tensor &a, const Tensor &b, double rtol, double atol) {
   Shape target;
   try {
     target = broadcastShapes(a.shape(), b.shape(), "allclose");
-  } catch (const Error&) {
+  } catch (const Error &) {
     return false;
   }
   Dims dims(target.begin(), target.end());
@@ -212,10 +210,10 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
       if (std::isnan(va[i]) != std::isnan(vb[i])) return false;
       continue;
     }
-    if (va[i] == vb[i]) continue;  // equal infinities
+    if (va[i] == vb[i]) continue; // equal infinities
     if (!(std::fabs(va[i] - vb[i]) <= atol + rtol * std::fabs(vb[i]))) return false;
   }
   return true;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -5,7 +5,7 @@
 
 namespace rcjit::detail {
 
-Shape contiguousStrides(const Shape& shape) {
+Shape contiguousStrides(const Shape &shape) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
@@ -15,7 +15,7 @@ Shape contiguousStrides(const Shape& shape) {
   return strides;
 }
 
-bool isContiguous(const Shape& shape, const Shape& strides) {
+bool isContiguous(const Shape &shape, const Shape &strides) {
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] == 0) return true;
@@ -25,11 +25,12 @@ bool isContiguous(const Shape& shape, const Shape& strides) {
   return true;
 }
 
-Tensor makeTensor(const Shape& shape, DType dtype, Device device) {
+Tensor makeTensor(const Shape &shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
   int64_t n = 1;
   for (int64_t s : shape) {
-    if (s < 0) throw Error("cannot create a tensor of shape " + shapeStr(shape) + ": negative size");
+    if (s < 0)
+      throw Error("cannot create a tensor of shape " + shapeStr(shape) + ": negative size");
     n *= s;
   }
   impl->storage = allocateStorage(static_cast<size_t>(n) * dtypeSize(dtype), device);
@@ -39,7 +40,7 @@ Tensor makeTensor(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
-Tensor makeView(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;
   impl->shape = std::move(shape);
@@ -49,18 +50,18 @@ Tensor makeView(const Tensor& base, Shape shape, Shape strides, int64_t offset) 
   return Tensor(std::move(impl));
 }
 
-int64_t normalizeDim(int64_t dim, int64_t rank, const char* op) {
-  int64_t r = rank == 0 ? 1 : rank;  // a 0-dim tensor accepts dim 0 and -1
+int64_t normalizeDim(int64_t dim, int64_t rank, const char *op) {
+  int64_t r = rank == 0 ? 1 : rank; // a 0-dim tensor accepts dim 0 and -1
   if (dim < -r || dim >= r) {
     throw Error(std::string(op) + ": dim " + std::to_string(dim) +
-                " is out of range for a tensor of rank " + std::to_string(rank) +
-                " (expected [" + std::to_string(-r) + ", " + std::to_string(r - 1) + "])");
+                " is out of range for a tensor of rank " + std::to_string(rank) + " (expected [" +
+                std::to_string(-r) + ", " + std::to_string(r - 1) + "])");
   }
   return dim < 0 ? dim + r : dim;
 }
 
-bool computeViewStrides(const Shape& shape, const Shape& strides, const Shape& newShape,
-                        Shape& newStrides) {
+bool computeViewStrides(const Shape &shape, const Shape &strides, const Shape &newShape,
+                        Shape &newStrides) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   if (shape.empty() || numel == 0) {
@@ -90,4 +91,4 @@ bool computeViewStrides(const Shape& shape, const Shape& strides, const Shape& n
   return viewD == -1;
 }
 
-}  // namespace rcjit::detail
+} // namespace rcjit::detail

@@ -12,13 +12,13 @@ namespace rcjit::detail {
 
 /// A block of device memory. Owns it unless it wraps caller memory (from_blob).
 struct Storage {
-  void* data = nullptr;
+  void *data = nullptr;
   size_t nbytes = 0;
   Device device;
-  std::function<void(void*)> release;  // empty: not owned
+  std::function<void(void *)> release; // empty: not owned
   Storage() = default;
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
+  Storage(const Storage &) = delete;
+  Storage &operator=(const Storage &) = delete;
   ~Storage() {
     if (release) release(data);
   }
@@ -31,7 +31,7 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device);
 /// mark_dynamic / mark_static on one dim of a tensor.
 struct DimMark {
   int dim = 0;
-  bool dynamic = true;  // false: mark_static
+  bool dynamic = true; // false: mark_static
   int64_t min = 2;
   int64_t max = INT64_MAX;
 };
@@ -39,13 +39,13 @@ struct DimMark {
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Shape strides;  // in elements
-  int64_t offset = 0;  // in elements
+  Shape strides;      // in elements
+  int64_t offset = 0; // in elements
   DType dtype = DType::f32;
   std::vector<DimMark> marks;
 
-  char* ptr() const {
-    return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(dtypeSize(dtype));
+  char *ptr() const {
+    return static_cast<char *>(storage->data) + offset * static_cast<int64_t>(dtypeSize(dtype));
   }
   int64_t numel() const {
     int64_t n = 1;
@@ -55,22 +55,22 @@ struct TensorImpl {
 };
 
 /// Row-major strides for `shape`.
-Shape contiguousStrides(const Shape& shape);
+Shape contiguousStrides(const Shape &shape);
 /// True when strides are row-major for shape (size-1 dims may have any stride).
-bool isContiguous(const Shape& shape, const Shape& strides);
+bool isContiguous(const Shape &shape, const Shape &strides);
 /// A new tensor with fresh contiguous storage on `device` (uninitialised).
-Tensor makeTensor(const Shape& shape, DType dtype, Device device = Device::cpu());
+Tensor makeTensor(const Shape &shape, DType dtype, Device device = Device::cpu());
 /// A view of `base`'s storage with the given geometry.
-Tensor makeView(const Tensor& base, Shape shape, Shape strides, int64_t offset);
+Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset);
 /// Normalizes a possibly negative dim for a tensor of rank `rank`; throws an Error naming
 /// `op` when out of range.
-int64_t normalizeDim(int64_t dim, int64_t rank, const char* op);
+int64_t normalizeDim(int64_t dim, int64_t rank, const char *op);
 
-}  // namespace rcjit::detail
+} // namespace rcjit::detail
 
 namespace rcjit::detail {
 /// Strides that view (shape, strides) as newShape without copying (PyTorch's rule);
 /// false when the layout needs a copy.
-bool computeViewStrides(const Shape& shape, const Shape& strides, const Shape& newShape,
-                        Shape& newStrides);
-}  // namespace rcjit::detail
+bool computeViewStrides(const Shape &shape, const Shape &strides, const Shape &newShape,
+                        Shape &newStrides);
+} // namespace rcjit::detail

@@ -9,9 +9,9 @@
 namespace rcjit {
 
 namespace {
-thread_local Tracer* tlsTracer = nullptr;
+thread_local Tracer *tlsTracer = nullptr;
 
-Node valueNode(OpKind op, const Tensor& out, int region) {
+Node valueNode(OpKind op, const Tensor &out, int region) {
   Node n;
   n.op = op;
   n.dtype = out.dtype();
@@ -19,25 +19,25 @@ Node valueNode(OpKind op, const Tensor& out, int region) {
   n.region = region;
   return n;
 }
-}  // namespace
+} // namespace
 
-Tracer* Tracer::current() { return tlsTracer; }
+Tracer *Tracer::current() { return tlsTracer; }
 
 namespace {
 // Makes `t` this thread's tracer for its lifetime (restoring the previous one).
 class ActiveTracer {
- public:
-  explicit ActiveTracer(Tracer* t) : previous_(tlsTracer) { tlsTracer = t; }
+public:
+  explicit ActiveTracer(Tracer *t) : previous_(tlsTracer) { tlsTracer = t; }
   ~ActiveTracer() { tlsTracer = previous_; }
-  ActiveTracer(const ActiveTracer&) = delete;
-  ActiveTracer& operator=(const ActiveTracer&) = delete;
+  ActiveTracer(const ActiveTracer &) = delete;
+  ActiveTracer &operator=(const ActiveTracer &) = delete;
 
- private:
-  Tracer* previous_;
+private:
+  Tracer *previous_;
 };
-}  // namespace
+} // namespace
 
-Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta) {
+Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta) {
   Tracer tracer;
   tracer.meta_ = meta;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -57,7 +57,7 @@ Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool me
     ActiveTracer on(&tracer);
     outs = fn(args);
   }
-  for (const Tensor& o : outs) {
+  for (const Tensor &o : outs) {
     if (!o.defined()) throw Error("trace: the traced function returned an undefined Tensor");
     tracer.trace_.graph.outputs.push_back(tracer.valueOf(o));
   }
@@ -65,13 +65,13 @@ Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool me
   return std::move(tracer.trace_);
 }
 
-int Tracer::valueOf(const Tensor& t) {
+int Tracer::valueOf(const Tensor &t) {
   auto it = ids_.find(t.impl().get());
   if (it != ids_.end()) return it->second;
   Node n = valueNode(OpKind::input, t, regionStack_.empty() ? -1 : regionStack_.back());
   n.inputKind = InputKind::captured;
   n.inputIndex = static_cast<int>(trace_.captured.size());
-  Tensor* slot = nullptr;
+  Tensor *slot = nullptr;
   n.name = parameterName(t, &slot);
   int id = trace_.graph.add(std::move(n));
   ids_[t.impl().get()] = id;
@@ -81,10 +81,10 @@ int Tracer::valueOf(const Tensor& t) {
   return id;
 }
 
-std::string Tracer::parameterName(const Tensor& t, Tensor** slot) const {
+std::string Tracer::parameterName(const Tensor &t, Tensor **slot) const {
   for (auto m = moduleStack_.rbegin(); m != moduleStack_.rend(); ++m) {
     if (!*m) continue;
-    for (const auto& [name, p] : (*m)->own_parameters()) {
+    for (const auto &[name, p] : (*m)->own_parameters()) {
       if (p->impl() == t.impl()) {
         *slot = p;
         std::string path = (*m)->path();
@@ -95,10 +95,10 @@ std::string Tracer::parameterName(const Tensor& t, Tensor** slot) const {
   return {};
 }
 
-void Tracer::record(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const Tensor& out) {
+void Tracer::record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out) {
   std::vector<int> inputs;
   inputs.reserve(in.size());
-  for (const Tensor& t : in) inputs.push_back(valueOf(t));
+  for (const Tensor &t : in) inputs.push_back(valueOf(t));
   Node n = valueNode(op, out, regionStack_.empty() ? -1 : regionStack_.back());
   n.inputs = std::move(inputs);
   n.attrs = a;
@@ -106,10 +106,10 @@ void Tracer::record(OpKind op, const std::vector<Tensor>& in, const Attrs& a, co
   keepAlive_.push_back(out);
 }
 
-void Tracer::recordSource(OpKind op, const Attrs& a, const Tensor& out) { record(op, {}, a, out); }
+void Tracer::recordSource(OpKind op, const Attrs &a, const Tensor &out) { record(op, {}, a, out); }
 
 void Tracer::beginRegion(std::string name, std::string type, bool inList,
-                         const nn::ModuleBase* module) {
+                         const nn::ModuleBase *module) {
   Region r;
   r.name = std::move(name);
   r.type = std::move(type);
@@ -127,7 +127,7 @@ void Tracer::endRegion() {
   moduleStack_.pop_back();
 }
 
-void Tracer::hostRead(const char* op, const Tensor& t) {
+void Tracer::hostRead(const char *op, const Tensor &t) {
   auto it = ids_.find(t.impl().get());
   if (it == ids_.end()) return;
   bool pending = meta_ && trace_.graph.nodes[it->second].op != OpKind::input;
@@ -140,29 +140,29 @@ void Tracer::hostRead(const char* op, const Tensor& t) {
   trace_.breaks.push_back({op, it->second});
 }
 
-Segment Tracer::takeSegment(const std::vector<Tensor>& mustOutput) {
+Segment Tracer::takeSegment(const std::vector<Tensor> &mustOutput) {
   Segment seg;
-  Graph& g = trace_.graph;
+  Graph &g = trace_.graph;
   std::vector<bool> isOut(g.nodes.size(), false);
-  for (const Tensor& t : mustOutput) {
+  for (const Tensor &t : mustOutput) {
     auto it = ids_.find(t.impl().get());
     if (it != ids_.end()) isOut[it->second] = true;
   }
-  for (const Tensor& t : keepAlive_) {
+  for (const Tensor &t : keepAlive_) {
     auto it = ids_.find(t.impl().get());
     if (it == ids_.end() || g.nodes[it->second].op == OpKind::input) continue;
-    if (t.impl().use_count() > 1) isOut[it->second] = true;  // held outside the tracer
+    if (t.impl().use_count() > 1) isOut[it->second] = true; // held outside the tracer
   }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!isOut[i] || g.nodes[i].op == OpKind::input) continue;
-    const Tensor* t = nullptr;
-    for (const Tensor& k : keepAlive_) {
+    const Tensor *t = nullptr;
+    for (const Tensor &k : keepAlive_) {
       auto it = ids_.find(k.impl().get());
       if (it != ids_.end() && it->second == static_cast<int>(i)) t = &k;
     }
     if (!t) continue;
-    bool viewsInput = false;  // a view of a real input already holds real values
-    for (const Tensor& in : trace_.captured) viewsInput |= t->sharesStorage(in);
+    bool viewsInput = false; // a view of a real input already holds real values
+    for (const Tensor &in : trace_.captured) viewsInput |= t->sharesStorage(in);
     if (viewsInput) continue;
     g.outputs.push_back(static_cast<int>(i));
     seg.pending.push_back(*t);
@@ -173,7 +173,7 @@ Segment Tracer::takeSegment(const std::vector<Tensor>& mustOutput) {
   trace_ = Trace();
   ids_.clear();
   keepAlive_.clear();
-  for (int& r : regionStack_) {
+  for (int &r : regionStack_) {
     Region copy = seg.graph.regions[r];
     copy.begin = copy.end = 0;
     copy.parent = -1;
@@ -184,34 +184,34 @@ Segment Tracer::takeSegment(const std::vector<Tensor>& mustOutput) {
   return seg;
 }
 
-std::vector<Tensor> runSegmented(const TracedFn& fn, const std::vector<Tensor>& args,
-                                 const SegmentFlush& flush) {
+std::vector<Tensor> runSegmented(const TracedFn &fn, const std::vector<Tensor> &args,
+                                 const SegmentFlush &flush) {
   Tracer tracer;
   tracer.meta_ = true;
   tracer.flush_ = &flush;
   std::vector<Tensor> outs;
   {
     ActiveTracer on(&tracer);
-    outs = fn(args);  // args are real: used in a segment, they become captured inputs
+    outs = fn(args); // args are real: used in a segment, they become captured inputs
     Segment last = tracer.takeSegment(outs);
     if (!last.pending.empty()) flush(last);
   }
   return outs;
 }
 
-Tensor region(std::string_view name, const std::function<Tensor()>& body) {
-  Tracer* tr = Tracer::current();
+Tensor region(std::string_view name, const std::function<Tensor()> &body) {
+  Tracer *tr = Tracer::current();
   if (!tr) return body();
   tr->beginRegion(std::string(name), "region", false, nullptr);
   struct End {
-    Tracer* tr;
+    Tracer *tr;
     ~End() { tr->endRegion(); }
   } end{tr};
   return body();
 }
 
 namespace nn::detail {
-ModuleCallScope::ModuleCallScope(ModuleBase& m) : active_(Tracer::current() != nullptr) {
+ModuleCallScope::ModuleCallScope(ModuleBase &m) : active_(Tracer::current() != nullptr) {
   if (active_) {
     bool inList = m.parent() && m.parent()->isModuleList();
     Tracer::current()->beginRegion(m.path(), m.typeName(), inList, &m);
@@ -220,6 +220,6 @@ ModuleCallScope::ModuleCallScope(ModuleBase& m) : active_(Tracer::current() != n
 ModuleCallScope::~ModuleCallScope() {
   if (active_) Tracer::current()->endRegion();
 }
-}  // namespace nn::detail
+} // namespace nn::detail
 
-}  // namespace rcjit
+} // namespace rcjit

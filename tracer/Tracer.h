@@ -24,23 +24,23 @@ class ModuleBase;
 
 /// A host read of a traced value: where the trace would have to split.
 struct GraphBreak {
-  std::string op;  // "item", "to_vector"
-  int node = -1;   // the value read
+  std::string op; // "item", "to_vector"
+  int node = -1;  // the value read
 };
 
 /// The result of tracing a function.
 struct Trace {
   Graph graph;
-  std::vector<Tensor> args;      // bound to input nodes with InputKind::arg, by inputIndex
-  std::vector<Tensor> captured;  // bound to input nodes with InputKind::captured
+  std::vector<Tensor> args;     // bound to input nodes with InputKind::arg, by inputIndex
+  std::vector<Tensor> captured; // bound to input nodes with InputKind::captured
   /// For each captured tensor, the registered module parameter it was read from (so later
   /// calls can read the parameter's current value), or nullptr.
-  std::vector<Tensor*> capturedSlots;
-  std::vector<Tensor> outputs;   // the eager values of graph.outputs
+  std::vector<Tensor *> capturedSlots;
+  std::vector<Tensor> outputs; // the eager values of graph.outputs
   std::vector<GraphBreak> breaks;
 };
 
-using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
 
 /// Thrown out of a meta trace when the function reads a traced value on the host: the
 /// value does not exist, so the caller traces again with real values.
@@ -52,64 +52,63 @@ struct MetaTraceAbort {
 /// storage but uninitialized contents), which makes tracing nearly free; the outputs are
 /// then not values, and a host read of a traced value throws MetaTraceAbort. Exceptions
 /// from fn propagate after tracing is switched off.
-Trace traceFunction(const TracedFn& fn, const std::vector<Tensor>& args, bool meta = false);
+Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta = false);
 
 /// A finished piece of a segmented trace: a graph over real inputs whose outputs are
 /// still pending (meta) tensors that the caller must fill with real values.
 struct Segment {
   Graph graph;
-  std::vector<Tensor> inputs;   // bound like Trace: args (none here) then captured
-  std::vector<Tensor> pending;  // one per graph output: the tensor to fill
+  std::vector<Tensor> inputs;  // bound like Trace: args (none here) then captured
+  std::vector<Tensor> pending; // one per graph output: the tensor to fill
 };
 
 /// Called at each host read of a pending value and when the function returns: must
 /// compute the segment and fill its pending tensors.
-using SegmentFlush = std::function<void(Segment&)>;
+using SegmentFlush = std::function<void(Segment &)>;
 
 /// Runs fn(args) with ops recorded on shapes only; at every host read of a pending value,
 /// and at the end, the graph recorded so far is handed to `flush` (which compiles or reuses
 /// code for it and fills the pending tensors with real values), and recording starts a new
 /// graph. Returns fn's outputs, all real. This is how a function with graph breaks runs
 /// compiled code: its C++ runs on every call and decides the path.
-std::vector<Tensor> runSegmented(const TracedFn& fn, const std::vector<Tensor>& args,
-                                 const SegmentFlush& flush);
+std::vector<Tensor> runSegmented(const TracedFn &fn, const std::vector<Tensor> &args,
+                                 const SegmentFlush &flush);
 
 /// The recorder behind traceFunction; one per tracing thread.
 class Tracer {
- public:
+public:
   /// The tracer active on this thread, or nullptr (the common, fast case).
-  static Tracer* current();
+  static Tracer *current();
 
   /// Records an op whose eager result is `out`.
-  void record(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const Tensor& out);
+  void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out);
   /// Records a source op (full, arange) with no inputs.
-  void recordSource(OpKind op, const Attrs& a, const Tensor& out);
-  void beginRegion(std::string name, std::string type, bool inList,
-                   const nn::ModuleBase* module);
+  void recordSource(OpKind op, const Attrs &a, const Tensor &out);
+  void beginRegion(std::string name, std::string type, bool inList, const nn::ModuleBase *module);
   void endRegion();
   /// Called by host reads; records a break when `t` is a traced value (in a meta trace,
   /// throws MetaTraceAbort when `t` is an op's result).
-  void hostRead(const char* op, const Tensor& t);
+  void hostRead(const char *op, const Tensor &t);
   /// Whether ops should skip computing values (a meta trace).
   bool meta() const { return meta_; }
 
- private:
-  friend Trace traceFunction(const TracedFn&, const std::vector<Tensor>&, bool);
-  friend std::vector<Tensor> runSegmented(const TracedFn&, const std::vector<Tensor>&,
-                                          const SegmentFlush&);
+private:
+  friend Trace traceFunction(const TracedFn &, const std::vector<Tensor> &, bool);
+  friend std::vector<Tensor> runSegmented(const TracedFn &, const std::vector<Tensor> &,
+                                          const SegmentFlush &);
   /// Ends the current segment: its graph, with every pending result still referenced
   /// outside the tracer (and `mustOutput`) as outputs; then starts an empty graph.
-  Segment takeSegment(const std::vector<Tensor>& mustOutput);
-  int valueOf(const Tensor& t);  // the node of t, adding a captured input when unknown
-  std::string parameterName(const Tensor& t, Tensor** slot) const;
+  Segment takeSegment(const std::vector<Tensor> &mustOutput);
+  int valueOf(const Tensor &t); // the node of t, adding a captured input when unknown
+  std::string parameterName(const Tensor &t, Tensor **slot) const;
 
   Trace trace_;
-  std::unordered_map<const void*, int> ids_;  // TensorImpl* -> node
+  std::unordered_map<const void *, int> ids_; // TensorImpl* -> node
   std::vector<Tensor> keepAlive_;             // so TensorImpl addresses are not reused
   std::vector<int> regionStack_;
-  std::vector<const nn::ModuleBase*> moduleStack_;
+  std::vector<const nn::ModuleBase *> moduleStack_;
   bool meta_ = false;
-  const SegmentFlush* flush_ = nullptr;  // segmented runs only
+  const SegmentFlush *flush_ = nullptr; // segmented runs only
 };
 
-}  // namespace rcjit
+} // namespace rcjit

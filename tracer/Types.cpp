@@ -20,13 +20,13 @@ constexpr std::array<DTypeRow, 7> kDTypes = {{{DType::f32, "f32", 4},
                                               {DType::i32, "i32", 4},
                                               {DType::i64, "i64", 8},
                                               {DType::boolean, "bool", 1}}};
-}  // namespace
+} // namespace
 
 size_t dtypeSize(DType t) { return kDTypes[static_cast<size_t>(t)].size; }
 std::string_view dtypeName(DType t) { return kDTypes[static_cast<size_t>(t)].name; }
 
 DType dtypeFromName(std::string_view name) {
-  for (const DTypeRow& row : kDTypes) {
+  for (const DTypeRow &row : kDTypes) {
     if (row.name == name) return row.type;
   }
   throw Error("unknown dtype '" + std::string(name) +
@@ -42,7 +42,7 @@ std::string Device::str() const {
   return is_cuda() ? "cuda:" + std::to_string(index) : std::string("cpu");
 }
 
-std::string shapeStr(const Shape& s) {
+std::string shapeStr(const Shape &s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) {
     if (i) out += ", ";
@@ -51,4 +51,4 @@ std::string shapeStr(const Shape& s) {
   return out + "]";
 }
 
-}  // namespace rcjit
+} // namespace rcjit

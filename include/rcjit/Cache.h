@@ -11,7 +11,7 @@ namespace rcjit::cache {
 /// turns the disk cache off: compiles then start cold in every process (the memory cache
 /// still serves this process). Entries are authenticated with a per-user secret kept outside
 /// the directory (set_key_file). Thread-safe; affects later lookups and writes.
-void set_dir(const std::string& path);
+void set_dir(const std::string &path);
 /// The disk cache directory in use, "" when off.
 std::string dir();
 
@@ -24,7 +24,7 @@ uint64_t max_bytes();
 /// Default: env RCJIT_CACHE_KEY_FILE, else $XDG_CONFIG_HOME/rcjit/cache.key, else
 /// ~/.config/rcjit/cache.key; created with mode 0600 on first use. Keep it out of the cache
 /// directory and private: whoever holds it can make every reader run their code.
-void set_key_file(const std::string& path);
+void set_key_file(const std::string &path);
 
 /// Everything compiled (or loaded from cache) in this process, as one zstd-compressed blob.
 /// Thread-safe. Throws rcjit::Error if compression fails.
@@ -36,21 +36,21 @@ std::vector<uint8_t> save_disk_artifacts();
 /// same code hit, in this process and (through the directory) in others. Only load blobs you
 /// trust: their objects become code that runs. Throws rcjit::Error on a malformed blob or one
 /// saved by another rcjit version; returns the number of objects loaded.
-size_t load_artifacts(const std::vector<uint8_t>& blob);
+size_t load_artifacts(const std::vector<uint8_t> &blob);
 
 /// Empties the memory cache and removes every entry of the disk cache directory.
 void clear();
 
 /// What the cache did in this process (counters since start or reset_stats()).
 struct Stats {
-  uint64_t lookups = 0;      // compiles that asked the cache first
+  uint64_t lookups = 0; // compiles that asked the cache first
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
-  uint64_t misses = 0;       // lookups that found nothing: compiled from scratch
+  uint64_t misses = 0; // lookups that found nothing: compiled from scratch
   uint64_t disk_writes = 0;
   uint64_t write_failures = 0;
-  uint64_t rejections = 0;   // disk entries refused: corrupt, truncated, foreign, forged
-  uint64_t evictions = 0;    // disk entries removed for the size bound
+  uint64_t rejections = 0; // disk entries refused: corrupt, truncated, foreign, forged
+  uint64_t evictions = 0;  // disk entries removed for the size bound
   uint64_t memory_entries = 0;
   uint64_t memory_bytes = 0;
 };
@@ -59,14 +59,14 @@ void reset_stats();
 
 /// The disk cache directory's contents now.
 struct DiskUsage {
-  std::string dir;       // "" when the disk cache is off
+  std::string dir; // "" when the disk cache is off
   uint64_t entries = 0;
   uint64_t bytes = 0;
-  uint64_t valid = 0;    // with verify: entries that pass every check
-  uint64_t invalid = 0;  // with verify: entries that would be refused
+  uint64_t valid = 0;   // with verify: entries that pass every check
+  uint64_t invalid = 0; // with verify: entries that would be refused
   uint64_t max_bytes = 0;
 };
 /// Lists the directory; with `verify`, also checks every entry (nothing is deleted).
 DiskUsage disk_usage(bool verify = false);
 
-}  // namespace rcjit::cache
+} // namespace rcjit::cache

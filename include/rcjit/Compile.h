@@ -14,7 +14,7 @@
 
 namespace rcjit {
 
-enum class Mode { eager, full, regional };  // eager = no compilation (the baseline)
+enum class Mode { eager, full, regional }; // eager = no compilation (the baseline)
 enum class Target { cpu, cuda };
 enum class Dynamic { automatic, always, never };
 enum class Stance { normal, fail_on_recompile, eager_on_recompile, force_eager };
@@ -22,40 +22,40 @@ enum class Stance { normal, fail_on_recompile, eager_on_recompile, force_eager }
 struct CompileOptions {
   Mode mode = Mode::full;
   Target target = Target::cpu;
-  Dynamic dynamic = Dynamic::automatic;  // automatic: a dim that changed becomes symbolic
-  int recompile_limit = 8;               // compiled variants per function before falling back
-  bool fullgraph = false;                // true: a graph break is an Error instead of a split
+  Dynamic dynamic = Dynamic::automatic; // automatic: a dim that changed becomes symbolic
+  int recompile_limit = 8;              // compiled variants per function before falling back
+  bool fullgraph = false;               // true: a graph break is an Error instead of a split
   Stance stance = Stance::normal;
 };
 
 struct CompileStats {
-  int compiles = 0;        // graphs compiled by this function
-  int recompiles = 0;      // compiles caused by a guard failure
-  int cache_hits = 0;      // compiled code reused from memory or disk instead of compiled
+  int compiles = 0;   // graphs compiled by this function
+  int recompiles = 0; // compiles caused by a guard failure
+  int cache_hits = 0; // compiled code reused from memory or disk instead of compiled
   int graph_breaks = 0;
-  int fallbacks = 0;       // calls that ran eagerly (recompile limit or stance)
-  double compile_seconds = 0;  // wall time spent tracing + compiling
+  int fallbacks = 0;          // calls that ran eagerly (recompile limit or stance)
+  double compile_seconds = 0; // wall time spent tracing + compiling
 };
 
 /// Marks dim `dim` of `t` as dynamic within [min, max]: compiled code takes its size as a
 /// runtime value, and a size outside the range is an Error. Stored on the tensor.
-void mark_dynamic(Tensor& t, int dim, int64_t min = 2, int64_t max = INT64_MAX);
+void mark_dynamic(Tensor &t, int dim, int64_t min = 2, int64_t max = INT64_MAX);
 /// Marks dim `dim` of `t` as static: never made symbolic by automatic dynamic shapes.
-void mark_static(Tensor& t, int dim);
+void mark_static(Tensor &t, int dim);
 
 namespace detail {
-using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
 
 /// The shared state of a compiled function: its cache entries, options and stats.
 /// Thread-safe: calls may come from several threads at once.
 class CompiledState;
-std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions& opts);
-std::vector<Tensor> callCompiled(CompiledState& s, const std::vector<Tensor>& args,
-                                 const TracedFn& fn);
-CompileStats statsOf(const CompiledState& s);
-std::string explainOf(const CompiledState& s);
+std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts);
+std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
+                                 const TracedFn &fn);
+CompileStats statsOf(const CompiledState &s);
+std::string explainOf(const CompiledState &s);
 
-template <class R> std::vector<Tensor> toTensors(R&& r) {
+template <class R> std::vector<Tensor> toTensors(R &&r) {
   if constexpr (std::is_same_v<std::decay_t<R>, Tensor>) {
     return {std::forward<R>(r)};
   } else {
@@ -64,21 +64,21 @@ template <class R> std::vector<Tensor> toTensors(R&& r) {
     return std::forward<R>(r);
   }
 }
-}  // namespace detail
+} // namespace detail
 
 /// A compiled function: callable like the original. Copies share one state (entries and
 /// stats). Thread-safe.
 template <class F> class CompiledFunction {
- public:
-  CompiledFunction(F fn, const CompileOptions& opts)
+public:
+  CompiledFunction(F fn, const CompileOptions &opts)
       : fn_(std::make_shared<F>(std::move(fn))), state_(detail::makeCompiledState(opts)) {}
 
   /// Calls with Tensors (each argument a Tensor) or with one std::vector<Tensor>.
-  template <class... Args> auto operator()(Args&&... args) const {
-    using R = std::invoke_result_t<F&, Args...>;
+  template <class... Args> auto operator()(Args &&...args) const {
+    using R = std::invoke_result_t<F &, Args...>;
     std::vector<Tensor> in = pack(std::forward<Args>(args)...);
     std::shared_ptr<F> fn = fn_;
-    detail::TracedFn traced = [fn](const std::vector<Tensor>& v) {
+    detail::TracedFn traced = [fn](const std::vector<Tensor> &v) {
       return detail::toTensors(invokeUnpacked<Args...>(*fn, v));
     };
     std::vector<Tensor> out = detail::callCompiled(*state_, in, traced);
@@ -93,23 +93,24 @@ template <class F> class CompiledFunction {
   /// Graphs, guards of each cached entry, and why each recompile happened.
   std::string explain() const { return detail::explainOf(*state_); }
 
- private:
-  template <class... Args> static std::vector<Tensor> pack(Args&&... args) {
+private:
+  template <class... Args> static std::vector<Tensor> pack(Args &&...args) {
     if constexpr (sizeof...(Args) == 1 &&
                   (std::is_same_v<std::decay_t<Args>, std::vector<Tensor>> && ...)) {
       return std::vector<Tensor>(std::forward<Args>(args)...);
     } else {
-      static_assert((std::is_convertible_v<Args, const Tensor&> && ...),
+      static_assert((std::is_convertible_v<Args, const Tensor &> && ...),
                     "compiled functions take Tensors or one std::vector<Tensor>");
       return std::vector<Tensor>{Tensor(args)...};
     }
   }
   template <class... Args, size_t... I>
-  static decltype(auto) invokeIndexed(F& f, const std::vector<Tensor>& v,
+  static decltype(auto) invokeIndexed(F &f, const std::vector<Tensor> &v,
                                       std::index_sequence<I...>) {
     return f(v[I]...);
   }
-  template <class... Args> static decltype(auto) invokeUnpacked(F& f, const std::vector<Tensor>& v) {
+  template <class... Args>
+  static decltype(auto) invokeUnpacked(F &f, const std::vector<Tensor> &v) {
     if constexpr (sizeof...(Args) == 1 &&
                   (std::is_same_v<std::decay_t<Args>, std::vector<Tensor>> && ...)) {
       return f(v);
@@ -126,17 +127,17 @@ template <class F> class CompiledFunction {
 /// or std::vector<Tensor>. The first call traces and compiles; later calls that pass an
 /// entry's guards run its code without calling fn.
 template <class F>
-  requires(!std::derived_from<std::remove_cvref_t<F>, nn::ModuleBase>)
-CompiledFunction<std::decay_t<F>> compile(F&& fn, const CompileOptions& opts = {}) {
+requires(!std::derived_from<std::remove_cvref_t<F>, nn::ModuleBase>)
+    CompiledFunction<std::decay_t<F>> compile(F &&fn, const CompileOptions &opts = {}) {
   return CompiledFunction<std::decay_t<F>>(std::forward<F>(fn), opts);
 }
 
 /// Compiles calls of `module(args...)`; the module must outlive the result.
 template <class M>
-  requires std::derived_from<M, nn::ModuleBase>
-auto compile(M& module, const CompileOptions& opts = {}) {
-  auto call = [m = &module](auto&&... args) { return (*m)(std::forward<decltype(args)>(args)...); };
+requires std::derived_from<M, nn::ModuleBase>
+auto compile(M &module, const CompileOptions &opts = {}) {
+  auto call = [m = &module](auto &&...args) { return (*m)(std::forward<decltype(args)>(args)...); };
   return CompiledFunction<decltype(call)>(call, opts);
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -8,4 +8,4 @@ namespace rcjit {
 /// once per process.
 bool cuda_available();
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -12,4 +12,4 @@ namespace rcjit {
 /// Thread-safe.
 void set_logs(std::string_view kinds);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -11,35 +11,35 @@
 namespace rcjit {
 
 // elementwise, unary (float ops on integer inputs give f32, like PyTorch)
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor gelu(const Tensor& x);  // erf form
-Tensor silu(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
+Tensor neg(const Tensor &x);
+Tensor abs(const Tensor &x);
+Tensor exp(const Tensor &x);
+Tensor log(const Tensor &x);
+Tensor sqrt(const Tensor &x);
+Tensor rsqrt(const Tensor &x);
+Tensor reciprocal(const Tensor &x);
+Tensor tanh(const Tensor &x);
+Tensor sigmoid(const Tensor &x);
+Tensor relu(const Tensor &x);
+Tensor gelu(const Tensor &x); // erf form
+Tensor silu(const Tensor &x);
+Tensor erf(const Tensor &x);
+Tensor sin(const Tensor &x);
+Tensor cos(const Tensor &x);
 
 // elementwise, binary; a Scalar (any C++ number) may stand on either side
-#define RCJIT_DECLARE_BINARY(name)                     \
-  Tensor name(const Tensor& a, const Tensor& b);       \
-  Tensor name(const Tensor& a, Scalar b);              \
-  Tensor name(Scalar a, const Tensor& b);
+#define RCJIT_DECLARE_BINARY(name)                                                                 \
+  Tensor name(const Tensor &a, const Tensor &b);                                                   \
+  Tensor name(const Tensor &a, Scalar b);                                                          \
+  Tensor name(Scalar a, const Tensor &b);
 RCJIT_DECLARE_BINARY(add)
 RCJIT_DECLARE_BINARY(sub)
 RCJIT_DECLARE_BINARY(mul)
-RCJIT_DECLARE_BINARY(div)  // true division: integers divide to f32
+RCJIT_DECLARE_BINARY(div) // true division: integers divide to f32
 RCJIT_DECLARE_BINARY(pow)
 RCJIT_DECLARE_BINARY(maximum)
 RCJIT_DECLARE_BINARY(minimum)
-RCJIT_DECLARE_BINARY(eq)  // comparisons give DType::boolean
+RCJIT_DECLARE_BINARY(eq) // comparisons give DType::boolean
 RCJIT_DECLARE_BINARY(ne)
 RCJIT_DECLARE_BINARY(lt)
 RCJIT_DECLARE_BINARY(le)
@@ -47,62 +47,61 @@ RCJIT_DECLARE_BINARY(gt)
 RCJIT_DECLARE_BINARY(ge)
 #undef RCJIT_DECLARE_BINARY
 /// Elementwise cond ? a : b, broadcasting all three; cond must be boolean.
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+Tensor where(const Tensor &cond, const Tensor &a, const Tensor &b);
+Tensor where(const Tensor &cond, const Tensor &a, Scalar b);
+Tensor where(const Tensor &cond, Scalar a, const Tensor &b);
 
-Tensor operator+(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, Scalar b);
-Tensor operator+(Scalar a, const Tensor& b);
-Tensor operator-(const Tensor& a, const Tensor& b);
-Tensor operator-(const Tensor& a, Scalar b);
-Tensor operator-(Scalar a, const Tensor& b);
-Tensor operator*(const Tensor& a, const Tensor& b);
-Tensor operator*(const Tensor& a, Scalar b);
-Tensor operator*(Scalar a, const Tensor& b);
-Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator/(const Tensor& a, Scalar b);
-Tensor operator/(Scalar a, const Tensor& b);
-Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor &a, const Tensor &b);
+Tensor operator+(const Tensor &a, Scalar b);
+Tensor operator+(Scalar a, const Tensor &b);
+Tensor operator-(const Tensor &a, const Tensor &b);
+Tensor operator-(const Tensor &a, Scalar b);
+Tensor operator-(Scalar a, const Tensor &b);
+Tensor operator*(const Tensor &a, const Tensor &b);
+Tensor operator*(const Tensor &a, Scalar b);
+Tensor operator*(Scalar a, const Tensor &b);
+Tensor operator/(const Tensor &a, const Tensor &b);
+Tensor operator/(const Tensor &a, Scalar b);
+Tensor operator/(Scalar a, const Tensor &b);
+Tensor operator-(const Tensor &x);
 
 // reductions (empty dims = all dims)
-Tensor sum(const Tensor& x, Dims dims = {}, bool keepdim = false);   // ints/bool sum to i64
-Tensor mean(const Tensor& x, Dims dims = {}, bool keepdim = false);  // floating only
-Tensor amax(const Tensor& x, Dims dims = {}, bool keepdim = false);
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);   // DType::i64
-Tensor softmax(const Tensor& x, int64_t dim);
-Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor sum(const Tensor &x, Dims dims = {}, bool keepdim = false);  // ints/bool sum to i64
+Tensor mean(const Tensor &x, Dims dims = {}, bool keepdim = false); // floating only
+Tensor amax(const Tensor &x, Dims dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor &x, int64_t dim, bool keepdim = false); // DType::i64
+Tensor softmax(const Tensor &x, int64_t dim);
+Tensor log_softmax(const Tensor &x, int64_t dim);
 
 // linear algebra
 /// Matrix product with NumPy semantics: 1-D operands are promoted and the added dim
 /// removed; batch dims broadcast.
-Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor &a, const Tensor &b);
 /// x @ w^T + b with w [out, in]; b may be an undefined Tensor().
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+Tensor linear(const Tensor &x, const Tensor &w, const Tensor &b = Tensor());
 
 // nn
 /// Normalizes over the trailing w.dim() dims; w and b (b may be undefined) have those dims.
-Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
+Tensor layer_norm(const Tensor &x, const Tensor &w, const Tensor &b, double eps);
+Tensor rms_norm(const Tensor &x, const Tensor &w, double eps);
 /// Rows of weight [num, dim] picked by integer ids: result shape ids.shape + [dim].
-Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor embedding(const Tensor &weight, const Tensor &ids);
 /// softmax(q k^T / sqrt(head_dim) [+ causal mask]) v over [..., seq, head_dim] operands.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    bool causal);
+Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v, bool causal);
 /// NCHW convolution, w [out, in, kh, kw]; b may be undefined.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride = 1,
+Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride = 1,
               int64_t padding = 0);
 
 // shape (views share storage where the strides allow; reshape copies otherwise)
-Tensor reshape(const Tensor& x, Dims shape);  // -1 infers one dim
-Tensor view(const Tensor& x, Dims shape);     // like reshape, but an Error if it must copy
-Tensor permute(const Tensor& x, Dims order);
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
-Tensor unsqueeze(const Tensor& x, int64_t dim);
-Tensor squeeze(const Tensor& x, int64_t dim);
-Tensor expand(const Tensor& x, Dims shape);  // size-1 dims broadcast; -1 keeps a dim
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);
-Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
-Tensor contiguous(const Tensor& x);
+Tensor reshape(const Tensor &x, Dims shape); // -1 infers one dim
+Tensor view(const Tensor &x, Dims shape);    // like reshape, but an Error if it must copy
+Tensor permute(const Tensor &x, Dims order);
+Tensor transpose(const Tensor &x, int64_t d0, int64_t d1);
+Tensor unsqueeze(const Tensor &x, int64_t dim);
+Tensor squeeze(const Tensor &x, int64_t dim);
+Tensor expand(const Tensor &x, Dims shape); // size-1 dims broadcast; -1 keeps a dim
+Tensor slice(const Tensor &x, int64_t dim, int64_t start, int64_t end);
+Tensor cat(const std::vector<Tensor> &xs, int64_t dim);
+Tensor contiguous(const Tensor &x);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -9,7 +9,7 @@ namespace rcjit {
 
 /// A pass: returns a graph computing the same outputs from the same inputs (or its input
 /// unchanged when it did nothing). Node ids are positions; inputs refer to earlier nodes.
-using GraphPassFn = std::function<Graph(const Graph&)>;
+using GraphPassFn = std::function<Graph(const Graph &)>;
 
 /// Adds `fn` to the pipeline of every compile from now on, after rcjit's decompose,
 /// constant-fold and CSE passes and before dead-code elimination (so nodes a pass leaves
@@ -20,6 +20,6 @@ void register_graph_pass(std::string name, GraphPassFn fn);
 void clear_graph_passes();
 
 /// The readable text form of a graph (what `RCJIT_LOGS=graph` prints).
-std::string print_graph(const Graph& g);
+std::string print_graph(const Graph &g);
 
-}  // namespace rcjit
+} // namespace rcjit

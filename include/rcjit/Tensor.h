@@ -20,7 +20,7 @@ template <> constexpr DType dtypeOf<int32_t>() { return DType::i32; }
 template <> constexpr DType dtypeOf<int64_t>() { return DType::i64; }
 template <> constexpr DType dtypeOf<uint8_t>() { return DType::boolean; }
 template <> constexpr DType dtypeOf<bool>() { return DType::boolean; }
-}  // namespace detail
+} // namespace detail
 
 /// A tensor: shape, strides (in elements), offset and dtype over shared storage.
 ///
@@ -29,7 +29,7 @@ template <> constexpr DType dtypeOf<bool>() { return DType::boolean; }
 /// is undefined (`defined()` is false). Handles may be used from several threads as long as
 /// no thread writes elements another reads.
 class Tensor {
- public:
+public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
 
@@ -44,27 +44,27 @@ class Tensor {
   static Tensor randn(Shape shape, uint64_t seed, DType dtype = DType::f32,
                       Device device = Device::cpu());
   static Tensor arange(int64_t n, DType dtype = DType::i64, Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<float>& values, Shape shape);    // copies
-  static Tensor from_vector(const std::vector<int64_t>& values, Shape shape);  // copies
+  static Tensor from_vector(const std::vector<float> &values, Shape shape);   // copies
+  static Tensor from_vector(const std::vector<int64_t> &values, Shape shape); // copies
   /// Wraps caller-owned CPU memory without copying; the caller keeps it alive (and
   /// contiguous, row-major) for as long as any Tensor refers to it.
-  static Tensor from_blob(void* data, Shape shape, DType dtype);
+  static Tensor from_blob(void *data, Shape shape, DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
-  const Shape& shape() const;
-  const Shape& strides() const;
-  int64_t offset() const;  // in elements, from the start of the storage
-  int64_t size(int dim) const;  // negative dims count from the end
+  const Shape &shape() const;
+  const Shape &strides() const;
+  int64_t offset() const;      // in elements, from the start of the storage
+  int64_t size(int dim) const; // negative dims count from the end
   int dim() const;
   int64_t numel() const;
   DType dtype() const;
   Device device() const;
   bool is_contiguous() const;
   /// Address of element 0 (storage start + offset). CPU tensors only for host access.
-  void* data_ptr() const;
-  template <class T> T* data() const { return static_cast<T*>(data_ptr()); }
+  void *data_ptr() const;
+  template <class T> T *data() const { return static_cast<T *>(data_ptr()); }
   /// True when both tensors view the same storage.
-  bool sharesStorage(const Tensor& other) const;
+  bool sharesStorage(const Tensor &other) const;
 
   /// Copies the elements, converted to T, to a host vector in row-major order. Inside a
   /// traced function this is a host read (a graph break).
@@ -72,19 +72,19 @@ class Tensor {
   /// The value of a one-element tensor as a double (a host read, like to_vector).
   double item() const;
 
-  Tensor to(Device device) const;  // copies unless already there
-  Tensor to(DType dtype) const;    // converts unless already that dtype
-  Tensor contiguous() const;       // copies only when not contiguous
+  Tensor to(Device device) const; // copies unless already there
+  Tensor to(DType dtype) const;   // converts unless already that dtype
+  Tensor contiguous() const;      // copies only when not contiguous
   Tensor reshape(Dims shape) const;
-  Tensor clone() const;            // always copies into new contiguous storage
+  Tensor clone() const; // always copies into new contiguous storage
   /// Copies src's elements into this tensor (same shape; dtypes converted).
-  void copy_(const Tensor& src);
+  void copy_(const Tensor &src);
 
   /// The implementation, for rcjit's own components.
-  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
+  const std::shared_ptr<detail::TensorImpl> &impl() const { return impl_; }
 
- private:
-  void copyToHost(DType as, void* dst) const;
+private:
+  void copyToHost(DType as, void *dst) const;
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 
@@ -102,6 +102,6 @@ template <class T> std::vector<T> Tensor::to_vector() const {
 
 /// True when a and b have broadcast-compatible shapes and every element differs by at
 /// most atol + rtol*|b| (NaNs in the same places count as equal).
-bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6);
+bool allclose(const Tensor &a, const Tensor &b, double rtol = 1e-5, double atol = 1e-6);
 
-}  // namespace rcjit
+} // namespace rcjit

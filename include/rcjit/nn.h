@@ -17,83 +17,83 @@ namespace rcjit::nn {
 /// member is seen by everything that reads the parameter later. Not thread-safe to
 /// register from several threads; reading is.
 class ModuleBase {
- public:
+public:
   ModuleBase() = default;
   virtual ~ModuleBase() = default;
-  ModuleBase(const ModuleBase&) = delete;
-  ModuleBase& operator=(const ModuleBase&) = delete;
-  ModuleBase(ModuleBase&&) = delete;
-  ModuleBase& operator=(ModuleBase&&) = delete;
+  ModuleBase(const ModuleBase &) = delete;
+  ModuleBase &operator=(const ModuleBase &) = delete;
+  ModuleBase(ModuleBase &&) = delete;
+  ModuleBase &operator=(ModuleBase &&) = delete;
 
   /// Registers `t` (a member of this module) under `name`; an Error if the name is taken.
-  void register_parameter(std::string name, Tensor& t);
+  void register_parameter(std::string name, Tensor &t);
   /// Registers a child module under `name`; it must outlive this module's use.
-  void register_module(std::string name, ModuleBase& m);
+  void register_module(std::string name, ModuleBase &m);
 
   /// Every parameter of this module and its descendants, named by dotted path
   /// ("blocks.0.fc.weight"), in registration order, depth first.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
-  const std::vector<std::pair<std::string, Tensor*>>& own_parameters() const { return params_; }
-  const std::vector<std::pair<std::string, ModuleBase*>>& children() const { return children_; }
+  const std::vector<std::pair<std::string, Tensor *>> &own_parameters() const { return params_; }
+  const std::vector<std::pair<std::string, ModuleBase *>> &children() const { return children_; }
   /// Dotted path from the outermost registering module ("" for a root).
   std::string path() const;
-  const ModuleBase* parent() const { return parent_; }
+  const ModuleBase *parent() const { return parent_; }
   /// The C++ type name, demangled ("Block").
   std::string typeName() const;
   virtual bool isModuleList() const { return false; }
 
- private:
-  std::vector<std::pair<std::string, Tensor*>> params_;
-  std::vector<std::pair<std::string, ModuleBase*>> children_;
-  ModuleBase* parent_ = nullptr;
+private:
+  std::vector<std::pair<std::string, Tensor *>> params_;
+  std::vector<std::pair<std::string, ModuleBase *>> children_;
+  ModuleBase *parent_ = nullptr;
   std::string nameInParent_;
 };
 
 namespace detail {
 /// Marks a module call as a region of the active trace (if any) for its lifetime.
 class ModuleCallScope {
- public:
-  explicit ModuleCallScope(ModuleBase& m);
+public:
+  explicit ModuleCallScope(ModuleBase &m);
   ~ModuleCallScope();
-  ModuleCallScope(const ModuleCallScope&) = delete;
-  ModuleCallScope& operator=(const ModuleCallScope&) = delete;
+  ModuleCallScope(const ModuleCallScope &) = delete;
+  ModuleCallScope &operator=(const ModuleCallScope &) = delete;
 
- private:
+private:
   bool active_;
 };
-}  // namespace detail
+} // namespace detail
 
 /// CRTP base: `module(args...)` calls `Derived::forward(args...)` inside a trace region.
 template <class Derived> class Module : public ModuleBase {
- public:
-  template <class... Args> decltype(auto) operator()(Args&&... args) {
+public:
+  template <class... Args> decltype(auto) operator()(Args &&...args) {
     detail::ModuleCallScope scope(*this);
-    return static_cast<Derived&>(*this).forward(std::forward<Args>(args)...);
+    return static_cast<Derived &>(*this).forward(std::forward<Args>(args)...);
   }
 };
 
 /// y = x w^T + b, w [out, in] and b [out] drawn from U(-1/sqrt(in), 1/sqrt(in)).
 class Linear : public Module<Linear> {
- public:
+public:
   Linear(int64_t in, int64_t out, bool bias = true, uint64_t seed = 0);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor forward(const Tensor &x) const { return linear(x, weight, bias); }
   Tensor weight;
-  Tensor bias;  // undefined when bias = false
+  Tensor bias; // undefined when bias = false
 };
 
 /// Rows of weight [num, dim] (standard normal init) picked by integer ids.
 class Embedding : public Module<Embedding> {
- public:
+public:
   Embedding(int64_t num, int64_t dim, uint64_t seed = 0);
-  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
+  Tensor forward(const Tensor &ids) const { return embedding(weight, ids); }
   Tensor weight;
 };
 
 /// Layer normalization over the last dim, weight ones and bias zeros.
 class LayerNorm : public Module<LayerNorm> {
- public:
+public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
-  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor forward(const Tensor &x) const { return layer_norm(x, weight, bias, eps); }
   Tensor weight;
   Tensor bias;
   double eps;
@@ -101,45 +101,48 @@ class LayerNorm : public Module<LayerNorm> {
 
 /// Root-mean-square normalization over the last dim, weight ones.
 class RMSNorm : public Module<RMSNorm> {
- public:
+public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);
-  Tensor forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+  Tensor forward(const Tensor &x) const { return rms_norm(x, weight, eps); }
   Tensor weight;
   double eps;
 };
 
 /// A list of modules of one type, constructed in place; element i is child "i".
 template <class M> class ModuleList : public ModuleBase {
- public:
-  template <class... Args> M& emplace_back(Args&&... args) {
+public:
+  template <class... Args> M &emplace_back(Args &&...args) {
     items_.push_back(std::make_unique<M>(std::forward<Args>(args)...));
     register_module(std::to_string(items_.size() - 1), *items_.back());
     return *items_.back();
   }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
-  M& operator[](size_t i) { return *items_.at(i); }
-  const M& operator[](size_t i) const { return *items_.at(i); }
+  M &operator[](size_t i) { return *items_.at(i); }
+  const M &operator[](size_t i) const { return *items_.at(i); }
   bool isModuleList() const override { return true; }
 
   class iterator {
-   public:
+  public:
     using Inner = typename std::vector<std::unique_ptr<M>>::const_iterator;
     explicit iterator(Inner it) : it_(it) {}
-    M& operator*() const { return **it_; }
-    M* operator->() const { return it_->get(); }
-    iterator& operator++() { ++it_; return *this; }
-    bool operator==(const iterator& o) const { return it_ == o.it_; }
-    bool operator!=(const iterator& o) const { return it_ != o.it_; }
+    M &operator*() const { return **it_; }
+    M *operator->() const { return it_->get(); }
+    iterator &operator++() {
+      ++it_;
+      return *this;
+    }
+    bool operator==(const iterator &o) const { return it_ == o.it_; }
+    bool operator!=(const iterator &o) const { return it_ != o.it_; }
 
-   private:
+  private:
     Inner it_;
   };
   iterator begin() const { return iterator(items_.begin()); }
   iterator end() const { return iterator(items_.end()); }
 
- private:
+private:
   std::vector<std::unique_ptr<M>> items_;
 };
 
-}  // namespace rcjit::nn
+} // namespace rcjit::nn

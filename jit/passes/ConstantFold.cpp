@@ -9,26 +9,26 @@ namespace {
 
 bool isElementwise(OpKind op) {
   switch (opInfo(op).category) {
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Where:
-      return true;
-    default:
-      return false;
+  case OpCategory::Unary:
+  case OpCategory::Binary:
+  case OpCategory::Compare:
+  case OpCategory::Where:
+    return true;
+  default:
+    return false;
   }
 }
 
 /// A `full` node of one element (shape [] or all dims 1).
-bool isScalarConstant(const Node& n) {
+bool isScalarConstant(const Node &n) {
   if (n.op != OpKind::full) return false;
-  for (const Dim& d : n.shape) {
+  for (const Dim &d : n.shape) {
     if (d.isSymbolic() || d.value != 1) return false;
   }
   return true;
 }
 
-bool foldable(const Graph& g, const Node& n) {
+bool foldable(const Graph &g, const Node &n) {
   if (!isElementwise(n.op) || n.inputs.empty()) return false;
   for (int i : n.inputs) {
     if (!isScalarConstant(g.nodes[i])) return false;
@@ -36,24 +36,24 @@ bool foldable(const Graph& g, const Node& n) {
   return true;
 }
 
-TensorMeta metaOf(const Node& n) { return {n.dtype, concreteShape(n.shape)}; }
+TensorMeta metaOf(const Node &n) { return {n.dtype, concreteShape(n.shape)}; }
 
 /// The value of foldable node `n` over the (already folded) constants of `g`.
-double evaluate(const Graph& g, const Node& n) {
+double evaluate(const Graph &g, const Node &n) {
   std::vector<Tensor> in;
   for (int i : n.inputs) {
-    const Node& c = g.nodes[i];
+    const Node &c = g.nodes[i];
     in.push_back(eager::run(OpKind::full, {}, c.attrs, metaOf(c)));
   }
   return eager::run(n.op, in, n.attrs, metaOf(n)).item();
 }
 
-}  // namespace
+} // namespace
 
-Graph constantFold(const Graph& g) {
+Graph constantFold(const Graph &g) {
   Graph out = g;
   bool changed = false;
-  for (Node& n : out.nodes) {
+  for (Node &n : out.nodes) {
     if (!foldable(out, n)) continue;
     double v = evaluate(out, n);
     n.op = OpKind::full;
@@ -65,4 +65,4 @@ Graph constantFold(const Graph& g) {
   return changed ? out : g;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -14,6 +14,6 @@ namespace rcjit {
 /// with the eager target (so the value is rounded exactly as at run time). The folded
 /// node's operands stay (DCE removes them when unused). Returns its input unchanged when
 /// nothing folds. Pure; thread-safe.
-Graph constantFold(const Graph& g);
+Graph constantFold(const Graph &g);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -12,6 +12,6 @@ namespace rcjit {
 /// the first of them; later uses (and outputs) refer to it. Input nodes are never merged:
 /// they are the calling convention. Every op is pure, so sources (full, arange) merge too.
 /// Returns its input unchanged when nothing merges. Pure; thread-safe.
-Graph cse(const Graph& g);
+Graph cse(const Graph &g);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -9,7 +9,7 @@ namespace rcjit {
 
 namespace {
 
-std::vector<bool> liveNodes(const Graph& g) {
+std::vector<bool> liveNodes(const Graph &g) {
   std::vector<bool> live(g.nodes.size(), false);
   for (int o : g.outputs) live[o] = true;
   for (size_t i = g.nodes.size(); i-- > 0;) {
@@ -20,9 +20,9 @@ std::vector<bool> liveNodes(const Graph& g) {
   return live;
 }
 
-}  // namespace
+} // namespace
 
-Graph dce(const Graph& g) {
+Graph dce(const Graph &g) {
   std::vector<bool> live = liveNodes(g);
   if (std::all_of(live.begin(), live.end(), [](bool l) { return l; })) return g;
   GraphBuilder b(g);
@@ -33,4 +33,4 @@ Graph dce(const Graph& g) {
   return b.finish();
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -11,6 +11,6 @@ namespace rcjit {
 /// Drops every node no output depends on, except input nodes (the calling convention:
 /// an unused argument is still an argument). Returns its input unchanged when every node
 /// is live. Pure; thread-safe.
-Graph dce(const Graph& g);
+Graph dce(const Graph &g);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -35,12 +35,12 @@ Dims trailingDims(int64_t rank, int64_t k) {
   return d;
 }
 
-int64_t rankOf(const GraphBuilder& b, int id) {
+int64_t rankOf(const GraphBuilder &b, int id) {
   return static_cast<int64_t>(b.node(id).shape.size());
 }
 
 /// (log_)softmax of `x` over `dim`, in x's dtype.
-int softmaxOf(GraphBuilder& b, int x, int64_t dim, bool log) {
+int softmaxOf(GraphBuilder &b, int x, int64_t dim, bool log) {
   int m = b.emit(OpKind::amax, {x}, reduceAttrs({dim}, true));
   int z = b.emit(OpKind::sub, {x, m});
   int e = b.emit(OpKind::exp, {z});
@@ -49,14 +49,14 @@ int softmaxOf(GraphBuilder& b, int x, int64_t dim, bool log) {
   return b.emit(OpKind::div, {e, s});
 }
 
-int decomposeSoftmax(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+int decomposeSoftmax(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   int x = b.cast(in[0], computeType(n.dtype));
   int y = softmaxOf(b, x, n.attrs.dim, n.op == OpKind::log_softmax);
   return b.cast(y, n.dtype);
 }
 
 /// layer_norm (x, w [, b]) or rms_norm (x, w) over w's dims, the trailing dims of x.
-int decomposeNorm(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+int decomposeNorm(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
   int x = b.cast(in[0], ct);
   Attrs over = reduceAttrs(trailingDims(rankOf(b, x), rankOf(b, in[1])), true);
@@ -72,13 +72,13 @@ int decomposeNorm(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
 }
 
 /// A bool [Lq, Lk] mask, true where key j is after query i (j > i): the causal mask.
-int causalMask(GraphBuilder& b, int64_t lq, int64_t lk) {
+int causalMask(GraphBuilder &b, int64_t lq, int64_t lk) {
   int rows = b.emit(OpKind::reshape, {b.arange(lq)}, dimsAttrs({lq, 1}));
   int cols = b.emit(OpKind::reshape, {b.arange(lk)}, dimsAttrs({1, lk}));
   return b.emit(OpKind::gt, {cols, rows});
 }
 
-int decomposeSdpa(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
   int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
   Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
@@ -100,7 +100,7 @@ int decomposeSdpa(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
 }
 
 /// sum(a[..., M, 1, K] * bt[N, K], last): a @ bt^T with the product and sum in one kernel.
-int productSum(GraphBuilder& b, int a, int bt) {
+int productSum(GraphBuilder &b, int a, int bt) {
   Shape as = concreteShape(b.node(a).shape);
   Dims target(as.begin(), as.end() - 1);
   target.push_back(1);
@@ -109,23 +109,23 @@ int productSum(GraphBuilder& b, int a, int bt) {
   return b.emit(OpKind::sum, {prod}, reduceAttrs({static_cast<int64_t>(target.size()) - 1}, false));
 }
 
-int decomposeSmallLinear(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+int decomposeSmallLinear(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
   int y = productSum(b, b.cast(in[0], ct), b.cast(in[1], ct));
   if (in.size() > 2) y = b.emit(OpKind::add, {y, b.cast(in[2], ct)});
   return b.cast(y, n.dtype);
 }
 
-int decomposeSmallMatmul(GraphBuilder& b, const Node& n, const std::vector<int>& in) {
+int decomposeSmallMatmul(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
   int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs({1, 0}));
   return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
 }
 
 /// Static and non-empty: the node and its operands.
-bool decomposable(const Graph& g, const Node& n) {
-  auto ok = [](const Node& m) {
-    for (const Dim& d : m.shape) {
+bool decomposable(const Graph &g, const Node &n) {
+  auto ok = [](const Node &m) {
+    for (const Dim &d : m.shape) {
       if (d.isSymbolic() || d.value == 0) return false;
     }
     return true;
@@ -139,40 +139,40 @@ bool decomposable(const Graph& g, const Node& n) {
 
 /// K and N of a linear (x, w [N, K]) or a rank-2 matmul (a [M, K], b [K, N]) within the
 /// threshold, floating point. Other matmuls stay library calls.
-bool isSmallMatmul(const Graph& g, const Node& n, int64_t max) {
+bool isSmallMatmul(const Graph &g, const Node &n, int64_t max) {
   if (!isFloating(n.dtype)) return false;
-  const SymShape& w = g.nodes[n.inputs[1]].shape;
+  const SymShape &w = g.nodes[n.inputs[1]].shape;
   if (n.op == OpKind::linear) return w[0].value <= max && w[1].value <= max;
-  const SymShape& a = g.nodes[n.inputs[0]].shape;
+  const SymShape &a = g.nodes[n.inputs[0]].shape;
   return a.size() == 2 && w.size() == 2 && w[0].value <= max && w[1].value <= max;
 }
 
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
-int tryDecompose(GraphBuilder& b, const Graph& g, const Node& n, const DecomposeOptions& o) {
+int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const DecomposeOptions &o) {
   if (!decomposable(g, n)) return -1;
   std::vector<int> in;
   for (int i : n.inputs) in.push_back(b.at(i));
   switch (n.op) {
-    case OpKind::softmax:
-    case OpKind::log_softmax:
-      return decomposeSoftmax(b, n, in);
-    case OpKind::layer_norm:
-    case OpKind::rms_norm:
-      return decomposeNorm(b, n, in);
-    case OpKind::sdpa:
-      return decomposeSdpa(b, n, in);
-    case OpKind::linear:
-      return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallLinear(b, n, in) : -1;
-    case OpKind::matmul:
-      return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
-    default:
-      return -1;
+  case OpKind::softmax:
+  case OpKind::log_softmax:
+    return decomposeSoftmax(b, n, in);
+  case OpKind::layer_norm:
+  case OpKind::rms_norm:
+    return decomposeNorm(b, n, in);
+  case OpKind::sdpa:
+    return decomposeSdpa(b, n, in);
+  case OpKind::linear:
+    return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallLinear(b, n, in) : -1;
+  case OpKind::matmul:
+    return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
+  default:
+    return -1;
   }
 }
 
-}  // namespace
+} // namespace
 
-Graph decompose(const Graph& g, const DecomposeOptions& opts) {
+Graph decompose(const Graph &g, const DecomposeOptions &opts) {
   GraphBuilder b(g);
   bool changed = false;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -189,4 +189,4 @@ Graph decompose(const Graph& g, const DecomposeOptions& opts) {
   return changed ? b.finish() : g;
 }
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -38,6 +38,6 @@ struct DecomposeOptions {
 };
 
 /// Rewrites the composites of `g` as primitives (see above). Pure; thread-safe.
-Graph decompose(const Graph& g, const DecomposeOptions& opts = {});
+Graph decompose(const Graph &g, const DecomposeOptions &opts = {});
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -6,7 +6,7 @@
 
 namespace rcjit {
 
-GraphBuilder::GraphBuilder(const Graph& src)
+GraphBuilder::GraphBuilder(const Graph &src)
     : src_(src), newId_(src.nodes.size(), -1), start_(src.nodes.size() + 1, -1) {
   g_.symbols = src.symbols;
   g_.nodes.reserve(src.nodes.size());
@@ -19,7 +19,7 @@ void GraphBuilder::begin(int old) {
 
 Node GraphBuilder::remapped(int old) const {
   Node n = src_.nodes[old];
-  for (int& in : n.inputs) {
+  for (int &in : n.inputs) {
     in = newId_[in];
     assert(in >= 0 && "GraphBuilder: an input was dropped");
   }
@@ -33,11 +33,11 @@ int GraphBuilder::copy(int old) {
 }
 
 TensorMeta GraphBuilder::meta(int id) const {
-  const Node& n = g_.nodes[id];
+  const Node &n = g_.nodes[id];
   return {n.dtype, concreteShape(n.shape)};
 }
 
-int GraphBuilder::emit(OpKind op, std::vector<int> inputs, const Attrs& a) {
+int GraphBuilder::emit(OpKind op, std::vector<int> inputs, const Attrs &a) {
   std::vector<TensorMeta> in;
   for (int i : inputs) in.push_back(meta(i));
   TensorMeta m = inferMeta(op, in, a);
@@ -53,7 +53,7 @@ int GraphBuilder::emit(OpKind op, std::vector<int> inputs, const Attrs& a) {
 int GraphBuilder::cast(int x, DType t) {
   if (g_.nodes[x].dtype == t) return x;
   int id = emit(OpKind::cast, {x});
-  g_.nodes[id].dtype = t;  // inferMeta keeps the operand's dtype: a cast's is its target
+  g_.nodes[id].dtype = t; // inferMeta keeps the operand's dtype: a cast's is its target
   return id;
 }
 
@@ -94,4 +94,4 @@ Graph GraphBuilder::finish() {
   return std::move(g_);
 }
 
-}  // namespace rcjit
+} // namespace rcjit

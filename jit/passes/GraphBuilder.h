@@ -18,8 +18,8 @@ namespace rcjit {
 /// old nodes were visited (a region may become empty). Not thread-safe; `src` must
 /// outlive the builder.
 class GraphBuilder {
- public:
-  explicit GraphBuilder(const Graph& src);
+public:
+  explicit GraphBuilder(const Graph &src);
 
   /// Starts old node `old`: new nodes get its region until the next begin().
   void begin(int old);
@@ -31,12 +31,12 @@ class GraphBuilder {
   void map(int old, int id) { newId_[old] = id; }
   /// The new node standing for old node `old` (copied, emitted or mapped before).
   int at(int old) const { return newId_[old]; }
-  const Node& node(int id) const { return g_.nodes[id]; }
+  const Node &node(int id) const { return g_.nodes[id]; }
   TensorMeta meta(int id) const;
 
   /// Appends `op` over new nodes `inputs`; dtype and shape from inferMeta (which throws
   /// rcjit::Error on a bad combination).
-  int emit(OpKind op, std::vector<int> inputs, const Attrs& a = {});
+  int emit(OpKind op, std::vector<int> inputs, const Attrs &a = {});
   /// Appends a cast of `x` to `t`, or returns `x` when it already has dtype `t`.
   int cast(int x, DType t);
   /// Appends a `full` constant of shape [] and dtype `t`.
@@ -48,12 +48,12 @@ class GraphBuilder {
 
   Graph finish();
 
- private:
-  const Graph& src_;
+private:
+  const Graph &src_;
   Graph g_;
   std::vector<int> newId_;
-  std::vector<int> start_;  // old id -> number of new nodes before its begin()
+  std::vector<int> start_; // old id -> number of new nodes before its begin()
   int region_ = -1;
 };
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -24,12 +24,11 @@ namespace rcjit::cpu {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& step, llvm::Error err) {
+[[noreturn]] void fail(const std::string &step, llvm::Error err) {
   throw Error("CPU JIT: " + step + ": " + llvm::toString(std::move(err)));
 }
 
-template <typename T>
-T check(const std::string& step, llvm::Expected<T> v) {
+template <typename T> T check(const std::string &step, llvm::Expected<T> v) {
   if (!v) fail(step, v.takeError());
   return std::move(*v);
 }
@@ -40,8 +39,7 @@ const llvm::VecDesc kAvx512VecFuncs[] = {
     {"llvm.log.f32", "_ZGVeN16v_logf", llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16v"},
     {"llvm.sin.f32", "_ZGVeN16v_sinf", llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16v"},
     {"llvm.cos.f32", "_ZGVeN16v_cosf", llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16v"},
-    {"llvm.pow.f32", "_ZGVeN16vv_powf", llvm::ElementCount::getFixed(16), false,
-     "_ZGV_LLVM_N16vv"},
+    {"llvm.pow.f32", "_ZGVeN16vv_powf", llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16vv"},
     {"llvm.exp.f64", "_ZGVeN8v_exp", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v"},
     {"llvm.log.f64", "_ZGVeN8v_log", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v"},
     {"llvm.sin.f64", "_ZGVeN8v_sin", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v"},
@@ -57,17 +55,17 @@ void initializeNativeTarget() {
   });
 }
 
-}  // namespace
+} // namespace
 
 // The IR compiler of the JIT: object cache lookup, then O3, then host code generation.
 // Stateless apart from the CpuJit it reads, so concurrent compiles are safe.
 class CpuJit::Compiler : public llvm::orc::IRCompileLayer::IRCompiler {
- public:
-  Compiler(const CpuJit& jit, const llvm::TargetOptions& opts)
+public:
+  Compiler(const CpuJit &jit, const llvm::TargetOptions &opts)
       : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(opts)), jit_(jit) {}
 
-  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
-    llvm::ObjectCache* cache = jit_.cache_.load();
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module &m) override {
+    llvm::ObjectCache *cache = jit_.cache_.load();
     if (cache) {
       if (auto obj = cache->getObject(&m)) return obj;
     }
@@ -77,13 +75,13 @@ class CpuJit::Compiler : public llvm::orc::IRCompileLayer::IRCompiler {
       auto obj = llvm::orc::SimpleCompiler(*tm)(m);
       if (obj && cache) cache->notifyObjectCompiled(&m, (*obj)->getMemBufferRef());
       return obj;
-    } catch (const Error& e) {
+    } catch (const Error &e) {
       return llvm::createStringError(llvm::inconvertibleErrorCode(), e.what());
     }
   }
 
- private:
-  const CpuJit& jit_;
+private:
+  const CpuJit &jit_;
 };
 
 CpuJit::CpuJit() = default;
@@ -99,27 +97,27 @@ std::unique_ptr<CpuJit> CpuJit::create() {
   std::unique_ptr<CpuJit> self(new CpuJit());
   self->avx512_ = llvm::sys::getHostCPUFeatures().lookup("avx512f");
   self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(jtmb);
-  CpuJit* raw = self.get();
-  self->jit_ = check(
-      "creating LLJIT",
-      llvm::orc::LLJITBuilder()
-          .setJITTargetMachineBuilder(jtmb)
-          .setSupportConcurrentCompilation(true)
-          .setCompileFunctionCreator([raw](llvm::orc::JITTargetMachineBuilder b)
-                                         -> llvm::Expected<std::unique_ptr<
-                                             llvm::orc::IRCompileLayer::IRCompiler>> {
-            return std::make_unique<Compiler>(*raw, b.getOptions());
-          })
-          .create());
+  CpuJit *raw = self.get();
+  self->jit_ =
+      check("creating LLJIT",
+            llvm::orc::LLJITBuilder()
+                .setJITTargetMachineBuilder(jtmb)
+                .setSupportConcurrentCompilation(true)
+                .setCompileFunctionCreator(
+                    [raw](llvm::orc::JITTargetMachineBuilder b)
+                        -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                      return std::make_unique<Compiler>(*raw, b.getOptions());
+                    })
+                .create());
   llvm::orc::JITDylibSP symbols = self->jit_->getProcessSymbolsJITDylib();
-  llvm::orc::JITDylib& target = symbols ? *symbols : self->jit_->getMainJITDylib();
+  llvm::orc::JITDylib &target = symbols ? *symbols : self->jit_->getMainJITDylib();
   auto mvec = llvm::orc::DynamicLibrarySearchGenerator::Load(
       "libmvec.so.1", self->jit_->getDataLayout().getGlobalPrefix());
   if (mvec && self->jit_->getTargetTriple().getArch() == llvm::Triple::x86_64) {
     target.addGenerator(std::move(*mvec));
     self->libmvec_ = true;
   } else if (!mvec) {
-    llvm::consumeError(mvec.takeError());  // no libmvec: scalar libm calls instead
+    llvm::consumeError(mvec.takeError()); // no libmvec: scalar libm calls instead
   }
   return self;
 }
@@ -129,14 +127,14 @@ std::unique_ptr<llvm::TargetMachine> CpuJit::makeTargetMachine() const {
   return check("creating the target machine", b.createTargetMachine());
 }
 
-void CpuJit::prepareModule(llvm::Module& m) const {
+void CpuJit::prepareModule(llvm::Module &m) const {
   m.setDataLayout(jit_->getDataLayout());
   m.setTargetTriple(jit_->getTargetTriple().str());
 }
 
-void CpuJit::optimize(llvm::Module& m) const { optimizeWith(*makeTargetMachine(), m); }
+void CpuJit::optimize(llvm::Module &m) const { optimizeWith(*makeTargetMachine(), m); }
 
-void CpuJit::optimizeWith(llvm::TargetMachine& tm, llvm::Module& m) const {
+void CpuJit::optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -163,7 +161,7 @@ void CpuJit::optimizeWith(llvm::TargetMachine& tm, llvm::Module& m) const {
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
 }
 
-std::string CpuJit::assembly(const llvm::Module& m) const {
+std::string CpuJit::assembly(const llvm::Module &m) const {
   std::unique_ptr<llvm::Module> copy = llvm::CloneModule(m);
   std::unique_ptr<llvm::TargetMachine> tm = makeTargetMachine();
   llvm::SmallString<0> text;
@@ -179,7 +177,7 @@ std::string CpuJit::assembly(const llvm::Module& m) const {
 CpuJit::ModuleHandle CpuJit::addModule(std::unique_ptr<llvm::Module> m,
                                        std::unique_ptr<llvm::LLVMContext> ctx) {
   std::string name = "rcjit." + std::to_string(nextDylib_.fetch_add(1));
-  llvm::Expected<llvm::orc::JITDylib&> jd = jit_->createJITDylib(name);
+  llvm::Expected<llvm::orc::JITDylib &> jd = jit_->createJITDylib(name);
   if (!jd) fail("creating a JITDylib", jd.takeError());
   llvm::orc::ThreadSafeModule tsm(std::move(m), llvm::orc::ThreadSafeContext(std::move(ctx)));
   if (llvm::Error err = jit_->addIRModule(*jd, std::move(tsm))) {
@@ -188,9 +186,9 @@ CpuJit::ModuleHandle CpuJit::addModule(std::unique_ptr<llvm::Module> m,
   return &*jd;
 }
 
-void* CpuJit::lookup(ModuleHandle h, const std::string& name) {
+void *CpuJit::lookup(ModuleHandle h, const std::string &name) {
   auto addr = check("compiling or finding '" + name + "'", jit_->lookup(*h, name));
-  return addr.toPtr<void*>();
+  return addr.toPtr<void *>();
 }
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

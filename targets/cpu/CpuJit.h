@@ -20,8 +20,8 @@ namespace orc {
 class JITDylib;
 class JITTargetMachineBuilder;
 class LLJIT;
-}  // namespace orc
-}  // namespace llvm
+} // namespace orc
+} // namespace llvm
 
 namespace rcjit::cpu {
 
@@ -29,50 +29,50 @@ namespace rcjit::cpu {
 /// symbols, optimize and print modules at once (each compile uses its own TargetMachine).
 /// Compiled code lives as long as the CpuJit.
 class CpuJit {
- public:
+public:
   /// Opaque handle of an added module (its JITDylib), valid for the CpuJit's lifetime.
-  using ModuleHandle = llvm::orc::JITDylib*;
+  using ModuleHandle = llvm::orc::JITDylib *;
 
   /// Sets up LLJIT for the host (CPU name, features, O3 code generation) and makes the
   /// process's symbols (libm) and glibc's libmvec resolvable. Throws rcjit::Error.
   static std::unique_ptr<CpuJit> create();
   ~CpuJit();
-  CpuJit(const CpuJit&) = delete;
-  CpuJit& operator=(const CpuJit&) = delete;
+  CpuJit(const CpuJit &) = delete;
+  CpuJit &operator=(const CpuJit &) = delete;
 
   /// Gives `m` the JIT's target triple and data layout (do this before building IR).
-  void prepareModule(llvm::Module& m) const;
+  void prepareModule(llvm::Module &m) const;
   /// Runs the O3 pipeline on `m` in place. Throws rcjit::Error.
-  void optimize(llvm::Module& m) const;
+  void optimize(llvm::Module &m) const;
   /// Host assembly text of `m` (expected to be optimized already; `m` is left unchanged).
-  std::string assembly(const llvm::Module& m) const;
+  std::string assembly(const llvm::Module &m) const;
   /// Adds `m`, which must use `ctx` and nothing else; it is optimized and compiled lazily,
   /// on the first lookup of one of its symbols. Takes ownership of both.
   ModuleHandle addModule(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm::LLVMContext> ctx);
   /// Address of the function `name` in the module `h`; compiles it if needed. Throws
   /// rcjit::Error when the symbol is missing or compiling fails.
-  void* lookup(ModuleHandle h, const std::string& name);
+  void *lookup(ModuleHandle h, const std::string &name);
   /// Plugs in a persistent object cache (keyed by the module identifier): modules compiled
   /// later are first looked up in it and, when compiled, stored in it. Not owned; nullptr
   /// turns caching off. The cache must be thread-safe.
-  void setObjectCache(llvm::ObjectCache* cache) { cache_.store(cache); }
+  void setObjectCache(llvm::ObjectCache *cache) { cache_.store(cache); }
   /// Whether vectorized exp/log/sin/cos/pow calls resolve to glibc's libmvec.
   bool hasVectorMath() const { return libmvec_; }
   /// Whether the host has AVX-512 (then kernels should prefer 512-bit vectors).
   bool hasAvx512() const { return avx512_; }
 
- private:
+private:
   class Compiler;
   CpuJit();
   std::unique_ptr<llvm::TargetMachine> makeTargetMachine() const;
-  void optimizeWith(llvm::TargetMachine& tm, llvm::Module& m) const;
+  void optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const;
 
-  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_;  // read-only after create()
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_; // read-only after create()
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::atomic<llvm::ObjectCache*> cache_{nullptr};
+  std::atomic<llvm::ObjectCache *> cache_{nullptr};
   std::atomic<uint64_t> nextDylib_{0};
   bool libmvec_ = false;
   bool avx512_ = false;
 };
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

@@ -24,45 +24,45 @@ namespace rcjit::cpu {
 namespace {
 
 using llvm::Value;
-using Values = std::vector<Value*>;
+using Values = std::vector<Value *>;
 
-CpuJit& processJit() {
-  static std::unique_ptr<CpuJit> jit = withObjectCache(CpuJit::create());  // retried on throw
+CpuJit &processJit() {
+  static std::unique_ptr<CpuJit> jit = withObjectCache(CpuJit::create()); // retried on throw
   return *jit;
 }
 
 // Elementwise kernels: [begin, end) is a flat range over the whole domain. Walk it row by
 // row (one division per row), with the last dim as a counted, unit-step loop that LLVM
 // vectorizes whenever that dim's strides are constant.
-void emitRowLoop(llvm::IRBuilder<>& b, codegen::KernelBody& body, Value* begin, Value* end) {
-  const LoopKernel& k = body.kernel();
+void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, Value *begin, Value *end) {
+  const LoopKernel &k = body.kernel();
   int last = static_cast<int>(k.domain.size()) - 1;
-  Value* len = body.size(k.domain[last]);
-  llvm::Function* fn = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  auto* rowBB = llvm::BasicBlock::Create(b.getContext(), "row", fn);
-  auto* exitBB = llvm::BasicBlock::Create(b.getContext(), "row.exit", fn);
+  Value *len = body.size(k.domain[last]);
+  llvm::Function *fn = b.GetInsertBlock()->getParent();
+  llvm::BasicBlock *pre = b.GetInsertBlock();
+  auto *rowBB = llvm::BasicBlock::Create(b.getContext(), "row", fn);
+  auto *exitBB = llvm::BasicBlock::Create(b.getContext(), "row.exit", fn);
   b.CreateCondBr(b.CreateICmpSLT(begin, end), rowBB, exitBB);
 
   b.SetInsertPoint(rowBB);
-  llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
+  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
   i->addIncoming(begin, pre);
-  Value* row = b.CreateUDiv(i, len);
-  Value* col = b.CreateSub(i, b.CreateMul(row, len));
-  Value* stop = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
-                                        b.CreateAdd(col, b.CreateSub(end, i)), len);
+  Value *row = b.CreateUDiv(i, len);
+  Value *col = b.CreateSub(i, b.CreateMul(row, len));
+  Value *stop =
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
   Values rowIdx = body.unflatten(row, 0, last);
   codegen::emitCountedLoop(
       b, col, stop, {},
-      [&](Value* j, const Values&) {
+      [&](Value *j, const Values &) {
         Values idx = rowIdx;
         idx.push_back(j);
         body.emitPoint(idx);
         return Values{};
       },
       "col");
-  Value* next = b.CreateAdd(i, b.CreateSub(stop, col));
-  llvm::BasicBlock* latch = b.GetInsertBlock();
+  Value *next = b.CreateAdd(i, b.CreateSub(stop, col));
+  llvm::BasicBlock *latch = b.GetInsertBlock();
   b.CreateCondBr(b.CreateICmpSLT(next, end), rowBB, exitBB);
   i->addIncoming(next, latch);
   b.SetInsertPoint(exitBB);
@@ -70,26 +70,26 @@ void emitRowLoop(llvm::IRBuilder<>& b, codegen::KernelBody& body, Value* begin, 
 
 // The CPU outer loop over [begin, end): rows for elementwise kernels, else one reduction
 // nest per outer point. The caller splits [0, outerSize) across threads.
-void emitCpuOuterLoop(llvm::IRBuilder<>& b, codegen::KernelBody& body, llvm::Function* fn) {
-  const LoopKernel& k = body.kernel();
-  Value* begin = fn->getArg(2);
-  Value* end = fn->getArg(3);
+void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
+  const LoopKernel &k = body.kernel();
+  Value *begin = fn->getArg(2);
+  Value *end = fn->getArg(3);
   if (k.numOuter == static_cast<int>(k.domain.size()) && k.numOuter > 0) {
     emitRowLoop(b, body, begin, end);
     return;
   }
   codegen::emitCountedLoop(
       b, begin, end, {},
-      [&](Value* i, const Values&) {
+      [&](Value *i, const Values &) {
         body.emitPoint(body.unflatten(i, 0, k.numOuter));
         return Values{};
       },
       "outer");
 }
 
-void checkNames(const std::vector<LoopKernel>& kernels) {
+void checkNames(const std::vector<LoopKernel> &kernels) {
   std::set<std::string> names;
-  for (const LoopKernel& k : kernels) {
+  for (const LoopKernel &k : kernels) {
     verifyKernel(k);
     if (!names.insert(k.name).second) {
       throw Error("compileKernels: two kernels are named '" + k.name + "'");
@@ -97,39 +97,38 @@ void checkNames(const std::vector<LoopKernel>& kernels) {
   }
 }
 
-std::string printModule(const llvm::Module& m) {
+std::string printModule(const llvm::Module &m) {
   std::string text;
   llvm::raw_string_ostream os(text);
   m.print(os, nullptr);
   return text;
 }
 
-}  // namespace
+} // namespace
 
 std::string hostCodegenId() {
   static const std::string id = [] {
     std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; " +
                     llvm::sys::getHostCPUName().str() + ";";
-    std::map<std::string, bool> features;  // sorted: the key must not depend on hash order
-    for (const auto& f : llvm::sys::getHostCPUFeatures()) {
+    std::map<std::string, bool> features; // sorted: the key must not depend on hash order
+    for (const auto &f : llvm::sys::getHostCPUFeatures()) {
       features[f.getKey().str()] = f.getValue();
     }
-    for (const auto& [name, on] : features) s += (on ? " +" : " -") + name;
+    for (const auto &[name, on] : features) s += (on ? " +" : " -") + name;
     return s + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
   }();
   return id;
 }
 
-CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
-                                  const std::string& moduleId,
-                                  const CpuCompileOptions& options) {
+CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
+                                  const std::string &moduleId, const CpuCompileOptions &options) {
   checkNames(kernels);
-  CpuJit& jit = processJit();
+  CpuJit &jit = processJit();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
   jit.prepareModule(*m);
-  for (const LoopKernel& k : kernels) {
-    llvm::Function* fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
+  for (const LoopKernel &k : kernels) {
+    llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");
     // Vector divisions marked `arcp` (only those of the tanh/erf approximations) become a
     // reciprocal estimate plus one Newton step: no divider on the hot path.
@@ -138,8 +137,8 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
   std::string problems;
   llvm::raw_string_ostream err(problems);
   if (llvm::verifyModule(*m, &err)) {
-    throw Error("compileKernels: internal error, invalid LLVM IR for '" + moduleId + "': " +
-                problems);
+    throw Error("compileKernels: internal error, invalid LLVM IR for '" + moduleId +
+                "': " + problems);
   }
   CpuCompiledKernels out;
   if (options.wantLlvmIr || options.wantAssembly) {
@@ -149,10 +148,10 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
     if (options.wantAssembly) out.assembly = jit.assembly(*copy);
   }
   CpuJit::ModuleHandle h = jit.addModule(std::move(m), std::move(ctx));
-  for (const LoopKernel& k : kernels) {
+  for (const LoopKernel &k : kernels) {
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }
   return out;
 }
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

@@ -9,15 +9,15 @@
 namespace rcjit::cpu {
 
 struct CpuCompileOptions {
-  bool wantLlvmIr = false;     // fill CpuCompiledKernels::llvmIr (optimized IR)
-  bool wantAssembly = false;   // fill CpuCompiledKernels::assembly
+  bool wantLlvmIr = false;   // fill CpuCompiledKernels::llvmIr (optimized IR)
+  bool wantAssembly = false; // fill CpuCompiledKernels::assembly
 };
 
 /// The result of compileKernels. The functions stay valid for the life of the process.
 struct CpuCompiledKernels {
-  std::vector<KernelFn> functions;  // one per kernel, in order
-  std::string llvmIr;               // when asked for: the optimized module
-  std::string assembly;             // when asked for: its host assembly
+  std::vector<KernelFn> functions; // one per kernel, in order
+  std::string llvmIr;              // when asked for: the optimized module
+  std::string assembly;            // when asked for: its host assembly
 };
 
 /// What besides the kernels' text shapes their machine code on this host, for cache keys:
@@ -29,8 +29,8 @@ std::string hostCodegenId();
 /// vector ISA and compiles it through ORC. Each function runs outer points [begin, end) and
 /// may be called from many threads at once on disjoint ranges. Thread-safe. Throws
 /// rcjit::Error on any failure.
-CpuCompiledKernels compileKernels(const std::vector<LoopKernel>& kernels,
-                                  const std::string& moduleId,
-                                  const CpuCompileOptions& options = {});
+CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
+                                  const std::string &moduleId,
+                                  const CpuCompileOptions &options = {});
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

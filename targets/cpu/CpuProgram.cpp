@@ -21,7 +21,7 @@ namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
 
-int64_t innerSize(const LoopKernel& k) {
+int64_t innerSize(const LoopKernel &k) {
   int64_t n = 1;
   for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
     n *= evalSize(k.domain[d], nullptr);
@@ -30,12 +30,13 @@ int64_t innerSize(const LoopKernel& k) {
 }
 
 // A tensor viewing external memory (arena or another tensor's storage) without owning it.
-Tensor viewOf(char* base, const Value& v, const std::shared_ptr<detail::Storage>& owner) {
+Tensor viewOf(char *base, const Value &v, const std::shared_ptr<detail::Storage> &owner) {
   auto impl = std::make_shared<detail::TensorImpl>();
   if (owner) {
     impl->storage = owner;
-    impl->offset = (base - static_cast<char*>(owner->data)) /
-                       static_cast<int64_t>(dtypeSize(v.dtype)) + v.offset;
+    impl->offset =
+        (base - static_cast<char *>(owner->data)) / static_cast<int64_t>(dtypeSize(v.dtype)) +
+        v.offset;
   } else {
     impl->storage = std::make_shared<detail::Storage>();
     impl->storage->data = base;
@@ -46,10 +47,10 @@ Tensor viewOf(char* base, const Value& v, const std::shared_ptr<detail::Storage>
   impl->dtype = v.dtype;
   return Tensor(std::move(impl));
 }
-}  // namespace
+} // namespace
 
 struct CpuProgram::Arena {
-  char* data = nullptr;
+  char *data = nullptr;
   ~Arena() { std::free(data); }
 };
 
@@ -58,10 +59,10 @@ namespace {
 // Compiled kernels of this process, keyed by their text with the name left out: identical
 // kernels (the same layer in 64 places, the same graph compiled twice) compile once.
 class KernelMemo {
- public:
-  static KernelMemo& instance() {
-    static KernelMemo* m = [] {
-      auto* memo = new KernelMemo();  // never destroyed: code outlives statics
+public:
+  static KernelMemo &instance() {
+    static KernelMemo *m = [] {
+      auto *memo = new KernelMemo(); // never destroyed: code outlives statics
       cache::detail::onClear([memo] { memo->clear(); });
       return memo;
     }();
@@ -71,45 +72,45 @@ class KernelMemo {
     std::lock_guard<std::mutex> lock(mu_);
     fns_.clear();
   }
-  KernelFn find(const std::string& key) {
+  KernelFn find(const std::string &key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = fns_.find(key);
     return it == fns_.end() ? nullptr : it->second;
   }
-  void add(const std::string& key, KernelFn fn) {
+  void add(const std::string &key, KernelFn fn) {
     std::lock_guard<std::mutex> lock(mu_);
     fns_.emplace(key, fn);
   }
 
- private:
+private:
   std::mutex mu_;
   std::unordered_map<std::string, KernelFn> fns_;
 };
 
 // The module's cache key: the same kernels on the same host give the same key in any process.
-std::string moduleKey(const std::vector<LoopKernel>& todo) {
+std::string moduleKey(const std::vector<LoopKernel> &todo) {
   std::string text;
-  for (const LoopKernel& k : todo) text += printKernel(k);
+  for (const LoopKernel &k : todo) text += printKernel(k);
   return cache::contentKey({"cpu", text, hostCodegenId()});
 }
 
-std::string kernelKey(const LoopKernel& k) {
+std::string kernelKey(const LoopKernel &k) {
   LoopKernel anon = k;
   anon.name = "k";
   return printKernel(anon);
 }
 
-}  // namespace
+} // namespace
 
 std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
-                                               [[maybe_unused]] const std::string& moduleId,
-                                               const CpuProgramOptions& opts) {
+                                               [[maybe_unused]] const std::string &moduleId,
+                                               const CpuProgramOptions &opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
   // Compile each distinct kernel not compiled before (all of them when dumps are wanted).
   bool dumps = opts.keepLlvmIr || opts.keepAssembly;
-  KernelMemo& memo = KernelMemo::instance();
+  KernelMemo &memo = KernelMemo::instance();
   std::vector<std::string> keys;
-  std::unordered_map<std::string, size_t> fresh;  // key -> index in `todo`
+  std::unordered_map<std::string, size_t> fresh; // key -> index in `todo`
   std::vector<LoopKernel> todo;
   cp->kernels_.assign(p.kernels.size(), nullptr);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
@@ -129,18 +130,20 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     uint64_t before = cache::stats().memory_hits + cache::stats().disk_hits;
     CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
     uint64_t after = cache::stats().memory_hits + cache::stats().disk_hits;
-    if (after > before) cp->cacheHits_ += static_cast<int>(todo.size());  // object came from the cache
+    if (after > before)
+      cp->cacheHits_ += static_cast<int>(todo.size()); // object came from the cache
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       if (cp->kernels_[i]) continue;
       cp->kernels_[i] = ck.functions[fresh.at(keys[i])];
     }
-    for (const auto& [key, idx] : fresh) memo.add(key, ck.functions[idx]);
+    for (const auto &[key, idx] : fresh) memo.add(key, ck.functions[idx]);
     cp->llvmIr_ = std::move(ck.llvmIr);
     cp->assembly_ = std::move(ck.assembly);
   }
   cp->library_.resize(p.steps.size());
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (p.steps[i].kind == Step::Kind::library) cp->library_[i] = LibraryStep::create(p, p.steps[i]);
+    if (p.steps[i].kind == Step::Kind::library)
+      cp->library_[i] = LibraryStep::create(p, p.steps[i]);
   }
   cp->program_ = std::move(p);
   return cp;
@@ -157,8 +160,9 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena() const {
   }
   auto a = std::make_unique<Arena>();
   size_t bytes = static_cast<size_t>((program_.arenaBytes + 63) / 64 * 64);
-  a->data = static_cast<char*>(std::aligned_alloc(64, bytes ? bytes : 64));
-  if (!a->data) throw Error("out of memory: compiled program arena of " + std::to_string(bytes) + " bytes");
+  a->data = static_cast<char *>(std::aligned_alloc(64, bytes ? bytes : 64));
+  if (!a->data)
+    throw Error("out of memory: compiled program arena of " + std::to_string(bytes) + " bytes");
   return a;
 }
 
@@ -167,17 +171,17 @@ void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
   pool_.push_back(std::move(a));
 }
 
-void CpuProgram::runKernel(const Step& s, char* const* bases) const {
-  const LoopKernel& k = program_.kernels[s.kernel];
-  char* ptrs[64];
-  std::vector<char*> heap;
-  char** pp = ptrs;
+void CpuProgram::runKernel(const Step &s, char *const *bases) const {
+  const LoopKernel &k = program_.kernels[s.kernel];
+  char *ptrs[64];
+  std::vector<char *> heap;
+  char **pp = ptrs;
   if (s.operands.size() > 64) {
     heap.resize(s.operands.size());
     pp = heap.data();
   }
   for (size_t i = 0; i < s.operands.size(); ++i) {
-    const Value& v = program_.values[s.operands[i]];
+    const Value &v = program_.values[s.operands[i]];
     pp[i] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
   }
   KernelFn fn = kernels_[s.kernel];
@@ -196,70 +200,71 @@ void CpuProgram::runKernel(const Step& s, char* const* bases) const {
   }
 }
 
-void CpuProgram::runEager(const Step& s, char** bases, std::vector<Tensor>& dynamic,
-                          const Tensor* const* inputs) const {
+void CpuProgram::runEager(const Step &s, char **bases, std::vector<Tensor> &dynamic,
+                          const Tensor *const *inputs) const {
   std::vector<Tensor> in;
   for (int v : s.operands) {
-    const Value& val = program_.values[v];
-    const Buffer& b = program_.buffers[val.buffer];
+    const Value &val = program_.values[v];
+    const Buffer &b = program_.buffers[val.buffer];
     std::shared_ptr<detail::Storage> owner;
     if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
     if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
     in.push_back(viewOf(bases[val.buffer], val, owner));
   }
-  const Value& r = program_.values[s.result];
+  const Value &r = program_.values[s.result];
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
-  for (const PostOp& po : s.postOps) out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
-  const Buffer& rb = program_.buffers[r.buffer];
+  for (const PostOp &po : s.postOps)
+    out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
+  const Buffer &rb = program_.buffers[r.buffer];
   if (rb.kind == Buffer::Kind::dynamic) {
     out = out.contiguous();
     dynamic[r.buffer] = out;
-    bases[r.buffer] = static_cast<char*>(out.data_ptr());
+    bases[r.buffer] = static_cast<char *>(out.data_ptr());
   } else {
     eager::copyInto(viewOf(bases[r.buffer], r, nullptr), out);
   }
 }
 
-std::vector<Tensor> CpuProgram::run(const Tensor* const* inputs, size_t n) const {
-  const Program& p = program_;
+std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
+  const Program &p = program_;
   std::unique_ptr<Arena> arena = acquireArena();
-  std::vector<char*> bases(p.buffers.size(), nullptr);
+  std::vector<char *> bases(p.buffers.size(), nullptr);
   std::vector<Tensor> outBuffers(p.buffers.size());
   std::vector<Tensor> dynamic(p.buffers.size());
   for (size_t b = 0; b < p.buffers.size(); ++b) {
-    const Buffer& buf = p.buffers[b];
+    const Buffer &buf = p.buffers[b];
     switch (buf.kind) {
-      case Buffer::Kind::input:
-        if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
-        bases[b] = static_cast<char*>(inputs[buf.index]->data_ptr());
-        break;
-      case Buffer::Kind::arena:
-        bases[b] = arena->data + buf.offset;
-        break;
-      case Buffer::Kind::output:
-        outBuffers[b] = detail::makeTensor(buf.shape, buf.dtype);
-        bases[b] = static_cast<char*>(outBuffers[b].data_ptr());
-        break;
-      case Buffer::Kind::dynamic:
-        break;
+    case Buffer::Kind::input:
+      if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
+      bases[b] = static_cast<char *>(inputs[buf.index]->data_ptr());
+      break;
+    case Buffer::Kind::arena:
+      bases[b] = arena->data + buf.offset;
+      break;
+    case Buffer::Kind::output:
+      outBuffers[b] = detail::makeTensor(buf.shape, buf.dtype);
+      bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
+      break;
+    case Buffer::Kind::dynamic:
+      break;
     }
   }
   struct Release {
-    const CpuProgram* self;
-    std::unique_ptr<Arena>& a;
+    const CpuProgram *self;
+    std::unique_ptr<Arena> &a;
     ~Release() { self->releaseArena(std::move(a)); }
   } release{this, arena};
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step& s = p.steps[i];
+    const Step &s = p.steps[i];
     if (s.kind == Step::Kind::kernel) {
       runKernel(s, bases.data());
     } else if (s.kind == Step::Kind::library && library_[i]) {
-      char* ops[3];
+      char *ops[3];
       for (size_t j = 0; j < s.operands.size() && j < 3; ++j) {
-        const Value& v = p.values[s.operands[j]];
+        const Value &v = p.values[s.operands[j]];
         ops[j] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
       }
-      const Value& r = p.values[s.result];
+      const Value &r = p.values[s.result];
       library_[i]->run(ops, bases[r.buffer] + r.offset * static_cast<int64_t>(dtypeSize(r.dtype)));
     } else {
       runEager(s, bases.data(), dynamic, inputs);
@@ -268,9 +273,9 @@ std::vector<Tensor> CpuProgram::run(const Tensor* const* inputs, size_t n) const
   std::vector<Tensor> outs;
   for (size_t o = 0; o < p.outputs.size(); ++o) {
     int v = p.outputs[o];
-    const Value& val = p.values[v];
-    const Buffer& b = p.buffers[val.buffer];
-    const Tensor& base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
+    const Value &val = p.values[v];
+    const Buffer &b = p.buffers[val.buffer];
+    const Tensor &base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
                          : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
                                                            : outBuffers[val.buffer];
     Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
@@ -281,4 +286,4 @@ std::vector<Tensor> CpuProgram::run(const Tensor* const* inputs, size_t n) const
   return outs;
 }
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

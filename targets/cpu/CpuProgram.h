@@ -14,43 +14,43 @@
 namespace rcjit::cpu {
 
 struct CpuProgramOptions {
-  bool keepLlvmIr = false;     // keep the optimized LLVM IR (output_code log, --dump llvm)
-  bool keepAssembly = false;   // keep the host assembly (--dump asm)
+  bool keepLlvmIr = false;   // keep the optimized LLVM IR (output_code log, --dump llvm)
+  bool keepAssembly = false; // keep the host assembly (--dump asm)
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
 /// from a pool, so steady-state calls allocate nothing but their outputs).
 class CpuProgram {
- public:
+public:
   /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
   /// module (the object-cache key). Throws rcjit::Error.
-  static std::shared_ptr<CpuProgram> create(Program p, const std::string& moduleId,
-                                            const CpuProgramOptions& opts = {});
+  static std::shared_ptr<CpuProgram> create(Program p, const std::string &moduleId,
+                                            const CpuProgramOptions &opts = {});
 
   /// Runs the program on `inputs` (args then captured tensors, already guarded).
-  std::vector<Tensor> run(const Tensor* const* inputs, size_t n) const;
+  std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
 
-  const Program& program() const { return program_; }
-  const std::string& llvmIr() const { return llvmIr_; }
-  const std::string& assembly() const { return assembly_; }
+  const Program &program() const { return program_; }
+  const std::string &llvmIr() const { return llvmIr_; }
+  const std::string &assembly() const { return assembly_; }
   /// Kernels served by the in-process memo or the compile cache instead of compiled.
   int cacheHits() const { return cacheHits_; }
 
- private:
+private:
   struct Arena;
   std::unique_ptr<Arena> acquireArena() const;
   void releaseArena(std::unique_ptr<Arena> a) const;
-  void runKernel(const Step& s, char* const* bases) const;
-  void runEager(const Step& s, char** bases, std::vector<Tensor>& dynamic,
-                const Tensor* const* inputs) const;
+  void runKernel(const Step &s, char *const *bases) const;
+  void runEager(const Step &s, char **bases, std::vector<Tensor> &dynamic,
+                const Tensor *const *inputs) const;
 
   Program program_;
   std::vector<KernelFn> kernels_;
-  std::vector<std::unique_ptr<LibraryStep>> library_;  // per step; null = eager path
+  std::vector<std::unique_ptr<LibraryStep>> library_; // per step; null = eager path
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

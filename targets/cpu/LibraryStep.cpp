@@ -13,31 +13,51 @@ namespace {
 
 using dnnl::memory;
 
-bool eltwiseFor(OpKind op, dnnl::algorithm& alg, float& alpha) {
+bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
   alpha = 0.f;
   switch (op) {
-    case OpKind::relu: alg = dnnl::algorithm::eltwise_relu; return true;
-    case OpKind::sigmoid: alg = dnnl::algorithm::eltwise_logistic; return true;
-    case OpKind::tanh: alg = dnnl::algorithm::eltwise_tanh; return true;
-    case OpKind::gelu: alg = dnnl::algorithm::eltwise_gelu_erf; return true;
-    case OpKind::silu: alg = dnnl::algorithm::eltwise_swish; alpha = 1.f; return true;
-    case OpKind::exp: alg = dnnl::algorithm::eltwise_exp; return true;
-    case OpKind::abs: alg = dnnl::algorithm::eltwise_abs; return true;
-    case OpKind::sqrt: alg = dnnl::algorithm::eltwise_sqrt; return true;
-    case OpKind::log: alg = dnnl::algorithm::eltwise_log; return true;
-    default: return false;
+  case OpKind::relu:
+    alg = dnnl::algorithm::eltwise_relu;
+    return true;
+  case OpKind::sigmoid:
+    alg = dnnl::algorithm::eltwise_logistic;
+    return true;
+  case OpKind::tanh:
+    alg = dnnl::algorithm::eltwise_tanh;
+    return true;
+  case OpKind::gelu:
+    alg = dnnl::algorithm::eltwise_gelu_erf;
+    return true;
+  case OpKind::silu:
+    alg = dnnl::algorithm::eltwise_swish;
+    alpha = 1.f;
+    return true;
+  case OpKind::exp:
+    alg = dnnl::algorithm::eltwise_exp;
+    return true;
+  case OpKind::abs:
+    alg = dnnl::algorithm::eltwise_abs;
+    return true;
+  case OpKind::sqrt:
+    alg = dnnl::algorithm::eltwise_sqrt;
+    return true;
+  case OpKind::log:
+    alg = dnnl::algorithm::eltwise_log;
+    return true;
+  default:
+    return false;
   }
 }
 
 // A 2-D or 3-D (batched) f32 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
 class MatmulStep : public LibraryStep {
- public:
+public:
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
-             const std::vector<PostOp>& postOps, bool hasBias)
+             const std::vector<PostOp> &postOps, bool hasBias)
       : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias) {
-    auto& ctx = eager::DnnlContext::instance();
+    auto &ctx = eager::DnnlContext::instance();
     dnnl::post_ops po;
-    for (const PostOp& p : postOps) {
+    for (const PostOp &p : postOps) {
       dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
       float alpha = 0.f;
       eltwiseFor(p.op, alg, alpha);
@@ -52,8 +72,8 @@ class MatmulStep : public LibraryStep {
     scratch_ = pd.scratchpad_desc();
   }
 
-  void run(char* const* operands, char* result) const override {
-    auto& ctx = eager::DnnlContext::instance();
+  void run(char *const *operands, char *result) const override {
+    auto &ctx = eager::DnnlContext::instance();
     std::unique_ptr<Mems> m = acquire();
     m->src.set_data_handle(operands[0]);
     m->wei.set_data_handle(operands[1]);
@@ -65,7 +85,7 @@ class MatmulStep : public LibraryStep {
                                {DNNL_ARG_SCRATCHPAD, m->scratch.get()},
                                {DNNL_ARG_BIAS, m->bias ? m->bias.get() : nullptr}};
     int nargs = hasBias_ ? 5 : 4;
-    dnnl::stream& s = ctx.stream();
+    dnnl::stream &s = ctx.stream();
     dnnl_status_t st = dnnl_primitive_execute(prim_.get(), s.get(), nargs, args);
     if (st == dnnl_success) st = dnnl_stream_wait(s.get());
     release(std::move(m));
@@ -74,7 +94,7 @@ class MatmulStep : public LibraryStep {
     }
   }
 
- private:
+private:
   struct Mems {
     memory src, wei, bias, dst, scratch;
   };
@@ -87,13 +107,13 @@ class MatmulStep : public LibraryStep {
         return m;
       }
     }
-    auto& ctx = eager::DnnlContext::instance();
+    auto &ctx = eager::DnnlContext::instance();
     auto m = std::make_unique<Mems>();
     m->src = memory(src_, ctx.engine(), DNNL_MEMORY_NONE);
     m->wei = memory(wei_, ctx.engine(), DNNL_MEMORY_NONE);
     if (hasBias_) m->bias = memory(bias_, ctx.engine(), DNNL_MEMORY_NONE);
     m->dst = memory(dst_, ctx.engine(), DNNL_MEMORY_NONE);
-    m->scratch = memory(scratch_, ctx.engine());  // owns its buffer
+    m->scratch = memory(scratch_, ctx.engine()); // owns its buffer
     return m;
   }
   void release(std::unique_ptr<Mems> m) const {
@@ -114,7 +134,7 @@ memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_
 
 // Collapses a value's leading dims into one when its strides allow ([..., R, C] ->
 // [B, R, C]); false otherwise.
-bool asBatched(const Value& v, int64_t& b, int64_t& sb) {
+bool asBatched(const Value &v, int64_t &b, int64_t &sb) {
   size_t n = v.shape.size();
   b = 1;
   sb = 0;
@@ -131,9 +151,9 @@ bool asBatched(const Value& v, int64_t& b, int64_t& sb) {
   return true;
 }
 
-std::unique_ptr<LibraryStep> createLinear(const Program& p, const Step& s) {
-  const Value& x = p.values[s.operands[0]];
-  const Value& w = p.values[s.operands[1]];
+std::unique_ptr<LibraryStep> createLinear(const Program &p, const Step &s) {
+  const Value &x = p.values[s.operands[0]];
+  const Value &w = p.values[s.operands[1]];
   int64_t k = w.shape[1], n = w.shape[0];
   // x [..., K] as [M, K]: its leading dims must collapse into equally spaced rows
   int64_t m = 1;
@@ -154,13 +174,13 @@ std::unique_ptr<LibraryStep> createLinear(const Program& p, const Step& s) {
   return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, hasBias);
 }
 
-std::unique_ptr<LibraryStep> createMatmul(const Program& p, const Step& s) {
-  const Value& a = p.values[s.operands[0]];
-  const Value& b = p.values[s.operands[1]];
+std::unique_ptr<LibraryStep> createMatmul(const Program &p, const Step &s) {
+  const Value &a = p.values[s.operands[0]];
+  const Value &b = p.values[s.operands[1]];
   if (a.shape.size() < 2 || b.shape.size() < 2) return nullptr;
   if (a.shape.size() != b.shape.size()) return nullptr;
   for (size_t i = 0; i + 2 < a.shape.size(); ++i) {
-    if (a.shape[i] != b.shape[i]) return nullptr;  // broadcast batches go through eager
+    if (a.shape[i] != b.shape[i]) return nullptr; // broadcast batches go through eager
   }
   int64_t ba, sba, bb, sbb;
   if (!asBatched(a, ba, sba) || !asBatched(b, bb, sbb) || ba != bb) return nullptr;
@@ -172,13 +192,13 @@ std::unique_ptr<LibraryStep> createMatmul(const Program& p, const Step& s) {
   return std::make_unique<MatmulStep>(src, wei, memory::desc(), dst, s.postOps, false);
 }
 
-}  // namespace
+} // namespace
 
-std::unique_ptr<LibraryStep> LibraryStep::create(const Program& p, const Step& s) {
+std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s) {
   for (int v : s.operands) {
     if (p.values[v].dtype != DType::f32) return nullptr;
   }
-  for (const PostOp& po : s.postOps) {
+  for (const PostOp &po : s.postOps) {
     dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
     float alpha = 0.f;
     if (!eltwiseFor(po.op, alg, alpha)) return nullptr;
@@ -186,10 +206,10 @@ std::unique_ptr<LibraryStep> LibraryStep::create(const Program& p, const Step& s
   try {
     if (s.op == OpKind::linear) return createLinear(p, s);
     if (s.op == OpKind::matmul) return createMatmul(p, s);
-  } catch (const dnnl::error&) {
-    return nullptr;  // oneDNN declined this layout: the eager path runs it
+  } catch (const dnnl::error &) {
+    return nullptr; // oneDNN declined this layout: the eager path runs it
   }
   return nullptr;
 }
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

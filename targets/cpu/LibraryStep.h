@@ -11,14 +11,14 @@ namespace rcjit::cpu {
 /// One prepared library call. Thread-safe: concurrent runs use separate oneDNN memory
 /// objects and scratchpads from a small pool.
 class LibraryStep {
- public:
+public:
   virtual ~LibraryStep() = default;
   /// Runs with the addresses of the step's operands (in op order) and its result.
-  virtual void run(char* const* operands, char* result) const = 0;
+  virtual void run(char *const *operands, char *result) const = 0;
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
   /// then runs it through the eager target).
-  static std::unique_ptr<LibraryStep> create(const Program& p, const Step& step);
+  static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step);
 };
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

@@ -13,26 +13,26 @@ namespace {
 
 // Stateless: the store it forwards to is thread-safe.
 class ObjectCacheAdapter : public llvm::ObjectCache {
- public:
-  void notifyObjectCompiled(const llvm::Module* m, llvm::MemoryBufferRef obj) override {
-    auto* p = reinterpret_cast<const uint8_t*>(obj.getBufferStart());
+public:
+  void notifyObjectCompiled(const llvm::Module *m, llvm::MemoryBufferRef obj) override {
+    auto *p = reinterpret_cast<const uint8_t *>(obj.getBufferStart());
     cache::ObjectStore::instance().store(m->getModuleIdentifier(), {p, obj.getBufferSize()});
   }
 
-  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module* m) override {
+  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *m) override {
     cache::Bytes b = cache::ObjectStore::instance().lookup(m->getModuleIdentifier());
     if (!b) return nullptr;
-    llvm::StringRef data(reinterpret_cast<const char*>(b->data()), b->size());
+    llvm::StringRef data(reinterpret_cast<const char *>(b->data()), b->size());
     return llvm::MemoryBuffer::getMemBufferCopy(data, m->getModuleIdentifier());
   }
 };
 
-}  // namespace
+} // namespace
 
 std::unique_ptr<CpuJit> withObjectCache(std::unique_ptr<CpuJit> jit) {
-  static ObjectCacheAdapter* adapter = new ObjectCacheAdapter();  // outlives every JIT
+  static ObjectCacheAdapter *adapter = new ObjectCacheAdapter(); // outlives every JIT
   jit->setObjectCache(adapter);
   return jit;
 }
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

@@ -12,4 +12,4 @@ namespace rcjit::cpu {
 /// whole process.
 std::unique_ptr<CpuJit> withObjectCache(std::unique_ptr<CpuJit> jit);
 
-}  // namespace rcjit::cpu
+} // namespace rcjit::cpu

@@ -21,17 +21,17 @@ using Dt = memory::data_type;
 
 DnnlContext::DnnlContext() : engine_(dnnl::engine::kind::cpu, 0) {}
 
-DnnlContext& DnnlContext::instance() {
+DnnlContext &DnnlContext::instance() {
   static DnnlContext ctx;
   return ctx;
 }
 
-dnnl::stream& DnnlContext::stream() {
+dnnl::stream &DnnlContext::stream() {
   thread_local dnnl::stream s(engine_);
   return s;
 }
 
-size_t DnnlContext::KeyHash::operator()(const Key& k) const {
+size_t DnnlContext::KeyHash::operator()(const Key &k) const {
   uint64_t h = 1469598103934665603ull;
   for (int64_t v : k) {
     h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -39,8 +39,8 @@ size_t DnnlContext::KeyHash::operator()(const Key& k) const {
   return static_cast<size_t>(h);
 }
 
-DnnlContext::Entry DnnlContext::lookup(const Key& key,
-                                       const std::function<DnnlPrimitive()>& create) {
+DnnlContext::Entry DnnlContext::lookup(const Key &key,
+                                       const std::function<DnnlPrimitive()> &create) {
   {
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
@@ -66,9 +66,9 @@ DnnlContext::Entry DnnlContext::lookup(const Key& key,
 namespace {
 
 /// A 64-byte aligned buffer owned by this thread, grown on demand.
-void* threadScratch(size_t bytes) {
+void *threadScratch(size_t bytes) {
   struct Buffer {
-    void* data = nullptr;
+    void *data = nullptr;
     size_t size = 0;
     ~Buffer() { std::free(data); }
   };
@@ -79,21 +79,20 @@ void* threadScratch(size_t bytes) {
     buf.data = std::aligned_alloc(64, buf.size);
     if (!buf.data) {
       buf.size = 0;
-      throw Error("oneDNN: cannot allocate a scratchpad of " + std::to_string(bytes) +
-                  " bytes");
+      throw Error("oneDNN: cannot allocate a scratchpad of " + std::to_string(bytes) + " bytes");
     }
   }
   return buf.data;
 }
 
-}  // namespace
+} // namespace
 
-void DnnlContext::execute(const DnnlPrimitive& p, std::unordered_map<int, memory> args) {
+void DnnlContext::execute(const DnnlPrimitive &p, std::unordered_map<int, memory> args) {
   size_t bytes = p.scratchpad.get_size();
   if (bytes > 0) {
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, engine_, threadScratch(bytes)));
   }
-  dnnl::stream& s = stream();
+  dnnl::stream &s = stream();
   p.prim.execute(s, args);
   s.wait();
 }
@@ -122,10 +121,14 @@ enum KeyTag : int64_t { kMatmulKey = 1, kConvKey = 2, kReorderKey = 3 };
 
 Dt dnnlType(DType t) {
   switch (t) {
-    case DType::f32: return Dt::f32;
-    case DType::bf16: return Dt::bf16;
-    case DType::f16: return Dt::f16;
-    default: return Dt::undef;
+  case DType::f32:
+    return Dt::f32;
+  case DType::bf16:
+    return Dt::bf16;
+  case DType::f16:
+    return Dt::f16;
+  default:
+    return Dt::undef;
   }
 }
 
@@ -137,17 +140,16 @@ struct Geometry {
 
 /// Gives size-1 dims the stride a row-major layout would: their stride is meaningless,
 /// and oneDNN reads layouts (transposed or not) from it.
-void canonicalizeUnitStrides(Geometry& g) {
+void canonicalizeUnitStrides(Geometry &g) {
   for (int i = static_cast<int>(g.dims.size()) - 1; i >= 0; --i) {
     if (g.dims[i] != 1) continue;
     size_t next = static_cast<size_t>(i) + 1;
-    g.strides[i] = next == g.dims.size() ? 1 : g.strides[next] * std::max<int64_t>(
-                                                                  g.dims[next], 1);
+    g.strides[i] = next == g.dims.size() ? 1 : g.strides[next] * std::max<int64_t>(g.dims[next], 1);
   }
 }
 
-Geometry geometry(const Tensor& t, size_t rank) {
-  const auto& impl = *t.impl();
+Geometry geometry(const Tensor &t, size_t rank) {
+  const auto &impl = *t.impl();
   assert(impl.shape.size() <= rank);
   size_t pad = rank - impl.shape.size();
   Geometry g{memory::dims(pad, 1), memory::dims(pad, 0)};
@@ -159,7 +161,7 @@ Geometry geometry(const Tensor& t, size_t rank) {
 
 /// Turns stride-0 (expanded) batch dims of one operand into size-1 dims that oneDNN
 /// broadcasts, where the other operand supplies the full size.
-void collapseExpandedBatch(Geometry& x, const Geometry& other, const memory::dims& outDims) {
+void collapseExpandedBatch(Geometry &x, const Geometry &other, const memory::dims &outDims) {
   for (size_t i = 0; i + 2 < x.dims.size(); ++i) {
     bool expanded = x.dims[i] > 1 && x.strides[i] == 0;
     bool otherFull = other.dims[i] == outDims[i] && other.strides[i] != 0;
@@ -168,15 +170,15 @@ void collapseExpandedBatch(Geometry& x, const Geometry& other, const memory::dim
   canonicalizeUnitStrides(x);
 }
 
-void appendKey(DnnlContext::Key& k, const Geometry& g) {
+void appendKey(DnnlContext::Key &k, const Geometry &g) {
   k.push_back(static_cast<int64_t>(g.dims.size()));
   k.insert(k.end(), g.dims.begin(), g.dims.end());
   k.insert(k.end(), g.strides.begin(), g.strides.end());
 }
 
-memory::desc descOf(const Geometry& g, Dt dt) { return memory::desc(g.dims, dt, g.strides); }
+memory::desc descOf(const Geometry &g, Dt dt) { return memory::desc(g.dims, dt, g.strides); }
 
-memory userMemory(const memory::desc& d, const Tensor& t) {
+memory userMemory(const memory::desc &d, const Tensor &t) {
   return memory(d, DnnlContext::instance().engine(), t.impl()->ptr());
 }
 
@@ -188,7 +190,7 @@ dnnl::primitive_attr userScratchpadAttr() {
 
 /// Wraps a created primitive descriptor. Unless `allowRef`, reference kernels count as
 /// unusable: they are orders of magnitude slower than a copy to a supported layout.
-template <class Pd, class Prim> DnnlPrimitive finish(const Pd& pd, bool allowRef) {
+template <class Pd, class Prim> DnnlPrimitive finish(const Pd &pd, bool allowRef) {
   DnnlPrimitive p;
   bool isRef = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
   if (isRef && !allowRef) return p;
@@ -198,7 +200,7 @@ template <class Pd, class Prim> DnnlPrimitive finish(const Pd& pd, bool allowRef
 }
 
 /// A contiguous copy of t in dtype dt, or t itself when it already is one.
-Tensor packed(const Tensor& t, DType dt) {
+Tensor packed(const Tensor &t, DType dt) {
   if (t.dtype() == dt && t.is_contiguous()) return t;
   Tensor c = detail::makeTensor(t.shape(), dt);
   copyInto(c, t);
@@ -206,8 +208,8 @@ Tensor packed(const Tensor& t, DType dt) {
 }
 
 /// A view of t broadcast to `shape` (stride 0 on new and size-1 dims).
-Tensor broadcastView(const Tensor& t, const Shape& shape) {
-  const auto& impl = *t.impl();
+Tensor broadcastView(const Tensor &t, const Shape &shape) {
+  const auto &impl = *t.impl();
   Shape strides(shape.size(), 0);
   size_t pad = shape.size() - impl.shape.size();
   for (size_t i = 0; i < impl.shape.size(); ++i) {
@@ -217,7 +219,7 @@ Tensor broadcastView(const Tensor& t, const Shape& shape) {
 }
 
 /// out = broadcast(bias), or zeros without one: a product over an empty dim.
-void fillEmptyProduct(const Tensor* bias, const Tensor& out, const Tensor& biasView) {
+void fillEmptyProduct(const Tensor *bias, const Tensor &out, const Tensor &biasView) {
   if (bias) {
     copyInto(out, biasView);
     return;
@@ -227,7 +229,7 @@ void fillEmptyProduct(const Tensor* bias, const Tensor& out, const Tensor& biasV
   copyInto(out, z);
 }
 
-}  // namespace
+} // namespace
 
 // ---- matmul -----------------------------------------------------------------------------
 
@@ -238,8 +240,8 @@ struct MatmulGeometry {
   bool hasBias = false;
 };
 
-MatmulGeometry matmulGeometry(const Tensor& a, const Tensor& b, const Tensor* bias,
-                              const Tensor& out) {
+MatmulGeometry matmulGeometry(const Tensor &a, const Tensor &b, const Tensor *bias,
+                              const Tensor &out) {
   size_t rank = static_cast<size_t>(out.dim());
   MatmulGeometry g{geometry(a, rank), geometry(b, rank), geometry(out, rank), {}, false};
   collapseExpandedBatch(g.a, g.b, g.out.dims);
@@ -251,21 +253,20 @@ MatmulGeometry matmulGeometry(const Tensor& a, const Tensor& b, const Tensor* bi
   return g;
 }
 
-DnnlPrimitive createMatmul(const MatmulGeometry& g, Dt dt) {
+DnnlPrimitive createMatmul(const MatmulGeometry &g, Dt dt) {
   memory::desc ad = descOf(g.a, dt), bd = descOf(g.b, dt), od = descOf(g.out, dt);
   try {
     auto desc = g.hasBias ? dnnl::matmul::desc(ad, bd, descOf(g.bias, dt), od)
                           : dnnl::matmul::desc(ad, bd, od);
-    dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(),
-                                    DnnlContext::instance().engine());
+    dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(), DnnlContext::instance().engine());
     return finish<dnnl::matmul::primitive_desc, dnnl::matmul>(pd, false);
-  } catch (const dnnl::error&) {
-    return {};  // no kernel for this dtype or layout: the caller falls back
+  } catch (const dnnl::error &) {
+    return {}; // no kernel for this dtype or layout: the caller falls back
   }
 }
 
 /// Runs the matmul on these exact views; false when oneDNN has no fast kernel for them.
-bool tryMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out) {
+bool tryMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const Tensor &out) {
   Dt dt = dnnlType(out.dtype());
   MatmulGeometry g = matmulGeometry(a, b, bias, out);
   DnnlContext::Key key{kMatmulKey, static_cast<int64_t>(dt), g.hasBias};
@@ -273,7 +274,7 @@ bool tryMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tenso
   appendKey(key, g.b);
   appendKey(key, g.out);
   if (g.hasBias) appendKey(key, g.bias);
-  auto& ctx = DnnlContext::instance();
+  auto &ctx = DnnlContext::instance();
   auto entry = ctx.lookup(key, [&] { return createMatmul(g, dt); });
   if (!entry->usable()) return false;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, userMemory(descOf(g.a, dt), a)},
@@ -285,7 +286,7 @@ bool tryMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tenso
 }
 
 /// Runs the matmul on contiguous copies in dtype dt; false when even those have no kernel.
-bool tryPackedMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+bool tryPackedMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const Tensor &out,
                      DType dt) {
   Tensor ac = packed(a, dt), bc = packed(b, dt);
   Tensor biasc = bias ? packed(*bias, dt) : Tensor();
@@ -296,9 +297,9 @@ bool tryPackedMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, const
   return true;
 }
 
-}  // namespace
+} // namespace
 
-void dnnlMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, Tensor& out) {
+void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out) {
   assert(dnnlType(out.dtype()) != Dt::undef && a.dtype() == out.dtype() &&
          b.dtype() == out.dtype());
   if (out.numel() == 0) return;
@@ -323,8 +324,8 @@ struct ConvGeometry {
   int64_t stride = 1, padding = 0;
 };
 
-DnnlPrimitive createConv(const ConvGeometry& g) {
-  auto any = [](const memory::dims& d) {
+DnnlPrimitive createConv(const ConvGeometry &g) {
+  auto any = [](const memory::dims &d) {
     return memory::desc(d, Dt::f32, memory::format_tag::any);
   };
   memory::desc bd({g.out.dims[1]}, Dt::f32, memory::format_tag::a);
@@ -332,12 +333,10 @@ DnnlPrimitive createConv(const ConvGeometry& g) {
   try {
     auto alg = dnnl::algorithm::convolution_direct;
     auto prop = dnnl::prop_kind::forward_inference;
-    auto desc = g.hasBias ? dnnl::convolution_forward::desc(prop, alg, any(g.x.dims),
-                                                            any(g.w.dims), bd, any(g.out.dims),
-                                                            strides, pad, pad)
-                          : dnnl::convolution_forward::desc(prop, alg, any(g.x.dims),
-                                                            any(g.w.dims), any(g.out.dims),
-                                                            strides, pad, pad);
+    auto desc = g.hasBias ? dnnl::convolution_forward::desc(prop, alg, any(g.x.dims), any(g.w.dims),
+                                                            bd, any(g.out.dims), strides, pad, pad)
+                          : dnnl::convolution_forward::desc(prop, alg, any(g.x.dims), any(g.w.dims),
+                                                            any(g.out.dims), strides, pad, pad);
     dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(),
                                                  DnnlContext::instance().engine());
     // operands are reordered to the layouts it picks, so a reference kernel is the last resort
@@ -345,13 +344,13 @@ DnnlPrimitive createConv(const ConvGeometry& g) {
         finish<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(pd, true);
     p.descs = {pd.src_desc(), pd.weights_desc(), pd.dst_desc()};
     return p;
-  } catch (const dnnl::error&) {
+  } catch (const dnnl::error &) {
     return {};
   }
 }
 
-DnnlPrimitive createReorder(const memory::desc& from, const memory::desc& to) {
-  const auto& eng = DnnlContext::instance().engine();
+DnnlPrimitive createReorder(const memory::desc &from, const memory::desc &to) {
+  const auto &eng = DnnlContext::instance().engine();
   dnnl::reorder::primitive_desc pd(eng, from, eng, to, userScratchpadAttr());
   DnnlPrimitive p;
   p.prim = dnnl::reorder(pd);
@@ -361,15 +360,15 @@ DnnlPrimitive createReorder(const memory::desc& from, const memory::desc& to) {
 
 /// Copies `from` into `to` (different layouts), with the reorder cached under the conv's
 /// key plus `slot`.
-void reorderInto(const memory& from, const memory& to, DnnlContext::Key key, int64_t slot) {
-  auto& ctx = DnnlContext::instance();
+void reorderInto(const memory &from, const memory &to, DnnlContext::Key key, int64_t slot) {
+  auto &ctx = DnnlContext::instance();
   key.insert(key.end(), {kReorderKey, slot});
   auto r = ctx.lookup(key, [&] { return createReorder(from.get_desc(), to.get_desc()); });
   ctx.execute(*r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 /// `user` in the layout `want`: itself when they match, else a reordered copy.
-memory toLayout(const memory& user, const memory::desc& want, const DnnlContext::Key& key,
+memory toLayout(const memory &user, const memory::desc &want, const DnnlContext::Key &key,
                 int64_t slot) {
   if (user.get_desc() == want) return user;
   memory m(want, DnnlContext::instance().engine());
@@ -378,19 +377,19 @@ memory toLayout(const memory& user, const memory::desc& want, const DnnlContext:
 }
 
 /// conv2d on f32 views; asserts that oneDNN has a kernel (it has one for every f32 conv).
-void runConvF32(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
-                int64_t padding, const Tensor& out) {
-  ConvGeometry g{geometry(x, 4), geometry(w, 4), geometry(out, 4), bias != nullptr, stride,
-                 padding};
+void runConvF32(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
+                int64_t padding, const Tensor &out) {
+  ConvGeometry g{geometry(x, 4),  geometry(w, 4), geometry(out, 4),
+                 bias != nullptr, stride,         padding};
   DnnlContext::Key key{kConvKey, g.hasBias, stride, padding};
   appendKey(key, g.x);
   appendKey(key, g.w);
   appendKey(key, g.out);
-  auto& ctx = DnnlContext::instance();
+  auto &ctx = DnnlContext::instance();
   auto conv = ctx.lookup(key, [&] { return createConv(g); });
   if (!conv->usable()) {
-    throw Error("conv2d: oneDNN has no kernel for input " + shapeStr(x.shape()) +
-                " and weight " + shapeStr(w.shape()));
+    throw Error("conv2d: oneDNN has no kernel for input " + shapeStr(x.shape()) + " and weight " +
+                shapeStr(w.shape()));
   }
   memory src = toLayout(userMemory(descOf(g.x, Dt::f32), x), conv->descs[0], key, 0);
   memory wei = toLayout(userMemory(descOf(g.w, Dt::f32), w), conv->descs[1], key, 1);
@@ -407,16 +406,16 @@ void runConvF32(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t st
   if (!directDst) reorderInto(dst, userDst, key, 2);
 }
 
-}  // namespace
+} // namespace
 
-void dnnlConv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
-                int64_t padding, Tensor& out) {
+void dnnlConv2d(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
+                int64_t padding, Tensor &out) {
   if (out.numel() == 0) return;
   if (x.size(1) == 0) {
-    const auto& o = out.shape();
-    Tensor bv = bias ? detail::makeView(*bias, o, {0, bias->impl()->strides[0], 0, 0},
-                                        bias->impl()->offset)
-                     : Tensor();
+    const auto &o = out.shape();
+    Tensor bv =
+        bias ? detail::makeView(*bias, o, {0, bias->impl()->strides[0], 0, 0}, bias->impl()->offset)
+             : Tensor();
     fillEmptyProduct(bias, out, bv);
     return;
   }
@@ -431,4 +430,4 @@ void dnnlConv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t st
   copyInto(out, oc);
 }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

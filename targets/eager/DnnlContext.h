@@ -20,29 +20,29 @@ namespace rcjit::eager {
 /// operands in a layout or dtype it handles well. Immutable once cached.
 struct DnnlPrimitive {
   dnnl::primitive prim;
-  dnnl::memory::desc scratchpad;          // user-managed, allocated per call
-  std::vector<dnnl::memory::desc> descs;  // op-specific: the layouts the primitive expects
+  dnnl::memory::desc scratchpad;         // user-managed, allocated per call
+  std::vector<dnnl::memory::desc> descs; // op-specific: the layouts the primitive expects
   bool usable() const { return static_cast<bool>(prim); }
 };
 
 /// The CPU engine and a bounded LRU cache of primitives keyed by op, dtypes, shapes and
 /// strides. One per process; every member is thread-safe.
 class DnnlContext {
- public:
+public:
   using Key = std::vector<int64_t>;
   using Entry = std::shared_ptr<const DnnlPrimitive>;
 
-  static DnnlContext& instance();
-  const dnnl::engine& engine() const { return engine_; }
+  static DnnlContext &instance();
+  const dnnl::engine &engine() const { return engine_; }
   /// This thread's stream on engine().
-  dnnl::stream& stream();
+  dnnl::stream &stream();
 
   /// The entry cached under `key`, made by `create` on a miss (outside the lock, so two
   /// threads may both create; the first insert wins). Evicts the least recently used
   /// entry past capacity().
-  Entry lookup(const Key& key, const std::function<DnnlPrimitive()>& create);
+  Entry lookup(const Key &key, const std::function<DnnlPrimitive()> &create);
   /// Runs `p` on this thread's stream and waits, supplying a per-thread scratchpad.
-  void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory> args);
+  void execute(const DnnlPrimitive &p, std::unordered_map<int, dnnl::memory> args);
 
   size_t size() const;
   size_t capacity() const { return kCapacity; }
@@ -50,17 +50,17 @@ class DnnlContext {
   uint64_t created() const;
   void clear();
 
- private:
+private:
   DnnlContext();
   struct KeyHash {
-    size_t operator()(const Key& k) const;
+    size_t operator()(const Key &k) const;
   };
   using Lru = std::list<std::pair<Key, Entry>>;
   static constexpr size_t kCapacity = 512;
 
   dnnl::engine engine_;
   mutable std::mutex mutex_;
-  Lru lru_;  // most recently used first
+  Lru lru_; // most recently used first
   std::unordered_map<Key, Lru::iterator, KeyHash> index_;
   uint64_t created_ = 0;
 };
@@ -71,12 +71,12 @@ class DnnlContext {
 /// the inputs. Every operand has one floating dtype among f32, bf16, f16: bf16 runs
 /// natively where the CPU supports it, otherwise (and for f16) via f32 copies.
 /// Thread-safe; primitives are cached per geometry.
-void dnnlMatmul(const Tensor& a, const Tensor& b, const Tensor* bias, Tensor& out);
+void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out);
 
 /// out = conv2d(x, w) (+ bias) through oneDNN: x [N, C, H, W], w [O, C, KH, KW], bias [O],
 /// out [N, O, OH, OW] with symmetric `padding`. Floating dtypes; non-f32 run via f32
 /// copies. Thread-safe.
-void dnnlConv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
-                int64_t padding, Tensor& out);
+void dnnlConv2d(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
+                int64_t padding, Tensor &out);
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

@@ -3,26 +3,26 @@
 
 namespace rcjit::eager {
 
-Tensor run(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   switch (opInfo(op).category) {
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Where:
-      return runElementwise(op, in, out);
-    case OpCategory::Reduce:
-    case OpCategory::Normalize:
-      return runReduce(op, in.at(0), a, out);
-    case OpCategory::Matmul:
-      return runMatmul(op, in, a, out);
-    case OpCategory::Nn:
-      return runNn(op, in, a, out);
-    case OpCategory::Source:
-    case OpCategory::View:
-    case OpCategory::Copy:
-      return runShape(op, in, a, out);
+  case OpCategory::Unary:
+  case OpCategory::Binary:
+  case OpCategory::Compare:
+  case OpCategory::Where:
+    return runElementwise(op, in, out);
+  case OpCategory::Reduce:
+  case OpCategory::Normalize:
+    return runReduce(op, in.at(0), a, out);
+  case OpCategory::Matmul:
+    return runMatmul(op, in, a, out);
+  case OpCategory::Nn:
+    return runNn(op, in, a, out);
+  case OpCategory::Source:
+  case OpCategory::View:
+  case OpCategory::Copy:
+    return runShape(op, in, a, out);
   }
   throw Error("eager: no kernel for op " + std::string(opName(op)));
 }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

@@ -12,16 +12,16 @@ namespace rcjit::eager {
 /// Computes `op` on `in` with attrs `a`; `out` is the result meta from inferMeta (already
 /// validated). View ops return views sharing storage; every other op returns a new
 /// contiguous tensor. Thread-safe.
-Tensor run(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out);
+Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 // The families run() dispatches to, one file each.
-Tensor runElementwise(OpKind op, const std::vector<Tensor>& in, const TensorMeta& out);
-Tensor runReduce(OpKind op, const Tensor& x, const Attrs& a, const TensorMeta& out);
-Tensor runMatmul(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out);
-Tensor runNn(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out);
-Tensor runShape(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out);
+Tensor runElementwise(OpKind op, const std::vector<Tensor> &in, const TensorMeta &out);
+Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &out);
+Tensor runMatmul(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
+Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
+Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).
-void copyInto(const Tensor& dst, const Tensor& src);
+void copyInto(const Tensor &dst, const Tensor &src);
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

@@ -36,7 +36,7 @@ namespace rcjit::eager {
 inline constexpr int64_t kParallelGrain = 32768;
 
 /// Byte strides of `t` broadcast to `shape` (trailing dims aligned, 0 on broadcast dims).
-inline Shape broadcastByteStrides(const detail::TensorImpl& t, const Shape& shape) {
+inline Shape broadcastByteStrides(const detail::TensorImpl &t, const Shape &shape) {
   const auto esize = static_cast<int64_t>(dtypeSize(t.dtype));
   Shape out(shape.size(), 0);
   const size_t lead = shape.size() - t.shape.size();
@@ -51,12 +51,12 @@ inline Shape broadcastByteStrides(const detail::TensorImpl& t, const Shape& shap
 inline int64_t parallelChunks(int64_t work, int64_t maxChunks) {
   if (work < kParallelGrain || omp_in_parallel()) return 1;
   const int64_t byWork = work / (kParallelGrain / 2);
-  return std::max<int64_t>(1, std::min({byWork, maxChunks,
-                                         static_cast<int64_t>(omp_get_max_threads())}));
+  return std::max<int64_t>(
+      1, std::min({byWork, maxChunks, static_cast<int64_t>(omp_get_max_threads())}));
 }
 
 /// Runs f(i) for i in [0, n), in parallel when `work` (total elements touched) is large.
-template <class F> void parallelFor(int64_t n, int64_t work, F&& f) {
+template <class F> void parallelFor(int64_t n, int64_t work, F &&f) {
   if (parallelChunks(work, n) <= 1) {
     for (int64_t i = 0; i < n; ++i) f(i);
     return;
@@ -68,10 +68,10 @@ template <class F> void parallelFor(int64_t n, int64_t work, F&& f) {
 /// Iteration over the shared index space of N operands. Not thread-safe to construct
 /// concurrently with writes to the operands' geometry; forRange/forEach are const.
 template <int N> class StridedIter {
- public:
+public:
   /// `strides[k]` are operand k's byte strides over `shape` (same rank as `shape`).
-  StridedIter(const Shape& shape, const std::array<char*, N>& base,
-              const std::array<Shape, N>& strides)
+  StridedIter(const Shape &shape, const std::array<char *, N> &base,
+              const std::array<Shape, N> &strides)
       : base_(base) {
     numel_ = 1;
     for (int64_t s : shape) numel_ *= s;
@@ -80,21 +80,21 @@ template <int N> class StridedIter {
     }
     if (shape_.empty()) {
       shape_.push_back(1);
-      for (auto& s : strides_) s.push_back(0);
+      for (auto &s : strides_) s.push_back(0);
     }
   }
 
   int64_t numel() const { return numel_; }
   int rank() const { return static_cast<int>(shape_.size()); }
-  const Shape& shape() const { return shape_; }
-  const Shape& strides(int k) const { return strides_[k]; }
+  const Shape &shape() const { return shape_; }
+  const Shape &strides(int k) const { return strides_[k]; }
 
   /// Calls f(ptrs, innerStrides, n) for each run of the innermost dim covering the
   /// row-major element range [begin, end).
-  template <class F> void forRange(int64_t begin, int64_t end, F&& f) const {
+  template <class F> void forRange(int64_t begin, int64_t end, F &&f) const {
     const int r = rank();
     std::vector<int64_t> idx(r);
-    std::array<char*, N> p = base_;
+    std::array<char *, N> p = base_;
     std::array<int64_t, N> inner;
     int64_t rem = begin;
     for (int d = r - 1; d >= 0; --d) {
@@ -118,7 +118,7 @@ template <int N> class StridedIter {
   }
 
   /// forRange over every element, split over OpenMP threads when there are many.
-  template <class F> void forEach(F&& f) const {
+  template <class F> void forEach(F &&f) const {
     const int64_t chunks = parallelChunks(numel_, numel_);
     if (chunks <= 1) {
       forRange(0, numel_, f);
@@ -131,8 +131,8 @@ template <int N> class StridedIter {
     for (int64_t c = 0; c < chunks; ++c) forRange(bound(c), bound(c + 1), f);
   }
 
- private:
-  void addDim(int64_t size, const std::array<Shape, N>& strides, size_t d) {
+private:
+  void addDim(int64_t size, const std::array<Shape, N> &strides, size_t d) {
     bool merge = !shape_.empty();
     for (int k = 0; k < N && merge; ++k) merge = strides_[k].back() == strides[k][d] * size;
     if (merge) {
@@ -144,7 +144,7 @@ template <int N> class StridedIter {
     for (int k = 0; k < N; ++k) strides_[k].push_back(strides[k][d]);
   }
 
-  std::array<char*, N> base_;
+  std::array<char *, N> base_;
   Shape shape_;
   std::array<Shape, N> strides_;
   int64_t numel_ = 0;
@@ -168,7 +168,7 @@ template <> struct Elem<DType::f64> {
 template <> struct Elem<DType::f16> {
   using S = uint16_t;
   using C = float;
-#if defined(__F16C__)  // the hardware conversions (round to nearest even, like Half.h)
+#if defined(__F16C__) // the hardware conversions (round to nearest even, like Half.h)
   static C load(S v) { return _cvtsh_ss(v); }
   static S store(C v) { return _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
 #else
@@ -202,15 +202,22 @@ template <> struct Elem<DType::boolean> {
 };
 
 /// Calls f.template operator()<D>() with D = `t` (a generic lambda `[&]<DType D>() {...}`).
-template <class F> decltype(auto) dispatchDType(DType t, F&& f) {
+template <class F> decltype(auto) dispatchDType(DType t, F &&f) {
   switch (t) {
-    case DType::f32: return f.template operator()<DType::f32>();
-    case DType::f64: return f.template operator()<DType::f64>();
-    case DType::f16: return f.template operator()<DType::f16>();
-    case DType::bf16: return f.template operator()<DType::bf16>();
-    case DType::i32: return f.template operator()<DType::i32>();
-    case DType::i64: return f.template operator()<DType::i64>();
-    case DType::boolean: return f.template operator()<DType::boolean>();
+  case DType::f32:
+    return f.template operator()<DType::f32>();
+  case DType::f64:
+    return f.template operator()<DType::f64>();
+  case DType::f16:
+    return f.template operator()<DType::f16>();
+  case DType::bf16:
+    return f.template operator()<DType::bf16>();
+  case DType::i32:
+    return f.template operator()<DType::i32>();
+  case DType::i64:
+    return f.template operator()<DType::i64>();
+  case DType::boolean:
+    return f.template operator()<DType::boolean>();
   }
   return f.template operator()<DType::f32>();
 }
@@ -240,7 +247,7 @@ template <class C> RCJIT_ALWAYS_INLINE C nanMin(C a, C b) { return (a < b) | isN
 /// degree-6 polynomial (Cephes expf), within 2 ulp, subnormal results included.
 RCJIT_ALWAYS_INLINE float fastExp(float x) {
   const float t = std::clamp(x, -104.0f, 88.7228394f);
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float kRound = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
   const float n = (t * 1.44269504088896341f + kRound) - kRound;
   float r = t - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -280,4 +287,4 @@ RCJIT_ALWAYS_INLINE float fastErf(float x) {
 RCJIT_ALWAYS_INLINE float expC(float x) { return fastExp(x); }
 RCJIT_ALWAYS_INLINE double expC(double x) { return std::exp(x); }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

@@ -23,8 +23,7 @@ constexpr int64_t kParallelWork = 1 << 15;
 // ---- storage <-> compute types ------------------------------------------------------------
 
 /// float for f32/f16/bf16 storage, double for f64.
-template <class S>
-using ComputeOf = std::conditional_t<std::is_same_v<S, double>, double, float>;
+template <class S> using ComputeOf = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
 template <class S> inline ComputeOf<S> load(S v) {
   if constexpr (std::is_same_v<S, Half>) {
@@ -47,36 +46,45 @@ template <class S, class C> inline S store(C v) {
 }
 
 /// Calls f(S{}) with S the storage type of a floating dtype; an Error naming `op` otherwise.
-template <class F> void dispatchFloating(DType t, const char* op, F&& f) {
+template <class F> void dispatchFloating(DType t, const char *op, F &&f) {
   switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::f16: f(Half{}); return;
-    case DType::bf16: f(BFloat16{}); return;
-    default: break;
+  case DType::f32:
+    f(float{});
+    return;
+  case DType::f64:
+    f(double{});
+    return;
+  case DType::f16:
+    f(Half{});
+    return;
+  case DType::bf16:
+    f(BFloat16{});
+    return;
+  default:
+    break;
   }
   throw Error(std::string(op) + ": dtype " + std::string(dtypeName(t)) +
               " is not supported (floating dtypes only)");
 }
 
-Tensor contiguousAs(const Tensor& t, DType dt) {
+Tensor contiguousAs(const Tensor &t, DType dt) {
   if (t.dtype() == dt && t.is_contiguous()) return t;
   Tensor c = detail::makeTensor(t.shape(), dt);
   copyInto(c, t);
   return c;
 }
 
-template <class S> const S* elems(const Tensor& t) {
-  return reinterpret_cast<const S*>(t.impl()->ptr());
+template <class S> const S *elems(const Tensor &t) {
+  return reinterpret_cast<const S *>(t.impl()->ptr());
 }
-template <class S> S* mutableElems(const Tensor& t) {
-  return reinterpret_cast<S*>(t.impl()->ptr());
+template <class S> S *mutableElems(const Tensor &t) {
+  return reinterpret_cast<S *>(t.impl()->ptr());
 }
 
 /// t's elements in compute type C, row-major.
-template <class S, class C> std::vector<C> computeVector(const Tensor& t) {
+template <class S, class C> std::vector<C> computeVector(const Tensor &t) {
   Tensor c = contiguousAs(t, t.dtype());
-  const S* p = elems<S>(c);
+  const S *p = elems<S>(c);
   std::vector<C> v(static_cast<size_t>(c.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = load(p[i]);
   return v;
@@ -92,7 +100,7 @@ struct NormSpec {
 
 /// Normalizes one row of `width` elements (x and y contiguous).
 template <class S, class C>
-void normRow(const S* x, S* y, const C* w, const C* b, const NormSpec& n) {
+void normRow(const S *x, S *y, const C *w, const C *b, const NormSpec &n) {
   double mean = 0, sq = 0;
   if (!n.rms) {
 #pragma omp simd reduction(+ : mean)
@@ -113,26 +121,24 @@ void normRow(const S* x, S* y, const C* w, const C* b, const NormSpec& n) {
 }
 
 template <class S>
-void normRows(const Tensor& x, const Tensor& w, const Tensor* b, const NormSpec& n,
-              const Tensor& y) {
+void normRows(const Tensor &x, const Tensor &w, const Tensor *b, const NormSpec &n,
+              const Tensor &y) {
   using C = ComputeOf<S>;
   std::vector<C> wv = computeVector<S, C>(w);
   std::vector<C> bv = b ? computeVector<S, C>(*b) : std::vector<C>();
-  const S* xp = elems<S>(x);
-  S* yp = mutableElems<S>(y);
-  const C* bp = b ? bv.data() : nullptr;
+  const S *xp = elems<S>(x);
+  S *yp = mutableElems<S>(y);
+  const C *bp = b ? bv.data() : nullptr;
 #pragma omp parallel for schedule(static) if (n.rows * n.width > kParallelWork)
   for (int64_t r = 0; r < n.rows; ++r) {
     normRow<S, C>(xp + r * n.width, yp + r * n.width, wv.data(), bp, n);
   }
 }
 
-Tensor runNorm(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
-               const TensorMeta& meta) {
+Tensor runNorm(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &meta) {
   Tensor x = contiguousAs(in[0], in[0].dtype());
-  const Tensor& w = in[1];
-  const Tensor* b = op == OpKind::layer_norm && in.size() > 2 && in[2].defined() ? &in[2]
-                                                                                  : nullptr;
+  const Tensor &w = in[1];
+  const Tensor *b = op == OpKind::layer_norm && in.size() > 2 && in[2].defined() ? &in[2] : nullptr;
   Tensor y = detail::makeTensor(meta.shape, meta.dtype);
   NormSpec n{0, w.numel(), a.eps, op == OpKind::rms_norm};
   if (y.numel() == 0 || n.width == 0) return y;
@@ -145,33 +151,33 @@ Tensor runNorm(OpKind op, const std::vector<Tensor>& in, const Attrs& a,
 // ---- embedding ---------------------------------------------------------------------------
 
 /// ids as contiguous i64, checked against [0, num).
-Tensor checkedIds(const Tensor& ids, int64_t num) {
+Tensor checkedIds(const Tensor &ids, int64_t num) {
   Tensor c = contiguousAs(ids, DType::i64);
-  const int64_t* p = elems<int64_t>(c);
+  const int64_t *p = elems<int64_t>(c);
   for (int64_t i = 0; i < c.numel(); ++i) {
     if (p[i] < 0 || p[i] >= num) {
       throw Error("embedding: id " + std::to_string(p[i]) + " is out of range for a weight " +
-                  "of " + std::to_string(num) + " rows (ids must be in [0, " +
-                  std::to_string(num) + "))");
+                  "of " + std::to_string(num) + " rows (ids must be in [0, " + std::to_string(num) +
+                  "))");
     }
   }
   return c;
 }
 
-Tensor runEmbedding(const Tensor& weight, const Tensor& ids, const TensorMeta& meta) {
-  const auto& wi = *weight.impl();
+Tensor runEmbedding(const Tensor &weight, const Tensor &ids, const TensorMeta &meta) {
+  const auto &wi = *weight.impl();
   Tensor idc = checkedIds(ids, wi.shape[0]);
   Tensor y = detail::makeTensor(meta.shape, meta.dtype);
   int64_t n = idc.numel(), dim = wi.shape[1];
   size_t es = dtypeSize(weight.dtype());
-  const int64_t* idp = elems<int64_t>(idc);
-  const char* wp = wi.ptr();
-  char* yp = y.impl()->ptr();
+  const int64_t *idp = elems<int64_t>(idc);
+  const char *wp = wi.ptr();
+  char *yp = y.impl()->ptr();
   int64_t rs = wi.strides[0], cs = wi.strides[1];
 #pragma omp parallel for schedule(static) if (n * dim > kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    const char* src = wp + idp[i] * rs * static_cast<int64_t>(es);
-    char* dst = yp + i * dim * static_cast<int64_t>(es);
+    const char *src = wp + idp[i] * rs * static_cast<int64_t>(es);
+    char *dst = yp + i * dim * static_cast<int64_t>(es);
     if (cs == 1) {
       std::memcpy(dst, src, static_cast<size_t>(dim) * es);
       continue;
@@ -190,12 +196,12 @@ struct AttnSpec {
 
 /// One query row: o = softmax(q k^T * scale) v over the visible keys.
 template <class C>
-void attendRow(const C* q, const C* k, const C* v, C* o, int64_t visible, const AttnSpec& s,
-               C* scores) {
+void attendRow(const C *q, const C *k, const C *v, C *o, int64_t visible, const AttnSpec &s,
+               C *scores) {
   C scale = static_cast<C>(1.0 / std::sqrt(static_cast<double>(s.d)));
   C mx = -std::numeric_limits<C>::infinity();
   for (int64_t j = 0; j < visible; ++j) {
-    const C* kj = k + j * s.d;
+    const C *kj = k + j * s.d;
     C dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t t = 0; t < s.d; ++t) dot += q[t] * kj[t];
@@ -210,15 +216,14 @@ void attendRow(const C* q, const C* k, const C* v, C* o, int64_t visible, const 
   std::fill(o, o + s.dv, C(0));
   for (int64_t j = 0; j < visible; ++j) {
     C p = scores[j] / sum;
-    const C* vj = v + j * s.dv;
+    const C *vj = v + j * s.dv;
 #pragma omp simd
     for (int64_t t = 0; t < s.dv; ++t) o[t] += p * vj[t];
   }
 }
 
 /// o [B, Lq, Dv] = sdpa(q [B, Lq, D], k [B, Lk, D], v [B, Lk, Dv]), all contiguous in C.
-template <class C>
-void attention(const C* q, const C* k, const C* v, C* o, const AttnSpec& s) {
+template <class C> void attention(const C *q, const C *k, const C *v, C *o, const AttnSpec &s) {
   int64_t rows = s.batches * s.lq;
 #pragma omp parallel if (rows * s.lk * (s.d + s.dv) > kParallelWork)
   {
@@ -227,13 +232,13 @@ void attention(const C* q, const C* k, const C* v, C* o, const AttnSpec& s) {
     for (int64_t r = 0; r < rows; ++r) {
       int64_t b = r / s.lq, i = r % s.lq;
       int64_t visible = s.causal ? std::min(i + 1, s.lk) : s.lk;
-      attendRow(q + r * s.d, k + b * s.lk * s.d, v + b * s.lk * s.dv, o + r * s.dv, visible,
-                s, scores.data());
+      attendRow(q + r * s.d, k + b * s.lk * s.d, v + b * s.lk * s.dv, o + r * s.dv, visible, s,
+                scores.data());
     }
   }
 }
 
-Tensor runSdpa(const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& meta) {
+Tensor runSdpa(const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &meta) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   if (!isFloating(meta.dtype)) {
     throw Error("sdpa: dtype " + std::string(dtypeName(meta.dtype)) +
@@ -246,28 +251,30 @@ Tensor runSdpa(const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& 
   Tensor y = detail::makeTensor(meta.shape, meta.dtype);
   Tensor o = meta.dtype == ct ? y : detail::makeTensor(meta.shape, ct);
   if (ct == DType::f64) {
-    attention(elems<double>(qc), elems<double>(kc), elems<double>(vc),
-              mutableElems<double>(o), s);
+    attention(elems<double>(qc), elems<double>(kc), elems<double>(vc), mutableElems<double>(o), s);
   } else {
-    attention(elems<float>(qc), elems<float>(kc), elems<float>(vc), mutableElems<float>(o),
-              s);
+    attention(elems<float>(qc), elems<float>(kc), elems<float>(vc), mutableElems<float>(o), s);
   }
   if (o.impl() != y.impl()) copyInto(y, o);
   return y;
 }
 
-}  // namespace
+} // namespace
 
-Tensor runNn(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   switch (op) {
-    case OpKind::layer_norm:
-    case OpKind::rms_norm: return runNorm(op, in, a, out);
-    case OpKind::embedding: return runEmbedding(in[0], in[1], out);
-    case OpKind::sdpa: return runSdpa(in, a, out);
-    default: break;
+  case OpKind::layer_norm:
+  case OpKind::rms_norm:
+    return runNorm(op, in, a, out);
+  case OpKind::embedding:
+    return runEmbedding(in[0], in[1], out);
+  case OpKind::sdpa:
+    return runSdpa(in, a, out);
+  default:
+    break;
   }
   assert(false && "runNn: not an Nn-category op");
   throw Error("runNn: op " + std::string(opName(op)) + " is not an nn op");
 }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

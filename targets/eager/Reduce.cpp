@@ -32,8 +32,8 @@ struct Block3 {
 
 /// The [O, R, I] view of a contiguous tensor whose reduced dims are adjacent once size-1
 /// dims are ignored; false when they are not.
-bool asBlock3(const Shape& shape, const std::vector<bool>& red, Block3& b) {
-  int phase = 0;  // 0: outer kept dims, 1: reduced dims, 2: inner kept dims
+bool asBlock3(const Shape &shape, const std::vector<bool> &red, Block3 &b) {
+  int phase = 0; // 0: outer kept dims, 1: reduced dims, 2: inner kept dims
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     if (red[d]) {
@@ -49,8 +49,8 @@ bool asBlock3(const Shape& shape, const std::vector<bool>& red, Block3& b) {
 }
 
 /// x's elements, converted to `dt`, in a new contiguous tensor with dims ordered by `perm`.
-Tensor permutedCopy(const Tensor& x, const std::vector<int64_t>& perm, DType dt) {
-  const TensorImpl& xi = *x.impl();
+Tensor permutedCopy(const Tensor &x, const std::vector<int64_t> &perm, DType dt) {
+  const TensorImpl &xi = *x.impl();
   Shape shape;
   Shape strides;
   for (int64_t p : perm) {
@@ -63,8 +63,8 @@ Tensor permutedCopy(const Tensor& x, const std::vector<int64_t>& perm, DType dt)
 }
 
 /// x as a contiguous tensor of dtype `dt` (x itself when it already is one).
-Tensor contiguousAs(const Tensor& x, DType dt) {
-  const TensorImpl& xi = *x.impl();
+Tensor contiguousAs(const Tensor &x, DType dt) {
+  const TensorImpl &xi = *x.impl();
   if (xi.dtype == dt && detail::isContiguous(xi.shape, xi.strides)) return x;
   std::vector<int64_t> perm(xi.shape.size());
   for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
@@ -99,7 +99,7 @@ template <DType D> constexpr bool kIsMax<MaxOp<D>> = true;
 
 /// NaN-propagating max of n contiguous floating values (an OpenMP simd reduction: GCC
 /// does not vectorize the NaN-aware select on its own).
-template <class T> T rowMax(const T* p, int64_t n) {
+template <class T> T rowMax(const T *p, int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
   int nan = 0;
 #pragma omp simd reduction(max : m) reduction(| : nan)
@@ -111,10 +111,10 @@ template <class T> T rowMax(const T* p, int64_t n) {
 }
 
 /// Reduces n contiguous elements with kLanes independent accumulators.
-template <class Op, class T> RCJIT_FLATTEN typename Op::Acc reduceRun(const T* p, int64_t n) {
+template <class Op, class T> RCJIT_FLATTEN typename Op::Acc reduceRun(const T *p, int64_t n) {
   if constexpr (kIsMax<Op> && std::is_floating_point_v<T>) return rowMax(p, n);
   typename Op::Acc a[kLanes];
-  for (auto& v : a) v = Op::init();
+  for (auto &v : a) v = Op::init();
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) a[j] = Op::step(a[j], p[i + j]);
@@ -128,7 +128,7 @@ template <class Op, class T> RCJIT_FLATTEN typename Op::Acc reduceRun(const T* p
 
 /// out[o] = finish(reduce(x[o, :])) for contiguous rows; long rows split over threads.
 template <class Op, class T, class U, class Finish>
-void reduceRows(const T* x, const Block3& b, U* out, Finish finish) {
+void reduceRows(const T *x, const Block3 &b, U *out, Finish finish) {
   const int64_t threads = parallelChunks(b.outer * b.reduced, b.outer * b.reduced);
   int64_t parts = 1;
   if (threads > 1 && b.outer < threads) {
@@ -150,7 +150,7 @@ void reduceRows(const T* x, const Block3& b, U* out, Finish finish) {
 
 /// out[o, i] = finish(reduce(x[o, :, i])), kColBlock columns at a time.
 template <class Op, class T, class U, class Finish>
-void reduceCols(const T* x, const Block3& b, U* out, Finish finish) {
+void reduceCols(const T *x, const Block3 &b, U *out, Finish finish) {
   const int64_t blocks = (b.inner + kColBlock - 1) / kColBlock;
   parallelFor(b.outer * blocks, b.outer * b.reduced * b.inner, [&](int64_t t) RCJIT_FLATTEN_LAMBDA {
     const int64_t o = t / blocks;
@@ -159,7 +159,7 @@ void reduceCols(const T* x, const Block3& b, U* out, Finish finish) {
     typename Op::Acc acc[kColBlock];
     for (int64_t i = 0; i < len; ++i) acc[i] = Op::init();
     for (int64_t r = 0; r < b.reduced; ++r) {
-      const T* row = x + (o * b.reduced + r) * b.inner + i0;
+      const T *row = x + (o * b.reduced + r) * b.inner + i0;
       for (int64_t i = 0; i < len; ++i) acc[i] = Op::step(acc[i], row[i]);
     }
     for (int64_t i = 0; i < len; ++i) out[o * b.inner + i0 + i] = finish(acc[i]);
@@ -167,7 +167,7 @@ void reduceCols(const T* x, const Block3& b, U* out, Finish finish) {
 }
 
 template <class Op, class T, class U, class Finish>
-void reduceBlock(const T* x, const Block3& b, U* out, Finish finish) {
+void reduceBlock(const T *x, const Block3 &b, U *out, Finish finish) {
   if (b.inner == 1) {
     reduceRows<Op>(x, b, out, finish);
   } else {
@@ -176,18 +176,18 @@ void reduceBlock(const T* x, const Block3& b, U* out, Finish finish) {
 }
 
 /// sum, mean or amax of input dtype D on the block `b` of `src` into `result`.
-template <DType D> void reduceTyped(OpKind op, const Tensor& src, const Block3& b,
-                                    const Tensor& result) {
-  const auto* x = static_cast<const S<D>*>(src.data_ptr());
+template <DType D>
+void reduceTyped(OpKind op, const Tensor &src, const Block3 &b, const Tensor &result) {
+  const auto *x = static_cast<const S<D> *>(src.data_ptr());
   if (op == OpKind::amax) {
     assert(result.dtype() == D);
-    auto* out = static_cast<S<D>*>(result.data_ptr());
+    auto *out = static_cast<S<D> *>(result.data_ptr());
     reduceBlock<MaxOp<D>>(x, b, out, [](C<D> v) { return Elem<D>::store(v); });
     return;
   }
   if (op == OpKind::mean) {
     assert(result.dtype() == D);
-    auto* out = static_cast<S<D>*>(result.data_ptr());
+    auto *out = static_cast<S<D> *>(result.data_ptr());
     const double r = static_cast<double>(b.reduced);
     reduceBlock<SumOp<D>>(x, b, out, [r](typename SumOp<D>::Acc v) {
       return Elem<D>::store(static_cast<C<D>>(static_cast<double>(v) / r));
@@ -196,16 +196,15 @@ template <DType D> void reduceTyped(OpKind op, const Tensor& src, const Block3& 
   }
   constexpr DType DO = kFloatD<D> ? D : DType::i64;
   assert(result.dtype() == DO);
-  auto* out = static_cast<S<DO>*>(result.data_ptr());
-  reduceBlock<SumOp<D>>(x, b, out, [](typename SumOp<D>::Acc v) {
-    return Elem<DO>::store(static_cast<C<DO>>(v));
-  });
+  auto *out = static_cast<S<DO> *>(result.data_ptr());
+  reduceBlock<SumOp<D>>(
+      x, b, out, [](typename SumOp<D>::Acc v) { return Elem<DO>::store(static_cast<C<DO>>(v)); });
 }
 
-Tensor reduceDims(OpKind op, const Tensor& x, const Dims& dims, const TensorMeta& out) {
+Tensor reduceDims(OpKind op, const Tensor &x, const Dims &dims, const TensorMeta &out) {
   Tensor result = detail::makeTensor(out.shape, out.dtype);
   if (result.numel() == 0) return result;
-  const TensorImpl& xi = *x.impl();
+  const TensorImpl &xi = *x.impl();
   std::vector<bool> red(xi.shape.size(), false);
   for (int64_t d : dims) red[static_cast<size_t>(d)] = true;
   Block3 b;
@@ -229,7 +228,7 @@ Tensor reduceDims(OpKind op, const Tensor& x, const Dims& dims, const TensorMeta
 }
 
 /// The [outer, dim, inner] block of a contiguous tensor of shape `shape`.
-Block3 blockAround(const Shape& shape, int64_t dim) {
+Block3 blockAround(const Shape &shape, int64_t dim) {
   Block3 b;
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto sd = static_cast<int64_t>(d);
@@ -241,7 +240,7 @@ Block3 blockAround(const Shape& shape, int64_t dim) {
 /// True when v should replace best as the running argmax (first max; first NaN wins).
 template <class T> bool beats(T v, T best) { return !isNan(best) && (v > best || isNan(v)); }
 
-template <DType D> void argmaxTyped(const S<D>* x, const Block3& b, int64_t* out) {
+template <DType D> void argmaxTyped(const S<D> *x, const Block3 &b, int64_t *out) {
   const int64_t blocks = (b.inner + kColBlock - 1) / kColBlock;
   parallelFor(b.outer * blocks, b.outer * b.reduced * b.inner, [&](int64_t t) RCJIT_FLATTEN_LAMBDA {
     const int64_t o = t / blocks;
@@ -249,10 +248,10 @@ template <DType D> void argmaxTyped(const S<D>* x, const Block3& b, int64_t* out
     const int64_t len = std::min(kColBlock, b.inner - i0);
     C<D> best[kColBlock];
     int64_t idx[kColBlock] = {};
-    const S<D>* base = x + o * b.reduced * b.inner + i0;
+    const S<D> *base = x + o * b.reduced * b.inner + i0;
     for (int64_t i = 0; i < len && b.reduced > 0; ++i) best[i] = Elem<D>::load(base[i]);
     for (int64_t r = 1; r < b.reduced; ++r) {
-      const S<D>* row = base + r * b.inner;
+      const S<D> *row = base + r * b.inner;
       for (int64_t i = 0; i < len; ++i) {
         const C<D> v = Elem<D>::load(row[i]);
         if (beats(v, best[i])) {
@@ -265,15 +264,15 @@ template <DType D> void argmaxTyped(const S<D>* x, const Block3& b, int64_t* out
   });
 }
 
-Tensor argmaxDim(const Tensor& x, int64_t dim, const TensorMeta& out) {
+Tensor argmaxDim(const Tensor &x, int64_t dim, const TensorMeta &out) {
   Tensor result = detail::makeTensor(out.shape, out.dtype);
   assert(out.dtype == DType::i64);
   if (result.numel() == 0) return result;
   const Tensor src = contiguousAs(x, x.dtype());
   const Block3 b = blockAround(src.shape(), dim);
-  auto* o = static_cast<int64_t*>(result.data_ptr());
+  auto *o = static_cast<int64_t *>(result.data_ptr());
   dispatchDType(src.dtype(), [&]<DType D>() {
-    argmaxTyped<D>(static_cast<const S<D>*>(src.data_ptr()), b, o);
+    argmaxTyped<D>(static_cast<const S<D> *>(src.data_ptr()), b, o);
   });
   return result;
 }
@@ -293,7 +292,7 @@ template <class F> double sumLanes(int64_t n, F f) {
 }
 
 /// (log_)softmax of one contiguous row in its compute type T; y may alias x.
-template <class T> RCJIT_FLATTEN void softmaxRow(const T* x, T* y, int64_t n, bool log) {
+template <class T> RCJIT_FLATTEN void softmaxRow(const T *x, T *y, int64_t n, bool log) {
   const T mx = rowMax(x, n);
   if (log) {
     const T ls = static_cast<T>(std::log(sumLanes(n, [&](int64_t k) { return expC(x[k] - mx); })));
@@ -306,11 +305,11 @@ template <class T> RCJIT_FLATTEN void softmaxRow(const T* x, T* y, int64_t n, bo
 }
 
 /// Softmax rows of a dtype whose storage is not its compute type, via a float buffer.
-template <DType D> void softmaxRowsConverted(const S<D>* x, S<D>* y, const Block3& b, bool log) {
+template <DType D> void softmaxRowsConverted(const S<D> *x, S<D> *y, const Block3 &b, bool log) {
   parallelFor(b.outer, b.outer * b.reduced, [&](int64_t o) RCJIT_FLATTEN_LAMBDA {
     thread_local std::vector<C<D>> buf;
     buf.resize(static_cast<size_t>(b.reduced));
-    const S<D>* xr = x + o * b.reduced;
+    const S<D> *xr = x + o * b.reduced;
     for (int64_t k = 0; k < b.reduced; ++k) buf[k] = Elem<D>::load(xr[k]);
     softmaxRow(buf.data(), buf.data(), b.reduced, log);
     for (int64_t k = 0; k < b.reduced; ++k) y[o * b.reduced + k] = Elem<D>::store(buf[k]);
@@ -318,7 +317,7 @@ template <DType D> void softmaxRowsConverted(const S<D>* x, S<D>* y, const Block
 }
 
 /// Softmax over the middle dim of [O, R, I] with I > 1, kColBlock columns at a time.
-template <DType D> void softmaxCols(const S<D>* x, S<D>* y, const Block3& b, bool log) {
+template <DType D> void softmaxCols(const S<D> *x, S<D> *y, const Block3 &b, bool log) {
   using T = C<D>;
   const int64_t blocks = (b.inner + kColBlock - 1) / kColBlock;
   parallelFor(b.outer * blocks, b.outer * b.reduced * b.inner, [&](int64_t t) RCJIT_FLATTEN_LAMBDA {
@@ -345,11 +344,11 @@ template <DType D> void softmaxCols(const S<D>* x, S<D>* y, const Block3& b, boo
   });
 }
 
-template <DType D> void softmaxTyped(const Tensor& src, const Tensor& result, const Block3& b,
-                                     bool log) {
+template <DType D>
+void softmaxTyped(const Tensor &src, const Tensor &result, const Block3 &b, bool log) {
   if constexpr (kFloatD<D>) {
-    const auto* x = static_cast<const S<D>*>(src.data_ptr());
-    auto* y = static_cast<S<D>*>(result.data_ptr());
+    const auto *x = static_cast<const S<D> *>(src.data_ptr());
+    auto *y = static_cast<S<D> *>(result.data_ptr());
     if (b.inner > 1) {
       softmaxCols<D>(x, y, b, log);
     } else if constexpr (std::is_same_v<S<D>, C<D>>) {
@@ -364,7 +363,7 @@ template <DType D> void softmaxTyped(const Tensor& src, const Tensor& result, co
   }
 }
 
-Tensor softmaxDim(OpKind op, const Tensor& x, int64_t dim, const TensorMeta& out) {
+Tensor softmaxDim(OpKind op, const Tensor &x, int64_t dim, const TensorMeta &out) {
   Tensor result = detail::makeTensor(out.shape, out.dtype);
   if (result.numel() == 0) return result;
   const Tensor src = contiguousAs(x, out.dtype);
@@ -374,30 +373,68 @@ Tensor softmaxDim(OpKind op, const Tensor& x, int64_t dim, const TensorMeta& out
   return result;
 }
 
-}  // namespace
+} // namespace
 
-Tensor runReduce(OpKind op, const Tensor& x, const Attrs& a, const TensorMeta& out) {
+Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &out) {
   switch (op) {
-    case OpKind::sum: case OpKind::mean: case OpKind::amax:
-      return reduceDims(op, x, a.dims, out);
-    case OpKind::argmax: return argmaxDim(x, a.dim, out);
-    case OpKind::softmax: case OpKind::log_softmax: return softmaxDim(op, x, a.dim, out);
-    case OpKind::input: case OpKind::full: case OpKind::arange:
-    case OpKind::neg: case OpKind::abs: case OpKind::exp: case OpKind::log: case OpKind::sqrt:
-    case OpKind::rsqrt: case OpKind::reciprocal: case OpKind::tanh: case OpKind::sigmoid:
-    case OpKind::relu: case OpKind::gelu: case OpKind::silu: case OpKind::erf: case OpKind::sin:
-    case OpKind::cos: case OpKind::cast:
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::pow:
-    case OpKind::maximum: case OpKind::minimum:
-    case OpKind::eq: case OpKind::ne: case OpKind::lt: case OpKind::le: case OpKind::gt:
-    case OpKind::ge: case OpKind::where:
-    case OpKind::matmul: case OpKind::linear: case OpKind::conv2d:
-    case OpKind::layer_norm: case OpKind::rms_norm: case OpKind::embedding: case OpKind::sdpa:
-    case OpKind::reshape: case OpKind::permute: case OpKind::expand: case OpKind::slice:
-    case OpKind::cat: case OpKind::contiguous:
-      break;
+  case OpKind::sum:
+  case OpKind::mean:
+  case OpKind::amax:
+    return reduceDims(op, x, a.dims, out);
+  case OpKind::argmax:
+    return argmaxDim(x, a.dim, out);
+  case OpKind::softmax:
+  case OpKind::log_softmax:
+    return softmaxDim(op, x, a.dim, out);
+  case OpKind::input:
+  case OpKind::full:
+  case OpKind::arange:
+  case OpKind::neg:
+  case OpKind::abs:
+  case OpKind::exp:
+  case OpKind::log:
+  case OpKind::sqrt:
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::tanh:
+  case OpKind::sigmoid:
+  case OpKind::relu:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+  case OpKind::cast:
+  case OpKind::add:
+  case OpKind::sub:
+  case OpKind::mul:
+  case OpKind::div:
+  case OpKind::pow:
+  case OpKind::maximum:
+  case OpKind::minimum:
+  case OpKind::eq:
+  case OpKind::ne:
+  case OpKind::lt:
+  case OpKind::le:
+  case OpKind::gt:
+  case OpKind::ge:
+  case OpKind::where:
+  case OpKind::matmul:
+  case OpKind::linear:
+  case OpKind::conv2d:
+  case OpKind::layer_norm:
+  case OpKind::rms_norm:
+  case OpKind::embedding:
+  case OpKind::sdpa:
+  case OpKind::reshape:
+  case OpKind::permute:
+  case OpKind::expand:
+  case OpKind::slice:
+  case OpKind::cat:
+  case OpKind::contiguous:
+    break;
   }
   throw Error("eager::runReduce: '" + std::string(opName(op)) + "' is not a reduction");
 }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

@@ -9,30 +9,37 @@ namespace rcjit::eager {
 
 namespace {
 
-template <class T> void fillWith(void* p, int64_t n, T v) {
-  T* q = static_cast<T*>(p);
+template <class T> void fillWith(void *p, int64_t n, T v) {
+  T *q = static_cast<T *>(p);
 #pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; ++i) q[i] = v;
 }
 
-void fill(const Tensor& t, double value) {
+void fill(const Tensor &t, double value) {
   int64_t n = t.numel();
-  void* p = t.data_ptr();
+  void *p = t.data_ptr();
   switch (t.dtype()) {
-    case DType::f32: return fillWith(p, n, static_cast<float>(value));
-    case DType::f64: return fillWith(p, n, value);
-    case DType::f16: return fillWith(p, n, floatToHalf(static_cast<float>(value)));
-    case DType::bf16: return fillWith(p, n, floatToBf16(static_cast<float>(value)));
-    case DType::i32: return fillWith(p, n, static_cast<int32_t>(value));
-    case DType::i64: return fillWith(p, n, static_cast<int64_t>(value));
-    case DType::boolean: return fillWith(p, n, static_cast<uint8_t>(value != 0));
+  case DType::f32:
+    return fillWith(p, n, static_cast<float>(value));
+  case DType::f64:
+    return fillWith(p, n, value);
+  case DType::f16:
+    return fillWith(p, n, floatToHalf(static_cast<float>(value)));
+  case DType::bf16:
+    return fillWith(p, n, floatToBf16(static_cast<float>(value)));
+  case DType::i32:
+    return fillWith(p, n, static_cast<int32_t>(value));
+  case DType::i64:
+    return fillWith(p, n, static_cast<int64_t>(value));
+  case DType::boolean:
+    return fillWith(p, n, static_cast<uint8_t>(value != 0));
   }
 }
 
-Tensor arange(const TensorMeta& out) {
+Tensor arange(const TensorMeta &out) {
   int64_t n = out.shape.at(0);
   Tensor idx = detail::makeTensor(out.shape, DType::i64);
-  int64_t* p = idx.data<int64_t>();
+  int64_t *p = idx.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) p[i] = i;
   if (out.dtype == DType::i64) return idx;
   Tensor r = detail::makeTensor(out.shape, out.dtype);
@@ -40,7 +47,7 @@ Tensor arange(const TensorMeta& out) {
   return r;
 }
 
-Tensor reshape(const Tensor& x, const Shape& shape) {
+Tensor reshape(const Tensor &x, const Shape &shape) {
   Shape strides;
   if (detail::computeViewStrides(x.shape(), x.strides(), shape, strides)) {
     return detail::makeView(x, shape, strides, x.offset());
@@ -50,7 +57,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   return detail::makeView(c, shape, detail::contiguousStrides(shape), 0);
 }
 
-Tensor permute(const Tensor& x, const Dims& order) {
+Tensor permute(const Tensor &x, const Dims &order) {
   Shape shape, strides;
   for (int64_t d : order) {
     shape.push_back(x.shape()[d]);
@@ -59,7 +66,7 @@ Tensor permute(const Tensor& x, const Dims& order) {
   return detail::makeView(x, shape, strides, x.offset());
 }
 
-Tensor expand(const Tensor& x, const Shape& shape) {
+Tensor expand(const Tensor &x, const Shape &shape) {
   size_t lead = shape.size() - x.shape().size();
   Shape strides(shape.size(), 0);
   for (size_t i = 0; i < x.shape().size(); ++i) {
@@ -68,16 +75,16 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   return detail::makeView(x, shape, strides, x.offset());
 }
 
-Tensor slice(const Tensor& x, const Attrs& a) {
+Tensor slice(const Tensor &x, const Attrs &a) {
   Shape shape = x.shape();
   shape[a.dim] = a.end - a.start;
   return detail::makeView(x, shape, x.strides(), x.offset() + a.start * x.strides()[a.dim]);
 }
 
-Tensor cat(const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+Tensor cat(const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   Tensor r = detail::makeTensor(out.shape, out.dtype);
   int64_t at = 0;
-  for (const Tensor& t : in) {
+  for (const Tensor &t : in) {
     int64_t n = t.shape()[a.dim];
     if (n == 0) continue;
     Shape shape = out.shape;
@@ -88,35 +95,35 @@ Tensor cat(const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out)
   return r;
 }
 
-}  // namespace
+} // namespace
 
-Tensor runShape(OpKind op, const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   switch (op) {
-    case OpKind::full: {
-      Tensor t = detail::makeTensor(out.shape, out.dtype);
-      fill(t, a.value);
-      return t;
-    }
-    case OpKind::arange:
-      return arange(out);
-    case OpKind::reshape:
-      return reshape(in.at(0), out.shape);
-    case OpKind::permute:
-      return permute(in.at(0), a.dims);
-    case OpKind::expand:
-      return expand(in.at(0), out.shape);
-    case OpKind::slice:
-      return slice(in.at(0), a);
-    case OpKind::cat:
-      return cat(in, a, out);
-    case OpKind::contiguous: {
-      Tensor t = detail::makeTensor(out.shape, out.dtype);
-      copyInto(t, in.at(0));
-      return t;
-    }
-    default:
-      throw Error("eager: " + std::string(opName(op)) + " is not a shape op");
+  case OpKind::full: {
+    Tensor t = detail::makeTensor(out.shape, out.dtype);
+    fill(t, a.value);
+    return t;
+  }
+  case OpKind::arange:
+    return arange(out);
+  case OpKind::reshape:
+    return reshape(in.at(0), out.shape);
+  case OpKind::permute:
+    return permute(in.at(0), a.dims);
+  case OpKind::expand:
+    return expand(in.at(0), out.shape);
+  case OpKind::slice:
+    return slice(in.at(0), a);
+  case OpKind::cat:
+    return cat(in, a, out);
+  case OpKind::contiguous: {
+    Tensor t = detail::makeTensor(out.shape, out.dtype);
+    copyInto(t, in.at(0));
+    return t;
+  }
+  default:
+    throw Error("eager: " + std::string(opName(op)) + " is not a shape op");
   }
 }
 
-}  // namespace rcjit::eager
+} // namespace rcjit::eager

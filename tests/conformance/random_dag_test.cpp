@@ -35,7 +35,7 @@ enum class Op {
   erf,
   sin,
   cos,
-  squash,  // 4x/(|x|+1): keeps magnitudes small
+  squash, // 4x/(|x|+1): keeps magnitudes small
   // tensor op tensor (div by |b|+1; pow of |a|+0.5 to tanh(b)*2)
   add,
   sub,
@@ -57,8 +57,8 @@ enum class Op {
   sMul,
   sDiv,
   sPow,
-  whereCmp,   // where(cmp(a, b), a, b)
-  whereCmpS,  // where(cmp(a, s), a * 2, s)
+  whereCmp,  // where(cmp(a, b), a, b)
+  whereCmpS, // where(cmp(a, s), a * 2, s)
   sum,
   mean,
   amax,
@@ -71,7 +71,7 @@ enum class Op {
   expand,
 };
 
-const char* const kOpNames[] = {"neg",
+const char *const kOpNames[] = {"neg",
                                 "abs",
                                 "exp(min(x,4))",
                                 "log(|x|+1)",
@@ -118,15 +118,15 @@ const char* const kOpNames[] = {"neg",
                                 "transpose",
                                 "unsqueeze",
                                 "expand"};
-const char* const kCmpNames[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+const char *const kCmpNames[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 
 /// One op of a DAG: operands are indices into the value list (inputs first).
 struct Step {
   Op op;
   int a = -1, b = -1;
-  double s = 0;  // scalar operand
-  int cmp = 0;   // comparison of where steps
-  Dims dims;     // reduction dims, shape, permutation or (d0, d1)
+  double s = 0; // scalar operand
+  int cmp = 0;  // comparison of where steps
+  Dims dims;    // reduction dims, shape, permutation or (d0, d1)
   bool keepdim = false;
 };
 
@@ -135,7 +135,7 @@ struct Dag {
   std::vector<Shape> inputs;
   std::vector<Step> steps;
   std::vector<int> outputs;
-  std::vector<Shape> shapes;  // of every value (from the f32 generation run)
+  std::vector<Shape> shapes; // of every value (from the f32 generation run)
 
   std::string str() const {
     std::string s = "DAG seed " + std::to_string(seed) + ":\n";
@@ -143,7 +143,7 @@ struct Dag {
       s += "  v" + std::to_string(i) + " = input " + shapeStr(inputs[i]) + "\n";
     }
     for (size_t i = 0; i < steps.size(); ++i) {
-      const Step& st = steps[i];
+      const Step &st = steps[i];
       const int out = static_cast<int>(inputs.size() + i);
       auto v = [](int k) { return "v" + std::to_string(k); };
       std::string body = kOpNames[static_cast<int>(st.op)];
@@ -179,151 +179,151 @@ struct Dag {
   }
 };
 
-Tensor cmpOf(int k, const Tensor& a, const Tensor& b) {
+Tensor cmpOf(int k, const Tensor &a, const Tensor &b) {
   switch (k) {
-    case 0:
-      return eq(a, b);
-    case 1:
-      return ne(a, b);
-    case 2:
-      return lt(a, b);
-    case 3:
-      return le(a, b);
-    case 4:
-      return gt(a, b);
-    default:
-      return ge(a, b);
+  case 0:
+    return eq(a, b);
+  case 1:
+    return ne(a, b);
+  case 2:
+    return lt(a, b);
+  case 3:
+    return le(a, b);
+  case 4:
+    return gt(a, b);
+  default:
+    return ge(a, b);
   }
 }
-Tensor cmpOf(int k, const Tensor& a, double s) {
+Tensor cmpOf(int k, const Tensor &a, double s) {
   switch (k) {
-    case 0:
-      return eq(a, s);
-    case 1:
-      return ne(a, s);
-    case 2:
-      return lt(a, s);
-    case 3:
-      return le(a, s);
-    case 4:
-      return gt(a, s);
-    default:
-      return ge(a, s);
+  case 0:
+    return eq(a, s);
+  case 1:
+    return ne(a, s);
+  case 2:
+    return lt(a, s);
+  case 3:
+    return le(a, s);
+  case 4:
+    return gt(a, s);
+  default:
+    return ge(a, s);
   }
 }
 
-Tensor applyStep(const Step& st, const std::vector<Tensor>& v) {
-  const Tensor& a = v[static_cast<size_t>(st.a)];
-  const Tensor& b = st.b >= 0 ? v[static_cast<size_t>(st.b)] : a;
+Tensor applyStep(const Step &st, const std::vector<Tensor> &v) {
+  const Tensor &a = v[static_cast<size_t>(st.a)];
+  const Tensor &b = st.b >= 0 ? v[static_cast<size_t>(st.b)] : a;
   const double s = st.s;
   switch (st.op) {
-    case Op::neg:
-      return neg(a);
-    case Op::abs:
-      return rcjit::abs(a);
-    case Op::exp:
-      return rcjit::exp(minimum(a, 4.0));
-    case Op::log:
-      return rcjit::log(rcjit::abs(a) + 1.0);
-    case Op::sqrt:
-      return rcjit::sqrt(rcjit::abs(a) + 1.0);
-    case Op::rsqrt:
-      return rsqrt(rcjit::abs(a) + 1.0);
-    case Op::reciprocal:
-      return reciprocal(rcjit::abs(a) + 1.0);
-    case Op::tanh:
-      return rcjit::tanh(a);
-    case Op::sigmoid:
-      return sigmoid(a);
-    case Op::relu:
-      return relu(a);
-    case Op::gelu:
-      return gelu(a);
-    case Op::silu:
-      return silu(a);
-    case Op::erf:
-      return rcjit::erf(a);
-    case Op::sin:
-      return rcjit::sin(a);
-    case Op::cos:
-      return rcjit::cos(a);
-    case Op::squash:
-      return a * 4.0 / (rcjit::abs(a) + 1.0);
-    case Op::add:
-      return a + b;
-    case Op::sub:
-      return a - b;
-    case Op::mul:
-      return a * b;
-    case Op::div:
-      return a / (rcjit::abs(b) + 1.0);
-    case Op::pow:
-      return rcjit::pow(rcjit::abs(a) + 0.5, rcjit::tanh(b) * 2.0);
-    case Op::maximum:
-      return maximum(a, b);
-    case Op::minimum:
-      return minimum(a, b);
-    case Op::addS:
-      return add(a, s);
-    case Op::subS:
-      return sub(a, s);
-    case Op::mulS:
-      return mul(a, s);
-    case Op::divS:
-      return div(a, s);
-    case Op::powS:
-      return rcjit::pow(rcjit::abs(a) + 0.5, s);
-    case Op::maximumS:
-      return maximum(a, s);
-    case Op::minimumS:
-      return minimum(a, s);
-    case Op::sAdd:
-      return add(s, a);
-    case Op::sSub:
-      return sub(s, a);
-    case Op::sMul:
-      return mul(s, a);
-    case Op::sDiv:
-      return div(s, rcjit::abs(a) + 1.0);
-    case Op::sPow:
-      return rcjit::pow(s, rcjit::tanh(a) * 2.0);
-    case Op::whereCmp:
-      return where(cmpOf(st.cmp, a, b), a, b);
-    case Op::whereCmpS:
-      return where(cmpOf(st.cmp, a, s), a * 2.0, s);
-    case Op::sum:
-      return rcjit::sum(a, st.dims, st.keepdim);
-    case Op::mean:
-      return rcjit::mean(a, st.dims, st.keepdim);
-    case Op::amax:
-      return rcjit::amax(a, st.dims, st.keepdim);
-    case Op::softmax:
-      return rcjit::softmax(a, st.dims[0]);
-    case Op::logSoftmax:
-      return log_softmax(a, st.dims[0]);
-    case Op::reshape:
-      return rcjit::reshape(a, st.dims);
-    case Op::permute:
-      return rcjit::permute(a, st.dims);
-    case Op::transpose:
-      return rcjit::transpose(a, st.dims[0], st.dims[1]);
-    case Op::unsqueeze:
-      return rcjit::unsqueeze(a, st.dims[0]);
-    case Op::expand:
-      return rcjit::expand(a, st.dims);
+  case Op::neg:
+    return neg(a);
+  case Op::abs:
+    return rcjit::abs(a);
+  case Op::exp:
+    return rcjit::exp(minimum(a, 4.0));
+  case Op::log:
+    return rcjit::log(rcjit::abs(a) + 1.0);
+  case Op::sqrt:
+    return rcjit::sqrt(rcjit::abs(a) + 1.0);
+  case Op::rsqrt:
+    return rsqrt(rcjit::abs(a) + 1.0);
+  case Op::reciprocal:
+    return reciprocal(rcjit::abs(a) + 1.0);
+  case Op::tanh:
+    return rcjit::tanh(a);
+  case Op::sigmoid:
+    return sigmoid(a);
+  case Op::relu:
+    return relu(a);
+  case Op::gelu:
+    return gelu(a);
+  case Op::silu:
+    return silu(a);
+  case Op::erf:
+    return rcjit::erf(a);
+  case Op::sin:
+    return rcjit::sin(a);
+  case Op::cos:
+    return rcjit::cos(a);
+  case Op::squash:
+    return a * 4.0 / (rcjit::abs(a) + 1.0);
+  case Op::add:
+    return a + b;
+  case Op::sub:
+    return a - b;
+  case Op::mul:
+    return a * b;
+  case Op::div:
+    return a / (rcjit::abs(b) + 1.0);
+  case Op::pow:
+    return rcjit::pow(rcjit::abs(a) + 0.5, rcjit::tanh(b) * 2.0);
+  case Op::maximum:
+    return maximum(a, b);
+  case Op::minimum:
+    return minimum(a, b);
+  case Op::addS:
+    return add(a, s);
+  case Op::subS:
+    return sub(a, s);
+  case Op::mulS:
+    return mul(a, s);
+  case Op::divS:
+    return div(a, s);
+  case Op::powS:
+    return rcjit::pow(rcjit::abs(a) + 0.5, s);
+  case Op::maximumS:
+    return maximum(a, s);
+  case Op::minimumS:
+    return minimum(a, s);
+  case Op::sAdd:
+    return add(s, a);
+  case Op::sSub:
+    return sub(s, a);
+  case Op::sMul:
+    return mul(s, a);
+  case Op::sDiv:
+    return div(s, rcjit::abs(a) + 1.0);
+  case Op::sPow:
+    return rcjit::pow(s, rcjit::tanh(a) * 2.0);
+  case Op::whereCmp:
+    return where(cmpOf(st.cmp, a, b), a, b);
+  case Op::whereCmpS:
+    return where(cmpOf(st.cmp, a, s), a * 2.0, s);
+  case Op::sum:
+    return rcjit::sum(a, st.dims, st.keepdim);
+  case Op::mean:
+    return rcjit::mean(a, st.dims, st.keepdim);
+  case Op::amax:
+    return rcjit::amax(a, st.dims, st.keepdim);
+  case Op::softmax:
+    return rcjit::softmax(a, st.dims[0]);
+  case Op::logSoftmax:
+    return log_softmax(a, st.dims[0]);
+  case Op::reshape:
+    return rcjit::reshape(a, st.dims);
+  case Op::permute:
+    return rcjit::permute(a, st.dims);
+  case Op::transpose:
+    return rcjit::transpose(a, st.dims[0], st.dims[1]);
+  case Op::unsqueeze:
+    return rcjit::unsqueeze(a, st.dims[0]);
+  case Op::expand:
+    return rcjit::expand(a, st.dims);
   }
   return a;
 }
 
-std::vector<Tensor> run(const Dag& d, const std::vector<Tensor>& in) {
+std::vector<Tensor> run(const Dag &d, const std::vector<Tensor> &in) {
   std::vector<Tensor> v = in;
-  for (const Step& st : d.steps) v.push_back(applyStep(st, v));
+  for (const Step &st : d.steps) v.push_back(applyStep(st, v));
   std::vector<Tensor> out;
   for (int o : d.outputs) out.push_back(v[static_cast<size_t>(o)]);
   return out;
 }
 
-bool broadcastable(const Shape& a, const Shape& b) {
+bool broadcastable(const Shape &a, const Shape &b) {
   for (size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
     const int64_t x = a[a.size() - i], y = b[b.size() - i];
     if (x != y && x != 1 && y != 1) return false;
@@ -331,7 +331,7 @@ bool broadcastable(const Shape& a, const Shape& b) {
   return true;
 }
 
-Shape broadcastShape(const Shape& a, const Shape& b) {
+Shape broadcastShape(const Shape &a, const Shape &b) {
   Shape r(std::max(a.size(), b.size()), 1);
   for (size_t i = 1; i <= r.size(); ++i) {
     const int64_t x = i <= a.size() ? a[a.size() - i] : 1, y = i <= b.size() ? b[b.size() - i] : 1;
@@ -340,7 +340,7 @@ Shape broadcastShape(const Shape& a, const Shape& b) {
   return r;
 }
 
-std::vector<Tensor> makeInputs(const Dag& d, DType dt, uint64_t salt) {
+std::vector<Tensor> makeInputs(const Dag &d, DType dt, uint64_t salt) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     in.push_back(makeInput(In{d.inputs[i]}, dt, d.seed * 131 + i + salt));
@@ -363,7 +363,7 @@ Dag generate(uint64_t seed) {
   for (int i = 0; i < nIn; ++i) {
     Shape s = base;
     if (i > 0) {
-      for (int64_t& x : s) {
+      for (int64_t &x : s) {
         if (chance(0.3)) x = 1;
       }
       if (s.size() > 1 && chance(0.3))
@@ -372,7 +372,7 @@ Dag generate(uint64_t seed) {
     d.inputs.push_back(s);
   }
   std::vector<Tensor> vals = makeInputs(d, DType::f32, 0);
-  for (const Tensor& t : vals) d.shapes.push_back(t.shape());
+  for (const Tensor &t : vals) d.shapes.push_back(t.shape());
 
   auto addStep = [&](Step st) {
     vals.push_back(applyStep(st, vals));
@@ -401,9 +401,9 @@ Dag generate(uint64_t seed) {
     const int rank = static_cast<int>(sa.size());
     const int64_t cat = pick(10);
     Step st{Op::neg, a};
-    if (cat <= 1) {  // unary
+    if (cat <= 1) { // unary
       st.op = static_cast<Op>(pick(static_cast<int64_t>(Op::squash) + 1));
-    } else if (cat <= 3) {  // tensor op tensor
+    } else if (cat <= 3) { // tensor op tensor
       std::vector<int> partners;
       for (int k = 0; k < static_cast<int>(vals.size()); ++k) {
         if (broadcastable(sa, d.shapes[static_cast<size_t>(k)]) &&
@@ -418,11 +418,11 @@ Dag generate(uint64_t seed) {
       }
       st.b = b;
       st.op = static_cast<Op>(static_cast<int64_t>(Op::add) + pick(7));
-    } else if (cat == 4) {  // scalar on either side
+    } else if (cat == 4) { // scalar on either side
       st.op = static_cast<Op>(static_cast<int64_t>(Op::addS) + pick(12));
       st.s = st.op == Op::powS ? exponents[pick(5)] : scalars[pick(5)];
       if (st.op == Op::sPow) st.s = 1.5;
-    } else if (cat == 5) {  // compare + where
+    } else if (cat == 5) { // compare + where
       std::vector<int> partners;
       for (int k = 0; k < static_cast<int>(vals.size()); ++k) {
         if (broadcastable(sa, d.shapes[static_cast<size_t>(k)]) &&
@@ -438,7 +438,7 @@ Dag generate(uint64_t seed) {
         st.op = Op::whereCmpS;
         st.s = scalars[pick(5)];
       }
-    } else if (cat <= 7) {  // reductions
+    } else if (cat <= 7) { // reductions
       if (rank == 0) continue;
       st.op = static_cast<Op>(static_cast<int64_t>(Op::sum) + pick(5));
       if (st.op == Op::softmax || st.op == Op::logSoftmax) {
@@ -447,7 +447,7 @@ Dag generate(uint64_t seed) {
         st.keepdim = chance(0.5);
         const int64_t how = pick(4);
         if (how == 0) {
-          st.dims = {};  // all dims
+          st.dims = {}; // all dims
         } else if (how == 1 || rank == 1) {
           st.dims = {pick(rank) - (chance(0.5) ? rank : 0)};
         } else {
@@ -455,9 +455,9 @@ Dag generate(uint64_t seed) {
           st.dims = {x, y - rank};
         }
       }
-    } else {  // shape ops
+    } else { // shape ops
       const int64_t which = pick(5);
-      if (which == 0 && rank >= 2) {  // merge two adjacent dims, or split the last one
+      if (which == 0 && rank >= 2) { // merge two adjacent dims, or split the last one
         const int64_t k = pick(rank - 1);
         Shape s = sa;
         s[static_cast<size_t>(k)] *= s[static_cast<size_t>(k) + 1];
@@ -513,7 +513,7 @@ struct DagParam {
   DType dtype;
 };
 
-void PrintTo(const DagParam& p, std::ostream* os) {
+void PrintTo(const DagParam &p, std::ostream *os) {
   *os << "seed " << p.seed << " in " << dtypeName(p.dtype);
 }
 
@@ -530,7 +530,7 @@ std::vector<DagParam> dagParams() {
   return ps;
 }
 
-std::string dagParamName(const ::testing::TestParamInfo<DagParam>& info) {
+std::string dagParamName(const ::testing::TestParamInfo<DagParam> &info) {
   return "seed" + std::to_string(info.param.seed) + "_" + std::string(dtypeName(info.param.dtype));
 }
 
@@ -541,7 +541,7 @@ TEST_P(RandomDagCompiled, MatchesEager) {
   Dag d;
   try {
     d = generate(p.seed);
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     FAIL() << "generating DAG seed " << p.seed
            << " threw (eager bug or generator bug): " << e.what();
   }
@@ -551,7 +551,7 @@ TEST_P(RandomDagCompiled, MatchesEager) {
   const bool failedBefore = HasFailure();
   checkCompiledMatchesEager(
       "random DAG seed " + std::to_string(p.seed) + " in " + std::string(dtypeName(p.dtype)),
-      [&d](const std::vector<Tensor>& v) { return run(d, v); }, a, b, scale);
+      [&d](const std::vector<Tensor> &v) { return run(d, v); }, a, b, scale);
   if (HasFailure() && !failedBefore) ADD_FAILURE() << d.str();
 }
 
@@ -564,11 +564,11 @@ TEST(RandomDagGenerator, IsDeterministicAndCoversTheOpSet) {
     const Dag d = generate(s);
     EXPECT_EQ(d.str(), generate(s).str());
     EXPECT_GE(d.steps.size(), 5u);
-    for (const Step& st : d.steps) ++seen[static_cast<size_t>(st.op)];
+    for (const Step &st : d.steps) ++seen[static_cast<size_t>(st.op)];
   }
   int kinds = 0;
   for (int n : seen) kinds += n > 0;
   EXPECT_GE(kinds, 35) << "the 32 seeds should exercise most of the op set";
 }
 
-}  // namespace
+} // namespace

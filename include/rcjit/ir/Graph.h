@@ -19,7 +19,7 @@ struct Dim {
   int64_t value = 0;
   int32_t sym = -1;
   bool isSymbolic() const { return sym >= 0; }
-  friend bool operator==(const Dim&, const Dim&) = default;
+  friend bool operator==(const Dim &, const Dim &) = default;
 };
 using SymShape = std::vector<Dim>;
 
@@ -27,20 +27,20 @@ using SymShape = std::vector<Dim>;
 struct Symbol {
   int64_t min = 2;
   int64_t max = INT64_MAX;
-  friend bool operator==(const Symbol&, const Symbol&) = default;
+  friend bool operator==(const Symbol &, const Symbol &) = default;
 };
 
 /// Op attributes; only the fields named by opInfo(op).attrs are meaningful (and printed,
 /// compared and hashed).
 struct Attrs {
-  Dims dims;          // reduce dims, permute order, reshape/expand target shape
-  int64_t dim = 0;    // softmax/argmax/slice/cat dim (already normalized, >= 0)
-  int64_t start = 0;  // slice
-  int64_t end = 0;    // slice
-  int64_t stride = 1;   // conv2d
-  int64_t padding = 0;  // conv2d
-  double value = 0;   // full
-  double eps = 0;     // layer_norm, rms_norm
+  Dims dims;           // reduce dims, permute order, reshape/expand target shape
+  int64_t dim = 0;     // softmax/argmax/slice/cat dim (already normalized, >= 0)
+  int64_t start = 0;   // slice
+  int64_t end = 0;     // slice
+  int64_t stride = 1;  // conv2d
+  int64_t padding = 0; // conv2d
+  double value = 0;    // full
+  double eps = 0;      // layer_norm, rms_norm
   bool keepdim = false;
   bool causal = false;
 };
@@ -51,26 +51,26 @@ enum class InputKind : uint8_t { arg, captured };
 
 struct Node {
   OpKind op = OpKind::input;
-  std::vector<int> inputs;  // ids of earlier nodes
+  std::vector<int> inputs; // ids of earlier nodes
   DType dtype = DType::f32;
   SymShape shape;
   Attrs attrs;
   // input nodes only:
   InputKind inputKind = InputKind::arg;
-  int inputIndex = 0;       // position among the function's args, or among captured tensors
-  std::string name;         // a captured parameter's dotted path, when known
-  int region = -1;          // innermost region the node was recorded in, or -1
+  int inputIndex = 0; // position among the function's args, or among captured tensors
+  std::string name;   // a captured parameter's dotted path, when known
+  int region = -1;    // innermost region the node was recorded in, or -1
 };
 
 /// A region: the nodes recorded during one module call or rcjit::region body. Regions
 /// nest; a region's nodes are the contiguous id range [begin, end).
 struct Region {
-  std::string name;      // "layers.3" (module path) or the rcjit::region name
-  std::string type;      // module type ("Layer"), or "region" for rcjit::region
-  int parent = -1;       // enclosing region, or -1
+  std::string name; // "layers.3" (module path) or the rcjit::region name
+  std::string type; // module type ("Layer"), or "region" for rcjit::region
+  int parent = -1;  // enclosing region, or -1
   int begin = 0;
   int end = 0;
-  bool inList = false;   // the module is an element of a ModuleList
+  bool inList = false; // the module is an element of a ModuleList
 };
 
 struct Graph {
@@ -87,18 +87,18 @@ struct Graph {
   std::vector<int> inputNodes() const;
 };
 
-bool operator==(const Attrs& a, const Attrs& b) = delete;  // compare with attrsEqual
+bool operator==(const Attrs &a, const Attrs &b) = delete; // compare with attrsEqual
 /// Equal in the fields `op` uses.
-bool attrsEqual(OpKind op, const Attrs& a, const Attrs& b);
+bool attrsEqual(OpKind op, const Attrs &a, const Attrs &b);
 /// Structural equality: same nodes (op, inputs, dtype, shape, used attrs, input binding and
 /// name, region), outputs, regions and symbols.
-bool operator==(const Node& a, const Node& b);
-bool operator==(const Region& a, const Region& b);
-bool operator==(const Graph& a, const Graph& b);
+bool operator==(const Node &a, const Node &b);
+bool operator==(const Region &a, const Region &b);
+bool operator==(const Graph &a, const Graph &b);
 
 /// Shape of a node with symbols replaced by their trace-time values.
-Shape concreteShape(const SymShape& s);
+Shape concreteShape(const SymShape &s);
 /// A SymShape of constants.
-SymShape staticShape(const Shape& s);
+SymShape staticShape(const Shape &s);
 
-}  // namespace rcjit
+} // namespace rcjit

@@ -19,8 +19,19 @@ enum AttrBit : uint32_t {
   kCausal = 1u << 9,
 };
 
-enum class OpCategory : uint8_t { Source, Unary, Binary, Compare, Where, Reduce, Normalize,
-                                  Matmul, Nn, View, Copy };
+enum class OpCategory : uint8_t {
+  Source,
+  Unary,
+  Binary,
+  Compare,
+  Where,
+  Reduce,
+  Normalize,
+  Matmul,
+  Nn,
+  View,
+  Copy
+};
 
 enum class OpKind : uint8_t {
 #define RCJIT_OP(name, cat, arity, attrs) name,
@@ -37,14 +48,14 @@ constexpr int kNumOps = 0
 struct OpInfo {
   std::string_view name;
   OpCategory category;
-  int arity;       // -1: variadic
-  uint32_t attrs;  // AttrBit mask
+  int arity;      // -1: variadic
+  uint32_t attrs; // AttrBit mask
 };
 
 /// The row of the op table for `op`.
-const OpInfo& opInfo(OpKind op);
+const OpInfo &opInfo(OpKind op);
 inline std::string_view opName(OpKind op) { return opInfo(op).name; }
 /// Looks an op up by its IR name; false when there is none.
-bool opFromName(std::string_view name, OpKind& out);
+bool opFromName(std::string_view name, OpKind &out);
 
-}  // namespace rcjit
+} // namespace rcjit
