@@ -233,6 +233,23 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   return t.outputs;
 }
 
+// mark_dynamic ranges are part of the contract even before dims become symbolic: a size
+// outside its marked range is an Error, never a silent recompile.
+void checkMarkedRanges(const std::vector<Tensor> &args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].defined()) continue;
+    for (const DimMark &m : args[i].impl()->marks) {
+      if (!m.dynamic || m.dim >= args[i].dim()) continue;
+      int64_t size = args[i].shape()[static_cast<size_t>(m.dim)];
+      if (size < m.min || size > m.max) {
+        throw Error("arg " + std::to_string(i) + " dim " + std::to_string(m.dim) + ": size " +
+                    std::to_string(size) + " is outside its mark_dynamic range [" +
+                    std::to_string(m.min) + ", " + std::to_string(m.max) + "]");
+      }
+    }
+  }
+}
+
 } // namespace
 
 CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId++) {
@@ -251,6 +268,7 @@ std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts) {
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
                                  const TracedFn &fn) {
   if (s.opts.mode == Mode::eager || s.opts.stance == Stance::force_eager) return fn(args);
+  checkMarkedRanges(args);
   thread_local std::vector<const Tensor *> inputs;
   std::shared_ptr<const Entry> hit;
   {

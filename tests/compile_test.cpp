@@ -289,3 +289,20 @@ TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
 }
 
 } // namespace
+
+namespace {
+TEST(Compile, MarkDynamicRangeIsEnforced) {
+  auto cf = compile([](const Tensor &x) { return x * 2.0; });
+  Tensor x = Tensor::ones({2, 8});
+  mark_dynamic(x, 1, 5, 256);
+  EXPECT_TRUE(allclose(cf(x), x * 2.0));
+  Tensor big = Tensor::ones({2, 300});
+  mark_dynamic(big, -1, 5, 256);
+  std::string msg = errorOf([&] { cf(big); });
+  EXPECT_NE(msg.find("arg 0 dim 1: size 300 is outside its mark_dynamic range [5, 256]"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(errorOf([&] { mark_dynamic(x, 2); }).find("mark_dynamic"), std::string::npos);
+  EXPECT_NE(errorOf([&] { mark_dynamic(x, 0, 9, 3); }).find("bad range"), std::string::npos);
+}
+} // namespace
