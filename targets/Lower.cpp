@@ -178,6 +178,30 @@ struct Lowering {
   };
   std::vector<CopyKernel> copyKernels;
 
+  // cat: one copy kernel per input into its slice of one contiguous buffer.
+  void placeCat(int node) {
+    const Node &n = g.nodes[node];
+    Shape shape = shapeOf(node);
+    int result = newBufferValue(shape, n.dtype, -1, Buffer::Kind::arena);
+    Value whole = p.values[result];
+    int64_t at = 0, lastOrder = -1;
+    for (int in : n.inputs) {
+      int src = materialize(in);
+      Value slice = whole;
+      slice.shape = p.values[src].shape;
+      slice.offset = at * whole.strides[n.attrs.dim];
+      at += slice.shape[n.attrs.dim];
+      int64_t count = 1;
+      for (int64_t d : slice.shape) count *= d;
+      if (count == 0) continue;
+      int gid = newGroup(false, slice.shape, {});
+      copyKernels.push_back({gid, src, addValue(slice, groups[gid].order)});
+      lastOrder = groups[gid].order;
+    }
+    stepOrderOfValue[result] = static_cast<int>(lastOrder); // complete after the last copy
+    value[node] = result;
+  }
+
   // ---- step 2: fusion ----------------------------------------------------------------
 
   int newGroup(bool reduce, const Shape &domain, const Dims &reduced) {
@@ -382,7 +406,7 @@ struct Lowering {
         value[node] = detail::isContiguous(v.shape, v.strides) ? src : copyContiguous(src);
         return;
       }
-      placeLibraryOrEager(node, Step::Kind::eager);
+      placeCat(node);
       return;
     case OpCategory::Normalize:
     case OpCategory::Nn:
