@@ -51,29 +51,12 @@ bool inside(const Region &inner, const Region &outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
 }
 
-// The extracted graph of node range [begin, end) of g, as a region of a copy of g.
-Graph extractRange(const Graph &g, int begin, int end, std::vector<int> &boundary,
-                   std::vector<int> &outputs) {
-  Graph copy = g;
-  Region r;
-  r.name = "glue";
-  r.type = "glue";
-  r.begin = begin;
-  r.end = end;
-  copy.regions.push_back(r);
-  return extractRegion(copy, static_cast<int>(copy.regions.size()) - 1, &boundary, &outputs);
-}
-
 // Program input order of a sub-graph's inputs: args by inputIndex, then captured.
 std::vector<int> programOrder(const Graph &sub, const std::vector<int> &boundary) {
-  std::vector<int> inputNodes = sub.inputNodes();
-  int numArgs = 0;
-  for (int id : inputNodes) numArgs += sub.nodes[id].inputKind == InputKind::arg;
-  std::vector<int> order(inputNodes.size(), -1);
-  for (size_t i = 0; i < inputNodes.size(); ++i) {
-    const Node &n = sub.nodes[inputNodes[i]];
-    int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
-    order.at(idx) = boundary[i];
+  std::vector<int> inputNodes = sub.inputNodes(); // boundary follows this order
+  std::vector<int> order = sub.programInputs();
+  for (int &id : order) {
+    id = boundary[std::find(inputNodes.begin(), inputNodes.end(), id) - inputNodes.begin()];
   }
   return order;
 }
@@ -101,43 +84,35 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   plan.numNodes = static_cast<int>(g.nodes.size());
   plan.graphOutputs = g.outputs;
   std::vector<Shape> strides(g.nodes.size());
-  {
-    int numArgs = 0;
-    for (const Node &n : g.nodes) numArgs += n.op == OpKind::input && n.inputKind == InputKind::arg;
-    std::vector<int> inputs = g.inputNodes();
-    plan.graphInputs.assign(inputs.size(), -1);
-    for (int id : inputs) {
-      const Node &n = g.nodes[id];
-      int idx = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
-      plan.graphInputs.at(idx) = id;
-      strides[id] = inputStrides.at(idx);
-    }
-  }
-  std::vector<int> regions = selectRegions(g);
-  std::vector<std::pair<int, int>> ranges; // [begin, end) with region index or -1
-  std::vector<int> kinds;
+  plan.graphInputs = g.programInputs();
+  for (size_t i = 0; i < plan.graphInputs.size(); ++i)
+    strides[plan.graphInputs[i]] = inputStrides.at(i);
+  // One copy of g with a "glue" region for each stretch between selected regions: then
+  // every stage, glue or region, is extracted the same way.
+  Graph cut = g;
+  std::vector<int> stages; // region indices into cut, in node order
+  auto addGlue = [&](int begin, int end) {
+    Region r;
+    r.name = r.type = "glue";
+    r.begin = begin;
+    r.end = end;
+    cut.regions.push_back(r);
+    stages.push_back(static_cast<int>(cut.regions.size()) - 1);
+  };
   int at = 0;
-  for (int r : regions) {
-    if (at < g.regions[r].begin) {
-      ranges.push_back({at, g.regions[r].begin});
-      kinds.push_back(-1);
-    }
-    ranges.push_back({g.regions[r].begin, g.regions[r].end});
-    kinds.push_back(r);
+  for (int r : selectRegions(g)) {
+    if (at < g.regions[r].begin) addGlue(at, g.regions[r].begin);
+    stages.push_back(r);
     at = g.regions[r].end;
   }
-  if (at < static_cast<int>(g.nodes.size())) {
-    ranges.push_back({at, static_cast<int>(g.nodes.size())});
-    kinds.push_back(-1);
-  }
-  for (size_t s = 0; s < ranges.size(); ++s) {
+  if (at < static_cast<int>(g.nodes.size())) addGlue(at, static_cast<int>(g.nodes.size()));
+  for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
-    Graph sub = kinds[s] >= 0 ? extractRegion(g, kinds[s], &boundary, &outs)
-                              : extractRange(g, ranges[s].first, ranges[s].second, boundary, outs);
+    Graph sub = extractRegion(cut, stages[s], &boundary, &outs);
     if (outs.empty()) continue; // only input nodes, or nothing used later
     RegionalStage st;
-    st.region = kinds[s] >= 0;
-    st.name = st.region ? g.regions[kinds[s]].name : "glue";
+    st.region = stages[s] < static_cast<int>(g.regions.size());
+    st.name = cut.regions[stages[s]].name;
     st.inputs = programOrder(sub, boundary);
     st.outputs = outs;
     std::ostringstream key;

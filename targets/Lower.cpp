@@ -37,6 +37,7 @@ struct Lowering {
   std::vector<Level> level; // node -> level within its group
   std::vector<std::vector<int>> users;
   std::vector<bool> isOutput;
+  std::vector<int> programIndex; // input node -> program input index
   std::vector<Group> groups;
   std::vector<int> stepOrderOfValue; // value -> order of the step that writes it (-1: input)
   std::vector<bool> needsStore;      // node -> its group must store it
@@ -58,6 +59,9 @@ struct Lowering {
       for (int in : g.nodes[i].inputs) users[in].push_back(static_cast<int>(i));
     }
     for (int o : g.outputs) isOutput[o] = true;
+    programIndex.assign(n, -1);
+    std::vector<int> order = g.programInputs();
+    for (size_t i = 0; i < order.size(); ++i) programIndex[order[i]] = static_cast<int>(i);
   }
 
   Shape shapeOf(int node) const { return concreteShape(g.nodes[node].shape); }
@@ -91,11 +95,7 @@ struct Lowering {
 
   void placeInput(int node) {
     const Node &n = g.nodes[node];
-    int numArgs = 0;
-    for (const Node &m : g.nodes) {
-      if (m.op == OpKind::input && m.inputKind == InputKind::arg) ++numArgs;
-    }
-    int index = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
+    int index = programIndex[node];
     Buffer b;
     b.kind = Buffer::Kind::input;
     b.index = index;

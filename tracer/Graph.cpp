@@ -1,6 +1,10 @@
 // The graph IR's value semantics: input lookup, attribute and structural equality, shapes.
 #include "tracer/Graph.h"
 
+#include <rcjit/Error.h>
+
+#include <string>
+
 #include <bit>
 #include <cmath>
 
@@ -27,6 +31,26 @@ std::vector<int> Graph::inputNodes() const {
     if (nodes[i].op == OpKind::input) ids.push_back(static_cast<int>(i));
   }
   return ids;
+}
+
+std::vector<int> Graph::programInputs() const {
+  std::vector<int> args, captured;
+  for (int id : inputNodes())
+    (nodes[id].inputKind == InputKind::arg ? args : captured).push_back(id);
+  std::vector<int> order(args.size() + captured.size(), -1);
+  for (const std::vector<int> *kind : {&args, &captured}) {
+    size_t base = kind == &args ? 0 : args.size();
+    for (int id : *kind) {
+      size_t idx = static_cast<size_t>(nodes[id].inputIndex);
+      if (idx >= kind->size() || order[base + idx] >= 0) {
+        throw Error("graph: input %" + std::to_string(id) + " has index " +
+                    std::to_string(nodes[id].inputIndex) + ", but its kind's indices must be " +
+                    "0.." + std::to_string(kind->size() - 1) + ", each once");
+      }
+      order[base + idx] = id;
+    }
+  }
+  return order;
 }
 
 bool attrsEqual(OpKind op, const Attrs &a, const Attrs &b) {

@@ -127,9 +127,13 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     CpuCompileOptions co;
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
-    uint64_t before = cache::stats().memory_hits + cache::stats().disk_hits;
+    auto hits = [] {
+      cache::Stats st = cache::stats();
+      return st.memory_hits + st.disk_hits;
+    };
+    uint64_t before = hits();
     CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
-    uint64_t after = cache::stats().memory_hits + cache::stats().disk_hits;
+    uint64_t after = hits();
     if (after > before)
       cp->cacheHits_ += static_cast<int>(todo.size()); // object came from the cache
     for (size_t i = 0; i < p.kernels.size(); ++i) {

@@ -85,6 +85,10 @@ struct Graph {
   }
   /// Ids of the input nodes, in node order.
   std::vector<int> inputNodes() const;
+  /// The calling convention of compiled code: the input node bound to each program input
+  /// (args by inputIndex, then captured tensors by inputIndex). Throws rcjit::Error when
+  /// the input indices are not dense.
+  std::vector<int> programInputs() const;
 };
 
 bool operator==(const Attrs &a, const Attrs &b) = delete; // compare with attrsEqual
