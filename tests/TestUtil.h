@@ -5,7 +5,10 @@
 #include <functional>
 #include <string>
 
-#include <rcjit/Error.h>
+#include <rcjit/rcjit.h>
+
+#include <cmath>
+#include <vector>
 
 namespace rcjit::test {
 
@@ -19,6 +22,37 @@ inline std::string errorOf(const std::function<void()> &f) {
   }
   ADD_FAILURE() << "expected an rcjit::Error";
   return "(no error)";
+}
+
+/// Expected values of a reference computation, in row-major order, and their shape.
+struct Ref {
+  std::vector<double> data;
+  rcjit::Shape shape;
+};
+
+/// A tensor's values as a reference.
+inline Ref refOf(const rcjit::Tensor &t) { return {t.to_vector<double>(), t.shape()}; }
+
+/// got equals want elementwise within atol + rtol * |want|.
+inline void expectClose(const rcjit::Tensor &got, const Ref &want, double rtol, double atol) {
+  ASSERT_EQ(got.shape(), want.shape);
+  std::vector<double> g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.data.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_NEAR(g[i], want.data[i], atol + rtol * std::abs(want.data[i])) << "element " << i;
+  }
+}
+
+inline int64_t numelOf(const rcjit::Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+/// f32 values as a tensor of dtype dt.
+inline rcjit::Tensor make(const std::vector<float> &v, const rcjit::Shape &s,
+                          rcjit::DType dt = rcjit::DType::f32) {
+  return Tensor::from_vector(v, s).to(dt);
 }
 
 } // namespace rcjit::test

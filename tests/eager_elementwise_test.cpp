@@ -8,9 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <rcjit/rcjit.h>
 
 namespace {
+
+using rcjit::test::make;
+using rcjit::test::numelOf;
 
 using rcjit::DType;
 using rcjit::Shape;
@@ -25,16 +30,6 @@ std::vector<float> values(int64_t n, float lo, float hi, uint32_t seed = 1) {
     x = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
   }
   return v;
-}
-
-int64_t numelOf(const Shape &s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-Tensor make(const std::vector<float> &v, const Shape &s, DType dt = DType::f32) {
-  return Tensor::from_vector(v, s).to(dt);
 }
 
 /// The flat index in a tensor of shape `in` that NumPy broadcasting reads for element

@@ -16,22 +16,14 @@
 
 namespace {
 
+using rcjit::test::expectClose;
+using rcjit::test::numelOf;
+using rcjit::test::Ref;
+using rcjit::test::refOf;
+
 using rcjit::DType;
 using rcjit::Shape;
 using rcjit::Tensor;
-
-struct Ref {
-  std::vector<double> data;
-  Shape shape;
-};
-
-Ref refOf(const Tensor &t) { return {t.to_vector<double>(), t.shape()}; }
-
-int64_t numelOf(const Shape &s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 /// Row-major offset of the broadcast batch index `i` (of `outBatch`) inside `batch`.
 int64_t batchOffset(int64_t i, const Shape &outBatch, const Shape &batch) {
@@ -116,15 +108,6 @@ Ref refConv(const Ref &x, const Ref &w, const Ref *b, int64_t stride, int64_t pa
           r.data[((n * O + o) * OH + oh) * OW + ow] = s;
         }
   return r;
-}
-
-void expectClose(const Tensor &got, const Ref &want, double rtol, double atol) {
-  ASSERT_EQ(got.shape(), want.shape);
-  std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.data.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_NEAR(g[i], want.data[i], atol + rtol * std::abs(want.data[i])) << "element " << i;
-  }
 }
 
 using rcjit::test::errorOf;

@@ -15,25 +15,13 @@
 
 namespace {
 
+using rcjit::test::expectClose;
+using rcjit::test::Ref;
+using rcjit::test::refOf;
+
 using rcjit::DType;
 using rcjit::Shape;
 using rcjit::Tensor;
-
-struct Ref {
-  std::vector<double> data;
-  Shape shape;
-};
-
-Ref refOf(const Tensor &t) { return {t.to_vector<double>(), t.shape()}; }
-
-void expectClose(const Tensor &got, const Ref &want, double rtol, double atol) {
-  ASSERT_EQ(got.shape(), want.shape);
-  std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.data.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_NEAR(g[i], want.data[i], atol + rtol * std::abs(want.data[i])) << "element " << i;
-  }
-}
 
 using rcjit::test::errorOf;
 
