@@ -30,10 +30,30 @@ GuardSet GuardSet::fromInputs(const std::vector<Tensor> &inputs,
   return g;
 }
 
+void GuardSet::makeSymbolic(int input, int dim, int sym, int64_t min, int64_t max) {
+  TensorGuard &tg = tensors_.at(static_cast<size_t>(input));
+  DimGuard &dg = tg.dims.at(static_cast<size_t>(dim));
+  dg.sym = sym;
+  dg.min = min;
+  dg.max = max;
+  tg.contiguous = true;
+  tg.impl = nullptr;
+  for (DimGuard &d : tg.dims) d.checkStride = false;
+  if (static_cast<size_t>(sym) >= symbolAt_.size()) symbolAt_.resize(static_cast<size_t>(sym) + 1);
+  if (symbolAt_[sym].empty()) symbolAt_[sym] = tg.label + " dim " + std::to_string(dim);
+}
+
 namespace {
 
-// Returns "" when t passes g, else the reason (built only when `explain`).
-template <bool explain> std::string checkOne(const TensorGuard &g, const Tensor &t) {
+std::string rangeStr(int64_t min, int64_t max) {
+  return "[" + std::to_string(min) + ", " + (max == INT64_MAX ? "inf" : std::to_string(max)) + "]";
+}
+
+// Returns "" when t passes g, else the reason (built only when `explain`). `symVals` holds
+// the size of each symbol seen so far (-1: not yet), shared across one guard-set check.
+template <bool explain>
+std::string checkOne(const TensorGuard &g, const Tensor &t, int64_t *symVals,
+                     const std::vector<std::string> &symbolAt) {
   const detail::TensorImpl *impl = t.impl().get();
   if (!impl) {
     if constexpr (explain) return g.label + ": expected a tensor, got an undefined Tensor";
@@ -68,13 +88,41 @@ template <bool explain> std::string checkOne(const TensorGuard &g, const Tensor 
     if (!ok) {
       if constexpr (explain) {
         std::string want = dg.sym < 0 ? std::to_string(dg.size)
-                                      : "a size in [" + std::to_string(dg.min) + ", " +
-                                            std::to_string(dg.max) + "]";
+                                      : "a size in " + rangeStr(dg.min, dg.max) + " (symbol s" +
+                                            std::to_string(dg.sym) + ")";
         return g.label + " dim " + std::to_string(d) + ": expected " + want + ", got " +
                std::to_string(size);
       }
       return "x";
     }
+    if (dg.sym >= 0) {
+      int64_t &seen = symVals[dg.sym];
+      if (seen >= 0 && seen != size) {
+        if constexpr (explain) {
+          return g.label + " dim " + std::to_string(d) + ": expected " + std::to_string(seen) +
+                 " (symbol s" + std::to_string(dg.sym) + ", the size of " + symbolAt[dg.sym] +
+                 "), got " + std::to_string(size);
+        }
+        return "x";
+      }
+      seen = size;
+    }
+  }
+  if (g.contiguous) {
+    int64_t expected = 1;
+    for (size_t d = g.dims.size(); d-- > 0;) {
+      int64_t size = impl->shape[d];
+      if (size != 1 && impl->strides[d] != expected) {
+        if constexpr (explain) {
+          return g.label + " stride of dim " + std::to_string(d) + ": expected " +
+                 std::to_string(expected) + " (row-major, as its symbolic sizes need), got " +
+                 std::to_string(impl->strides[d]);
+        }
+        return "x";
+      }
+      expected *= size;
+    }
+    return {};
   }
   for (size_t d = 0; d < g.dims.size(); ++d) { // sizes first: they explain more
     const DimGuard &dg = g.dims[d];
@@ -92,34 +140,43 @@ template <bool explain> std::string checkOne(const TensorGuard &g, const Tensor 
 
 } // namespace
 
-bool GuardSet::check(const Tensor *const *inputs, size_t n) const {
-  if (n != tensors_.size()) return false;
-  for (size_t i = 0; i < n; ++i) {
-    if (!checkOne<false>(tensors_[i], *inputs[i]).empty()) return false;
+template <bool explain>
+std::string GuardSet::checkAll(const Tensor *const *inputs, size_t n, bool all) const {
+  if (n != tensors_.size()) {
+    if constexpr (explain) {
+      return "number of inputs: expected " + std::to_string(tensors_.size()) + ", got " +
+             std::to_string(n);
+    }
+    return "x";
   }
-  return true;
+  int64_t symStore[16];
+  std::vector<int64_t> symHeap;
+  int64_t *symVals = symStore;
+  if (symbolAt_.size() > 16) {
+    symHeap.resize(symbolAt_.size());
+    symVals = symHeap.data();
+  }
+  std::fill(symVals, symVals + symbolAt_.size(), int64_t{-1});
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    std::string why = checkOne<explain>(tensors_[i], *inputs[i], symVals, symbolAt_);
+    if (why.empty()) continue;
+    if (!explain || !all) return why;
+    out += why + "\n";
+  }
+  return out;
+}
+
+bool GuardSet::check(const Tensor *const *inputs, size_t n) const {
+  return checkAll<false>(inputs, n, false).empty();
 }
 
 std::string GuardSet::firstFailure(const Tensor *const *inputs, size_t n) const {
-  if (n != tensors_.size()) {
-    return "number of inputs: expected " + std::to_string(tensors_.size()) + ", got " +
-           std::to_string(n);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    std::string why = checkOne<true>(tensors_[i], *inputs[i]);
-    if (!why.empty()) return why;
-  }
-  return {};
+  return checkAll<true>(inputs, n, false);
 }
 
 std::string GuardSet::allFailures(const Tensor *const *inputs, size_t n) const {
-  std::string out;
-  if (n != tensors_.size()) return firstFailure(inputs, n);
-  for (size_t i = 0; i < n; ++i) {
-    std::string why = checkOne<true>(tensors_[i], *inputs[i]);
-    if (!why.empty()) out += why + "\n";
-  }
-  return out;
+  return checkAll<true>(inputs, n, true);
 }
 
 std::string GuardSet::print() const {
@@ -130,16 +187,24 @@ std::string GuardSet::print() const {
       const DimGuard &dg = g.dims[d];
       if (d) os << ", ";
       if (dg.sym >= 0) {
-        os << "s" << dg.sym << " in [" << dg.min << ", " << dg.max << "]";
+        os << "s" << dg.sym << " in " << rangeStr(dg.min, dg.max);
       } else {
         os << dg.size;
       }
     }
-    os << "] strides [";
+    os << "] strides ";
+    if (g.contiguous) {
+      os << "row-major\n";
+      continue;
+    }
+    os << "[";
     for (size_t d = 0; d < g.dims.size(); ++d) {
       os << (d ? ", " : "") << (g.dims[d].checkStride ? std::to_string(g.dims[d].stride) : "*");
     }
     os << "]\n";
+  }
+  for (size_t s = 0; s < symbolAt_.size(); ++s) {
+    os << "s" << s << " = size of " << symbolAt_[s] << "\n";
   }
   return os.str();
 }

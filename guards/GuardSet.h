@@ -31,6 +31,7 @@ struct TensorGuard {
   DType dtype = DType::f32;
   Device device;
   std::vector<DimGuard> dims;
+  bool contiguous = false; // has symbolic dims: strides must be row-major for its sizes
 };
 
 /// The guard set of one cache entry. Immutable after construction; thread-safe to check.
@@ -42,6 +43,11 @@ public:
   /// keep those tensors alive as long as the GuardSet (so their address is not reused).
   static GuardSet fromInputs(const std::vector<Tensor> &inputs,
                              const std::vector<std::string> &labels, size_t identityFrom);
+
+  /// Makes dim `dim` of input `input` symbol `sym` with range [min, max]: any size in the
+  /// range passes, every dim of the same symbol must have the same size, and the input's
+  /// strides must be row-major (compiled code computes them from the sizes).
+  void makeSymbolic(int input, int dim, int sym, int64_t min, int64_t max);
 
   /// True when every input passes. `inputs` are args then captured tensors, `n` of them.
   bool check(const Tensor *const *inputs, size_t n) const;
@@ -55,8 +61,15 @@ public:
   const std::vector<TensorGuard> &tensors() const { return tensors_; }
   std::vector<TensorGuard> &mutableTensors() { return tensors_; }
 
+  /// Number of symbols (0 for a static guard set).
+  int numSymbols() const { return static_cast<int>(symbolAt_.size()); }
+
 private:
+  template <bool explain>
+  std::string checkAll(const Tensor *const *inputs, size_t n, bool all) const;
+
   std::vector<TensorGuard> tensors_;
+  std::vector<std::string> symbolAt_; // per symbol: "arg 0 dim 1", where it is first read
 };
 
 } // namespace rcjit

@@ -11,6 +11,7 @@
 #include "jit/Log.h"
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
+#include "targets/cuda/CudaDriver.h"
 #include "tracer/GraphIO.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
@@ -61,7 +62,8 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason) {
+std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason,
+                                  const TracedFn &fn, const std::vector<DynSymbol> &dynamic) {
   auto e = std::make_shared<Entry>();
   e->id = static_cast<int>(s.entries.size());
   e->reason = reason;
@@ -76,6 +78,10 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     // compiled segments looked up by structural hash and input layouts
     e->graph = t.graph;
     e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit));
+    if (!dynamic.empty()) {
+      e->dynamicNotes.push_back("every dim stays static: a function with graph breaks compiles "
+                                "its segments for static shapes");
+    }
     return e;
   }
   std::vector<Shape> strides;
@@ -86,10 +92,25 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     auto optimize = [](const Graph &g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
     e->regional =
         std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
+    if (!dynamic.empty()) {
+      e->dynamicNotes.push_back("every dim stays static: regional mode compiles each region for "
+                                "static shapes (use Mode::full for symbolic dims)");
+    }
     return e;
   }
   e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
-  Program p = lower(e->graph, strides);
+  Program p;
+  if (!dynamic.empty()) {
+    SymbolicResult r = makeSymbolic(fn, t, e->graph, strides, dynamic);
+    e->dynamicNotes = std::move(r.notes);
+    if (!r.symbols.empty()) {
+      p = std::move(r.program);
+      e->graph = std::move(r.graph);
+      e->symbols = std::move(r.symbols);
+      applySymbolicGuards(e->guards, e->symbols);
+    }
+  }
+  if (e->symbols.empty()) p = lower(e->graph, strides);
   cpu::CpuProgramOptions po;
   po.keepLlvmIr = logging::wanted(logging::Kind::output_code);
   e->program = cpu::CpuProgram::create(std::move(p), moduleId, po);
@@ -107,6 +128,23 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
   if (e.program && logging::wanted(logging::Kind::output_code)) {
     logging::emit(logging::Kind::output_code,
                   fn + " entry " + std::to_string(e.id) + " LLVM IR:\n" + e.program->llvmIr());
+  }
+  if (logging::wanted(logging::Kind::dynamic)) {
+    std::string at = fn + " entry " + std::to_string(e.id) + ": ";
+    for (size_t i = 0; i < e.symbols.size(); ++i) {
+      logging::emit(logging::Kind::dynamic, at + describeSymbol(i, e.symbols[i]),
+                    {{"function", s.id},
+                     {"entry", e.id},
+                     {"symbol", i},
+                     {"dims", describeSources(e.symbols[i])},
+                     {"min", e.symbols[i].range.min},
+                     {"max", e.symbols[i].range.max},
+                     {"why", e.symbols[i].why}});
+    }
+    for (const std::string &note : e.dynamicNotes) {
+      logging::emit(logging::Kind::dynamic, at + note,
+                    {{"function", s.id}, {"entry", e.id}, {"static", note}});
+    }
   }
   if (logging::wanted(logging::Kind::guards)) {
     logging::emit(logging::Kind::guards,
@@ -140,7 +178,7 @@ std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &
 std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, const TracedFn &fn) {
   std::lock_guard<std::mutex> compiling(s.compileMu);
   std::vector<const Tensor *> inputs;
-  std::string firstWhy, allWhy;
+  std::string lastWhy, allWhy;
   std::vector<std::shared_ptr<const Entry>> entries;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -149,8 +187,8 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   for (const auto &e : entries) { // another thread may have compiled meanwhile
     gatherInputs(*e, args, inputs);
     if (e->guards.check(inputs.data(), inputs.size())) return runEntry(*e, inputs, args, fn);
-    std::string why = e->guards.firstFailure(inputs.data(), inputs.size());
-    if (firstWhy.empty()) firstWhy = why;
+    // the newest entry's failure explains best (automatic dynamic makes it the most general)
+    lastWhy = e->guards.firstFailure(inputs.data(), inputs.size());
     allWhy += "  entry " + std::to_string(e->id) + ": " +
               e->guards.allFailures(inputs.data(), inputs.size());
   }
@@ -158,7 +196,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   if (!entries.empty()) {
     if (s.opts.stance == Stance::fail_on_recompile) {
       throw Error("compiled " + fname +
-                  " would recompile, but its stance is fail_on_recompile: " + firstWhy);
+                  " would recompile, but its stance is fail_on_recompile: " + lastWhy);
     }
     bool limit = static_cast<int>(entries.size()) >= s.opts.recompile_limit;
     if (limit || s.opts.stance == Stance::eager_on_recompile) {
@@ -171,16 +209,16 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
       if (limit && firstFallback) {
         logging::emit(logging::Kind::recompiles,
                       fname + ": recompile_limit (" + std::to_string(s.opts.recompile_limit) +
-                          ") reached; running eagerly from now on. Last failing guard: " + firstWhy,
-                      {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", firstWhy}});
+                          ") reached; running eagerly from now on. Last failing guard: " + lastWhy,
+                      {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", lastWhy}});
         logging::emit(logging::Kind::perf_hints,
                       fname + " falls back to eager: raise recompile_limit, or mark the changing "
                               "dims dynamic (mark_dynamic) so one entry serves them");
       }
       return fn(args);
     }
-    logging::emit(logging::Kind::recompiles, fname + ": recompiling because " + firstWhy,
-                  {{"function", s.id}, {"entry", entries.size()}, {"guard", firstWhy}});
+    logging::emit(logging::Kind::recompiles, fname + ": recompiling because " + lastWhy,
+                  {{"function", s.id}, {"entry", entries.size()}, {"guard", lastWhy}});
     if (logging::wanted(logging::Kind::recompiles_verbose)) {
       logging::emit(logging::Kind::recompiles_verbose, fname + ": every failing guard:\n" + allWhy);
     }
@@ -209,8 +247,11 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     logging::emit(logging::Kind::graph_breaks, fname + ": graph break: " + where,
                   {{"function", s.id}, {"count", t.breaks.size()}, {"where", where}});
   }
-  std::string reason = entries.empty() ? "first call" : firstWhy;
-  std::shared_ptr<Entry> e = buildEntry(s, t, reason);
+  std::string reason = entries.empty() ? "first call" : lastWhy;
+  std::vector<std::string> notes;
+  std::vector<DynSymbol> dynamic = dynamicCandidates(s.opts, args, entries, notes);
+  std::shared_ptr<Entry> e = buildEntry(s, t, reason, fn, dynamic);
+  e->dynamicNotes.insert(e->dynamicNotes.begin(), notes.begin(), notes.end());
   e->compileSeconds = secondsSince(t0);
   logNewEntry(s, *e);
   {
@@ -257,7 +298,11 @@ CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId+
     throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
   }
   if (o.target == Target::cuda) {
-    throw Error("compile: Target::cuda is not available in this build (no CUDA target yet)");
+    if (const std::string &why = cuda::unavailableReason(); !why.empty()) {
+      throw Error("compile: Target::cuda needs an NVIDIA GPU: " + why);
+    }
+    throw Error("compile: Target::cuda: running compiled graphs on the GPU is not implemented "
+                "yet (PTX generation is: rcjit trace --dump ptx)");
   }
 }
 

@@ -9,6 +9,7 @@
 #include <rcjit/Compile.h>
 
 #include "guards/GuardSet.h"
+#include "jit/Dynamic.h"
 #include "jit/Regional.h"
 #include "jit/Segments.h"
 #include "targets/cpu/CpuProgram.h"
@@ -30,6 +31,8 @@ struct Entry {
   std::string reason;                                   // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;
+  std::vector<DynSymbol> symbols;        // symbolic dims (symbol i = SizeExpr sym i)
+  std::vector<std::string> dynamicNotes; // candidate dims that stayed static, and why
 };
 
 class CompiledState {

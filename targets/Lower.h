@@ -26,4 +26,8 @@ struct LowerOptions {
 Program lower(const Graph &g, const std::vector<Shape> &inputStrides,
               const LowerOptions &opts = {});
 
+/// Assigns arena offsets to p's arena buffers from their sizes and lifetimes (greedy first
+/// fit over step positions) and sets p.arenaBytes. Run again after sizes change.
+void planArena(Program &p);
+
 } // namespace rcjit

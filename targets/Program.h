@@ -57,6 +57,30 @@ struct Step {
   std::string note;            // which graph nodes this step covers (for logs)
 };
 
+/// Where a symbolic size is read on each call: dim `dim` of program input `input`.
+struct SymSource {
+  int input = 0;
+  int dim = 0;
+  friend bool operator==(const SymSource &, const SymSource &) = default;
+};
+
+/// A numeric field of a program's values, buffers or steps (numbered in the order
+/// forEachSizeField visits them) whose value depends on the symbols.
+struct SymField {
+  int32_t field = 0;
+  SizeExpr expr;
+};
+
+/// The symbolic sizes of a program. Empty for a static program. Kernels use the symbols
+/// directly (their SizeExprs name them); values, buffers and step attributes hold the
+/// trace-time numbers, and `fields` says how to recompute the ones that vary.
+struct ProgramSymbols {
+  std::vector<Symbol> ranges;                  // one per symbol
+  std::vector<std::vector<SymSource>> sources; // per symbol; all must have the same size
+  std::vector<SymField> fields;
+  bool empty() const { return ranges.empty(); }
+};
+
 struct Program {
   std::vector<LoopKernel> kernels;
   std::vector<Buffer> buffers;
@@ -65,7 +89,29 @@ struct Program {
   std::vector<int> outputs; // values returned, in graph output order
   int numInputs = 0;
   int64_t arenaBytes = 0;
+  ProgramSymbols symbols;
 };
+
+/// Calls f on every size-like number of p's values (offset, shape, strides),
+/// buffers (bytes, shape) and steps (attrs start, end, dims), in a fixed order. Arena
+/// offsets are not visited: they follow from the sizes (planArena).
+/// P is Program or const Program; f takes the number by (const) reference.
+template <class P, class F> void forEachSizeField(P &p, F &&f) {
+  for (auto &v : p.values) {
+    f(v.offset);
+    for (auto &x : v.shape) f(x);
+    for (auto &x : v.strides) f(x);
+  }
+  for (auto &b : p.buffers) {
+    f(b.bytes);
+    for (auto &x : b.shape) f(x);
+  }
+  for (auto &s : p.steps) {
+    f(s.attrs.start);
+    f(s.attrs.end);
+    for (auto &x : s.attrs.dims) f(x);
+  }
+}
 
 /// Readable listing of a program (steps, kernels, buffers) for logs and tests.
 std::string printProgram(const Program &p);

@@ -11,6 +11,7 @@
 
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
+#include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
@@ -21,10 +22,13 @@ namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
 
-int64_t innerSize(const LoopKernel &k) {
+// Specializations kept per symbolic program; the oldest is dropped past this.
+constexpr size_t kMaxSpecs = 32;
+
+int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;
   for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
-    n *= evalSize(k.domain[d], nullptr);
+    n *= evalSize(k.domain[d], syms);
   }
   return n;
 }
@@ -51,6 +55,7 @@ Tensor viewOf(char *base, const Value &v, const std::shared_ptr<detail::Storage>
 
 struct CpuProgram::Arena {
   char *data = nullptr;
+  int64_t bytes = 0;
   ~Arena() { std::free(data); }
 };
 
@@ -144,27 +149,61 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     cp->llvmIr_ = std::move(ck.llvmIr);
     cp->assembly_ = std::move(ck.assembly);
   }
-  cp->library_.resize(p.steps.size());
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (p.steps[i].kind == Step::Kind::library)
-      cp->library_[i] = LibraryStep::create(p, p.steps[i]);
-  }
+  if (p.symbols.empty()) cp->static_ = makeSpec(p, nullptr);
   cp->program_ = std::move(p);
   return cp;
 }
 
-std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena() const {
+std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
+                                                             const int64_t *syms) {
+  auto spec = std::make_shared<Spec>();
+  spec->syms.assign(syms, syms + p.symbols.ranges.size());
+  spec->layout = specializeProgram(p, syms);
+  const Program &l = spec->layout;
+  spec->library.resize(l.steps.size());
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    if (l.steps[i].kind == Step::Kind::library)
+      spec->library[i] = LibraryStep::create(l, l.steps[i]);
+  }
+  return spec;
+}
+
+std::shared_ptr<const CpuProgram::Spec> CpuProgram::specFor(const int64_t *syms) const {
+  size_t n = program_.symbols.ranges.size();
+  {
+    std::lock_guard<std::mutex> lock(specMu_);
+    for (auto it = specs_.rbegin(); it != specs_.rend(); ++it) {
+      if (std::equal(syms, syms + n, (*it)->syms.begin())) return *it;
+    }
+  }
+  std::shared_ptr<const Spec> spec = makeSpec(program_, syms); // outside the lock: may be slow
+  std::lock_guard<std::mutex> lock(specMu_);
+  if (specs_.size() >= kMaxSpecs) specs_.erase(specs_.begin());
+  specs_.push_back(spec);
+  return spec;
+}
+
+size_t CpuProgram::specializations() const {
+  if (static_) return 1;
+  std::lock_guard<std::mutex> lock(specMu_);
+  return specs_.size();
+}
+
+std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const {
+  std::unique_ptr<Arena> a;
   {
     std::lock_guard<std::mutex> lock(poolMu_);
     if (!pool_.empty()) {
-      std::unique_ptr<Arena> a = std::move(pool_.back());
+      a = std::move(pool_.back());
       pool_.pop_back();
-      return a;
     }
   }
-  auto a = std::make_unique<Arena>();
-  size_t bytes = static_cast<size_t>((program_.arenaBytes + 63) / 64 * 64);
+  if (!a) a = std::make_unique<Arena>();
+  if (a->data && a->bytes >= need) return a;
+  std::free(a->data);
+  size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
   a->data = static_cast<char *>(std::aligned_alloc(64, bytes ? bytes : 64));
+  a->bytes = static_cast<int64_t>(bytes);
   if (!a->data)
     throw Error("out of memory: compiled program arena of " + std::to_string(bytes) + " bytes");
   return a;
@@ -175,7 +214,8 @@ void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
   pool_.push_back(std::move(a));
 }
 
-void CpuProgram::runKernel(const Step &s, char *const *bases) const {
+void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *bases,
+                           const int64_t *syms) const {
   const LoopKernel &k = program_.kernels[s.kernel];
   char *ptrs[64];
   std::vector<char *> heap;
@@ -185,41 +225,41 @@ void CpuProgram::runKernel(const Step &s, char *const *bases) const {
     pp = heap.data();
   }
   for (size_t i = 0; i < s.operands.size(); ++i) {
-    const Value &v = program_.values[s.operands[i]];
+    const Value &v = layout.values[s.operands[i]];
     pp[i] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
   }
   KernelFn fn = kernels_[s.kernel];
-  int64_t outer = k.outerSize(nullptr);
-  int64_t work = outer * innerSize(k);
+  int64_t outer = k.outerSize(syms);
+  int64_t work = outer * innerSize(k, syms);
   int threads = omp_get_max_threads();
   if (work < kParallelWork || outer < 2 || threads < 2) {
-    fn(pp, nullptr, 0, outer);
+    fn(pp, syms, 0, outer);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
     int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
-    if (begin < end) fn(pp, nullptr, begin, end);
+    if (begin < end) fn(pp, syms, begin, end);
   }
 }
 
-void CpuProgram::runEager(const Step &s, char **bases, std::vector<Tensor> &dynamic,
-                          const Tensor *const *inputs) const {
+void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
+                          std::vector<Tensor> &dynamic, const Tensor *const *inputs) const {
   std::vector<Tensor> in;
   for (int v : s.operands) {
-    const Value &val = program_.values[v];
-    const Buffer &b = program_.buffers[val.buffer];
+    const Value &val = layout.values[v];
+    const Buffer &b = layout.buffers[val.buffer];
     std::shared_ptr<detail::Storage> owner;
     if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
     if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
     in.push_back(viewOf(bases[val.buffer], val, owner));
   }
-  const Value &r = program_.values[s.result];
+  const Value &r = layout.values[s.result];
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
-  const Buffer &rb = program_.buffers[r.buffer];
+  const Buffer &rb = layout.buffers[r.buffer];
   if (rb.kind == Buffer::Kind::dynamic) {
     out = out.contiguous();
     dynamic[r.buffer] = out;
@@ -230,8 +270,27 @@ void CpuProgram::runEager(const Step &s, char **bases, std::vector<Tensor> &dyna
 }
 
 std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
-  const Program &p = program_;
-  std::unique_ptr<Arena> arena = acquireArena();
+  std::shared_ptr<const Spec> spec = static_;
+  int64_t symStore[8];
+  std::vector<int64_t> symHeap;
+  const int64_t *syms = nullptr;
+  if (!spec) {
+    const ProgramSymbols &ps = program_.symbols;
+    int64_t *out = symStore;
+    if (ps.sources.size() > 8) {
+      symHeap.resize(ps.sources.size());
+      out = symHeap.data();
+    }
+    for (size_t i = 0; i < ps.sources.size(); ++i) {
+      const SymSource &src = ps.sources[i].at(0);
+      if (src.input >= static_cast<int>(n)) throw Error("compiled program: missing input");
+      out[i] = inputs[src.input]->shape().at(static_cast<size_t>(src.dim));
+    }
+    syms = out;
+    spec = specFor(syms);
+  }
+  const Program &p = spec->layout;
+  std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
   std::vector<char *> bases(p.buffers.size(), nullptr);
   std::vector<Tensor> outBuffers(p.buffers.size());
   std::vector<Tensor> dynamic(p.buffers.size());
@@ -261,17 +320,18 @@ std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step &s = p.steps[i];
     if (s.kind == Step::Kind::kernel) {
-      runKernel(s, bases.data());
-    } else if (s.kind == Step::Kind::library && library_[i]) {
+      runKernel(s, p, bases.data(), syms);
+    } else if (s.kind == Step::Kind::library && spec->library[i]) {
       char *ops[3];
       for (size_t j = 0; j < s.operands.size() && j < 3; ++j) {
         const Value &v = p.values[s.operands[j]];
         ops[j] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
       }
       const Value &r = p.values[s.result];
-      library_[i]->run(ops, bases[r.buffer] + r.offset * static_cast<int64_t>(dtypeSize(r.dtype)));
+      spec->library[i]->run(ops,
+                            bases[r.buffer] + r.offset * static_cast<int64_t>(dtypeSize(r.dtype)));
     } else {
-      runEager(s, bases.data(), dynamic, inputs);
+      runEager(s, p, bases.data(), dynamic, inputs);
     }
   }
   std::vector<Tensor> outs;

@@ -27,7 +27,9 @@ public:
   static std::shared_ptr<CpuProgram> create(Program p, const std::string &moduleId,
                                             const CpuProgramOptions &opts = {});
 
-  /// Runs the program on `inputs` (args then captured tensors, already guarded).
+  /// Runs the program on `inputs` (args then captured tensors, already guarded). A symbolic
+  /// program reads its sizes from the inputs and runs the sizes' specialization (values,
+  /// arena plan, oneDNN primitives), made on first use and kept for later calls.
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
 
   const Program &program() const { return program_; }
@@ -36,19 +38,34 @@ public:
   /// Kernels served by the in-process memo or the compile cache instead of compiled.
   int cacheHits() const { return cacheHits_; }
 
+  /// Size specializations made so far (1 for a static program).
+  size_t specializations() const;
+
 private:
   struct Arena;
-  std::unique_ptr<Arena> acquireArena() const;
+  // The program at one assignment of its symbols: concrete values, buffers and arena plan,
+  // and the library calls prepared for those shapes.
+  struct Spec {
+    std::vector<int64_t> syms;
+    Program layout;                                    // no kernels
+    std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
+  };
+  static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
+  std::shared_ptr<const Spec> specFor(const int64_t *syms) const;
+  std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
-  void runKernel(const Step &s, char *const *bases) const;
-  void runEager(const Step &s, char **bases, std::vector<Tensor> &dynamic,
+  void runKernel(const Step &s, const Program &layout, char *const *bases,
+                 const int64_t *syms) const;
+  void runEager(const Step &s, const Program &layout, char **bases, std::vector<Tensor> &dynamic,
                 const Tensor *const *inputs) const;
 
   Program program_;
   std::vector<KernelFn> kernels_;
-  std::vector<std::unique_ptr<LibraryStep>> library_; // per step; null = eager path
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;
+  std::shared_ptr<const Spec> static_; // static programs: the one specialization
+  mutable std::mutex specMu_;
+  mutable std::vector<std::shared_ptr<const Spec>> specs_; // symbolic programs, newest last
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };

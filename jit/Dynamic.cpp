@@ -1,0 +1,329 @@
+// Dynamic shapes: candidate symbols per policy, probe traces, and the fitted program.
+#include "jit/Dynamic.h"
+
+#include <map>
+
+#include <rcjit/Error.h>
+
+#include "jit/CompiledState.h"
+#include "jit/Pipeline.h"
+#include "targets/Lower.h"
+#include "targets/SymbolicProgram.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::detail {
+
+namespace {
+
+std::string dimName(const SymSource &s) {
+  return "arg " + std::to_string(s.input) + " dim " + std::to_string(s.dim);
+}
+
+std::string rangeStr(const Symbol &r) {
+  return "[" + std::to_string(r.min) + ", " +
+         (r.max == INT64_MAX ? std::string("inf") : std::to_string(r.max)) + "]";
+}
+
+// The most recent entry whose argument guards differ from `args` at most in sizes.
+const Entry *sizeOnlyMiss(const std::vector<Tensor> &args,
+                          const std::vector<std::shared_ptr<const Entry>> &entries) {
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const std::vector<TensorGuard> &tg = (*it)->guards.tensors();
+    if (tg.size() < args.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < args.size() && same; ++i) {
+      same = tg[i].dtype == args[i].dtype() && tg[i].device == args[i].device() &&
+             tg[i].dims.size() == static_cast<size_t>(args[i].dim());
+    }
+    if (same) return it->get();
+  }
+  return nullptr;
+}
+
+struct Candidate {
+  SymSource at;
+  int64_t size = 0;
+  std::string group; // candidates with equal size and group share a symbol
+  Symbol range;
+  std::string why;
+};
+
+} // namespace
+
+std::string describeSources(const DynSymbol &s) {
+  std::string out;
+  for (const SymSource &src : s.sources) out += (out.empty() ? "" : " = ") + dimName(src);
+  return out;
+}
+
+std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
+                                         const std::vector<Tensor> &args,
+                                         const std::vector<std::shared_ptr<const Entry>> &entries,
+                                         std::vector<std::string> &notes) {
+  std::vector<Candidate> cands;
+  auto marked = [&](size_t i, int d, bool dynamic) {
+    for (const DimMark &m : args[i].impl()->marks) {
+      if (m.dim == d && m.dynamic == dynamic) return &m;
+    }
+    return static_cast<const DimMark *>(nullptr);
+  };
+  const Entry *prev = opts.dynamic == Dynamic::automatic ? sizeOnlyMiss(args, entries) : nullptr;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Shape &shape = args[i].shape();
+    for (int d = 0; d < args[i].dim(); ++d) {
+      SymSource at{static_cast<int>(i), d};
+      int64_t size = shape[static_cast<size_t>(d)];
+      if (const DimMark *m = marked(i, d, true)) {
+        cands.push_back({at, size, "", Symbol{m->min, m->max}, "mark_dynamic"});
+        continue;
+      }
+      if (marked(i, d, false) || size < 2) continue;
+      if (opts.dynamic == Dynamic::always) {
+        cands.push_back({at, size, "", Symbol{}, "Dynamic::always"});
+        continue;
+      }
+      if (!prev) continue;
+      const DimGuard &dg = prev->guards.tensors()[i].dims[static_cast<size_t>(d)];
+      if (dg.sym >= 0) {
+        cands.push_back({at, size, "s" + std::to_string(dg.sym), Symbol{dg.min, dg.max},
+                         "automatic: symbolic in entry " + std::to_string(prev->id)});
+      } else if (dg.size != size) {
+        cands.push_back({at, size, std::to_string(dg.size), Symbol{},
+                         "automatic: changed from " + std::to_string(dg.size) + " to " +
+                             std::to_string(size) + " since entry " + std::to_string(prev->id)});
+      }
+    }
+  }
+  // Compiled code computes the strides of an argument with symbolic sizes: it must be
+  // row-major.
+  std::vector<Candidate> kept;
+  for (const Candidate &c : cands) {
+    const Tensor &a = args[static_cast<size_t>(c.at.input)];
+    if (!a.is_contiguous()) {
+      notes.push_back(dimName(c.at) + " stays static: arg " + std::to_string(c.at.input) +
+                      " is not contiguous (symbolic sizes need row-major strides)");
+      continue;
+    }
+    kept.push_back(c);
+  }
+  std::map<std::pair<int64_t, std::string>, size_t> groupOf;
+  std::vector<DynSymbol> out;
+  for (const Candidate &c : kept) {
+    auto key = std::make_pair(c.size, c.group);
+    auto it = groupOf.find(key);
+    if (it == groupOf.end()) {
+      groupOf[key] = out.size();
+      out.push_back({{c.at}, c.range, c.why});
+      continue;
+    }
+    DynSymbol &s = out[it->second];
+    s.sources.push_back(c.at);
+    s.range.min = std::max(s.range.min, c.range.min);
+    s.range.max = std::min(s.range.max, c.range.max);
+    if (s.why != c.why) s.why += "; " + c.why;
+  }
+  return out;
+}
+
+namespace {
+
+// Lowers `optimized` with the strides of this call, except that arguments with symbolic
+// dims get row-major strides (equal for their data, and what the probes use).
+std::vector<Shape> loweringStrides(const std::vector<Shape> &strides,
+                                   const std::vector<DynSymbol> &syms,
+                                   const std::vector<Tensor> &args) {
+  std::vector<Shape> out = strides;
+  for (const DynSymbol &s : syms) {
+    for (const SymSource &src : s.sources) {
+      out[static_cast<size_t>(src.input)] =
+          contiguousStrides(args[static_cast<size_t>(src.input)].shape());
+    }
+  }
+  return out;
+}
+
+struct Attempt {
+  Program program;
+  Graph graph;
+  std::string why;
+};
+
+// Traces, optimizes and lowers fn at one probe assignment of the symbols.
+bool probe(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
+           const std::vector<DynSymbol> &syms, const std::vector<int64_t> &values,
+           ProgramSample &sample, Graph &optimized, std::string &why) {
+  std::vector<Tensor> args = t.args;
+  std::vector<Shape> shapes;
+  for (const Tensor &a : t.args) shapes.push_back(a.shape());
+  for (size_t s = 0; s < syms.size(); ++s) {
+    for (const SymSource &src : syms[s].sources) shapes[src.input][src.dim] = values[s];
+  }
+  for (const DynSymbol &s : syms) {
+    for (const SymSource &src : s.sources) {
+      size_t i = static_cast<size_t>(src.input);
+      if (args[i].impl() == t.args[i].impl()) args[i] = makeTensor(shapes[i], t.args[i].dtype());
+    }
+  }
+  std::string at;
+  for (size_t s = 0; s < syms.size(); ++s) {
+    at += (s ? ", s" : "s") + std::to_string(s) + "=" + std::to_string(values[s]);
+  }
+  Trace pt;
+  try {
+    pt = traceFunction(fn, args, true);
+  } catch (const MetaTraceAbort &a) {
+    why = "the function reads a traced value on the host (" + a.op + ")";
+    return false;
+  } catch (const std::exception &e) {
+    why = "the function fails at " + at + ": " + e.what();
+    return false;
+  }
+  if (pt.captured.size() != t.captured.size()) {
+    why = "the function reads other tensors at " + at;
+    return false;
+  }
+  for (size_t j = 0; j < pt.captured.size(); ++j) {
+    if (pt.captured[j].impl() != t.captured[j].impl()) {
+      why = "the function reads other tensors at " + at;
+      return false;
+    }
+  }
+  std::vector<Shape> st = strides;
+  for (size_t i = 0; i < args.size(); ++i) st[i] = args[i].strides();
+  try {
+    optimized = runPipeline(pt.graph, defaultPasses(PipelineOptions{}));
+    sample.program = lower(optimized, st);
+  } catch (const std::exception &e) {
+    why = "lowering fails at " + at + ": " + e.what();
+    return false;
+  }
+  sample.syms = values;
+  return true;
+}
+
+// Marks the dims of `g` that equal one symbol exactly, fitted over the graphs of the samples.
+void markGraph(Graph &g, const std::vector<Graph> &graphs,
+               const std::vector<std::vector<int64_t>> &syms, const std::vector<Symbol> &ranges) {
+  g.symbols = ranges;
+  for (const Graph &o : graphs) {
+    if (o.nodes.size() != g.nodes.size()) return;
+  }
+  std::vector<int64_t> values(graphs.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (size_t d = 0; d < g.nodes[n].shape.size(); ++d) {
+      bool ok = true;
+      for (size_t s = 0; s < graphs.size() && ok; ++s) {
+        ok = graphs[s].nodes[n].shape.size() == g.nodes[n].shape.size();
+        if (ok) values[s] = graphs[s].nodes[n].shape[d].value;
+      }
+      SizeExpr e;
+      if (ok && fitSize(values, syms, e) && e.c == 1 && e.syms.size() == 1) {
+        g.nodes[n].shape[d].sym = e.syms[0];
+      }
+    }
+  }
+}
+
+bool attempt(const TracedFn &fn, const Trace &t, const Graph &optimized,
+             const std::vector<Shape> &strides, const std::vector<DynSymbol> &syms, Attempt &out) {
+  std::vector<int64_t> traced;
+  std::vector<Symbol> ranges;
+  for (const DynSymbol &s : syms) {
+    const SymSource &src = s.sources[0];
+    traced.push_back(t.args[static_cast<size_t>(src.input)].shape()[static_cast<size_t>(src.dim)]);
+    ranges.push_back(s.range);
+  }
+  std::vector<std::vector<int64_t>> probes;
+  if (!chooseProbes(traced, ranges, 2, probes)) {
+    out.why = "its range is too small to probe with other sizes";
+    return false;
+  }
+  std::vector<ProgramSample> samples(3);
+  std::vector<Graph> graphs(3);
+  std::vector<Shape> st = loweringStrides(strides, syms, t.args);
+  try {
+    samples[0].program = lower(optimized, st);
+  } catch (const std::exception &e) {
+    out.why = std::string("lowering fails: ") + e.what();
+    return false;
+  }
+  samples[0].syms = traced;
+  graphs[0] = optimized;
+  for (size_t p = 0; p < probes.size(); ++p) {
+    if (!probe(fn, t, strides, syms, probes[p], samples[p + 1], graphs[p + 1], out.why))
+      return false;
+  }
+  if (!fitSymbolicProgram(samples, out.program, out.why)) return false;
+  out.program.symbols.ranges = ranges;
+  for (const DynSymbol &s : syms) out.program.symbols.sources.push_back(s.sources);
+  out.graph = optimized;
+  std::vector<std::vector<int64_t>> symValues;
+  for (const ProgramSample &s : samples) symValues.push_back(s.syms);
+  markGraph(out.graph, graphs, symValues, ranges);
+  return true;
+}
+
+} // namespace
+
+SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
+                            const std::vector<Shape> &strides,
+                            const std::vector<DynSymbol> &candidates) {
+  SymbolicResult res;
+  auto keep = [&](const std::vector<DynSymbol> &syms, Attempt &a) {
+    res.symbols = syms;
+    res.program = std::move(a.program);
+    res.graph = std::move(a.graph);
+  };
+  Attempt all;
+  if (attempt(fn, t, optimized, strides, candidates, all)) {
+    keep(candidates, all);
+    return res;
+  }
+  if (candidates.size() == 1) {
+    res.notes.push_back(describeSources(candidates[0]) + " stays static: " + all.why);
+    return res;
+  }
+  // Some symbol is specialized by the function: find the ones that work on their own,
+  // then keep as many of them together as work.
+  std::vector<DynSymbol> alone;
+  for (const DynSymbol &c : candidates) {
+    Attempt a;
+    if (attempt(fn, t, optimized, strides, {c}, a)) {
+      alone.push_back(c);
+    } else {
+      res.notes.push_back(describeSources(c) + " stays static: " + a.why);
+    }
+  }
+  std::vector<DynSymbol> chosen;
+  Attempt best;
+  for (const DynSymbol &c : alone) {
+    std::vector<DynSymbol> trial = chosen;
+    trial.push_back(c);
+    Attempt a;
+    if (attempt(fn, t, optimized, strides, trial, a)) {
+      chosen = std::move(trial);
+      best = std::move(a);
+    } else {
+      res.notes.push_back(describeSources(c) + " stays static: together with the other " +
+                          "symbols, " + a.why);
+    }
+  }
+  if (!chosen.empty()) keep(chosen, best);
+  return res;
+}
+
+void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols) {
+  for (size_t s = 0; s < symbols.size(); ++s) {
+    for (const SymSource &src : symbols[s].sources) {
+      guards.makeSymbolic(src.input, src.dim, static_cast<int>(s), symbols[s].range.min,
+                          symbols[s].range.max);
+    }
+  }
+}
+
+std::string describeSymbol(size_t i, const DynSymbol &s) {
+  return describeSources(s) + " -> symbol s" + std::to_string(i) + " in " + rangeStr(s.range) +
+         " (" + s.why + ")";
+}
+
+} // namespace rcjit::detail

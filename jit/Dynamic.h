@@ -1,0 +1,70 @@
+// Dynamic shapes for compile(): which argument dims become symbolic for a new entry, and
+// the symbolic program that serves them.
+//
+// Policy (CompileOptions::dynamic, overridden per tensor by mark_dynamic / mark_static):
+//   never     - only mark_dynamic dims are symbolic;
+//   automatic - the first entry is static; when a call misses an entry only because some
+//               argument sizes changed, the next entry makes exactly those dims symbolic
+//               (plus the dims that entry already had symbolic);
+//   always    - every argument dim of size >= 2 is symbolic from the first compile.
+// Sizes 0 and 1 stay specialized unless a mark_dynamic range covers them. Dims with the
+// same size at this call (and, for automatic, the same size before) share one symbol, and
+// the guards then check that they stay equal.
+//
+// The program comes from SymbolicProgram: the function is traced on shapes only at two
+// probe sizes, lowered, and fitted with the real trace. A symbol the function specializes
+// (a size it checks, reshapes by, or takes a different path for) is dropped and stays
+// static; the `dynamic` log says which and why.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rcjit/Compile.h>
+
+#include "guards/GuardSet.h"
+#include "targets/Program.h"
+#include "tracer/Tracer.h"
+
+namespace rcjit::detail {
+
+struct Entry;
+
+/// One symbol of a new entry: where it is read, its range, and why it is symbolic.
+struct DynSymbol {
+  std::vector<SymSource> sources; // argument dims (input = argument index)
+  Symbol range;
+  std::string why; // "mark_dynamic", "Dynamic::always", "automatic: changed from 8 to 9"
+};
+
+/// The symbols a new entry for `args` should try, given the function's existing entries.
+/// `notes` gets one line per dim that was a candidate but cannot be symbolic.
+std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
+                                         const std::vector<Tensor> &args,
+                                         const std::vector<std::shared_ptr<const Entry>> &entries,
+                                         std::vector<std::string> &notes);
+
+/// The result of making an entry symbolic.
+struct SymbolicResult {
+  std::vector<DynSymbol> symbols; // the ones kept (symbol i is SizeExpr sym i)
+  Program program;                // symbolic; empty symbols when none could be kept
+  Graph graph;                    // the optimized graph with symbolic dims marked
+  std::vector<std::string> notes; // why each dropped symbol stays static
+};
+
+/// Builds the symbolic program for trace `t` of `fn` with as many of `candidates` as the
+/// function allows. `optimized` is t.graph after the pass pipeline and `strides` the
+/// strides of every program input at this call (args then captured).
+SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
+                            const std::vector<Shape> &strides,
+                            const std::vector<DynSymbol> &candidates);
+
+/// Applies the kept symbols to an entry's guards.
+void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols);
+
+/// "arg 0 dim 1" for each source of a symbol, joined by " = ".
+std::string describeSources(const DynSymbol &s);
+/// "arg 0 dim 1 -> symbol s0 in [2, inf] (why)" for symbol i.
+std::string describeSymbol(size_t i, const DynSymbol &s);
+
+} // namespace rcjit::detail

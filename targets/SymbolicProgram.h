@@ -1,0 +1,47 @@
+// Symbolic programs, fitted from concrete lowerings of one function at several sizes.
+//
+// Lowering works on concrete shapes. To get one program that serves every value of some
+// symbolic sizes, the function is traced and lowered at the trace-time sizes and at two
+// probe assignments of the symbols; every number that differs between the lowerings is
+// fitted to c * (product of some symbols) from the first two and checked against the third.
+// With probe values that are distinct primes dividing no trace-time size, the fit is unique
+// (a product over a different set of symbols cannot match both). A program whose structure
+// differs between the lowerings (the function took another path, or a size decided a
+// fusion), or with a number that is not such a product (s + 1, s * s), cannot be made
+// symbolic: the caller compiles it static and says why.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "targets/Program.h"
+
+namespace rcjit {
+
+/// One lowering of the function with the symbols at `syms`.
+struct ProgramSample {
+  Program program;
+  std::vector<int64_t> syms;
+};
+
+/// Fits `value` (one number per sample) to c * product of a subset of the symbols.
+/// False when no subset fits every sample.
+bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
+             SizeExpr &out);
+
+/// The symbolic program of samples (at least three; samples[0] at the trace-time sizes,
+/// whose numbers the result keeps). Fills out.symbols.fields and the kernels' SizeExprs;
+/// the caller sets out.symbols.ranges and sources. Returns false with the reason in `why`.
+bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out, std::string &why);
+
+/// The concrete values, buffers and steps of symbolic program `p` at `syms`, with the arena
+/// planned for those sizes. Its kernels are left out: the symbolic ones serve every size.
+Program specializeProgram(const Program &p, const int64_t *syms);
+
+/// Probe values for symbols whose trace-time values are `traced` and ranges `ranges`:
+/// `count` assignments of distinct primes that divide no traced value and differ from them.
+/// False when a range is too small to hold such primes.
+bool chooseProbes(const std::vector<int64_t> &traced, const std::vector<Symbol> &ranges, int count,
+                  std::vector<std::vector<int64_t>> &out);
+
+} // namespace rcjit

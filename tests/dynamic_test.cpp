@@ -1,0 +1,193 @@
+// Dynamic shapes: automatic, always, never and marked dims; symbolic programs serve every
+// size of their range with one compile; what the function specializes stays static.
+#include <gtest/gtest.h>
+
+#include "tests/TestUtil.h"
+
+#include <rcjit/rcjit.h>
+
+#include "targets/SymbolicProgram.h"
+
+using namespace rcjit;
+
+namespace {
+
+using rcjit::test::errorOf;
+
+// A small "layer": linear, softmax over the last dim, layer norm, residual.
+struct Block : nn::Module<Block> {
+  nn::Linear fc{32, 32, true, 7};
+  nn::LayerNorm ln{32};
+  Block() {
+    register_module("fc", fc);
+    register_module("ln", ln);
+  }
+  Tensor forward(const Tensor &x) { return ln(softmax(fc(x), -1) + x); }
+};
+
+Tensor blockEager(Block &b, const Tensor &x) { return b.forward(x); }
+
+TEST(Dynamic, AutomaticRecompilesOnceWithTheChangedDimSymbolic) {
+  int traced = 0;
+  auto f = [&](const Tensor &x) {
+    ++traced;
+    return sum(relu(x * 2.0 + 1.0), {-1});
+  };
+  auto cf = compile(f);
+  auto ref = [](const Tensor &x) { return sum(relu(x * 2.0 + 1.0), {-1}); };
+  std::vector<int64_t> sizes = {8, 9, 10, 33, 100, 9, 8};
+  for (int64_t n : sizes) {
+    Tensor x = Tensor::randn({4, n}, static_cast<uint64_t>(n));
+    EXPECT_TRUE(allclose(cf(x), ref(x), 1e-4, 1e-5)) << "size " << n;
+  }
+  // one trace for the static entry; the recompile traces once for real and twice on
+  // shapes only (the probes that find the symbolic sizes); later sizes run compiled code
+  EXPECT_EQ(traced, 4);
+  CompileStats st = cf.stats();
+  EXPECT_EQ(st.compiles, 2);
+  EXPECT_EQ(st.recompiles, 1);
+  EXPECT_EQ(st.fallbacks, 0);
+  std::string ex = cf.explain();
+  EXPECT_NE(ex.find("arg 0 dim 1: expected 8, got 9"), std::string::npos) << ex;
+  EXPECT_NE(ex.find("s0 in [2, inf]"), std::string::npos) << ex;
+  // a changed batch dim is another change: one more entry, symbolic in both
+  Tensor y = Tensor::randn({3, 17}, 5);
+  EXPECT_TRUE(allclose(cf(y), ref(y), 1e-4, 1e-5));
+  Tensor z = Tensor::randn({6, 21}, 6);
+  EXPECT_TRUE(allclose(cf(z), ref(z), 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().compiles, 3);
+}
+
+TEST(Dynamic, NeverWithLimitThreeCompilesThreeThenFallsBack) {
+  CompileOptions o;
+  o.dynamic = Dynamic::never;
+  o.recompile_limit = 3;
+  auto cf = compile([](const Tensor &x) { return softmax(x, -1) * 3.0; }, o);
+  for (int64_t n = 5; n <= 10; ++n) {
+    Tensor x = Tensor::randn({2, n}, static_cast<uint64_t>(n));
+    EXPECT_TRUE(allclose(cf(x), softmax(x, -1) * 3.0, 1e-4, 1e-5));
+  }
+  EXPECT_EQ(cf.stats().compiles, 3);
+  EXPECT_EQ(cf.stats().fallbacks, 3);
+  EXPECT_EQ(cf.explain().find("s0"), std::string::npos);
+}
+
+TEST(Dynamic, AlwaysMakesEveryDimSymbolicFromTheStart) {
+  CompileOptions o;
+  o.dynamic = Dynamic::always;
+  auto f = [](const Tensor &a, const Tensor &b) { return mean(softmax(a + b, -1), {0}); };
+  auto cf = compile(f, o);
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {4, 7}, {9, 2}, {2, 64}}) {
+    Tensor a = Tensor::randn({r, c}, 1), b = Tensor::randn({r, c}, 2);
+    EXPECT_TRUE(allclose(cf(a, b), f(a, b), 1e-4, 1e-5)) << r << "x" << c;
+  }
+  EXPECT_EQ(cf.stats().compiles, 1);
+  std::string ex = cf.explain();
+  EXPECT_NE(ex.find("s1 = size of arg 0 dim 1"), std::string::npos) << ex;
+  // b's dims are the same symbols as a's: a mismatch is a guard failure that says so
+  Tensor a = Tensor::randn({4, 6}, 1), b = Tensor::randn({4, 1}, 2);
+  EXPECT_TRUE(allclose(cf(a, b), f(a, b), 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().recompiles, 1);
+  EXPECT_NE(cf.explain().find("arg 1 dim 1: expected"), std::string::npos) << cf.explain();
+}
+
+TEST(Dynamic, MarkedSequenceDimCompilesOnceOverItsRange) {
+  Block blk;
+  CompileOptions o;
+  o.dynamic = Dynamic::never; // the mark alone makes the dim symbolic
+  auto cm = compile(blk, o);
+  for (int64_t s : {5, 6, 17, 64, 128, 255, 256}) {
+    Tensor x = Tensor::randn({2, s, 32}, static_cast<uint64_t>(s));
+    mark_dynamic(x, 1, 5, 256);
+    EXPECT_TRUE(allclose(cm(x), blockEager(blk, x), 1e-4, 1e-5)) << "seq " << s;
+  }
+  EXPECT_EQ(cm.stats().compiles, 1);
+  EXPECT_EQ(cm.stats().recompiles, 0);
+  Tensor x = Tensor::randn({2, 300, 32}, 3);
+  mark_dynamic(x, 1, 5, 256);
+  EXPECT_NE(errorOf([&] { cm(x); }).find("outside its mark_dynamic range [5, 256]"),
+            std::string::npos);
+  // without the mark, an unmarked size outside the entry's range fails its guard
+  Tensor y = Tensor::randn({2, 300, 32}, 4);
+  EXPECT_TRUE(allclose(cm(y), blockEager(blk, y), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().recompiles, 1);
+  EXPECT_NE(cm.explain().find("arg 0 dim 1: expected a size in [5, 256] (symbol s0), got 300"),
+            std::string::npos)
+      << cm.explain();
+}
+
+TEST(Dynamic, MarkStaticKeepsADimStaticUnderAlways) {
+  CompileOptions o;
+  o.dynamic = Dynamic::always;
+  auto cf = compile([](const Tensor &x) { return sum(x, {0}) * 2.0; }, o);
+  Tensor x = Tensor::randn({3, 4}, 1);
+  mark_static(x, 1);
+  EXPECT_TRUE(allclose(cf(x), sum(x, {0}) * 2.0, 1e-4, 1e-5));
+  Tensor y = Tensor::randn({7, 4}, 2);
+  EXPECT_TRUE(allclose(cf(y), sum(y, {0}) * 2.0, 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().compiles, 1);
+  Tensor z = Tensor::randn({7, 5}, 3);
+  mark_static(z, 1);
+  EXPECT_TRUE(allclose(cf(z), sum(z, {0}) * 2.0, 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().recompiles, 1);
+  EXPECT_NE(cf.explain().find("arg 0 dim 1: expected 4, got 5"), std::string::npos);
+}
+
+TEST(Dynamic, SpecializedDimsStayStaticAndTheLogSaysWhy) {
+  // the function reshapes by a constant: dim 1 must stay 12, so it cannot be symbolic
+  CompileOptions o;
+  o.dynamic = Dynamic::always;
+  std::string events;
+  set_logs("dynamic");
+  auto cf = compile([](const Tensor &x) { return sum(reshape(x, {-1, 3, 4}), {2}); }, o);
+  Tensor x = Tensor::randn({5, 12}, 1);
+  EXPECT_TRUE(allclose(cf(x), sum(reshape(x, {-1, 3, 4}), {2}), 1e-4, 1e-5));
+  Tensor y = Tensor::randn({9, 12}, 2);
+  EXPECT_TRUE(allclose(cf(y), sum(reshape(y, {-1, 3, 4}), {2}), 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().compiles, 1); // dim 0 symbolic, dim 1 static
+  set_logs("");
+  std::string ex = cf.explain();
+  EXPECT_NE(ex.find("s0 in [2, inf]"), std::string::npos) << ex;
+  EXPECT_NE(ex.find(", 12]"), std::string::npos) << ex;
+}
+
+TEST(Dynamic, ReplacedParameterOfAnotherShapeRecompiles) {
+  nn::Linear fc(16, 8, true, 3);
+  auto cm = compile(fc);
+  Tensor a = Tensor::randn({2, 16}, 1);
+  EXPECT_TRUE(allclose(cm(a), fc(a), 1e-4, 1e-5));
+  Tensor b = Tensor::randn({5, 16}, 2); // automatic: batch becomes symbolic
+  EXPECT_TRUE(allclose(cm(b), fc(b), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 2);
+  EXPECT_TRUE(allclose(cm(Tensor::randn({11, 16}, 3)), fc(Tensor::randn({11, 16}, 3)), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 2);
+  // a parameter replaced by one of another shape: a captured guard fails, and says which
+  fc.weight = Tensor::randn({8, 16}, 4);
+  fc.bias = Tensor::randn({8}, 5);
+  EXPECT_TRUE(allclose(cm(b), fc(b), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 2); // same shape: still passes
+  nn::Linear wide(16, 12, true, 6);
+  fc.weight = wide.weight;
+  fc.bias = wide.bias;
+  EXPECT_TRUE(allclose(cm(b), fc(b), 1e-4, 1e-5));
+  EXPECT_EQ(cm.stats().compiles, 3);
+  EXPECT_NE(cm.explain().find("weight) dim 0: expected 8, got 12"), std::string::npos)
+      << cm.explain();
+}
+
+TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
+  std::vector<std::vector<int64_t>> syms = {{8, 4}, {11, 5}, {13, 7}};
+  SizeExpr e;
+  ASSERT_TRUE(fitSize({64, 88, 104}, syms, e));
+  EXPECT_EQ(e.c, 8);
+  EXPECT_EQ(e.syms, std::vector<int32_t>{0});
+  ASSERT_TRUE(fitSize({32 * 3, 55 * 3, 91 * 3}, syms, e));
+  EXPECT_EQ(e.c, 3);
+  EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 1}));
+  ASSERT_TRUE(fitSize({7, 7, 7}, syms, e));
+  EXPECT_TRUE(e.syms.empty());
+  EXPECT_FALSE(fitSize({9, 12, 14}, syms, e));    // s0 + 1
+  EXPECT_FALSE(fitSize({64, 121, 169}, syms, e)); // s0 * s0
+}
+
+} // namespace
