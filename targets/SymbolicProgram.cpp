@@ -2,7 +2,6 @@
 #include "targets/SymbolicProgram.h"
 
 #include <algorithm>
-#include <bit>
 #include <sstream>
 
 #include "targets/Lower.h"
@@ -82,29 +81,46 @@ bool isPrime(int64_t n) {
 
 bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
              SizeExpr &out) {
+  // Exponent vectors over the symbols, lowest total degree first: each symbol appears up
+  // to twice (s * s: attention scores over a symbolic sequence), once with many symbols.
   size_t n = syms.empty() ? 0 : syms[0].size();
-  std::vector<uint32_t> masks;
-  for (uint32_t m = 0; m < (1u << n); ++m) masks.push_back(m);
-  std::stable_sort(masks.begin(), masks.end(),
-                   [](uint32_t a, uint32_t b) { return std::popcount(a) < std::popcount(b); });
-  auto product = [&](uint32_t mask, size_t sample) {
+  int maxExp = n <= 4 ? 2 : 1;
+  std::vector<std::vector<int>> exps(1, std::vector<int>(n, 0));
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<std::vector<int>> next;
+    for (const std::vector<int> &e : exps) {
+      for (int x = 0; x <= maxExp; ++x) {
+        next.push_back(e);
+        next.back()[i] = x;
+      }
+    }
+    exps = std::move(next);
+  }
+  auto degree = [](const std::vector<int> &e) {
+    int d = 0;
+    for (int x : e) d += x;
+    return d;
+  };
+  std::stable_sort(exps.begin(), exps.end(),
+                   [&](const auto &a, const auto &b) { return degree(a) < degree(b); });
+  auto product = [&](const std::vector<int> &e, size_t sample) {
     int64_t p = 1;
     for (size_t i = 0; i < n; ++i) {
-      if (mask & (1u << i)) p *= syms[sample][i];
+      for (int x = 0; x < e[i]; ++x) p *= syms[sample][i];
     }
     return p;
   };
-  for (uint32_t mask : masks) {
-    int64_t p0 = product(mask, 0);
+  for (const std::vector<int> &e : exps) {
+    int64_t p0 = product(e, 0);
     if (p0 == 0 || values[0] % p0 != 0) continue;
     int64_t c = values[0] / p0;
     bool ok = true;
-    for (size_t s = 1; s < values.size() && ok; ++s) ok = c * product(mask, s) == values[s];
+    for (size_t s = 1; s < values.size() && ok; ++s) ok = c * product(e, s) == values[s];
     if (!ok) continue;
     out.c = c;
     out.syms.clear();
     for (size_t i = 0; i < n; ++i) {
-      if (mask & (1u << i)) out.syms.push_back(static_cast<int32_t>(i));
+      for (int x = 0; x < e[i]; ++x) out.syms.push_back(static_cast<int32_t>(i));
     }
     if (c == 0) out.syms.clear();
     return true;

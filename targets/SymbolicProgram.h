@@ -3,11 +3,12 @@
 // Lowering works on concrete shapes. To get one program that serves every value of some
 // symbolic sizes, the function is traced and lowered at the trace-time sizes and at two
 // probe assignments of the symbols; every number that differs between the lowerings is
-// fitted to c * (product of some symbols) from the first two and checked against the third.
+// fitted to c * (product of symbols, each at most squared) from the first two and checked
+// against the third.
 // With probe values that are distinct primes dividing no trace-time size, the fit is unique
 // (a product over a different set of symbols cannot match both). A program whose structure
 // differs between the lowerings (the function took another path, or a size decided a
-// fusion), or with a number that is not such a product (s + 1, s * s), cannot be made
+// fusion), or with a number that is not such a product (s + 1, s * s * s), cannot be made
 // symbolic: the caller compiles it static and says why.
 #pragma once
 #include <cstdint>
@@ -24,7 +25,8 @@ struct ProgramSample {
   std::vector<int64_t> syms;
 };
 
-/// Fits `value` (one number per sample) to c * product of a subset of the symbols.
+/// Fits `values` (one number per sample) to c * a product of the symbols, each at most
+/// squared (once each beyond four symbols), lowest degree first.
 /// False when no subset fits every sample.
 bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
              SizeExpr &out);

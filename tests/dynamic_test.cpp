@@ -7,6 +7,7 @@
 #include <rcjit/rcjit.h>
 
 #include "targets/SymbolicProgram.h"
+#include "tools/Models.h"
 
 using namespace rcjit;
 
@@ -137,15 +138,22 @@ TEST(Dynamic, SpecializedDimsStayStaticAndTheLogSaysWhy) {
   // the function reshapes by a constant: dim 1 must stay 12, so it cannot be symbolic
   CompileOptions o;
   o.dynamic = Dynamic::always;
-  std::string events;
   set_logs("dynamic");
+  testing::internal::CaptureStderr();
   auto cf = compile([](const Tensor &x) { return sum(reshape(x, {-1, 3, 4}), {2}); }, o);
   Tensor x = Tensor::randn({5, 12}, 1);
   EXPECT_TRUE(allclose(cf(x), sum(reshape(x, {-1, 3, 4}), {2}), 1e-4, 1e-5));
   Tensor y = Tensor::randn({9, 12}, 2);
   EXPECT_TRUE(allclose(cf(y), sum(reshape(y, {-1, 3, 4}), {2}), 1e-4, 1e-5));
   EXPECT_EQ(cf.stats().compiles, 1); // dim 0 symbolic, dim 1 static
+  std::string log = testing::internal::GetCapturedStderr();
   set_logs("");
+  EXPECT_NE(log.find("[rcjit:dynamic] function"), std::string::npos) << log;
+  EXPECT_NE(log.find("arg 0 dim 0 -> symbol s0 in [2, inf] (Dynamic::always)"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("arg 0 dim 1 stays static: the function fails at s0=5: reshape"),
+            std::string::npos)
+      << log;
   std::string ex = cf.explain();
   EXPECT_NE(ex.find("s0 in [2, inf]"), std::string::npos) << ex;
   EXPECT_NE(ex.find(", 12]"), std::string::npos) << ex;
@@ -186,8 +194,32 @@ TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
   EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 1}));
   ASSERT_TRUE(fitSize({7, 7, 7}, syms, e));
   EXPECT_TRUE(e.syms.empty());
-  EXPECT_FALSE(fitSize({9, 12, 14}, syms, e));    // s0 + 1
-  EXPECT_FALSE(fitSize({64, 121, 169}, syms, e)); // s0 * s0
+  EXPECT_FALSE(fitSize({9, 12, 14}, syms, e));               // s0 + 1
+  ASSERT_TRUE(fitSize({64 * 2, 121 * 2, 169 * 2}, syms, e)); // attention scores [s, s]
+  EXPECT_EQ(e.c, 2);
+  EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 0}));
+  EXPECT_FALSE(fitSize({512, 1331, 2197}, syms, e)); // s0 ^ 3
+}
+
+// The built-in decoders with a marked sequence dim: one compile serves every length
+// (RoPE tables, position slices and [seq, seq] attention scores included).
+TEST(Dynamic, ModelsWithAMarkedSequenceCompileOnce) {
+  for (const char *name : {"toy64", "gpt2", "llama-3.2-1b"}) {
+    tools::ModelConfig c;
+    c.batch = 2;
+    c.seq = 48; // RoPE tables for up to 48 positions
+    c.layers = 1;
+    auto m = tools::findModel(name).build(c);
+    auto cf = compile([&](const Tensor &x) { return m->forward({x}); });
+    for (int64_t s : {16, 23, 48}) {
+      c.seq = s;
+      std::vector<Tensor> in = m->makeInputs(c);
+      mark_dynamic(in[0], 1, 2, 48);
+      Tensor ref = m->forward(in);
+      EXPECT_TRUE(allclose(cf(in[0]), ref, 1e-4, 1e-4)) << name << " seq " << s;
+    }
+    EXPECT_EQ(cf.stats().compiles, 1) << name << "\n" << cf.explain();
+  }
 }
 
 } // namespace
