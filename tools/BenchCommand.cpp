@@ -47,15 +47,18 @@ double msSince(std::chrono::steady_clock::time_point t0) {
 
 Mode parseMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
-  if (m == "full") return Mode::full;
+  if (m == "full" || m == "dynamic") return Mode::full;
   if (m == "regional") return Mode::regional;
-  throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
+  throw std::invalid_argument("--modes: unknown mode '" + m +
+                              "' (expected eager, full, dynamic, regional)");
 }
 
 std::string modeTitle(const std::string &m) {
   if (m == "eager") return "Baseline (eager)";
   if (m == "full") return "Full compilation";
   if (m == "full-warm") return "Full, warm start";
+  if (m == "dynamic") return "Full, dynamic seq";
+  if (m == "dynamic-warm") return "Full, dynamic, warm";
   if (m == "regional-warm") return "Regional, warm start";
   return "Regional compilation";
 }
@@ -109,6 +112,11 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   std::vector<Tensor> inputs = m->makeInputs(c);
   CompileOptions opts;
   opts.mode = parseMode(mode);
+  if (mode == "dynamic") { // dim 1 of every input that is [batch, seq, ...]: symbolic
+    for (Tensor &t : inputs) {
+      if (t.dim() >= 2 && t.size(1) == c.seq) mark_dynamic(t, 1, 2, std::max<int64_t>(2, c.seq));
+    }
+  }
   auto fn = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
   Row r;
   r.mode = mode;
@@ -236,9 +244,10 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
                                                  "model name (see 'rcjit models')")(
       "modes", po::value(&modes)->default_value("eager,full,regional"),
-      "comma list of modes: eager, full, regional")(
-      "batch", po::value(&batches)->default_value("1,4"),
-      "comma list of batch sizes")("seq", po::value(&seq)->default_value(128), "sequence length")(
+      "comma list of modes: eager, full, regional, dynamic (full, with the sequence dim of the "
+      "inputs marked dynamic)")("batch", po::value(&batches)->default_value("1,4"),
+                                "comma list of batch sizes")(
+      "seq", po::value(&seq)->default_value(128), "sequence length")(
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(

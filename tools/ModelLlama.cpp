@@ -128,7 +128,8 @@ public:
       throw Error(cfg_.name + ": sequence length " + std::to_string(seq) +
                   " exceeds the RoPE tables built for " + std::to_string(built) + " positions");
     }
-    if (seq == built) return net_(ids, cos_, sin_);
+    // sliced even at full length: the traced graph is then the same at every length, so
+    // one entry with a symbolic sequence dim serves them all
     return net_(ids, slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
   }
   nn::ModuleBase &module() override { return net_; }
