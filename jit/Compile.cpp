@@ -90,12 +90,18 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
     auto optimize = [](const Graph &g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
+    if (!dynamic.empty()) {
+      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, optimize, moduleId);
+      e->dynamicNotes = std::move(r.notes);
+      if (r.plan) {
+        e->regional = std::move(r.plan);
+        e->symbols = std::move(r.symbols);
+        applySymbolicGuards(e->guards, e->symbols);
+        return e;
+      }
+    }
     e->regional =
         std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
-    if (!dynamic.empty()) {
-      e->dynamicNotes.push_back("every dim stays static: regional mode compiles each region for "
-                                "static shapes (use Mode::full for symbolic dims)");
-    }
     return e;
   }
   e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));

@@ -1,6 +1,7 @@
 // Dynamic shapes: candidate symbols per policy, probe traces, and the fitted program.
 #include "jit/Dynamic.h"
 
+#include <functional>
 #include <map>
 
 #include <rcjit/Error.h>
@@ -148,10 +149,11 @@ struct Attempt {
   std::string why;
 };
 
-// Traces, optimizes and lowers fn at one probe assignment of the symbols.
-bool probe(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
-           const std::vector<DynSymbol> &syms, const std::vector<int64_t> &values,
-           ProgramSample &sample, Graph &optimized, std::string &why) {
+// Traces fn on shapes only at one probe assignment of the symbols: the raw graph and the
+// strides of its program inputs (args then captured).
+bool traceProbe(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
+                const std::vector<DynSymbol> &syms, const std::vector<int64_t> &values,
+                Graph &graph, std::vector<Shape> &inputStrides, std::string &why) {
   std::vector<Tensor> args = t.args;
   std::vector<Shape> shapes;
   for (const Tensor &a : t.args) shapes.push_back(a.shape());
@@ -178,26 +180,16 @@ bool probe(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides
     why = "the function fails at " + at + ": " + e.what();
     return false;
   }
-  if (pt.captured.size() != t.captured.size()) {
+  bool same = pt.captured.size() == t.captured.size();
+  for (size_t j = 0; j < pt.captured.size() && same; ++j)
+    same = pt.captured[j].impl() == t.captured[j].impl();
+  if (!same) {
     why = "the function reads other tensors at " + at;
     return false;
   }
-  for (size_t j = 0; j < pt.captured.size(); ++j) {
-    if (pt.captured[j].impl() != t.captured[j].impl()) {
-      why = "the function reads other tensors at " + at;
-      return false;
-    }
-  }
-  std::vector<Shape> st = strides;
-  for (size_t i = 0; i < args.size(); ++i) st[i] = args[i].strides();
-  try {
-    optimized = runPipeline(pt.graph, defaultPasses(PipelineOptions{}));
-    sample.program = lower(optimized, st);
-  } catch (const std::exception &e) {
-    why = "lowering fails at " + at + ": " + e.what();
-    return false;
-  }
-  sample.syms = values;
+  inputStrides = strides;
+  for (size_t i = 0; i < args.size(); ++i) inputStrides[i] = args[i].strides();
+  graph = std::move(pt.graph);
   return true;
 }
 
@@ -224,43 +216,55 @@ void markGraph(Graph &g, const std::vector<Graph> &graphs,
   }
 }
 
-bool attempt(const TracedFn &fn, const Trace &t, const Graph &optimized,
-             const std::vector<Shape> &strides, const std::vector<DynSymbol> &syms, Attempt &out) {
-  std::vector<int64_t> traced;
-  std::vector<Symbol> ranges;
+// The symbols' trace-time values and ranges, and two probe assignments; false when a
+// range cannot hold probe values.
+bool symbolValues(const Trace &t, const std::vector<DynSymbol> &syms, std::vector<int64_t> &traced,
+                  std::vector<Symbol> &ranges, std::vector<std::vector<int64_t>> &probes,
+                  std::string &why) {
   for (const DynSymbol &s : syms) {
     const SymSource &src = s.sources[0];
     traced.push_back(t.args[static_cast<size_t>(src.input)].shape()[static_cast<size_t>(src.dim)]);
     ranges.push_back(s.range);
   }
-  std::vector<std::vector<int64_t>> probes;
-  if (!chooseProbes(traced, ranges, 2, probes)) {
-    out.why = "its range is too small to probe with other sizes";
-    return false;
+  if (chooseProbes(traced, ranges, 2, probes)) return true;
+  why = "its range is too small to probe with other sizes";
+  return false;
+}
+
+// Tries symbol sets: all candidates, else each alone, then as many of those together as
+// work. `attempt` builds and keeps the result for a set (the last successful call is the
+// chosen set); returns the chosen symbols and notes why the others stay static.
+std::vector<DynSymbol>
+chooseSymbols(const std::vector<DynSymbol> &candidates,
+              const std::function<bool(const std::vector<DynSymbol> &, std::string &)> &attempt,
+              std::vector<std::string> &notes) {
+  std::string why;
+  if (attempt(candidates, why)) return candidates;
+  if (candidates.size() == 1) {
+    notes.push_back(describeSources(candidates[0]) + " stays static: " + why);
+    return {};
   }
-  std::vector<ProgramSample> samples(3);
-  std::vector<Graph> graphs(3);
-  std::vector<Shape> st = loweringStrides(strides, syms, t.args);
-  try {
-    samples[0].program = lower(optimized, st);
-  } catch (const std::exception &e) {
-    out.why = std::string("lowering fails: ") + e.what();
-    return false;
+  std::vector<DynSymbol> alone;
+  for (const DynSymbol &c : candidates) {
+    if (attempt({c}, why)) {
+      alone.push_back(c);
+    } else {
+      notes.push_back(describeSources(c) + " stays static: " + why);
+    }
   }
-  samples[0].syms = traced;
-  graphs[0] = optimized;
-  for (size_t p = 0; p < probes.size(); ++p) {
-    if (!probe(fn, t, strides, syms, probes[p], samples[p + 1], graphs[p + 1], out.why))
-      return false;
+  std::vector<DynSymbol> chosen;
+  for (const DynSymbol &c : alone) {
+    std::vector<DynSymbol> trial = chosen;
+    trial.push_back(c);
+    if (attempt(trial, why)) {
+      chosen = std::move(trial);
+    } else {
+      notes.push_back(describeSources(c) + " stays static: together with the other symbols, " +
+                      why);
+    }
   }
-  if (!fitSymbolicProgram(samples, out.program, out.why)) return false;
-  out.program.symbols.ranges = ranges;
-  for (const DynSymbol &s : syms) out.program.symbols.sources.push_back(s.sources);
-  out.graph = optimized;
-  std::vector<std::vector<int64_t>> symValues;
-  for (const ProgramSample &s : samples) symValues.push_back(s.syms);
-  markGraph(out.graph, graphs, symValues, ranges);
-  return true;
+  if (!chosen.empty() && chosen.size() != alone.size()) attempt(chosen, why); // keep its result
+  return chosen;
 }
 
 } // namespace
@@ -269,46 +273,72 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
                             const std::vector<Shape> &strides,
                             const std::vector<DynSymbol> &candidates) {
   SymbolicResult res;
-  auto keep = [&](const std::vector<DynSymbol> &syms, Attempt &a) {
-    res.symbols = syms;
-    res.program = std::move(a.program);
-    res.graph = std::move(a.graph);
+  auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
+    std::vector<int64_t> traced;
+    std::vector<Symbol> ranges;
+    std::vector<std::vector<int64_t>> probes;
+    if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
+    std::vector<ProgramSample> samples(3);
+    std::vector<Graph> graphs(3);
+    try {
+      samples[0].program = lower(optimized, loweringStrides(strides, syms, t.args));
+      samples[0].syms = traced;
+      graphs[0] = optimized;
+      for (size_t p = 0; p < probes.size(); ++p) {
+        Graph raw;
+        std::vector<Shape> st;
+        if (!traceProbe(fn, t, strides, syms, probes[p], raw, st, why)) return false;
+        graphs[p + 1] = runPipeline(raw, defaultPasses(PipelineOptions{}));
+        samples[p + 1].program = lower(graphs[p + 1], st);
+        samples[p + 1].syms = probes[p];
+      }
+    } catch (const std::exception &e) {
+      why = std::string("lowering fails at other sizes: ") + e.what();
+      return false;
+    }
+    Program prog;
+    if (!fitSymbolicProgram(samples, prog, why)) return false;
+    prog.symbols.ranges = ranges;
+    for (const DynSymbol &s : syms) prog.symbols.sources.push_back(s.sources);
+    std::vector<std::vector<int64_t>> symValues;
+    for (const ProgramSample &s : samples) symValues.push_back(s.syms);
+    res.graph = optimized;
+    markGraph(res.graph, graphs, symValues, ranges);
+    res.program = std::move(prog);
+    return true;
   };
-  Attempt all;
-  if (attempt(fn, t, optimized, strides, candidates, all)) {
-    keep(candidates, all);
-    return res;
-  }
-  if (candidates.size() == 1) {
-    res.notes.push_back(describeSources(candidates[0]) + " stays static: " + all.why);
-    return res;
-  }
-  // Some symbol is specialized by the function: find the ones that work on their own,
-  // then keep as many of them together as work.
-  std::vector<DynSymbol> alone;
-  for (const DynSymbol &c : candidates) {
-    Attempt a;
-    if (attempt(fn, t, optimized, strides, {c}, a)) {
-      alone.push_back(c);
-    } else {
-      res.notes.push_back(describeSources(c) + " stays static: " + a.why);
+  res.symbols = chooseSymbols(candidates, attempt, res.notes);
+  return res;
+}
+
+SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
+                                      const std::vector<Shape> &strides,
+                                      const std::vector<DynSymbol> &candidates,
+                                      const std::function<Graph(const Graph &)> &optimize,
+                                      const std::string &idPrefix) {
+  SymbolicRegional res;
+  auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
+    std::vector<int64_t> traced;
+    std::vector<Symbol> ranges;
+    std::vector<std::vector<int64_t>> probes;
+    if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
+    std::vector<RegionalProbe> rp(probes.size());
+    for (size_t p = 0; p < probes.size(); ++p) {
+      if (!traceProbe(fn, t, strides, syms, probes[p], rp[p].graph, rp[p].inputStrides, why))
+        return false;
+      rp[p].syms = probes[p];
     }
-  }
-  std::vector<DynSymbol> chosen;
-  Attempt best;
-  for (const DynSymbol &c : alone) {
-    std::vector<DynSymbol> trial = chosen;
-    trial.push_back(c);
-    Attempt a;
-    if (attempt(fn, t, optimized, strides, trial, a)) {
-      chosen = std::move(trial);
-      best = std::move(a);
-    } else {
-      res.notes.push_back(describeSources(c) + " stays static: together with the other " +
-                          "symbols, " + a.why);
+    try {
+      res.plan = std::make_shared<RegionalPlan>(buildRegionalPlan(
+          t.graph, loweringStrides(strides, syms, t.args), optimize, idPrefix, rp, traced, ranges));
+    } catch (const std::exception &e) {
+      why = e.what();
+      return false;
     }
-  }
-  if (!chosen.empty()) keep(chosen, best);
+    return true;
+  };
+  res.symbols = chooseSymbols(candidates, attempt, res.notes);
+  if (res.symbols.empty()) res.plan.reset();
   return res;
 }
 

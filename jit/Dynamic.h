@@ -23,6 +23,7 @@
 #include <rcjit/Compile.h>
 
 #include "guards/GuardSet.h"
+#include "jit/Regional.h"
 #include "targets/Program.h"
 #include "tracer/Tracer.h"
 
@@ -58,6 +59,19 @@ struct SymbolicResult {
 SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
                             const std::vector<Shape> &strides,
                             const std::vector<DynSymbol> &candidates);
+
+/// The regional counterpart: a plan whose stages are symbolic programs (null when no
+/// symbol could be kept).
+struct SymbolicRegional {
+  std::vector<DynSymbol> symbols;
+  std::shared_ptr<RegionalPlan> plan;
+  std::vector<std::string> notes;
+};
+SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
+                                      const std::vector<Shape> &strides,
+                                      const std::vector<DynSymbol> &candidates,
+                                      const std::function<Graph(const Graph &)> &optimize,
+                                      const std::string &idPrefix);
 
 /// Applies the kept symbols to an entry's guards.
 void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols);

@@ -9,6 +9,7 @@
 
 #include "cache/ClearHooks.h"
 #include "targets/Lower.h"
+#include "targets/SymbolicProgram.h"
 #include "tracer/GraphIO.h"
 
 namespace rcjit {
@@ -77,20 +78,14 @@ std::vector<int> selectRegions(const Graph &g) {
   return picked;
 }
 
-RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
-                               const std::function<Graph(const Graph &)> &optimize,
-                               const std::string &idPrefix) {
-  RegionalPlan plan;
-  plan.numNodes = static_cast<int>(g.nodes.size());
-  plan.graphOutputs = g.outputs;
-  std::vector<Shape> strides(g.nodes.size());
-  plan.graphInputs = g.programInputs();
-  for (size_t i = 0; i < plan.graphInputs.size(); ++i)
-    strides[plan.graphInputs[i]] = inputStrides.at(i);
-  // One copy of g with a "glue" region for each stretch between selected regions: then
-  // every stage, glue or region, is extracted the same way.
-  Graph cut = g;
-  std::vector<int> stages; // region indices into cut, in node order
+namespace {
+
+// The stage graph's cut: g with a "glue" region for each stretch between selected regions,
+// so that every stage, glue or region, is extracted the same way. Returns the stage region
+// indices in node order.
+std::vector<int> cutStages(const Graph &g, Graph &cut) {
+  cut = g;
+  std::vector<int> stages;
   auto addGlue = [&](int begin, int end) {
     Region r;
     r.name = r.type = "glue";
@@ -106,35 +101,139 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     at = g.regions[r].end;
   }
   if (at < static_cast<int>(g.nodes.size())) addGlue(at, static_cast<int>(g.nodes.size()));
+  return stages;
+}
+
+bool usesSymbol(const Program &p, int32_t sym) {
+  auto in = [&](const SizeExpr &e) {
+    return std::find(e.syms.begin(), e.syms.end(), sym) != e.syms.end();
+  };
+  for (const SymField &f : p.symbols.fields) {
+    if (in(f.expr)) return true;
+  }
+  for (const LoopKernel &k : p.kernels) {
+    for (const SizeExpr &e : k.domain) {
+      if (in(e)) return true;
+    }
+    for (const KernelTensor &t : k.tensors) {
+      for (const SizeExpr &e : t.strides) {
+        if (in(e)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A stage's symbolic program from its lowerings at every sample; its sizes are read from
+// the stage inputs (graph nodes `inputs`) whose dims equal a symbol.
+Program symbolicStage(const std::string &name, std::vector<ProgramSample> samples,
+                      const std::vector<const Graph *> &graphs, const std::vector<int> &inputs,
+                      const std::vector<Symbol> &ranges) {
+  Program p;
+  std::string why;
+  if (!fitSymbolicProgram(samples, p, why)) throw Error("stage " + name + ": " + why);
+  std::vector<std::vector<int64_t>> syms;
+  for (const ProgramSample &s : samples) syms.push_back(s.syms);
+  bool any = false;
+  p.symbols.ranges = ranges;
+  p.symbols.sources.assign(ranges.size(), {});
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (!usesSymbol(p, static_cast<int32_t>(i))) continue;
+    any = true;
+    for (size_t j = 0; j < inputs.size() && p.symbols.sources[i].empty(); ++j) {
+      const SymShape &shape = graphs[0]->nodes[inputs[j]].shape;
+      for (size_t d = 0; d < shape.size() && p.symbols.sources[i].empty(); ++d) {
+        std::vector<int64_t> values;
+        for (const Graph *g : graphs) values.push_back(g->nodes[inputs[j]].shape[d].value);
+        SizeExpr e;
+        if (fitSize(values, syms, e) && e.c == 1 && e.syms == std::vector<int32_t>{int32_t(i)})
+          p.symbols.sources[i].push_back({static_cast<int>(j), static_cast<int>(d)});
+      }
+    }
+    if (p.symbols.sources[i].empty()) {
+      throw Error("stage " + name + " uses symbol s" + std::to_string(i) +
+                  ", but none of its inputs has it as a dim");
+    }
+  }
+  if (!any) p.symbols = ProgramSymbols{};
+  return p;
+}
+
+} // namespace
+
+RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
+                               const std::function<Graph(const Graph &)> &optimize,
+                               const std::string &idPrefix,
+                               const std::vector<RegionalProbe> &probes,
+                               const std::vector<int64_t> &syms,
+                               const std::vector<Symbol> &ranges) {
+  RegionalPlan plan;
+  plan.numNodes = static_cast<int>(g.nodes.size());
+  plan.graphOutputs = g.outputs;
+  plan.graphInputs = g.programInputs();
+  // sample 0 is g; then each probe: same nodes and regions, other sizes
+  size_t ns = 1 + probes.size();
+  std::vector<const Graph *> graphs = {&g};
+  std::vector<const std::vector<Shape> *> inStrides = {&inputStrides};
+  std::vector<std::vector<int64_t>> symValues = {syms};
+  for (const RegionalProbe &pr : probes) {
+    if (pr.graph.nodes.size() != g.nodes.size() || pr.graph.regions != g.regions) {
+      throw Error("the traced graph at other sizes has other nodes or regions");
+    }
+    graphs.push_back(&pr.graph);
+    inStrides.push_back(&pr.inputStrides);
+    symValues.push_back(pr.syms);
+  }
+  std::vector<std::vector<Shape>> strides(ns, std::vector<Shape>(g.nodes.size()));
+  for (size_t k = 0; k < ns; ++k) {
+    for (size_t i = 0; i < plan.graphInputs.size(); ++i)
+      strides[k][plan.graphInputs[i]] = inStrides[k]->at(i);
+  }
+  std::vector<Graph> cuts(ns);
+  std::vector<int> stages;
+  for (size_t k = 0; k < ns; ++k) stages = cutStages(*graphs[k], cuts[k]);
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
-    Graph sub = extractRegion(cut, stages[s], &boundary, &outs);
+    std::vector<Graph> subs(ns);
+    subs[0] = extractRegion(cuts[0], stages[s], &boundary, &outs);
     if (outs.empty()) continue; // only input nodes, or nothing used later
+    for (size_t k = 1; k < ns; ++k) subs[k] = extractRegion(cuts[k], stages[s]);
     RegionalStage st;
     st.region = stages[s] < static_cast<int>(g.regions.size());
-    st.name = cut.regions[stages[s]].name;
-    st.inputs = programOrder(sub, boundary);
+    st.name = cuts[0].regions[stages[s]].name;
+    st.inputs = programOrder(subs[0], boundary);
     st.outputs = outs;
     std::ostringstream key;
-    key << hashGraph(sub).hex();
-    std::vector<Shape> subStrides;
-    for (int id : st.inputs) {
-      subStrides.push_back(strides[id]);
-      key << "|" << shapeStr(strides[id]);
+    for (size_t k = 0; k < ns; ++k) {
+      key << (k ? "/" : "") << hashGraph(subs[k]).hex();
+      for (int id : st.inputs) key << "|" << shapeStr(strides[k][id]);
     }
     st.program = StageTable::instance().find(key.str());
     if (st.program) {
       st.reused = true;
       ++plan.reused;
     } else {
-      Program p = lower(optimize(sub), subStrides);
+      std::vector<ProgramSample> samples(ns);
+      for (size_t k = 0; k < ns; ++k) {
+        std::vector<Shape> subStrides;
+        for (int id : st.inputs) subStrides.push_back(strides[k][id]);
+        samples[k].program = lower(optimize(subs[k]), subStrides);
+        samples[k].syms = symValues[k];
+      }
+      Program p = ns == 1 ? std::move(samples[0].program)
+                          : symbolicStage(st.name, std::move(samples), graphs, st.inputs, ranges);
       st.program = cpu::CpuProgram::create(std::move(p), idPrefix + "_s" + std::to_string(s));
       StageTable::instance().add(key.str(), st.program);
       ++plan.compiled;
     }
     const Program &prog = st.program->program();
-    for (size_t o = 0; o < outs.size(); ++o)
-      strides[outs[o]] = prog.values[prog.outputs[o]].strides;
+    for (size_t k = 0; k < ns; ++k) {
+      Program spec =
+          prog.symbols.empty() ? Program{} : specializeProgram(prog, symValues[k].data());
+      const Program &at = prog.symbols.empty() ? prog : spec;
+      for (size_t o = 0; o < outs.size(); ++o)
+        strides[k][outs[o]] = at.values[at.outputs[o]].strides;
+    }
     plan.stages.push_back(std::move(st));
   }
   return plan;

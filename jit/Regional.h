@@ -46,10 +46,23 @@ struct RegionalPlan {
 /// elements or explicit rcjit::region calls.
 std::vector<int> selectRegions(const Graph &g);
 
+/// The same function traced at other values of its symbolic sizes (see jit/Dynamic.h).
+struct RegionalProbe {
+  Graph graph;                     // the raw trace: same structure as the main one
+  std::vector<Shape> inputStrides; // of its program inputs
+  std::vector<int64_t> syms;       // the symbol values it was traced at
+};
+
 /// Builds the plan for `g` whose program inputs (args then captured) have `inputStrides`.
-/// `optimize` is the graph pass pipeline applied to each stage. Throws rcjit::Error.
+/// `optimize` is the graph pass pipeline applied to each stage. With `probes` (traces of
+/// the same function at other symbol values; `syms` the values of `g`, `ranges` the
+/// symbols' ranges), every stage is a symbolic program whose sizes it reads from its own
+/// inputs. Throws rcjit::Error (also when a stage cannot be made symbolic, saying why).
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::function<Graph(const Graph &)> &optimize,
-                               const std::string &idPrefix);
+                               const std::string &idPrefix,
+                               const std::vector<RegionalProbe> &probes = {},
+                               const std::vector<int64_t> &syms = {},
+                               const std::vector<Symbol> &ranges = {});
 
 } // namespace rcjit

@@ -77,6 +77,7 @@ struct SymField {
 struct ProgramSymbols {
   std::vector<Symbol> ranges;                  // one per symbol
   std::vector<std::vector<SymSource>> sources; // per symbol; all must have the same size
+                                               // (none: a symbol this program does not use)
   std::vector<SymField> fields;
   bool empty() const { return ranges.empty(); }
 };

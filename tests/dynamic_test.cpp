@@ -222,4 +222,30 @@ TEST(Dynamic, ModelsWithAMarkedSequenceCompileOnce) {
   }
 }
 
+// Regional mode: each region's program is symbolic too, so a new length reuses every region.
+TEST(Dynamic, RegionalModeServesEveryLengthWithOneCompilePerRegion) {
+  for (const char *name : {"toy64", "gpt2"}) {
+    tools::ModelConfig c;
+    c.batch = 2;
+    c.seq = 40;
+    c.layers = 3;
+    auto m = tools::findModel(name).build(c);
+    CompileOptions o;
+    o.mode = Mode::regional;
+    auto cf = compile([&](const Tensor &x) { return m->forward({x}); }, o);
+    int compiles = 0;
+    for (int64_t s : {12, 29, 40}) {
+      c.seq = s;
+      std::vector<Tensor> in = m->makeInputs(c);
+      mark_dynamic(in[0], 1, 2, 40);
+      Tensor ref = m->forward(in);
+      EXPECT_TRUE(allclose(cf(in[0]), ref, 1e-4, 1e-4)) << name << " seq " << s;
+      if (s == 12) compiles = cf.stats().compiles;
+    }
+    EXPECT_EQ(cf.stats().compiles, compiles) << name << "\n" << cf.explain();
+    EXPECT_EQ(cf.stats().recompiles, 0) << name;
+    EXPECT_NE(cf.explain().find("s0 in [2, 40]"), std::string::npos) << cf.explain();
+  }
+}
+
 } // namespace

@@ -282,7 +282,11 @@ std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const
       out = symHeap.data();
     }
     for (size_t i = 0; i < ps.sources.size(); ++i) {
-      const SymSource &src = ps.sources[i].at(0);
+      if (ps.sources[i].empty()) { // a symbol of the function this program does not use
+        out[i] = 0;
+        continue;
+      }
+      const SymSource &src = ps.sources[i][0];
       if (src.input >= static_cast<int>(n)) throw Error("compiled program: missing input");
       out[i] = inputs[src.input]->shape().at(static_cast<size_t>(src.dim));
     }
