@@ -18,6 +18,19 @@ namespace {
 // with recompile_limit = 2 called on 4 widths and one with a graph break (item()), the second
 // time with one disk cache entry corrupted. Three processes append to one trace.
 const std::string kSample = std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_sample.jsonl";
+// The summary of kSample as printed before the dynamic events existed, without its first
+// line (which names the file).
+const std::string kSampleSummary =
+    std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_sample_summary.txt";
+// tests/data/trace_dynamic.jsonl: `rcjit bench --model toy64 --modes full,dynamic --batch 1
+// --seq 32 --reps 2` (function 1 marks the sequence dim dynamic in [2, 32]), then a program
+// compiling a function with Dynamic::always on two [3, 5] arguments (function 0: shared
+// symbols; its dynamic events come before the compile that starts the second run), one
+// called on widths 8, 9, 10 (function 1: automatic makes dim 1 symbolic in entry 1), one
+// reshaping by a constant called on widths 12, 24 (function 2: dim 1 stays static) and one
+// with a graph break on a mark_dynamic argument (function 3: every dim stays static).
+const std::string kDynamicSample =
+    std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_dynamic.jsonl";
 
 struct Result {
   int rc = -1;
@@ -54,6 +67,13 @@ size_t occurrences(const std::string &text, const std::string &what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// The summary of one function: from its header line to the blank line after it.
+std::string section(const std::string &out, const std::string &header) {
+  size_t at = out.find("\n" + header + ":");
+  if (at == std::string::npos) return "";
+  return out.substr(at + 1, out.find("\n\n", at + 1) - at);
 }
 
 #define EXPECT_CONTAINS(text, what)                                                                \
@@ -117,6 +137,10 @@ TEST(LogsCommand, HtmlEscapesEveryText) {
       R"({"event":"perf_hints","message":"function 7 <script>alert(\"x\")</script> & 'y'"})"
       "\n"
       R"({"event":"compile","function":7,"entry":0,"seconds":0.5,"reason":"a < b && c > d"})"
+      "\n"
+      R"({"event":"dynamic","function":7,"entry":0,"dims":"<b>","min":2,"max":8,"why":"x & y"})"
+      "\n"
+      R"({"event":"dynamic","function":7,"entry":0,"static":"<i> stays static: 'q' > \"p\""})"
       "\n");
   std::string html = tempPath("escape.html");
   Result r = runLogs({trace, "--html", html});
@@ -125,7 +149,99 @@ TEST(LogsCommand, HtmlEscapesEveryText) {
   EXPECT_EQ(page.find("<script>"), std::string::npos) << page;
   EXPECT_CONTAINS(page, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;");
   EXPECT_CONTAINS(page, "<td>a &lt; b &amp;&amp; c &gt; d</td>");
+  EXPECT_CONTAINS(page, "<td>&lt;b&gt;</td><td>s0</td><td>[2, 8]</td><td>x &amp; y</td>");
+  EXPECT_CONTAINS(page, "<td>&lt;i&gt;</td><td>&#39;q&#39; &gt; &quot;p&quot;</td>");
   EXPECT_CONTAINS(r.out, "function 7: 1 entry, 0 recompiles, compile 500.0 ms total");
+}
+
+TEST(LogsCommand, SummarizesSymbolicAndStaticDims) {
+  Result r = runLogs({kDynamicSample});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_CONTAINS(r.out, "32 events (5 cache, 8 compile, 6 dynamic, 1 graph_breaks, ");
+  EXPECT_CONTAINS(r.out, "6 functions, 8 entries, 2 recompiles, 0 recompile-limit hits, "
+                         "1 graph break, compile ");
+  EXPECT_CONTAINS(r.out, "2 runs");
+  EXPECT_EQ(section(r.out, "run 1 function 0").find("dynamic"), std::string::npos) << r.out;
+  EXPECT_CONTAINS(section(r.out, "run 1 function 1"),
+                  "  dynamic shapes:\n    entry 0: arg 0 dim 1 -> symbol s0 in [2, 32] "
+                  "(mark_dynamic)\n");
+  // logged before the compile event that starts run 2: they belong to run 2's function 0
+  EXPECT_CONTAINS(section(r.out, "run 2 function 0"),
+                  "  dynamic shapes:\n"
+                  "    entry 0: arg 0 dim 0 = arg 1 dim 0 -> symbol s0 in [2, inf] "
+                  "(Dynamic::always)\n"
+                  "    entry 0: arg 0 dim 1 = arg 1 dim 1 -> symbol s1 in [2, inf] "
+                  "(Dynamic::always)\n");
+  std::string automatic = section(r.out, "run 2 function 1");
+  EXPECT_CONTAINS(automatic, "    entry 1: arg 0 dim 1: expected 8, got 9\n  dynamic shapes:\n"
+                             "    entry 1: arg 0 dim 1 -> symbol s0 in [2, inf] (automatic: "
+                             "changed from 8 to 9 since entry 0)\n");
+  EXPECT_CONTAINS(section(r.out, "run 2 function 2"),
+                  "  dynamic shapes:\n    entry 1: arg 0 dim 1 stays static: the function fails "
+                  "at s0=5: reshape: cannot reshape [2, 5] (10 elements) to [-1, 3, 4]\n");
+  EXPECT_CONTAINS(section(r.out, "run 2 function 3"),
+                  "  dynamic shapes:\n    entry 0: every dim stays static: a function with graph "
+                  "breaks compiles its segments for static shapes\n  graph breaks:\n");
+  EXPECT_EQ(occurrences(r.out, "dynamic shapes:"), 5u) << r.out;
+}
+
+TEST(LogsCommand, HtmlListsSymbolicAndStaticDims) {
+  std::string html = tempPath("dynamic.html");
+  std::filesystem::remove(html);
+  Result r = runLogs({kDynamicSample, "--html", html});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string page = readFile(html);
+  EXPECT_CONTAINS(page, "<h2>Symbolic dims</h2>\n<table>\n<tr><th>function</th><th>entry</th>"
+                        "<th>dims</th><th>symbol</th><th>range</th><th>why</th></tr>\n");
+  EXPECT_CONTAINS(page, "<tr><td>run 1 function 1</td><td>0</td><td>arg 0 dim 1</td><td>s0</td>"
+                        "<td>[2, 32]</td><td>mark_dynamic</td></tr>");
+  EXPECT_CONTAINS(page, "<tr><td>run 2 function 0</td><td>0</td><td>arg 0 dim 1 = arg 1 dim 1</td>"
+                        "<td>s1</td><td>[2, inf]</td><td>Dynamic::always</td></tr>");
+  EXPECT_CONTAINS(page, "<tr><td>run 2 function 1</td><td>1</td><td>arg 0 dim 1</td><td>s0</td>"
+                        "<td>[2, inf]</td><td>automatic: changed from 8 to 9 since entry 0</td>"
+                        "</tr>");
+  EXPECT_CONTAINS(page, "<h2>Dims that stay static</h2>\n<table>\n<tr><th>function</th>"
+                        "<th>entry</th><th>dims</th><th>why</th></tr>\n");
+  EXPECT_CONTAINS(page, "<tr><td>run 2 function 2</td><td>1</td><td>arg 0 dim 1</td><td>the "
+                        "function fails at s0=5: reshape: cannot reshape [2, 5] (10 elements) "
+                        "to [-1, 3, 4]</td></tr>");
+  EXPECT_CONTAINS(page, "<tr><td>run 2 function 3</td><td>0</td><td>every dim</td><td>a function "
+                        "with graph breaks compiles its segments for static shapes</td></tr>");
+  EXPECT_EQ(occurrences(page, "<td>[2, inf]</td>"), 3u) << page;
+}
+
+TEST(LogsCommand, OldTraceWithoutDynamicEventsPrintsAsBefore) {
+  Result r = runLogs({kSample});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "rcjit logs: " + kSample + "\n" + readFile(kSampleSummary));
+  std::string html = tempPath("old.html");
+  r = runLogs({kSample, "--html", html});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string page = readFile(html);
+  EXPECT_CONTAINS(page, "<h2>Symbolic dims</h2>\n<p class=\"none\">none</p>\n");
+  EXPECT_CONTAINS(page, "<h2>Dims that stay static</h2>\n<p class=\"none\">none</p>\n");
+}
+
+TEST(LogsCommand, DynamicEventsWithoutACompileAndMissingFields) {
+  std::string trace = writeFile(
+      "dynamic.jsonl",
+      R"({"event":"dynamic","function":4,"entry":0,"dims":"arg 1 dim 0","symbol":0,"min":1,)"
+      R"("max":9223372036854775807,"why":"mark_dynamic"})"
+      "\n"
+      R"({"event":"dynamic","function":4,"entry":0,"dims":"arg 0 dim 1","symbol":1,"min":2})"
+      "\n"
+      R"({"event":"dynamic","function":4,"entry":0,"static":"a note of another form"})"
+      "\n");
+  Result r = runLogs({trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "rcjit logs: " + trace + ": line 2: key 'max' not found\n");
+  EXPECT_CONTAINS(r.out, "2 events (2 dynamic); 1 malformed line\n");
+  // the entry was never compiled (a cut-off trace): its dims are still listed
+  EXPECT_CONTAINS(r.out, "function 4: 0 entries, 0 recompiles, compile 0.0 ms total, 0.0 ms max\n"
+                         "  dynamic shapes:\n"
+                         "    entry 0: arg 1 dim 0 -> symbol s0 in [1, inf] (mark_dynamic)\n"
+                         "    entry 0: a note of another form\n");
 }
 
 TEST(LogsCommand, MalformedLinesAreReportedAndSkipped) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -48,11 +49,24 @@ struct LimitHit {
   std::string guard;
 };
 
+// One "dynamic" event: an argument dim that became a symbol of an entry, or a candidate dim
+// that stayed static (symbol < 0) and why.
+struct DynamicDim {
+  int64_t entry = -1;
+  int64_t symbol = -1;
+  std::string dims; // "arg 0 dim 1", "arg 0 dim 0 = arg 1 dim 0", "every dim"
+  int64_t min = 0, max = 0;
+  std::string why;
+
+  bool symbolic() const { return symbol >= 0; }
+};
+
 // What the trace says about one compiled function (the "function" id of its events).
 struct FunctionReport {
   std::vector<CompileRow> compiles;
   std::vector<Recompile> recompiles;
   std::vector<LimitHit> limitHits;
+  std::vector<DynamicDim> dynamic; // in trace order: by entry, symbols before static dims
   Counts breaks; // one graph break ("item() on the result of sum (%1)") → times traced
   Counts hints;
 
@@ -91,12 +105,14 @@ struct Report {
   int lines = 0, malformed = 0;
 };
 
-// Reading state: which functions compiled an entry in the current run, and the breaks seen
-// before the compile event they belong to (a break is logged before its entry is built).
+// Reading state: which functions compiled an entry in the current run, and the breaks and
+// dynamic dims seen before the compile event they belong to (both are logged before their
+// entry's compile event, which may be the first of a new run).
 struct Reader {
   Report report;
   std::set<int> compiled;
   std::map<int, std::vector<std::string>> pendingBreaks;
+  std::map<int, std::vector<DynamicDim>> pendingDynamic;
 
   FunctionReport &function(std::optional<int> id) {
     return report.functions[{report.runs, id.value_or(-1)}];
@@ -114,9 +130,12 @@ std::optional<int> functionOf(const json &j) {
   return std::nullopt;
 }
 
-void flushBreaks(Reader &rd, int id) {
+void flushPending(Reader &rd, int id) {
   for (const std::string &b : rd.pendingBreaks[id]) ++rd.function(id).breaks[b];
   rd.pendingBreaks.erase(id);
+  std::vector<DynamicDim> &dims = rd.function(id).dynamic;
+  for (DynamicDim &d : rd.pendingDynamic[id]) dims.push_back(std::move(d));
+  rd.pendingDynamic.erase(id);
 }
 
 // A second "entry 0" of a function id means a new process appended to the trace.
@@ -135,7 +154,7 @@ void addCompile(Reader &rd, const json &j) {
     rd.compiled.clear();
   }
   rd.compiled.insert(id);
-  flushBreaks(rd, id);
+  flushPending(rd, id);
   rd.function(id).compiles.push_back(c);
 }
 
@@ -160,6 +179,27 @@ void addBreaks(Reader &rd, const json &j) {
   }
 }
 
+// A symbol: {"dims", "symbol", "min", "max" (INT64_MAX: unbounded), "why"}; a dim that stays
+// static: {"static": "arg 0 dim 1 stays static: the function fails at s0=5: ..."}.
+void addDynamic(Reader &rd, const json &j) {
+  DynamicDim d;
+  d.entry = j.value("entry", int64_t{-1});
+  if (j.contains("static")) {
+    std::string note = j.at("static").get<std::string>();
+    const std::string stays = " stays static: ";
+    size_t at = note.find(stays);
+    d.dims = at == std::string::npos ? "" : note.substr(0, at);
+    d.why = at == std::string::npos ? note : note.substr(at + stays.size());
+  } else {
+    d.dims = j.at("dims").get<std::string>();
+    d.symbol = j.value("symbol", int64_t{0});
+    d.min = j.at("min").get<int64_t>();
+    d.max = j.at("max").get<int64_t>();
+    d.why = j.value("why", "");
+  }
+  rd.pendingDynamic[functionOf(j).value_or(-1)].push_back(d);
+}
+
 void addCache(Report &r, const json &j) {
   std::string msg = j.value("message", "");
   if (msg.rfind("disk hit", 0) == 0) {
@@ -182,6 +222,8 @@ void addEvent(Reader &rd, const json &j) {
     addRecompile(rd, j);
   } else if (kind == "graph_breaks") {
     addBreaks(rd, j);
+  } else if (kind == "dynamic") {
+    addDynamic(rd, j);
   } else if (kind == "perf_hints") {
     std::optional<int> fn = functionOf(j);
     ++(fn ? rd.function(fn).hints : rd.report.hints)[j.value("message", "")];
@@ -228,7 +270,8 @@ Report readTrace(const std::string &path, std::ostream &err) {
     }
   }
   if (in.bad()) throw std::runtime_error("error while reading trace file '" + path + "'");
-  while (!rd.pendingBreaks.empty()) flushBreaks(rd, rd.pendingBreaks.begin()->first);
+  while (!rd.pendingBreaks.empty()) flushPending(rd, rd.pendingBreaks.begin()->first);
+  while (!rd.pendingDynamic.empty()) flushPending(rd, rd.pendingDynamic.begin()->first);
   return r;
 }
 
@@ -293,6 +336,21 @@ std::string limitText(const LimitHit &h) {
          ") reached, later misses run eagerly; last failing guard: " + h.guard;
 }
 
+// "[2, 128]", "[2, inf]" for an unbounded range.
+std::string rangeText(const DynamicDim &d) {
+  return "[" + std::to_string(d.min) + ", " +
+         (d.max == INT64_MAX ? std::string("inf") : std::to_string(d.max)) + "]";
+}
+
+// "arg 0 dim 1 -> symbol s0 in [2, inf] (mark_dynamic)", "arg 0 dim 1 stays static: why".
+std::string dynamicText(const DynamicDim &d) {
+  if (d.symbolic()) {
+    return d.dims + " -> symbol s" + std::to_string(d.symbol) + " in " + rangeText(d) + " (" +
+           d.why + ")";
+  }
+  return (d.dims.empty() ? "" : d.dims + " stays static: ") + d.why;
+}
+
 std::string cacheHeadline(const Report &r) {
   int rejected = 0;
   for (const auto &[reason, n] : r.cacheRejections) rejected += n;
@@ -332,6 +390,10 @@ void printFunction(std::ostream &out, const Report &r, FunctionKey id, const Fun
     out << "    entry " << rc.entry << ": " << rc.guard << "\n";
   }
   for (const LimitHit &h : f.limitHits) out << "  " << limitText(h) << "\n";
+  if (!f.dynamic.empty()) out << "  dynamic shapes:\n";
+  for (const DynamicDim &d : f.dynamic) {
+    out << "    entry " << d.entry << ": " << dynamicText(d) << "\n";
+  }
   printCounts(out, "graph breaks", f.breaks);
   printCounts(out, "perf hints", f.hints);
 }
@@ -440,6 +502,25 @@ Rows recompileRows(const Report &r) {
   return rows;
 }
 
+// The symbolic dims (symbolic = true) or the dims that stayed static of every function.
+Rows dynamicRows(const Report &r, bool symbolic) {
+  Rows rows;
+  for (const auto &[id, f] : r.functions) {
+    for (const DynamicDim &d : f.dynamic) {
+      if (d.symbolic() != symbolic) continue;
+      std::vector<std::string> row = {functionName(r, id), std::to_string(d.entry),
+                                      d.dims.empty() ? "-" : d.dims};
+      if (symbolic) {
+        row.push_back("s" + std::to_string(d.symbol));
+        row.push_back(rangeText(d));
+      }
+      row.push_back(d.why);
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
 Rows cacheRows(const Report &r) {
   Rows rows;
   if (r.cacheHits) rows.push_back({"disk hit", "", std::to_string(r.cacheHits)});
@@ -468,6 +549,10 @@ void writeHtml(std::ostream &o, const Report &r) {
       functionRows(r));
   htmlTable(o, "Compiles", {"function", "entry", "ms", "reason", "kernels"}, compileRows(r));
   htmlTable(o, "Recompiles", {"function", "entry", "failing guard"}, recompileRows(r));
+  htmlTable(o, "Symbolic dims", {"function", "entry", "dims", "symbol", "range", "why"},
+            dynamicRows(r, true));
+  htmlTable(o, "Dims that stay static", {"function", "entry", "dims", "why"},
+            dynamicRows(r, false));
   htmlTable(o, "Graph breaks", {"function", "break", "count"},
             countRows(r, &FunctionReport::breaks, {}));
   htmlTable(o, "Perf hints", {"function", "hint", "count"},
