@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "tests/Ptxas.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
 #include "tools/Safetensors.h"
@@ -89,9 +90,34 @@ TEST(Cli, TraceDumpsEveryStage) {
   Result as = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "asm"});
   ASSERT_EQ(as.code, 0) << as.err;
   EXPECT_NE(as.out.find("k0:"), std::string::npos);
-  Result bad = run({"trace", "--dump", "ptx"});
+  Result bad = run({"trace", "--dump", "sass"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("CUDA"), std::string::npos);
+  EXPECT_NE(bad.err.find("ptx"), std::string::npos) << "the choices are listed";
+}
+
+// PTX needs no GPU; what it prints must assemble.
+TEST(Cli, TraceDumpsPtx) {
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    std::vector<const char *> args = {"trace", "--model", "toy64",  "--layers", "2",
+                                      "--seq", "4",       "--dump", "ptx"};
+    if (std::string(arch) != "sm_80") args.insert(args.end(), {"--arch", arch});
+    Result r = run(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(".version"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(".entry"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::string(".target ") + arch), std::string::npos);
+    if (!rcjit::test::havePtxas()) continue; // the content checks above still ran
+    EXPECT_TRUE(rcjit::test::assembles(r.out, arch));
+  }
+  Result gpt2 = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "ptx"});
+  ASSERT_EQ(gpt2.code, 0) << gpt2.err;
+  EXPECT_NE(gpt2.out.find(".entry k0("), std::string::npos); // layer_norm, softmax, gelu, ...
+  if (rcjit::test::havePtxas()) {
+    EXPECT_TRUE(rcjit::test::assembles(gpt2.out, "sm_80"));
+  }
+  Result badArch = run({"trace", "--dump", "ptx", "--arch", "sm_13"});
+  EXPECT_EQ(badArch.code, 2);
+  EXPECT_NE(badArch.err.find("sm_13"), std::string::npos);
 }
 
 TEST(Cli, TraceDumpsGraph) {

@@ -16,6 +16,7 @@
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
+#include "targets/cuda/PtxCodegen.h"
 #include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
 #include "tools/LogsCommand.h"
@@ -46,7 +47,7 @@ const char *kUsageText =
     "commands:\n"
     "  models                 list the built-in models\n"
     "  bench  --model NAME    time a model (first call and steady-state inference)\n"
-    "  trace  --model NAME    trace a model and print its graph (--dump graph)\n"
+    "  trace  --model NAME    trace a model and print its graph, kernels, LLVM IR, asm or PTX\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
     "\n"
@@ -72,16 +73,35 @@ int cmdModels(const std::vector<std::string> &args, std::ostream &out) {
   return kOk;
 }
 
+// The PTX of every kernel of the CUDA target's program for `g` (lowered without library
+// epilogues: cuBLAS gets none yet), as one module.
+int printPtx(const Graph &g, const std::vector<Shape> &strides, const std::string &model,
+             const std::string &arch, std::ostream &out) {
+  LowerOptions lo;
+  lo.fuseLibraryEpilogues = false;
+  Program p = lower(g, strides, lo);
+  if (p.kernels.empty()) {
+    out << "// no generated kernels: every step of this model is a library call\n";
+    return kOk;
+  }
+  cuda::PtxOptions o;
+  o.arch = arch;
+  out << cuda::compilePtx(p.kernels, "rcjit_trace_" + model, o).ptx;
+  return kOk;
+}
+
 int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit trace: trace a built-in model and print what it became");
-  std::string model, dump;
+  std::string model, dump, arch;
   int64_t batch = 1, seq = 128;
   int layers = -1;
   desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
                                                  "model name (see 'rcjit models')")(
       "dump", po::value(&dump)->default_value("graph"),
       "what to print: graph (as traced), optimized (after the passes), program (fusion "
-      "groups and steps), llvm (optimized LLVM IR), asm (host assembly)")(
+      "groups and steps), llvm (optimized LLVM IR), asm (host assembly), ptx (the CUDA "
+      "target's PTX; needs no GPU)")("arch", po::value(&arch)->default_value("sm_80"),
+                                     "GPU architecture of --dump ptx (sm_80, sm_90, ...)")(
       "batch", po::value(&batch)->default_value(1),
       "batch size")("seq", po::value(&seq)->default_value(128), "sequence length")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers");
@@ -90,10 +110,15 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
     out << desc;
     return kOk;
   }
-  const std::vector<std::string> dumps = {"graph", "optimized", "program", "llvm", "asm"};
+  const std::vector<std::string> dumps = {"graph", "optimized", "program", "llvm", "asm", "ptx"};
   if (std::find(dumps.begin(), dumps.end(), dump) == dumps.end()) {
-    throw UsageError("--dump: '" + dump + "' is not one of graph, optimized, program, llvm, asm" +
-                     (dump == "ptx" ? " (ptx needs the CUDA target, not in this build)" : ""));
+    throw UsageError("--dump: '" + dump +
+                     "' is not one of graph, optimized, program, llvm, asm, ptx");
+  }
+  const std::vector<std::string> &archs = cuda::knownArchs();
+  if (std::find(archs.begin(), archs.end(), arch) == archs.end()) {
+    throw UsageError("--arch: '" + arch + "' is not a GPU architecture LLVM 19 targets (" +
+                     archs.front() + " to " + archs.back() + ")");
   }
   ModelConfig c;
   c.batch = batch;
@@ -115,6 +140,7 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   std::vector<Shape> strides;
   for (const Tensor &a : t.args) strides.push_back(a.strides());
   for (const Tensor &a : t.captured) strides.push_back(a.strides());
+  if (dump == "ptx") return printPtx(g, strides, model, arch, out);
   Program p = lower(g, strides);
   if (dump == "program") {
     out << printProgram(p);

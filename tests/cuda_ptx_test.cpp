@@ -1,0 +1,443 @@
+// The CUDA target without a GPU: PTX for real kernels (every conformance case, toy64 in every
+// float dtype), each module assembled by ptxas for sm_80 and sm_90.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+#include "jit/Pipeline.h"
+#include "targets/Lower.h"
+#include "targets/cpu/CpuKernels.h"
+#include "targets/cuda/CudaDriver.h"
+#include "targets/cuda/Libdevice.h"
+#include "targets/cuda/PtxCodegen.h"
+#include "tests/GpuTest.h"
+#include "tests/Ptxas.h"
+#include "tests/TestUtil.h"
+#include "tests/conformance/OpCases.h"
+#include "tools/Models.h"
+#include "tracer/Tracer.h"
+
+namespace {
+
+using namespace rcjit;
+using rcjit::test::assembles;
+using rcjit::test::errorOf;
+using K = KernelStmt::Kind;
+
+const char *const kArchs[] = {"sm_80", "sm_90"};
+
+// The loop kernels the CUDA target would build for fn(inputs): traced on shapes, the default
+// passes, lowered without library epilogues (a GPU has no oneDNN post-ops).
+std::vector<LoopKernel> kernelsOf(const TracedFn &fn, const std::vector<Tensor> &inputs) {
+  Trace t = traceFunction(fn, inputs, /*meta=*/true);
+  Graph g = runPipeline(t.graph, defaultPasses());
+  std::vector<Shape> strides;
+  for (const Tensor &a : t.args) strides.push_back(a.strides());
+  for (const Tensor &a : t.captured) strides.push_back(a.strides());
+  LowerOptions lo;
+  lo.fuseLibraryEpilogues = false;
+  return lower(g, strides, lo).kernels;
+}
+
+// c[i] = a[i] + b[i] over n f32 elements.
+LoopKernel addKernel(const std::string &name, int64_t n) {
+  LoopKernel k;
+  k.name = name;
+  k.domain = {SizeExpr::constant(n)};
+  k.numOuter = 1;
+  for (int t = 0; t < 3; ++t) k.tensors.push_back({DType::f32, {SizeExpr::constant(1)}, t == 2});
+  k.stmts = {{K::load, OpKind::add, {}, 0, DType::f32, 0},
+             {K::load, OpKind::add, {}, 1, DType::f32, 0},
+             {K::compute, OpKind::add, {0, 1}, -1, DType::f32, 0},
+             {K::store, OpKind::add, {2}, 2, DType::f32, 0}};
+  return k;
+}
+
+// y[r] = log(sum_c x[r, c]) over a [rows, cols] f32 input: a reduction and a libdevice call.
+LoopKernel logSumKernel(const std::string &name, int64_t rows, int64_t cols) {
+  LoopKernel k;
+  k.name = name;
+  k.domain = {SizeExpr::constant(rows), SizeExpr::constant(cols)};
+  k.numOuter = 1;
+  k.tensors.push_back({DType::f32, {SizeExpr::constant(cols), SizeExpr::constant(1)}, false});
+  k.tensors.push_back({DType::f32, {SizeExpr::constant(1), SizeExpr::constant(0)}, true});
+  k.stmts = {{K::load, OpKind::add, {}, 0, DType::f32, 0},
+             {K::reduce, OpKind::sum, {0}, -1, DType::f32, 0},
+             {K::compute, OpKind::log, {1}, -1, DType::f32, 0},
+             {K::store, OpKind::add, {2}, 1, DType::f32, 0}};
+  return k;
+}
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(CudaPtx, EntriesVersionAndTarget) {
+  cuda::PtxModule m = cuda::compilePtx({addKernel("k_add", 1000)}, "test.add");
+  EXPECT_EQ(m.arch, "sm_80");
+  EXPECT_EQ(m.ptxVersion, 70); // the lowest PTX ISA sm_80 accepts
+  EXPECT_NE(m.ptx.find(".version 7.0"), std::string::npos) << m.ptx;
+  EXPECT_NE(m.ptx.find(".target sm_80"), std::string::npos) << m.ptx;
+  EXPECT_NE(m.ptx.find(".entry k_add("), std::string::npos) << m.ptx;
+  EXPECT_NE(m.ptx.find("%ctaid.x"), std::string::npos) << "a grid-stride loop";
+  EXPECT_NE(m.ptx.find("%nctaid.x"), std::string::npos);
+  EXPECT_EQ(m.ptx.find(".extern"), std::string::npos) << "PTX must not call undefined code";
+  EXPECT_FALSE(m.usesLibdevice);
+  EXPECT_EQ(m.entries, std::vector<std::string>{"k_add"});
+
+  cuda::PtxOptions o;
+  o.arch = "sm_90";
+  o.ptxVersion = 85;
+  o.wantLlvmIr = true;
+  cuda::PtxModule n = cuda::compilePtx({addKernel("a", 8), logSumKernel("b", 4, 5)}, "test.two", o);
+  EXPECT_NE(n.ptx.find(".version 8.5"), std::string::npos);
+  EXPECT_NE(n.ptx.find(".target sm_90"), std::string::npos);
+  EXPECT_EQ(count(n.ptx, ".entry "), 2u);
+  EXPECT_TRUE(n.usesLibdevice) << "f32 log comes from libdevice";
+  EXPECT_EQ(n.llvmIr.find("@__nv_logf"), std::string::npos) << "inlined, not called";
+  EXPECT_NE(n.llvmIr.find("ptx_kernel void @b("), std::string::npos) << n.llvmIr;
+}
+
+// Symbolic sizes are read from the syms array at run time, as on the CPU.
+TEST(CudaPtx, SymbolicSizesAssemble) {
+  LoopKernel k = addKernel("k_sym", 1);
+  k.domain = {SizeExpr{1, {0}}};
+  LoopKernel r = logSumKernel("k_rows", 1, 1);
+  r.domain = {SizeExpr{1, {0}}, SizeExpr{2, {1}}};
+  r.tensors[0].strides = {SizeExpr{2, {1}}, SizeExpr::constant(1)};
+  cuda::PtxModule m = cuda::compilePtx({k, r}, "test.symbolic");
+  EXPECT_NE(m.ptx.find("k_sym_param_1"), std::string::npos) << "syms is read: " << m.ptx;
+  if (rcjit::test::havePtxas()) {
+    EXPECT_TRUE(assembles(m.ptx, "sm_80"));
+  }
+}
+
+TEST(CudaPtx, BadOptionsAreClearErrors) {
+  cuda::PtxOptions o;
+  o.arch = "sm_13";
+  EXPECT_NE(errorOf([&] {
+              cuda::compilePtx({addKernel("k", 4)}, "m", o);
+            }).find("unknown GPU architecture 'sm_13'"),
+            std::string::npos);
+  o.arch = "sm_90";
+  o.ptxVersion = 70; // sm_90 needs PTX 7.8
+  EXPECT_NE(errorOf([&] { cuda::compilePtx({addKernel("k", 4)}, "m", o); }).find("cannot target"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              cuda::compilePtx({addKernel("k", 4), addKernel("k", 5)}, "m");
+            }).find("two kernels are named 'k'"),
+            std::string::npos);
+  LoopKernel bad = addKernel("k", 4);
+  bad.stmts[2].args = {0, 7};
+  EXPECT_FALSE(errorOf([&] { cuda::compilePtx({bad}, "m"); }).empty());
+}
+
+TEST(CudaPtx, TargetForDevice) {
+  cuda::PtxOptions a100 = cuda::ptxOptionsForDevice(8, 0, 84);
+  EXPECT_EQ(a100.arch, "sm_80");
+  EXPECT_EQ(a100.ptxVersion, 84);
+  cuda::PtxOptions h100 = cuda::ptxOptionsForDevice(9, 0, 90); // CUDA 13 driver
+  EXPECT_EQ(h100.arch, "sm_90");
+  EXPECT_EQ(h100.ptxVersion, 85) << "capped at what LLVM 19 emits";
+  EXPECT_EQ(cuda::ptxOptionsForDevice(10, 0, 87).arch, "sm_90") << "Blackwell runs sm_90 PTX";
+  EXPECT_EQ(cuda::ptxOptionsForDevice(12, 0, 87).arch, "sm_90");
+  EXPECT_EQ(cuda::ptxOptionsForDevice(8, 6, 78).arch, "sm_86");
+  EXPECT_EQ(cuda::ptxOptionsForDevice(8, 8, 78).arch, "sm_87") << "the newest one not newer";
+  EXPECT_EQ(cuda::ptxOptionsForDevice(7, 5, 79).ptxVersion, 78) << "a version LLVM has";
+  EXPECT_NE(errorOf([] { cuda::ptxOptionsForDevice(9, 0, 75); }).find("update the NVIDIA driver"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { cuda::ptxOptionsForDevice(3, 5, 85); }).find("older than every"),
+            std::string::npos);
+  EXPECT_EQ(cuda::minPtxVersion("sm_90"), 78);
+  EXPECT_EQ(cuda::maxPtxVersion(), 85);
+  EXPECT_EQ(cuda::knownArchs().back(), "sm_90a");
+}
+
+TEST(CudaPtx, LaunchDims) {
+  cuda::LaunchDims one = cuda::launchDims(1, 108);
+  EXPECT_EQ(one.grid, 1u);
+  EXPECT_EQ(one.block, 1u);
+  cuda::LaunchDims d = cuda::launchDims(1000, 108);
+  EXPECT_EQ(d.block, 256u);
+  EXPECT_EQ(d.grid, 4u);
+  EXPECT_EQ(cuda::launchDims(int64_t{1} << 40, 108).grid, 32u * 108); // grid-stride covers it
+  EXPECT_EQ(cuda::launchDims(0, 0).grid, 1u);
+}
+
+TEST(CudaPtx, LibdevicePathHonoursTheEnvironment) {
+  EXPECT_FALSE(cuda::libdevicePath().empty()) << "the toolkit rcjit was built with has it";
+  setenv("RCJIT_LIBDEVICE", "/some/where/libdevice.10.bc", 1);
+  EXPECT_EQ(cuda::libdevicePath(), "/some/where/libdevice.10.bc");
+  unsetenv("RCJIT_LIBDEVICE");
+}
+
+// libdevice is read once per process, so this runs in a fresh one (the threadsafe
+// death-test style re-runs only this test): without libdevice, kernels without such math
+// still compile, and one that needs it is a clear error.
+TEST(CudaPtxDeathTest, MissingLibdeviceIsAClearError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  setenv("RCJIT_LIBDEVICE", "/nonexistent/libdevice.10.bc", 1);
+  EXPECT_EXIT(
+      {
+        cuda::compilePtx({addKernel("k_add", 8)}, "plain");
+        std::fprintf(stderr, "%s\n", errorOf([] {
+                                       cuda::compilePtx({logSumKernel("k_log", 2, 3)}, "math");
+                                     }).c_str());
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0),
+      "compilePtx: 'math' needs __nv_logf: cannot read libdevice at "
+      "/nonexistent/libdevice.10.bc: No such file or directory");
+  unsetenv("RCJIT_LIBDEVICE");
+}
+
+TEST(CudaPtx, BrokenPtxFailsPtxas) {
+  RCJIT_SKIP_WITHOUT_PTXAS();
+  std::string ptx = cuda::compilePtx({addKernel("k_add", 1000)}, "test.add").ptx;
+  ASSERT_TRUE(assembles(ptx, "sm_80"));
+  std::string broken = ptx;
+  broken.replace(broken.find("add.s64"), 7, "add.q64"); // no such instruction type
+  rcjit::test::PtxasResult r = rcjit::test::runPtxas(broken, "sm_80");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.log.find("error"), std::string::npos) << r.log;
+  EXPECT_FALSE(assembles(broken, "sm_80"));
+  EXPECT_FALSE(assembles(ptx, "sm_00")) << "an unknown arch is an error too";
+}
+
+// Runs job(i) for i in [0, n) on a few threads (compilePtx is thread-safe; ptxas is a process).
+void parallelFor(size_t n, const std::function<void(size_t)> &job) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) job(i);
+  };
+  std::vector<std::thread> pool;
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread &t : pool) t.join();
+}
+
+// Every case of the conformance table, in each of its dtypes: the kernels lowering makes
+// become one PTX module per case (all its dtypes), generated for sm_80 (PTX 7.0, the lowest
+// it takes) and for sm_90 (PTX 8.5, the newest LLVM 19 emits), each assembled by ptxas for
+// its arch.
+TEST(CudaPtx, ConformanceKernelsAssemble) {
+  RCJIT_SKIP_WITHOUT_PTXAS();
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Module {
+    std::string name;
+    std::vector<LoopKernel> kernels;
+  };
+  std::vector<Module> modules;
+  size_t kernels = 0;
+  const std::vector<conformance::OpCase> &cases = conformance::cases();
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const conformance::OpCase &oc = cases[c];
+    Module mod{oc.name, {}};
+    for (DType dt : oc.dtypes) {
+      std::vector<Tensor> in;
+      for (size_t i = 0; i < oc.ins.size(); ++i) {
+        in.push_back(conformance::makeInput(oc.ins[i], dt, conformance::seedOf(oc.name) + i));
+      }
+      std::vector<LoopKernel> ks;
+      try {
+        ks = kernelsOf(oc.fn, in);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << oc.name << " in " << dtypeName(dt) << ": lowering threw " << e.what();
+        continue;
+      }
+      for (LoopKernel &k : ks) {
+        k.name = "c" + std::to_string(c) + "_" + std::string(dtypeName(dt)) + "_" + k.name;
+        mod.kernels.push_back(std::move(k));
+      }
+    }
+    kernels += mod.kernels.size();
+    if (!mod.kernels.empty()) modules.push_back(std::move(mod)); // else: library steps only
+  }
+  struct Outcome {
+    std::string failure; // empty: generated, every entry present, and ptxas accepted it
+    bool libdevice = false;
+  };
+  std::vector<Outcome> outcomes(2 * modules.size());
+  parallelFor(outcomes.size(), [&](size_t job) {
+    const Module &mod = modules[job / 2];
+    cuda::PtxOptions o;
+    o.arch = kArchs[job % 2];
+    o.ptxVersion = job % 2 ? cuda::maxPtxVersion() : 0; // both ends of the ISA range
+    Outcome &r = outcomes[job];
+    try {
+      cuda::PtxModule m = cuda::compilePtx(mod.kernels, "conformance." + mod.name, o);
+      r.libdevice = m.usesLibdevice;
+      if (count(m.ptx, ".entry ") != mod.kernels.size()) r.failure = "entries missing\n";
+      ::testing::AssertionResult ok = assembles(m.ptx, o.arch, "-O0");
+      if (!ok) r.failure += ok.message();
+    } catch (const std::exception &e) {
+      r.failure = e.what();
+    }
+  });
+  size_t withLibdevice = 0;
+  for (size_t job = 0; job < outcomes.size(); ++job) {
+    EXPECT_EQ(outcomes[job].failure, "")
+        << "case " << modules[job / 2].name << " for " << kArchs[job % 2];
+    withLibdevice += outcomes[job].libdevice ? 1 : 0;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "[ptxas] " << kernels << " conformance kernels in " << modules.size()
+            << " modules, each generated and assembled for sm_80 and sm_90 (" << outcomes.size()
+            << " ptxas runs, " << withLibdevice << " with libdevice) in " << s << " s\n";
+  EXPECT_GT(kernels, 300u) << "the table should lower to hundreds of kernels";
+}
+
+// The PTX module of the built-in toy64 model (relu and sigmoid become kernels: a GPU has no
+// oneDNN post-ops) with `layers` layers in `dt`.
+cuda::PtxModule toy64Ptx(DType dt, int layers, const std::string &arch, size_t &kernels) {
+  tools::ModelConfig cfg;
+  cfg.batch = 2;
+  cfg.seq = 16;
+  cfg.layers = layers;
+  cfg.dtype = dt;
+  std::unique_ptr<tools::Model> model = tools::findModel("toy64").build(cfg);
+  std::vector<LoopKernel> ks = kernelsOf(
+      [&](const std::vector<Tensor> &in) { return std::vector<Tensor>{model->forward(in)}; },
+      model->makeInputs(cfg));
+  kernels = ks.size();
+  cuda::PtxOptions o;
+  o.arch = arch;
+  return cuda::compilePtx(ks, "toy64", o);
+}
+
+TEST(CudaPtx, Toy64KernelsAssemble) {
+  RCJIT_SKIP_WITHOUT_PTXAS();
+  size_t kernels = 0;
+  cuda::PtxModule full = toy64Ptx(DType::f32, -1, "sm_80", kernels); // all 64 layers
+  EXPECT_GE(kernels, 128u) << "relu and sigmoid of 64 layers";
+  EXPECT_EQ(count(full.ptx, ".entry "), kernels);
+  EXPECT_TRUE(assembles(full.ptx, "sm_80"));
+  // every float dtype of the conformance suite, for both archs (4 layers: the same kernels)
+  for (DType dt : conformance::kFloat) {
+    for (const char *arch : kArchs) {
+      cuda::PtxModule m = toy64Ptx(dt, 4, arch, kernels);
+      EXPECT_GE(kernels, 8u);
+      EXPECT_EQ(count(m.ptx, ".entry "), kernels);
+      EXPECT_TRUE(assembles(m.ptx, arch)) << "toy64 in " << dtypeName(dt);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// On a GPU (label `gpu`; skipped without one): the PTX loads, runs and matches the CPU.
+
+class GpuPtx : public rcjit::test::GpuTest {};
+
+// Device memory that frees itself.
+struct DeviceBuffer {
+  const cuda::DriverApi &api;
+  CUdeviceptr ptr = 0;
+  DeviceBuffer(const cuda::DriverApi &a, size_t bytes) : api(a) {
+    cuda::check(api.memAlloc(&ptr, bytes), "cuMemAlloc");
+  }
+  ~DeviceBuffer() { api.memFree(ptr); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void upload(const void *data, size_t bytes) {
+    cuda::check(api.memcpyHtoD(ptr, data, bytes), "cuMemcpyHtoD");
+  }
+};
+
+TEST_F(GpuPtx, KernelsMatchTheCpu) {
+  const cuda::DriverApi &api = cuda::requireCuda();
+  const cuda::DeviceInfo dev = cuda::deviceInfo(0);
+  CUdevice device = 0;
+  cuda::check(api.deviceGet(&device, 0), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  cuda::check(api.devicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+  cuda::check(api.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+
+  const int64_t n = 100003, rows = 300, cols = 77;
+  const std::vector<LoopKernel> ks = {addKernel("k_add", n), logSumKernel("k_logsum", rows, cols)};
+  const cuda::PtxOptions target =
+      cuda::ptxOptionsForDevice(dev.major, dev.minor, dev.driverPtxVersion);
+  const cuda::PtxModule pm = cuda::compilePtx(ks, "gpu.test", target);
+  char log[8192] = {};
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {log, reinterpret_cast<void *>(sizeof log)};
+  CUmodule mod = nullptr;
+  CUresult loaded = api.moduleLoadDataEx(&mod, pm.ptx.c_str(), 2, opts, values);
+  ASSERT_EQ(loaded, CUDA_SUCCESS) << cuda::describeResult(&api, loaded) << "\n" << log;
+
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(0.1f, 2.0f);
+  std::vector<std::vector<float>> host = {std::vector<float>(n), std::vector<float>(n),
+                                          std::vector<float>(n), std::vector<float>(rows * cols),
+                                          std::vector<float>(rows)};
+  for (int t : {0, 1, 3}) {
+    for (float &x : host[t]) x = dist(gen);
+  }
+  // The reference: the same kernels compiled for the CPU.
+  std::vector<std::vector<float>> want = host;
+  cpu::CpuCompiledKernels cpu = cpu::compileKernels(ks, "gpu.test.cpu");
+  const int64_t sym = 0;
+  std::vector<char *> addPtrs = {reinterpret_cast<char *>(want[0].data()),
+                                 reinterpret_cast<char *>(want[1].data()),
+                                 reinterpret_cast<char *>(want[2].data())};
+  std::vector<char *> sumPtrs = {reinterpret_cast<char *>(want[3].data()),
+                                 reinterpret_cast<char *>(want[4].data())};
+  cpu.functions[0](addPtrs.data(), &sym, 0, n);
+  cpu.functions[1](sumPtrs.data(), &sym, 0, rows);
+
+  std::vector<std::unique_ptr<DeviceBuffer>> buf;
+  for (const std::vector<float> &h : host) {
+    buf.push_back(std::make_unique<DeviceBuffer>(api, h.size() * sizeof(float)));
+    buf.back()->upload(h.data(), h.size() * sizeof(float));
+  }
+  const std::vector<std::vector<CUdeviceptr>> ptrs = {{buf[0]->ptr, buf[1]->ptr, buf[2]->ptr},
+                                                      {buf[3]->ptr, buf[4]->ptr}};
+  DeviceBuffer syms(api, sizeof sym);
+  syms.upload(&sym, sizeof sym);
+  CUstream stream = nullptr;
+  cuda::check(api.streamCreate(&stream, 0), "cuStreamCreate");
+  std::vector<std::unique_ptr<DeviceBuffer>> ptrArrays;
+  const int64_t outer[] = {n, rows};
+  for (size_t k = 0; k < ks.size(); ++k) {
+    ptrArrays.push_back(std::make_unique<DeviceBuffer>(api, ptrs[k].size() * sizeof(CUdeviceptr)));
+    ptrArrays.back()->upload(ptrs[k].data(), ptrs[k].size() * sizeof(CUdeviceptr));
+    CUfunction fn = nullptr;
+    cuda::check(api.moduleGetFunction(&fn, mod, ks[k].name.c_str()), "cuModuleGetFunction");
+    CUdeviceptr ptrsArg = ptrArrays.back()->ptr, symsArg = syms.ptr;
+    int64_t begin = 0, end = outer[k];
+    void *params[] = {&ptrsArg, &symsArg, &begin, &end};
+    const cuda::LaunchDims d = cuda::launchDims(end, dev.multiprocessors);
+    cuda::check(api.launchKernel(fn, d.grid, 1, 1, d.block, 1, 1, 0, stream, params, nullptr),
+                "cuLaunchKernel");
+  }
+  cuda::check(api.streamSynchronize(stream), "cuStreamSynchronize");
+  for (int t : {2, 4}) {
+    std::vector<float> got(host[t].size());
+    cuda::check(api.memcpyDtoH(got.data(), buf[t]->ptr, got.size() * sizeof(float)),
+                "cuMemcpyDtoH");
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[t][i], 1e-5 + 1e-5 * std::fabs(want[t][i]))
+          << "tensor " << t << " element " << i;
+    }
+  }
+  api.streamDestroy(stream);
+  api.moduleUnload(mod);
+  api.devicePrimaryCtxRelease(device);
+}
+
+} // namespace
