@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <sstream>
 
 #include "cache/ClearHooks.h"
@@ -17,36 +16,9 @@ namespace rcjit {
 namespace {
 
 // Compiled stage programs of this process, by stage key.
-class StageTable {
-public:
-  static StageTable &instance() {
-    static StageTable *t = [] {
-      auto *table = new StageTable(); // never destroyed: programs outlive statics
-      cache::detail::onClear([table] { table->clear(); });
-      return table;
-    }();
-    return *t;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    programs_.clear();
-  }
-  std::shared_ptr<cpu::CpuProgram> find(const std::string &key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = programs_.find(key);
-    return it == programs_.end() ? nullptr : it->second;
-  }
-  void add(const std::string &key, std::shared_ptr<cpu::CpuProgram> p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (programs_.size() >= kLimit) programs_.erase(programs_.begin());
-    programs_.emplace(key, std::move(p));
-  }
-
-private:
-  static constexpr size_t kLimit = 4096;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<cpu::CpuProgram>> programs_;
-};
+struct StageTableTag;
+using StageTable =
+    cache::detail::ProcessMemo<StageTableTag, std::string, std::shared_ptr<cpu::CpuProgram>, 4096>;
 
 bool inside(const Region &inner, const Region &outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;

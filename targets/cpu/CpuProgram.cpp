@@ -63,34 +63,8 @@ namespace {
 
 // Compiled kernels of this process, keyed by their text with the name left out: identical
 // kernels (the same layer in 64 places, the same graph compiled twice) compile once.
-class KernelMemo {
-public:
-  static KernelMemo &instance() {
-    static KernelMemo *m = [] {
-      auto *memo = new KernelMemo(); // never destroyed: code outlives statics
-      cache::detail::onClear([memo] { memo->clear(); });
-      return memo;
-    }();
-    return *m;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    fns_.clear();
-  }
-  KernelFn find(const std::string &key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = fns_.find(key);
-    return it == fns_.end() ? nullptr : it->second;
-  }
-  void add(const std::string &key, KernelFn fn) {
-    std::lock_guard<std::mutex> lock(mu_);
-    fns_.emplace(key, fn);
-  }
-
-private:
-  std::mutex mu_;
-  std::unordered_map<std::string, KernelFn> fns_;
-};
+struct KernelMemoTag;
+using KernelMemo = cache::detail::ProcessMemo<KernelMemoTag, std::string, KernelFn, SIZE_MAX>;
 
 // The module's cache key: the same kernels on the same host give the same key in any process.
 std::string moduleKey(const std::vector<LoopKernel> &todo) {
