@@ -25,19 +25,17 @@ struct Interpreter {
   std::vector<Tensor> values;
   std::vector<int64_t> symbolValue;
   std::vector<size_t> lastUse; // node -> last node reading it (outputs: never released)
-  int numArgs = 0;
+  std::vector<int> order;      // program input i -> its input node (Graph::programInputs)
 
   Interpreter(const Graph &graph, const std::vector<Tensor> &in)
-      : g(graph), inputs(in), values(graph.nodes.size()), symbolValue(graph.symbols.size(), -1) {
-    int numCaptured = 0;
-    for (const Node &n : g.nodes) {
-      if (n.op == OpKind::input) (n.inputKind == InputKind::arg ? numArgs : numCaptured)++;
-    }
-    if (static_cast<int>(inputs.size()) != numArgs + numCaptured) {
+      : g(graph), inputs(in), values(graph.nodes.size()), symbolValue(graph.symbols.size(), -1),
+        order(graph.programInputs()) {
+    if (inputs.size() != order.size()) {
+      int numArgs = 0;
+      for (int id : order) numArgs += g.nodes[id].inputKind == InputKind::arg;
       throw Error("interpretGraph: the graph takes " + std::to_string(numArgs) + " args and " +
-                  std::to_string(numCaptured) + " captured tensors (" +
-                  std::to_string(numArgs + numCaptured) + " inputs), got " +
-                  std::to_string(inputs.size()));
+                  std::to_string(order.size() - numArgs) + " captured tensors (" +
+                  std::to_string(order.size()) + " inputs), got " + std::to_string(inputs.size()));
     }
   }
 
@@ -60,16 +58,6 @@ struct Interpreter {
                                   : std::string("an undefined tensor");
     throw Error("interpretGraph: " + inputLabel(n) + " expects " + std::string(dtypeName(n.dtype)) +
                 shapeStr(concreteShape(n.shape)) + ", got " + got);
-  }
-
-  const Tensor &bind(const Node &n) {
-    int index = n.inputKind == InputKind::arg ? n.inputIndex : numArgs + n.inputIndex;
-    if (index < 0 || index >= static_cast<int>(inputs.size())) {
-      throw Error("interpretGraph: " + inputLabel(n) + " has no tensor among the " +
-                  std::to_string(inputs.size()) + " inputs");
-    }
-    checkInput(n, inputs[index]);
-    return inputs[index];
   }
 
   Shape resolve(const SymShape &s) const {
@@ -108,9 +96,9 @@ struct Interpreter {
 
   std::vector<Tensor> run() {
     computeLastUse();
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node &n = g.nodes[i];
-      if (n.op == OpKind::input) values[i] = bind(n);
+    for (size_t i = 0; i < order.size(); ++i) {
+      checkInput(g.nodes[order[i]], inputs[i]);
+      values[order[i]] = inputs[i];
     }
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node &n = g.nodes[i];
