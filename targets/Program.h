@@ -69,6 +69,7 @@ struct SymSource {
 struct SymField {
   int32_t field = 0;
   SizeExpr expr;
+  int64_t add = 0; // the field is expr + add
 };
 
 /// The symbolic sizes of a program. Empty for a static program. Kernels use the symbols

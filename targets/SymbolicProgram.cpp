@@ -79,11 +79,11 @@ bool isPrime(int64_t n) {
 
 } // namespace
 
-bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
-             SizeExpr &out) {
-  // Exponent vectors over the symbols, lowest total degree first: each symbol appears up
-  // to twice (s * s: attention scores over a symbolic sequence), once with many symbols.
-  size_t n = syms.empty() ? 0 : syms[0].size();
+namespace {
+
+// Exponent vectors over n symbols, lowest total degree first: each symbol appears up to
+// twice (s * s: attention scores over a symbolic sequence), once with many symbols.
+std::vector<std::vector<int>> exponentVectors(size_t n) {
   int maxExp = n <= 4 ? 2 : 1;
   std::vector<std::vector<int>> exps(1, std::vector<int>(n, 0));
   for (size_t i = 0; i < n; ++i) {
@@ -103,26 +103,58 @@ bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<i
   };
   std::stable_sort(exps.begin(), exps.end(),
                    [&](const auto &a, const auto &b) { return degree(a) < degree(b); });
-  auto product = [&](const std::vector<int> &e, size_t sample) {
-    int64_t p = 1;
-    for (size_t i = 0; i < n; ++i) {
-      for (int x = 0; x < e[i]; ++x) p *= syms[sample][i];
-    }
-    return p;
-  };
-  for (const std::vector<int> &e : exps) {
-    int64_t p0 = product(e, 0);
+  return exps;
+}
+
+int64_t monomial(const std::vector<int> &e, const std::vector<int64_t> &syms) {
+  int64_t p = 1;
+  for (size_t i = 0; i < e.size(); ++i) {
+    for (int x = 0; x < e[i]; ++x) p *= syms[i];
+  }
+  return p;
+}
+
+SizeExpr exprOf(int64_t c, const std::vector<int> &e) {
+  SizeExpr out;
+  out.c = c;
+  for (size_t i = 0; i < e.size() && c != 0; ++i) {
+    for (int x = 0; x < e[i]; ++x) out.syms.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+} // namespace
+
+bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
+             SizeExpr &out) {
+  for (const std::vector<int> &e : exponentVectors(syms.empty() ? 0 : syms[0].size())) {
+    int64_t p0 = monomial(e, syms[0]);
     if (p0 == 0 || values[0] % p0 != 0) continue;
     int64_t c = values[0] / p0;
     bool ok = true;
-    for (size_t s = 1; s < values.size() && ok; ++s) ok = c * product(e, s) == values[s];
+    for (size_t s = 1; s < values.size() && ok; ++s) ok = c * monomial(e, syms[s]) == values[s];
     if (!ok) continue;
-    out.c = c;
-    out.syms.clear();
-    for (size_t i = 0; i < n; ++i) {
-      for (int x = 0; x < e[i]; ++x) out.syms.push_back(static_cast<int32_t>(i));
-    }
-    if (c == 0) out.syms.clear();
+    out = exprOf(c, e);
+    return true;
+  }
+  return false;
+}
+
+bool fitSizePlus(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
+                 SizeExpr &out, int64_t &add) {
+  add = 0;
+  if (fitSize(values, syms, out)) return true;
+  if (values.size() < 3) return false; // two unknowns: a third sample must confirm them
+  for (const std::vector<int> &e : exponentVectors(syms[0].size())) {
+    int64_t p0 = monomial(e, syms[0]), p1 = monomial(e, syms[1]);
+    if (p0 == p1 || (values[0] - values[1]) % (p0 - p1) != 0) continue;
+    int64_t c = (values[0] - values[1]) / (p0 - p1);
+    int64_t b = values[0] - c * p0;
+    bool ok = c != 0;
+    for (size_t s = 2; s < values.size() && ok; ++s) ok = c * monomial(e, syms[s]) + b == values[s];
+    if (!ok) continue;
+    out = exprOf(c, e);
+    add = b;
     return true;
   }
   return false;
@@ -147,13 +179,12 @@ bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out,
   std::vector<std::vector<const int64_t *>> fields;
   for (const ProgramSample &s : samples) fields.push_back(sizeFields(s.program));
   std::vector<int64_t> values(samples.size());
-  auto fit = [&](const std::string &what, SizeExpr &e) {
-    if (fitSize(values, syms, e)) return true;
+  auto fail = [&](const std::string &what, const std::string &form) {
     std::string seen;
     for (size_t s = 0; s < values.size(); ++s) {
       seen += (s ? ", " : "") + std::to_string(values[s]) + " at " + symsStr(syms[s]);
     }
-    why = what + " is not a constant times a product of sizes (" + seen + ")";
+    why = what + " is not " + form + " (" + seen + ")";
     return false;
   };
   out.symbols.fields.clear();
@@ -164,9 +195,12 @@ bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out,
       varies = varies || values[s] != values[0];
     }
     if (!varies) continue;
-    SizeExpr e;
-    if (!fit("a size of the program", e)) return false;
-    out.symbols.fields.push_back({static_cast<int32_t>(f), e});
+    SymField field;
+    field.field = static_cast<int32_t>(f);
+    if (!fitSizePlus(values, syms, field.expr, field.add)) {
+      return fail("a size of the program", "a constant plus a constant times a product of sizes");
+    }
+    out.symbols.fields.push_back(field);
   }
   for (size_t k = 0; k < out.kernels.size(); ++k) {
     std::vector<std::vector<const SizeExpr *>> sizes;
@@ -174,7 +208,10 @@ bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out,
     std::vector<SizeExpr *> target = kernelSizes(out.kernels[k]);
     for (size_t f = 0; f < target.size(); ++f) {
       for (size_t s = 0; s < samples.size(); ++s) values[s] = sizes[s][f]->c;
-      if (!fit("a size of kernel " + out.kernels[k].name, *target[f])) return false;
+      if (!fitSize(values, syms, *target[f])) {
+        return fail("a size of kernel " + out.kernels[k].name,
+                    "a constant times a product of sizes");
+      }
     }
   }
   return true;
@@ -188,7 +225,7 @@ Program specializeProgram(const Program &p, const int64_t *syms) {
   out.outputs = p.outputs;
   out.numInputs = p.numInputs;
   std::vector<int64_t *> fields = sizeFields(out);
-  for (const SymField &f : p.symbols.fields) *fields[f.field] = evalSize(f.expr, syms);
+  for (const SymField &f : p.symbols.fields) *fields[f.field] = evalSize(f.expr, syms) + f.add;
   planArena(out);
   return out;
 }

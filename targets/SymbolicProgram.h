@@ -4,12 +4,13 @@
 // symbolic sizes, the function is traced and lowered at the trace-time sizes and at two
 // probe assignments of the symbols; every number that differs between the lowerings is
 // fitted to c * (product of symbols, each at most squared) from the first two and checked
-// against the third.
+// against the third; a number of the program's values, buffers and steps (not of a kernel)
+// may also carry a constant term (the offset of x[:, s-1], the length s + 4 of a cat).
 // With probe values that are distinct primes dividing no trace-time size, the fit is unique
 // (a product over a different set of symbols cannot match both). A program whose structure
 // differs between the lowerings (the function took another path, or a size decided a
-// fusion), or with a number that is not such a product (s + 1, s * s * s), cannot be made
-// symbolic: the caller compiles it static and says why.
+// fusion), or with a number of another form (s * s * s; s + 4 as a kernel's loop size),
+// cannot be made symbolic: the caller compiles it static and says why.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,6 +31,11 @@ struct ProgramSample {
 /// False when no subset fits every sample.
 bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
              SizeExpr &out);
+
+/// Like fitSize, or else c * product + add (an offset or length like s - 1 or s + 4), solved
+/// from the first two samples and confirmed by the others (at least three).
+bool fitSizePlus(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
+                 SizeExpr &out, int64_t &add);
 
 /// The symbolic program of samples (at least three; samples[0] at the trace-time sizes,
 /// whose numbers the result keeps). Fills out.symbols.fields and the kernels' SizeExprs;

@@ -199,6 +199,17 @@ TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
   EXPECT_EQ(e.c, 2);
   EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 0}));
   EXPECT_FALSE(fitSize({512, 1331, 2197}, syms, e)); // s0 ^ 3
+  int64_t add = 0;
+  ASSERT_TRUE(fitSizePlus({9, 12, 14}, syms, e, add)); // s0 + 1
+  EXPECT_EQ(e.c, 1);
+  EXPECT_EQ(e.syms, std::vector<int32_t>{0});
+  EXPECT_EQ(add, 1);
+  ASSERT_TRUE(fitSizePlus({7 * 64, 10 * 64, 12 * 64}, syms, e, add)); // (s0 - 1) * 64
+  EXPECT_EQ(e.c, 64);
+  EXPECT_EQ(add, -64);
+  ASSERT_TRUE(fitSizePlus({64, 88, 104}, syms, e, add)); // products need no constant
+  EXPECT_EQ(add, 0);
+  EXPECT_FALSE(fitSizePlus({9, 12, 15}, syms, e, add)); // the third sample disagrees
 }
 
 // The built-in decoders with a marked sequence dim: one compile serves every length
@@ -246,6 +257,21 @@ TEST(Dynamic, RegionalModeServesEveryLengthWithOneCompilePerRegion) {
     EXPECT_EQ(cf.stats().recompiles, 0) << name;
     EXPECT_NE(cf.explain().find("s0 in [2, 40]"), std::string::npos) << cf.explain();
   }
+}
+
+// The last position of a symbolic sequence (an offset s - 1) and a cat with a fixed prefix
+// (a length s + 4) are sizes with a constant term: still one entry for every length.
+TEST(Dynamic, LastTokenSliceServesEveryLength) {
+  auto f = [](const Tensor &x) {
+    int64_t n = x.size(1);
+    return slice(relu(x) * 2.0, 1, n - 1, n) + 1.0;
+  };
+  auto cf = compile(f);
+  for (int64_t n : {6, 7, 12, 31}) {
+    Tensor x = Tensor::randn({3, n, 8}, static_cast<uint64_t>(n));
+    EXPECT_TRUE(allclose(cf(x), f(x), 1e-5, 1e-6)) << n;
+  }
+  EXPECT_EQ(cf.stats().compiles, 2) << cf.explain(); // static first, then symbolic
 }
 
 } // namespace
