@@ -179,6 +179,9 @@ bool traceProbe(const TracedFn &fn, const Trace &t, const std::vector<Shape> &st
   } catch (const std::exception &e) {
     why = "the function fails at " + at + ": " + e.what();
     return false;
+  } catch (...) {
+    why = "the function throws at " + at;
+    return false;
   }
   bool same = pt.captured.size() == t.captured.size();
   for (size_t j = 0; j < pt.captured.size() && same; ++j)
