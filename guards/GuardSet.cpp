@@ -43,11 +43,11 @@ void GuardSet::makeSymbolic(int input, int dim, int sym, int64_t min, int64_t ma
   if (symbolAt_[sym].empty()) symbolAt_[sym] = tg.label + " dim " + std::to_string(dim);
 }
 
-namespace {
-
-std::string rangeStr(int64_t min, int64_t max) {
+std::string rangeString(int64_t min, int64_t max) {
   return "[" + std::to_string(min) + ", " + (max == INT64_MAX ? "inf" : std::to_string(max)) + "]";
 }
+
+namespace {
 
 // Returns "" when t passes g, else the reason (built only when `explain`). `symVals` holds
 // the size of each symbol seen so far (-1: not yet), shared across one guard-set check.
@@ -88,7 +88,7 @@ std::string checkOne(const TensorGuard &g, const Tensor &t, int64_t *symVals,
     if (!ok) {
       if constexpr (explain) {
         std::string want = dg.sym < 0 ? std::to_string(dg.size)
-                                      : "a size in " + rangeStr(dg.min, dg.max) + " (symbol s" +
+                                      : "a size in " + rangeString(dg.min, dg.max) + " (symbol s" +
                                             std::to_string(dg.sym) + ")";
         return g.label + " dim " + std::to_string(d) + ": expected " + want + ", got " +
                std::to_string(size);
@@ -187,7 +187,7 @@ std::string GuardSet::print() const {
       const DimGuard &dg = g.dims[d];
       if (d) os << ", ";
       if (dg.sym >= 0) {
-        os << "s" << dg.sym << " in " << rangeStr(dg.min, dg.max);
+        os << "s" << dg.sym << " in " << rangeString(dg.min, dg.max);
       } else {
         os << dg.size;
       }

@@ -14,6 +14,9 @@
 
 namespace rcjit {
 
+/// "[2, inf]": a symbol's range as guards and logs print it (INT64_MAX is "inf").
+std::string rangeString(int64_t min, int64_t max);
+
 /// What one dim of a guarded tensor must be.
 struct DimGuard {
   int64_t size = 0; // static size (when sym < 0)

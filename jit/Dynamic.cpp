@@ -20,11 +20,6 @@ std::string dimName(const SymSource &s) {
   return "arg " + std::to_string(s.input) + " dim " + std::to_string(s.dim);
 }
 
-std::string rangeStr(const Symbol &r) {
-  return "[" + std::to_string(r.min) + ", " +
-         (r.max == INT64_MAX ? std::string("inf") : std::to_string(r.max)) + "]";
-}
-
 // The most recent entry whose argument guards differ from `args` at most in sizes.
 const Entry *sizeOnlyMiss(const std::vector<Tensor> &args,
                           const std::vector<std::shared_ptr<const Entry>> &entries) {
@@ -142,12 +137,6 @@ std::vector<Shape> loweringStrides(const std::vector<Shape> &strides,
   }
   return out;
 }
-
-struct Attempt {
-  Program program;
-  Graph graph;
-  std::string why;
-};
 
 // Traces fn on shapes only at one probe assignment of the symbols: the raw graph and the
 // strides of its program inputs (args then captured).
@@ -355,8 +344,8 @@ void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols
 }
 
 std::string describeSymbol(size_t i, const DynSymbol &s) {
-  return describeSources(s) + " -> symbol s" + std::to_string(i) + " in " + rangeStr(s.range) +
-         " (" + s.why + ")";
+  return describeSources(s) + " -> symbol s" + std::to_string(i) + " in " +
+         rangeString(s.range.min, s.range.max) + " (" + s.why + ")";
 }
 
 } // namespace rcjit::detail

@@ -157,12 +157,6 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::specFor(const int64_t *syms)
   return spec;
 }
 
-size_t CpuProgram::specializations() const {
-  if (static_) return 1;
-  std::lock_guard<std::mutex> lock(specMu_);
-  return specs_.size();
-}
-
 std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const {
   std::unique_ptr<Arena> a;
   {

@@ -38,9 +38,6 @@ public:
   /// Kernels served by the in-process memo or the compile cache instead of compiled.
   int cacheHits() const { return cacheHits_; }
 
-  /// Size specializations made so far (1 for a static program).
-  size_t specializations() const;
-
 private:
   struct Arena;
   // The program at one assignment of its symbols: concrete values, buffers and arena plan,
