@@ -69,7 +69,7 @@ LoopKernel simplifyKernel(const LoopKernel &in) {
 
 std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *end,
                                      const std::vector<Value *> &init, const LoopBody &body,
-                                     const llvm::Twine &name) {
+                                     const llvm::Twine &name, int64_t step) {
   llvm::Function *fn = b.GetInsertBlock()->getParent();
   llvm::LLVMContext &c = b.getContext();
   llvm::BasicBlock *pre = b.GetInsertBlock();
@@ -88,7 +88,7 @@ std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *
     carried.push_back(phis.back());
   }
   std::vector<Value *> next = body(iv, carried);
-  Value *ivNext = b.CreateAdd(iv, b.getInt64(1), "", true, true);
+  Value *ivNext = b.CreateAdd(iv, b.getInt64(step), "", true, true);
   llvm::BasicBlock *latch = b.GetInsertBlock();
   b.CreateCondBr(b.CreateICmpSLT(ivNext, end), loop, exit);
   iv->addIncoming(ivNext, latch);
@@ -167,6 +167,30 @@ struct KernelBody::Reduction {
       Value *take = argmaxTakes(b, local[slot], t, acc);
       t = b.CreateSelect(take, local[slot], t);
       tot[slot + 1] = b.CreateSelect(take, local[slot + 1], tot[slot + 1]);
+    }
+  }
+
+  // Folds another lane's totals `other` into `tot`. Unlike combine, which knows that `local`
+  // comes after `tot` in index order, this is symmetric (argmax breaks ties by the lower
+  // index, the first NaN included: the CPU's answer), so that every lane of a butterfly ends
+  // with the same bits.
+  void combineLanes(llvm::IRBuilder<> &b, const std::vector<Value *> &other,
+                    std::vector<Value *> &tot) const {
+    Value *&t = tot[slot];
+    Value *x = other[slot];
+    if (op == OpKind::sum || op == OpKind::mean) {
+      t = isFloatDtype(total) ? b.CreateFAdd(t, x) : b.CreateAdd(t, x);
+    } else if (op == OpKind::amax) {
+      t = emitMax(b, t, x, acc);
+    } else {
+      Value *same = isFloatDtype(acc)
+                        ? b.CreateOr(b.CreateFCmpOEQ(x, t),
+                                     b.CreateAnd(b.CreateFCmpUNO(x, x), b.CreateFCmpUNO(t, t)))
+                        : b.CreateICmpEQ(x, t);
+      Value *earlier = b.CreateICmpSLT(other[slot + 1], tot[slot + 1]);
+      Value *take = b.CreateOr(argmaxTakes(b, x, t, acc), b.CreateAnd(same, earlier));
+      t = b.CreateSelect(take, x, t);
+      tot[slot + 1] = b.CreateSelect(take, other[slot + 1], tot[slot + 1]);
     }
   }
 
@@ -333,11 +357,27 @@ void KernelBody::emitOuterLevel(int afterPass, const Values &idx, Values &vals) 
     const KernelStmt &st = k_.stmts[s];
     if (inner_[s] || ready_[s] != afterPass || st.kind == K::reduce) continue;
     if (st.kind == K::store) {
-      emitStore(st.tensor, idx, vals[st.args[0]], k_.stmts[st.args[0]].dtype);
+      emitOuterStore(st.tensor, idx, vals[st.args[0]], k_.stmts[st.args[0]].dtype);
     } else {
       vals[s] = emitStmt(static_cast<int>(s), idx, vals);
     }
   }
+}
+
+// An outer-level store: with a lane split every lane holds the value; lane 0 writes it.
+void KernelBody::emitOuterStore(int tensor, const Values &idx, Value *v, DType from) {
+  if (!split_) {
+    emitStore(tensor, idx, v, from);
+    return;
+  }
+  llvm::Function *fn = b_.GetInsertBlock()->getParent();
+  auto *store = llvm::BasicBlock::Create(b_.getContext(), "lane0.store", fn);
+  auto *done = llvm::BasicBlock::Create(b_.getContext(), "lane0.done", fn);
+  b_.CreateCondBr(b_.CreateICmpEQ(split_->lane, b_.getInt64(0)), store, done);
+  b_.SetInsertPoint(store);
+  emitStore(tensor, idx, v, from);
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
 }
 
 void KernelBody::emitPoint(const std::vector<Value *> &outerIdx) {
@@ -387,7 +427,11 @@ void KernelBody::emitPass(int pass, Values &idx, Values &vals) {
   Values totals;
   for (const Reduction &r : reds) r.init(b_, r.total, totals);
   idx.resize(k_.domain.size(), nullptr);
-  totals = emitInnerLoops(k_.numOuter, idx, vals, needed, reds, totals, blocked);
+  if (split_) {
+    totals = combineAcrossLanes(reds, emitLaneRuns(idx, vals, needed, reds, totals));
+  } else {
+    totals = emitInnerLoops(k_.numOuter, idx, vals, needed, reds, totals, blocked);
+  }
   idx.resize(k_.numOuter);
   Value *count = b_.getInt64(1);
   for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
@@ -439,29 +483,102 @@ KernelBody::Values KernelBody::emitInnermostRun(Value *lo, Value *hi, Values &id
       b_, lo, hi, locals,
       [&](Value *i, const Values &cur) {
         idx[dim] = i;
-        Values v = vals;
-        for (size_t s = 0; s < k_.stmts.size(); ++s) {
-          const KernelStmt &st = k_.stmts[s];
-          if (!needed[s] || !inner_[s] || st.kind == K::store) continue;
-          v[s] = emitStmt(static_cast<int>(s), idx, v);
-        }
-        for (size_t s = 0; s < k_.stmts.size(); ++s) {
-          const KernelStmt &st = k_.stmts[s];
-          if (needed[s] && st.kind == K::store) {
-            emitStore(st.tensor, idx, v[st.args[0]], k_.stmts[st.args[0]].dtype);
-          }
-        }
-        Values next = cur;
-        bool anyArgmax = std::any_of(reds.begin(), reds.end(),
-                                     [](const Reduction &r) { return r.op == OpKind::argmax; });
-        Value *flat = anyArgmax ? innerFlatIndex(idx) : nullptr;
-        for (const Reduction &r : reds) r.update(b_, v[k_.stmts[r.stmt].args[0]], flat, next);
-        return next;
+        return emitInnerPoint(idx, vals, needed, reds, nullptr, cur);
       },
       "d" + std::to_string(dim));
   Values tot = totals;
   for (const Reduction &r : reds) r.combine(b_, out, tot);
   return tot;
+}
+
+// One inner point of a pass: its needed statements and stores, then the reductions' updates
+// of the accumulators `cur`, which it returns. `flat` is the flat inner index, or null to
+// compute it here (only argmax needs it).
+KernelBody::Values KernelBody::emitInnerPoint(const Values &idx, const Values &vals,
+                                              const std::vector<bool> &needed,
+                                              const std::vector<Reduction> &reds, Value *flat,
+                                              const Values &cur) {
+  Values v = vals;
+  for (size_t s = 0; s < k_.stmts.size(); ++s) {
+    const KernelStmt &st = k_.stmts[s];
+    if (!needed[s] || !inner_[s] || st.kind == K::store) continue;
+    v[s] = emitStmt(static_cast<int>(s), idx, v);
+  }
+  for (size_t s = 0; s < k_.stmts.size(); ++s) {
+    const KernelStmt &st = k_.stmts[s];
+    if (needed[s] && st.kind == K::store) {
+      emitStore(st.tensor, idx, v[st.args[0]], k_.stmts[st.args[0]].dtype);
+    }
+  }
+  Values next = cur;
+  bool anyArgmax = std::any_of(reds.begin(), reds.end(),
+                               [](const Reduction &r) { return r.op == OpKind::argmax; });
+  if (anyArgmax && !flat) flat = innerFlatIndex(idx);
+  for (const Reduction &r : reds) r.update(b_, v[k_.stmts[r.stmt].args[0]], flat, next);
+  return next;
+}
+
+// With a lane split: this lane's share of a pass, the flat inner positions lane, lane +
+// lanes, ... below the inner size, folded into `totals`. As on the CPU, float sums go through
+// fresh local accumulators per block of kSumBlock points of the lane (then into the f64 total).
+KernelBody::Values KernelBody::emitLaneRuns(Values &idx, const Values &vals,
+                                            const std::vector<bool> &needed,
+                                            const std::vector<Reduction> &reds,
+                                            const Values &totals) {
+  const int64_t lanes = split_->lanes;
+  const int first = k_.numOuter, end = static_cast<int>(k_.domain.size());
+  Value *count = b_.getInt64(1);
+  bool constant = true;
+  int64_t constantCount = 1;
+  for (int d = first; d < end; ++d) {
+    count = b_.CreateMul(count, size(k_.domain[d]));
+    constant = constant && k_.domain[d].isConstant();
+    if (constant) constantCount *= k_.domain[d].c;
+  }
+  auto run = [&](Value *lo, Value *hi, const Values &tot) {
+    Values locals;
+    for (const Reduction &r : reds) r.init(b_, r.acc, locals);
+    Values out = emitCountedLoop(
+        b_, b_.CreateAdd(lo, split_->lane), hi, locals,
+        [&](Value *flat, const Values &cur) {
+          Values inner = unflatten(flat, first, end);
+          std::copy(inner.begin(), inner.end(), idx.begin() + first);
+          return emitInnerPoint(idx, vals, needed, reds, flat, cur);
+        },
+        "lane", lanes);
+    Values next = tot;
+    for (const Reduction &r : reds) r.combine(b_, out, next);
+    return next;
+  };
+  const int64_t span = kSumBlock * lanes; // flat positions per block, kSumBlock per lane
+  bool blocked =
+      std::any_of(reds.begin(), reds.end(), [](const Reduction &r) { return r.isFloatSum(); });
+  if (constant && constantCount <= span) blocked = false;
+  if (!blocked) return run(b_.getInt64(0), count, totals);
+  Value *blocks = b_.CreateUDiv(b_.CreateAdd(count, b_.getInt64(span - 1)), b_.getInt64(span));
+  return emitCountedLoop(
+      b_, b_.getInt64(0), blocks, totals,
+      [&](Value *blk, const Values &cur) {
+        Value *lo = b_.CreateMul(blk, b_.getInt64(span));
+        Value *hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                             b_.CreateAdd(lo, b_.getInt64(span)), count);
+        return run(lo, hi, cur);
+      },
+      "lane.blk");
+}
+
+// With a lane split: a butterfly over the lanes (xor 16, 8, ..., 1 for a warp), after which
+// every lane holds every reduction's total. Emitted where all lanes have left the pass's
+// loops, so that they execute each exchange together.
+KernelBody::Values KernelBody::combineAcrossLanes(const std::vector<Reduction> &reds,
+                                                  Values totals) {
+  assert(split_->lanes > 0 && (split_->lanes & (split_->lanes - 1)) == 0);
+  for (int mask = split_->lanes / 2; mask > 0; mask /= 2) {
+    Values other;
+    for (Value *t : totals) other.push_back(split_->shuffleXor(b_, t, mask));
+    for (const Reduction &r : reds) r.combineLanes(b_, other, totals);
+  }
+  return totals;
 }
 
 llvm::Function *emitKernelFunction(llvm::Module &m, const LoopKernel &kernel,

@@ -2,14 +2,17 @@
 //
 // A target builds one kernel as: emitKernelFunction(module, kernel, outer), where `outer`
 // emits the target's iteration over outer points (CPU: [begin, end) split into rows with a
-// counted innermost loop; CUDA: a grid-stride loop) and calls KernelBody::emitPoint once per
-// point it visits. Everything below the outer point — index decomposition, strided loads and
+// counted innermost loop; CUDA: a grid- or warp-stride loop) and calls KernelBody::emitPoint once
+// per point it visits. Everything below the outer point — index decomposition, strided loads and
 // stores, the statements, reduction passes over the inner dims — is emitted here, so the
-// targets cannot drift apart. Nothing in this file knows about a target machine.
+// targets cannot drift apart. Nothing in this file knows about a target machine: a target
+// whose threads cooperate on one outer point (a CUDA warp) says so with a LaneSplit, which
+// gives the only target-specific piece, the exchange of a value between lanes.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include <llvm/IR/IRBuilder.h>
@@ -30,12 +33,30 @@ LoopKernel simplifyKernel(const LoopKernel &k);
 using LoopBody = std::function<std::vector<llvm::Value *>(
     llvm::Value *index, const std::vector<llvm::Value *> &carried)>;
 
-/// Emits `for (i = start; i < end; ++i)` (signed i64, guarded, rotated: the shape LLVM's
-/// vectorizer expects) at the builder's point; returns the carried values after the loop
-/// and leaves the builder in the exit block.
+/// Emits `for (i = start; i < end; i += step)` (signed i64, guarded, rotated: the shape LLVM's
+/// vectorizer expects; step > 0) at the builder's point; returns the carried values after the
+/// loop and leaves the builder in the exit block.
 std::vector<llvm::Value *> emitCountedLoop(llvm::IRBuilder<> &b, llvm::Value *start,
                                            llvm::Value *end, const std::vector<llvm::Value *> &init,
-                                           const LoopBody &body, const llvm::Twine &name);
+                                           const LoopBody &body, const llvm::Twine &name,
+                                           int64_t step = 1);
+
+/// How a target runs one outer point on `lanes` threads that execute its code together (a
+/// GPU warp) instead of on one thread. With it, every pass over the inner dims iterates the
+/// flattened inner index space, lane l taking positions l, l + lanes, l + 2 * lanes, ...;
+/// each reduction's partials are then combined by a butterfly of `shuffleXor` (so every lane
+/// holds the total, which later passes use); inner-level stores are made by the lane that owns
+/// the position, outer-level stores by lane 0 alone. The target must run the emitted point on
+/// all lanes together (its outer loop's condition must not depend on the lane); the exchanges
+/// are emitted outside every lane-dependent branch, where all lanes reach them.
+struct LaneSplit {
+  llvm::Value *lane = nullptr; // this thread's lane, an i64 in [0, lanes) defined in the entry
+  int lanes = 1;               // a power of two
+  /// Emits, at the builder's point, the value that `v` has in lane (this lane XOR `mask`).
+  /// `v` is a scalar of a reduction's carried type (i1, i32, i64, float or double); all lanes
+  /// execute the emitted code together.
+  std::function<llvm::Value *(llvm::IRBuilder<> &b, llvm::Value *v, int mask)> shuffleXor;
+};
 
 /// Emits the computation of one outer point of a kernel. Construct it in the function's
 /// entry block: it loads the tensor addresses and the symbolic sizes there (so they dominate
@@ -50,6 +71,9 @@ public:
   llvm::Value *size(const SizeExpr &e);
   /// Splits a flat row-major index over domain dims [first, end) into one index per dim.
   std::vector<llvm::Value *> unflatten(llvm::Value *flat, int first, int end);
+  /// Makes emitPoint split each point over lanes (see LaneSplit); call before emitPoint.
+  /// Without it (the CPU) one thread computes the whole point.
+  void splitLanes(LaneSplit split) { split_ = std::move(split); }
   /// Emits the statements of the outer point whose indices are `outerIdx` (one per outer
   /// dim), including every reduction pass over the inner dims and every store. Leaves the
   /// builder after the emitted code.
@@ -72,6 +96,12 @@ private:
   Values emitInnermostRun(llvm::Value *lo, llvm::Value *hi, Values &idx, Values &vals,
                           const std::vector<bool> &needed, std::vector<Reduction> &reds,
                           const Values &totals);
+  Values emitInnerPoint(const Values &idx, const Values &vals, const std::vector<bool> &needed,
+                        const std::vector<Reduction> &reds, llvm::Value *flat, const Values &cur);
+  Values emitLaneRuns(Values &idx, const Values &vals, const std::vector<bool> &needed,
+                      const std::vector<Reduction> &reds, const Values &totals);
+  Values combineAcrossLanes(const std::vector<Reduction> &reds, Values totals);
+  void emitOuterStore(int tensor, const Values &idx, llvm::Value *v, DType from);
   llvm::Value *innerFlatIndex(const Values &idx);
 
   llvm::IRBuilder<> &b_;
@@ -82,6 +112,7 @@ private:
   std::vector<bool> inner_; // statement depends on an inner index
   std::vector<int> ready_;  // reduction passes that must run before the statement
   int numPasses_ = 0;
+  std::optional<LaneSplit> split_;
 };
 
 /// Emits the target's iteration over outer points for `body` inside `fn` (whose arguments

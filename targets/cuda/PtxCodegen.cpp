@@ -1,7 +1,8 @@
-// LoopKernels → one NVPTX LLVM module with a grid-stride outer loop → PTX text.
+// LoopKernels → one NVPTX LLVM module with a grid- or warp-stride outer loop → PTX text.
 #include "targets/cuda/PtxCodegen.h"
 
 #include <algorithm>
+#include <cassert>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -39,6 +40,9 @@ const std::pair<const char *, int> kArchs[] = {
     {"sm_62", 50}, {"sm_70", 60}, {"sm_72", 61}, {"sm_75", 63}, {"sm_80", 70},
     {"sm_86", 71}, {"sm_87", 74}, {"sm_89", 78}, {"sm_90", 78}, {"sm_90a", 80}};
 constexpr int kMaxPtx = 85;
+// shfl.sync, which a warp-per-point reduction needs, came with PTX ISA 6.0.
+constexpr int kMinShufflePtx = 60;
+constexpr int kWarp = 32;
 // The PTX versions LLVM 19 has a feature for (`+ptxNN`).
 const std::set<int> kPtxVersions = {32, 40, 41, 42, 43, 50, 60, 61, 62, 63, 64, 65, 70, 71,
                                     72, 73, 74, 75, 76, 77, 78, 80, 81, 82, 83, 84, 85};
@@ -73,19 +77,12 @@ Value *specialRegister(llvm::IRBuilder<> &b, llvm::Intrinsic::ID id) {
   return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty());
 }
 
-// The CUDA outer loop: thread t of the grid computes outer points begin + t, + stride, ...
-// below end, where stride is the number of threads in the grid.
-void emitGridStrideLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
-  using namespace llvm::Intrinsic;
+// Visits outer points first, first + stride, ... below `end` (arg 3), calling emitPoint for
+// each; `first` and `stride` are the same for every thread that must run a point together.
+void emitStrideLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
+                    Value *first, Value *stride) {
   const LoopKernel &k = body.kernel();
-  Value *begin = fn->getArg(2);
   Value *end = fn->getArg(3);
-  Value *ntid = specialRegister(b, nvvm_read_ptx_sreg_ntid_x);
-  Value *thread = b.CreateAdd(b.CreateMul(specialRegister(b, nvvm_read_ptx_sreg_ctaid_x), ntid),
-                              specialRegister(b, nvvm_read_ptx_sreg_tid_x));
-  Value *first = b.CreateAdd(begin, thread, "first");
-  Value *stride = b.CreateMul(ntid, specialRegister(b, nvvm_read_ptx_sreg_nctaid_x), "stride");
-
   llvm::BasicBlock *pre = b.GetInsertBlock();
   auto *loop = llvm::BasicBlock::Create(b.getContext(), "grid", fn);
   auto *exit = llvm::BasicBlock::Create(b.getContext(), "grid.exit", fn);
@@ -99,6 +96,76 @@ void emitGridStrideLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::F
   b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
   i->addIncoming(next, latch);
   b.SetInsertPoint(exit);
+}
+
+// The elementwise outer loop: thread t of the grid computes outer points begin + t, +
+// stride, ... below end, where stride is the number of threads in the grid.
+void emitGridStrideLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
+  using namespace llvm::Intrinsic;
+  Value *ntid = specialRegister(b, nvvm_read_ptx_sreg_ntid_x);
+  Value *thread = b.CreateAdd(b.CreateMul(specialRegister(b, nvvm_read_ptx_sreg_ctaid_x), ntid),
+                              specialRegister(b, nvvm_read_ptx_sreg_tid_x));
+  Value *first = b.CreateAdd(fn->getArg(2), thread, "first");
+  Value *stride = b.CreateMul(ntid, specialRegister(b, nvvm_read_ptx_sreg_nctaid_x), "stride");
+  emitStrideLoop(b, body, fn, first, stride);
+}
+
+// Whether the (simplified) kernel runs a warp per outer point in PTX ISA `ptx`: it has inner
+// dims (reductions) and the ISA has shfl.sync.
+int lanesFor(const LoopKernel &simplified, int ptx) {
+  const bool reduces = simplified.numOuter < static_cast<int>(simplified.domain.size());
+  return reduces && ptx >= kMinShufflePtx ? kWarp : 1;
+}
+
+// The value `v` holds in lane (lane ^ mask) of the warp: one shfl.sync.bfly of 32 bits, two
+// for 64-bit values (split into halves and joined again). Full mask: all 32 lanes take part.
+Value *shuffleXor(llvm::IRBuilder<> &b, Value *v, int mask) {
+  llvm::Type *type = v->getType();
+  const unsigned bits = type->getPrimitiveSizeInBits();
+  assert(bits <= 64 && (type->isIntegerTy() || type->isFloatingPointTy()));
+  auto shfl = [&](Value *word) {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                             {b.getInt32(0xffffffffu), word, b.getInt32(mask),
+                              b.getInt32(kWarp - 1)}); // c: clamp to the whole warp
+  };
+  llvm::Type *intTy = b.getIntNTy(bits);
+  Value *x = b.CreateBitCast(v, intTy);
+  Value *got = nullptr;
+  if (bits <= 32) {
+    got = b.CreateTrunc(shfl(b.CreateZExt(x, b.getInt32Ty())), intTy);
+  } else {
+    Value *lo = shfl(b.CreateTrunc(x, b.getInt32Ty()));
+    Value *hi = shfl(b.CreateTrunc(b.CreateLShr(x, 32), b.getInt32Ty()));
+    got = b.CreateOr(b.CreateZExt(lo, intTy), b.CreateShl(b.CreateZExt(hi, intTy), 32));
+  }
+  return b.CreateBitCast(got, type);
+}
+
+// The reduction outer loop: warp w of the grid computes outer points begin + w, + stride, ...
+// below end (stride: the number of warps in the grid), its 32 lanes splitting each point's
+// inner dims (codegen::LaneSplit). The loop condition depends only on the warp index, so all
+// lanes run every iteration and reach every shuffle together. A block whose size is not a
+// multiple of 32 would have a partial warp: such a launch traps instead of computing garbage.
+void emitWarpStrideLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
+  using namespace llvm::Intrinsic;
+  Value *ntid = specialRegister(b, nvvm_read_ptx_sreg_ntid_x);
+  Value *tid = specialRegister(b, nvvm_read_ptx_sreg_tid_x);
+  auto *trap = llvm::BasicBlock::Create(b.getContext(), "partial.warp", fn);
+  auto *start = llvm::BasicBlock::Create(b.getContext(), "warps", fn);
+  b.CreateCondBr(b.CreateICmpNE(b.CreateAnd(ntid, kWarp - 1), b.getInt64(0)), trap, start);
+  b.SetInsertPoint(trap);
+  b.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+  b.CreateUnreachable();
+  b.SetInsertPoint(start);
+  Value *warpsPerBlock = b.CreateLShr(ntid, 5);
+  Value *warp =
+      b.CreateAdd(b.CreateMul(specialRegister(b, nvvm_read_ptx_sreg_ctaid_x), warpsPerBlock),
+                  b.CreateLShr(tid, 5));
+  Value *first = b.CreateAdd(fn->getArg(2), warp, "first");
+  Value *stride =
+      b.CreateMul(warpsPerBlock, specialRegister(b, nvvm_read_ptx_sreg_nctaid_x), "stride");
+  body.splitLanes({b.CreateAnd(tid, kWarp - 1, "lane"), kWarp, shuffleXor});
+  emitStrideLoop(b, body, fn, first, stride);
 }
 
 void checkKernels(const std::vector<LoopKernel> &kernels) {
@@ -218,14 +285,34 @@ PtxOptions ptxOptionsForDevice(int major, int minor, int driverPtxVersion) {
   return o;
 }
 
-LaunchDims launchDims(int64_t outerPoints, int multiprocessors) {
+int lanesPerPoint(const LoopKernel &kernel, const PtxOptions &options) {
+  const int ptx = options.ptxVersion ? options.ptxVersion : minPtxVersion(options.arch);
+  return lanesFor(codegen::simplifyKernel(kernel), ptx);
+}
+
+int symbolSlots(const LoopKernel &k) {
+  int32_t top = -1;
+  auto see = [&](const SizeExpr &e) {
+    for (int32_t s : e.syms) top = std::max(top, s);
+  };
+  for (const SizeExpr &e : k.domain) see(e);
+  for (const KernelTensor &t : k.tensors) {
+    for (const SizeExpr &e : t.strides) see(e);
+  }
+  return std::max(1, top + 1);
+}
+
+LaunchDims launchDims(int64_t outerPoints, int multiprocessors, int lanesPerPoint) {
   constexpr int64_t kBlock = 256;
-  int64_t blocks = std::max<int64_t>(1, (outerPoints + kBlock - 1) / kBlock);
+  assert(lanesPerPoint > 0 && kBlock % lanesPerPoint == 0);
+  const int64_t pointsPerBlock = kBlock / lanesPerPoint;
+  int64_t blocks = std::max<int64_t>(1, (outerPoints + pointsPerBlock - 1) / pointsPerBlock);
   if (multiprocessors > 0) blocks = std::min<int64_t>(blocks, int64_t{32} * multiprocessors);
   blocks = std::min<int64_t>(blocks, 0x7fffffff); // gridDim.x limit
   LaunchDims d;
   d.grid = static_cast<unsigned>(blocks);
-  d.block = static_cast<unsigned>(std::min<int64_t>(kBlock, std::max<int64_t>(1, outerPoints)));
+  d.block = static_cast<unsigned>(
+      lanesPerPoint * std::min<int64_t>(pointsPerBlock, std::max<int64_t>(1, outerPoints)));
   return d;
 }
 
@@ -254,9 +341,27 @@ PtxModule compilePtx(const std::vector<LoopKernel> &kernels, const std::string &
   m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz",
                   uint32_t{0}); // libdevice: keep denormals
   for (const LoopKernel &k : kernels) {
-    llvm::Function *fn = codegen::emitKernelFunction(m, k, emitGridStrideLoop);
+    int lanes = 1;
+    auto outer = [&](llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
+      lanes = lanesFor(body.kernel(), out.ptxVersion); // body.kernel() is simplified
+      if (lanes == kWarp) {
+        emitWarpStrideLoop(b, body, fn);
+      } else {
+        emitGridStrideLoop(b, body, fn);
+      }
+    };
+    llvm::Function *fn = codegen::emitKernelFunction(m, k, outer);
     fn->setCallingConv(llvm::CallingConv::PTX_Kernel); // a `.entry`, launchable from the host
+    // the address and size arrays travel in the launch's parameter space, by value
+    auto byValue = [&](unsigned arg, llvm::Type *elem, uint64_t count) {
+      fn->addParamAttr(arg,
+                       llvm::Attribute::getWithByValType(ctx, llvm::ArrayType::get(elem, count)));
+      fn->addParamAttr(arg, llvm::Attribute::getWithAlignment(ctx, llvm::Align(8)));
+    };
+    byValue(0, llvm::PointerType::get(ctx, 0), std::max<size_t>(1, k.tensors.size()));
+    byValue(1, llvm::Type::getInt64Ty(ctx), static_cast<uint64_t>(symbolSlots(k)));
     out.entries.push_back(k.name);
+    out.lanesPerPoint.push_back(lanes);
   }
   std::string problems;
   llvm::raw_string_ostream err(problems);
