@@ -58,6 +58,24 @@ std::string describeBreaks(const Trace &t) {
   return s;
 }
 
+// What to compile for: the target, and for cuda the device the tensors are on (all on one:
+// compiling for cuda with a CPU tensor among the inputs is an Error naming it).
+ExecutableOptions executableOptions(const CompileOptions &o, const std::vector<Tensor> &inputs) {
+  ExecutableOptions exec;
+  exec.target = o.target;
+  exec.cudaGraphs = o.cuda_graphs;
+  if (o.target != Target::cuda) return exec;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].device().is_cuda()) {
+      throw Error("compile: Target::cuda needs every input on the GPU, but input " +
+                  std::to_string(i) + " is on " + inputs[i].device().str() +
+                  " (move it with .to(rcjit::Device::cuda()), modules with .to(...))");
+    }
+  }
+  if (!inputs.empty()) exec.device = inputs[0].device().index;
+  return exec;
+}
+
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -73,6 +91,11 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   e->captured = t.captured;
   e->slots = t.capturedSlots;
   e->graphBreaks = static_cast<int>(t.breaks.size());
+  if (!t.breaks.empty() && s.opts.target == Target::cuda) {
+    throw Error("compile: Target::cuda does not support graph breaks yet: the function reads "
+                "tensor values on the host (" +
+                describeBreaks(t) + "); keep host reads outside the compiled function");
+  }
   if (!t.breaks.empty()) {
     // graph breaks: the C++ runs on every call; the work between host reads runs as
     // compiled segments looked up by structural hash and input layouts
@@ -87,11 +110,13 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   std::vector<Shape> strides;
   for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
+  ExecutableOptions exec = executableOptions(s.opts, inputs);
+  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(exec.target));
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
-    auto optimize = [](const Graph &g) { return runPipeline(g, defaultPasses(PipelineOptions{})); };
+    auto optimize = [&passes](const Graph &g) { return runPipeline(g, passes); };
     if (!dynamic.empty()) {
-      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, optimize, moduleId);
+      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, optimize, moduleId, exec);
       e->dynamicNotes = std::move(r.notes);
       if (r.plan) {
         e->regional = std::move(r.plan);
@@ -100,14 +125,14 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
         return e;
       }
     }
-    e->regional =
-        std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, optimize, moduleId));
+    e->regional = std::make_shared<RegionalPlan>(
+        buildRegionalPlan(t.graph, strides, optimize, moduleId, exec));
     return e;
   }
-  e->graph = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
+  e->graph = runPipeline(t.graph, passes);
   Program p;
   if (!dynamic.empty()) {
-    SymbolicResult r = makeSymbolic(fn, t, e->graph, strides, dynamic);
+    SymbolicResult r = makeSymbolic(fn, t, e->graph, strides, dynamic, exec);
     e->dynamicNotes = std::move(r.notes);
     if (!r.symbols.empty()) {
       p = std::move(r.program);
@@ -116,10 +141,9 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
       applySymbolicGuards(e->guards, e->symbols);
     }
   }
-  if (e->symbols.empty()) p = lower(e->graph, strides);
-  cpu::CpuProgramOptions po;
-  po.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  e->program = cpu::CpuProgram::create(std::move(p), moduleId, po);
+  if (e->symbols.empty()) p = lower(e->graph, strides, lowerOptionsFor(exec.target));
+  exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  e->program = compileProgram(std::move(p), moduleId, exec);
   return e;
 }
 
@@ -307,8 +331,6 @@ CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId+
     if (const std::string &why = cuda::unavailableReason(); !why.empty()) {
       throw Error("compile: Target::cuda needs an NVIDIA GPU: " + why);
     }
-    throw Error("compile: Target::cuda: running compiled graphs on the GPU is not implemented "
-                "yet (PTX generation is: rcjit trace --dump ptx)");
   }
 }
 

@@ -12,7 +12,7 @@
 #include "jit/Dynamic.h"
 #include "jit/Regional.h"
 #include "jit/Segments.h"
-#include "targets/cpu/CpuProgram.h"
+#include "targets/Executable.h"
 #include "tracer/Graph.h"
 
 namespace rcjit::detail {
@@ -21,11 +21,11 @@ namespace rcjit::detail {
 struct Entry {
   int id = 0;
   GuardSet guards;
-  std::vector<Tensor> captured; // held: keeps identity-guarded tensors alive
-  std::vector<Tensor *> slots;  // where each captured tensor's current value lives, or null
-  std::shared_ptr<cpu::CpuProgram> program; // full mode
-  std::shared_ptr<RegionalPlan> regional;   // regional mode
-  std::shared_ptr<SegmentTable> segments;   // graph breaks: compiled pieces between them
+  std::vector<Tensor> captured;        // held: keeps identity-guarded tensors alive
+  std::vector<Tensor *> slots;         // where each captured tensor's current value lives, or null
+  std::shared_ptr<Executable> program; // full mode
+  std::shared_ptr<RegionalPlan> regional; // regional mode
+  std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
   bool compiled() const { return program || regional; } // else runs eagerly (graph breaks)
   Graph graph;                                          // the graph after the pass pipeline
   std::string reason;                                   // why it was compiled

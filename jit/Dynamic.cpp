@@ -263,7 +263,8 @@ chooseSymbols(const std::vector<DynSymbol> &candidates,
 
 SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
                             const std::vector<Shape> &strides,
-                            const std::vector<DynSymbol> &candidates) {
+                            const std::vector<DynSymbol> &candidates,
+                            const ExecutableOptions &exec) {
   SymbolicResult res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
     std::vector<int64_t> traced;
@@ -273,15 +274,16 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
     std::vector<ProgramSample> samples(3);
     std::vector<Graph> graphs(3);
     try {
-      samples[0].program = lower(optimized, loweringStrides(strides, syms, t.args));
+      samples[0].program =
+          lower(optimized, loweringStrides(strides, syms, t.args), lowerOptionsFor(exec.target));
       samples[0].syms = traced;
       graphs[0] = optimized;
       for (size_t p = 0; p < probes.size(); ++p) {
         Graph raw;
         std::vector<Shape> st;
         if (!traceProbe(fn, t, strides, syms, probes[p], raw, st, why)) return false;
-        graphs[p + 1] = runPipeline(raw, defaultPasses(PipelineOptions{}));
-        samples[p + 1].program = lower(graphs[p + 1], st);
+        graphs[p + 1] = runPipeline(raw, defaultPasses(pipelineOptionsFor(exec.target)));
+        samples[p + 1].program = lower(graphs[p + 1], st, lowerOptionsFor(exec.target));
         samples[p + 1].syms = probes[p];
       }
     } catch (const std::exception &e) {
@@ -307,7 +309,7 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
                                       const std::function<Graph(const Graph &)> &optimize,
-                                      const std::string &idPrefix) {
+                                      const std::string &idPrefix, const ExecutableOptions &exec) {
   SymbolicRegional res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
     std::vector<int64_t> traced;
@@ -321,8 +323,9 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
       rp[p].syms = probes[p];
     }
     try {
-      res.plan = std::make_shared<RegionalPlan>(buildRegionalPlan(
-          t.graph, loweringStrides(strides, syms, t.args), optimize, idPrefix, rp, traced, ranges));
+      res.plan = std::make_shared<RegionalPlan>(
+          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), optimize, idPrefix,
+                            exec, rp, traced, ranges));
     } catch (const std::exception &e) {
       why = e.what();
       return false;

@@ -58,7 +58,8 @@ struct SymbolicResult {
 /// strides of every program input at this call (args then captured).
 SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
                             const std::vector<Shape> &strides,
-                            const std::vector<DynSymbol> &candidates);
+                            const std::vector<DynSymbol> &candidates,
+                            const ExecutableOptions &exec);
 
 /// The regional counterpart: a plan whose stages are symbolic programs (null when no
 /// symbol could be kept).
@@ -71,7 +72,7 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
                                       const std::function<Graph(const Graph &)> &optimize,
-                                      const std::string &idPrefix);
+                                      const std::string &idPrefix, const ExecutableOptions &exec);
 
 /// Applies the kept symbols to an entry's guards.
 void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols);

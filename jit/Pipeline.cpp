@@ -44,6 +44,12 @@ void clear_graph_passes() {
 
 std::string print_graph(const Graph &g) { return printGraph(g); }
 
+PipelineOptions pipelineOptionsFor(Target t) {
+  PipelineOptions o;
+  o.decomposeOptions.splitLinearBias = t == Target::cuda;
+  return o;
+}
+
 std::vector<Pass> defaultPasses(const PipelineOptions &opts) {
   std::vector<Pass> passes;
   // decompose first: its scalars (eps, 1/sqrt(D)) then fold, and the casts and constants

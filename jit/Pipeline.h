@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <rcjit/Compile.h>
+
 #include "jit/passes/Decompose.h"
 #include "tracer/Graph.h"
 
@@ -31,6 +33,9 @@ struct PipelineOptions {
   bool cse = true;
   bool dce = true;
 };
+
+/// The default options for a target: cuda also splits a linear's bias off its cuBLAS call.
+PipelineOptions pipelineOptionsFor(Target t);
 
 /// decompose, constant_fold, cse, dce (those enabled in `opts`), in that order.
 std::vector<Pass> defaultPasses(const PipelineOptions &opts = {});

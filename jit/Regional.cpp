@@ -18,7 +18,7 @@ namespace {
 // Compiled stage programs of this process, by stage key.
 struct StageTableTag;
 using StageTable =
-    cache::detail::ProcessMemo<StageTableTag, std::string, std::shared_ptr<cpu::CpuProgram>, 4096>;
+    cache::detail::ProcessMemo<StageTableTag, std::string, std::shared_ptr<Executable>, 4096>;
 
 bool inside(const Region &inner, const Region &outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
@@ -135,7 +135,7 @@ Program symbolicStage(const std::string &name, std::vector<ProgramSample> sample
 
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::function<Graph(const Graph &)> &optimize,
-                               const std::string &idPrefix,
+                               const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
                                const std::vector<int64_t> &syms,
                                const std::vector<Symbol> &ranges) {
@@ -176,6 +176,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     st.inputs = programOrder(subs[0], boundary);
     st.outputs = outs;
     std::ostringstream key;
+    key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu") << "/";
     for (size_t k = 0; k < ns; ++k) {
       key << (k ? "/" : "") << hashGraph(subs[k]).hex();
       for (int id : st.inputs) key << "|" << shapeStr(strides[k][id]);
@@ -189,12 +190,12 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
       for (size_t k = 0; k < ns; ++k) {
         std::vector<Shape> subStrides;
         for (int id : st.inputs) subStrides.push_back(strides[k][id]);
-        samples[k].program = lower(optimize(subs[k]), subStrides);
+        samples[k].program = lower(optimize(subs[k]), subStrides, lowerOptionsFor(exec.target));
         samples[k].syms = symValues[k];
       }
       Program p = ns == 1 ? std::move(samples[0].program)
                           : symbolicStage(st.name, std::move(samples), graphs, st.inputs, ranges);
-      st.program = cpu::CpuProgram::create(std::move(p), idPrefix + "_s" + std::to_string(s));
+      st.program = compileProgram(std::move(p), idPrefix + "_s" + std::to_string(s), exec);
       StageTable::instance().add(key.str(), st.program);
       ++plan.compiled;
     }

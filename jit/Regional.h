@@ -14,7 +14,7 @@
 
 #include <rcjit/Tensor.h>
 
-#include "targets/cpu/CpuProgram.h"
+#include "targets/Executable.h"
 #include "tracer/Graph.h"
 
 namespace rcjit {
@@ -23,7 +23,7 @@ namespace rcjit {
 struct RegionalStage {
   std::string name; // region name, or "glue"
   bool region = false;
-  std::shared_ptr<cpu::CpuProgram> program;
+  std::shared_ptr<Executable> program;
   std::vector<int> inputs;  // graph node ids, in the program's input order
   std::vector<int> outputs; // graph node ids of the program's outputs
   bool reused = false;      // the program came from an earlier identical stage
@@ -54,13 +54,14 @@ struct RegionalProbe {
 };
 
 /// Builds the plan for `g` whose program inputs (args then captured) have `inputStrides`.
-/// `optimize` is the graph pass pipeline applied to each stage. With `probes` (traces of
+/// `optimize` is the graph pass pipeline applied to each stage; `exec` says what to compile
+/// for (stages lowered with lowerOptionsFor(exec.target)). With `probes` (traces of
 /// the same function at other symbol values; `syms` the values of `g`, `ranges` the
 /// symbols' ranges), every stage is a symbolic program whose sizes it reads from its own
 /// inputs. Throws rcjit::Error (also when a stage cannot be made symbolic, saying why).
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::function<Graph(const Graph &)> &optimize,
-                               const std::string &idPrefix,
+                               const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes = {},
                                const std::vector<int64_t> &syms = {},
                                const std::vector<Symbol> &ranges = {});

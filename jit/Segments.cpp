@@ -20,7 +20,7 @@ bool SegmentTable::run(Segment &seg) {
     strides.push_back(t.strides());
     key << "|" << shapeStr(t.strides());
   }
-  std::shared_ptr<cpu::CpuProgram> program;
+  std::shared_ptr<Executable> program;
   bool fresh = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -41,7 +41,7 @@ bool SegmentTable::run(Segment &seg) {
       outs = interpretGraph(seg.graph, seg.inputs);
     } else {
       Program p = lower(runPipeline(seg.graph, defaultPasses(PipelineOptions{})), strides);
-      program = cpu::CpuProgram::create(std::move(p), "rcjit_segment");
+      program = compileProgram(std::move(p), "rcjit_segment");
       std::lock_guard<std::mutex> lock(mu_);
       programs_.emplace(key.str(), program);
       ++compiled_;

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-#include "targets/cpu/CpuProgram.h"
+#include "targets/Executable.h"
 #include "tracer/Tracer.h"
 
 namespace rcjit {
@@ -25,7 +25,7 @@ public:
 private:
   size_t limit_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<cpu::CpuProgram>> programs_;
+  std::map<std::string, std::shared_ptr<Executable>> programs_;
   int compiled_ = 0, reused_ = 0;
 };
 

@@ -705,6 +705,12 @@ void planArena(Program &p) {
   p.arenaBytes = top;
 }
 
+LowerOptions lowerOptionsFor(Target t) {
+  LowerOptions o;
+  o.fuseLibraryEpilogues = t == Target::cpu;
+  return o;
+}
+
 Program lower(const Graph &g, const std::vector<Shape> &inputStrides, const LowerOptions &opts) {
   for (const Node &n : g.nodes) {
     for (const Dim &d : n.shape) {

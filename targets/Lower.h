@@ -11,6 +11,8 @@
 //   5. plan buffers: group outputs used later get arena space by liveness; graph outputs
 //      get per-call output buffers.
 #pragma once
+#include <rcjit/Compile.h>
+
 #include "targets/Program.h"
 #include "tracer/Graph.h"
 
@@ -19,6 +21,9 @@ namespace rcjit {
 struct LowerOptions {
   bool fuseLibraryEpilogues = true; // oneDNN post-ops (CPU); off for targets without them
 };
+
+/// The options for a target: cuda has no oneDNN post-ops (its epilogues are kernels).
+LowerOptions lowerOptionsFor(Target t);
 
 /// Lowers `g` (static shapes, composites decomposed) to a Program. `inputStrides` gives the
 /// strides of each program input (args then captured tensors, as guarded). Throws

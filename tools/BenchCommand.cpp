@@ -15,6 +15,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
 #include "tools/Safetensors.h"
@@ -65,14 +66,15 @@ std::string modeTitle(const std::string &m) {
 
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
 Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
-            const std::string &cacheDir, const std::string &weights) {
+            const std::string &cacheDir, const std::string &weights, Target target) {
   std::string json = cacheDir + "/warm.json";
   std::ostringstream cmd;
   // resolved here: inside std::system's shell, /proc/self/exe would be the shell
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch " << c.batch
       << " --seq " << c.seq << " --layers " << c.layers << " --dtype " << dtypeName(c.dtype)
-      << " --reps 1 --keep-cache --cache-dir '" << cacheDir << "' --json '" << json << "'"
+      << " --reps 1 --target " << (target == Target::cuda ? "cuda" : "cpu")
+      << " --keep-cache --cache-dir '" << cacheDir << "' --json '" << json << "'"
       << (weights.empty() ? "" : " --weights '" + weights + "'") << " >/dev/null 2>&1";
   if (std::system(cmd.str().c_str()) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
@@ -105,12 +107,26 @@ WeightNaming namingFor(const std::string &model) {
   return WeightNaming::exact();
 }
 
+// What the table and the JSON call the target: "cpu", or "cuda (<GPU name>)".
+std::string targetLabel(Target target) {
+  return target == Target::cuda ? "cuda (" + cuda::DeviceContext::get(0).info().name + ")" : "cpu";
+}
+
 Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
-           const std::string &weights) {
+           const std::string &weights, Target target) {
   std::unique_ptr<Model> m = info.build(c);
   if (!weights.empty()) loadWeights(m->module(), weights, namingFor(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
+  if (target == Target::cuda) {
+    m->to(Device::cuda());
+    for (Tensor &t : inputs) t = t.to(Device::cuda());
+  }
+  // a call's time includes its GPU work
+  auto sync = [target] {
+    if (target == Target::cuda) cuda::DeviceContext::get(0).synchronize();
+  };
   CompileOptions opts;
+  opts.target = target;
   opts.mode = parseMode(mode);
   if (mode == "dynamic") { // dim 1 of every input that is [batch, seq, ...]: symbolic
     for (Tensor &t : inputs) {
@@ -123,11 +139,13 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   r.batch = c.batch;
   auto t0 = std::chrono::steady_clock::now();
   fn(inputs);
+  sync();
   r.firstMs = msSince(t0);
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     auto t1 = std::chrono::steady_clock::now();
     fn(inputs);
+    sync();
     times.push_back(msSince(t1));
   }
   std::sort(times.begin(), times.end());
@@ -138,9 +156,9 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
 
 void printTable(std::ostream &out, const std::string &model, const ModelConfig &c, int reps,
                 const std::vector<std::string> &modes, const std::vector<int64_t> &batches,
-                const std::vector<Row> &rows) {
-  out << model << " - cpu, " << dtypeName(c.dtype) << ", seq " << c.seq << ", median of " << reps
-      << " calls; times in ms\n";
+                const std::vector<Row> &rows, const std::string &target) {
+  out << model << " - " << target << ", " << dtypeName(c.dtype) << ", seq " << c.seq
+      << ", median of " << reps << " calls; times in ms\n";
   char buf[64];
   std::string head1 = "                        ", head2 = "mode                    ";
   for (const char *part : {"inference", "compile (first call)"}) {
@@ -185,7 +203,7 @@ void printTable(std::ostream &out, const std::string &model, const ModelConfig &
 }
 
 nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
-                      const std::vector<Row> &rows) {
+                      const std::vector<Row> &rows, const std::string &target) {
   nlohmann::json j;
   j["model"] = model;
   j["seq"] = c.seq;
@@ -194,7 +212,7 @@ nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
   j["reps"] = reps;
   j["machine"] = {{"cpu", cpuName()},
                   {"threads", std::thread::hardware_concurrency()},
-                  {"target", "cpu"},
+                  {"target", target},
                   {"rcjit", RCJIT_VERSION_STRING_TOOL}};
   for (const Row &r : rows) {
     j["results"].push_back({{"mode", r.mode},
@@ -251,7 +269,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
-      "target", po::value(&target)->default_value("cpu"), "cpu (cuda: not in this build)")(
+      "target", po::value(&target)->default_value("cpu"), "cpu or cuda (an NVIDIA GPU)")(
       "json", po::value(&json), "also write every figure and the machine to FILE")(
       "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)")(
       "warm", po::bool_switch(&warm),
@@ -270,7 +288,9 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     out << desc;
     return kOk;
   }
-  if (target != "cpu") throw std::invalid_argument("--target: only cpu is available in this build");
+  if (target != "cpu" && target != "cuda") throw std::invalid_argument("--target: cpu or cuda");
+  const Target tgt = target == "cuda" ? Target::cuda : Target::cpu;
+  const std::string label = targetLabel(tgt); // a clear Error here when there is no GPU
   if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
   if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
   std::vector<std::string> modeList = splitList(modes);
@@ -309,17 +329,17 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
       c.batch = b;
       if (!keepCache) cache::clear(); // cold: empty memory and disk cache
-      rows.push_back(runOne(info, c, mode, reps, weights));
-      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir, weights));
+      rows.push_back(runOne(info, c, mode, reps, weights, tgt));
+      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir, weights, tgt));
     }
     if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
   if (ownDir) std::filesystem::remove_all(cacheDir);
-  printTable(out, model, c, reps, tableModes, batchList, rows);
+  printTable(out, model, c, reps, tableModes, batchList, rows, label);
   if (!json.empty()) {
     std::ofstream f(json);
     if (!f) throw Error("--json: cannot write " + json);
-    f << toJson(model, c, reps, rows).dump(2) << "\n";
+    f << toJson(model, c, reps, rows, label).dump(2) << "\n";
   }
   if (!plot.empty()) writePlot(plot, rows);
   return kOk;

@@ -133,10 +133,54 @@ public:
     return net_(ids, slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
   }
   nn::ModuleBase &module() override { return net_; }
+  void to(Device device) override {
+    net_.to(device);
+    cos_ = cos_.to(device);
+    sin_ = sin_.to(device);
+  }
 
 private:
   LlamaConfig cfg_;
   LlamaForCausalLM net_;
+  Tensor cos_, sin_;
+};
+
+// The decoder layers alone: hidden states [batch, seq, hidden] in and out.
+struct LlamaLayerStack : nn::Module<LlamaLayerStack> {
+  nn::ModuleList<LlamaDecoderLayer> layers;
+  LlamaLayerStack(const LlamaConfig &c, ParamInit &init) {
+    for (int i = 0; i < c.layers; ++i) layers.emplace_back(c, init);
+    register_module("layers", layers);
+  }
+  Tensor forward(Tensor x, const Tensor &cos, const Tensor &sin) {
+    for (LlamaDecoderLayer &layer : layers) x = layer(x, cos, sin);
+    return x;
+  }
+};
+
+class LlamaLayersModel : public Model {
+public:
+  LlamaLayersModel(const LlamaConfig &cfg, const ModelConfig &c, ParamInit init)
+      : cfg_(cfg), net_(cfg, init) {
+    std::tie(cos_, sin_) = ropeTables(llamaInvFreq(cfg), c.seq, c.dtype);
+  }
+  std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
+    return {Tensor::randn({c.batch, c.seq, cfg_.hidden}, c.seed + 1, c.dtype)};
+  }
+  Tensor forward(const std::vector<Tensor> &inputs) override {
+    int64_t seq = inputs.at(0).size(1);
+    return net_(inputs[0], slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
+  }
+  nn::ModuleBase &module() override { return net_; }
+  void to(Device device) override {
+    net_.to(device);
+    cos_ = cos_.to(device);
+    sin_ = sin_.to(device);
+  }
+
+private:
+  LlamaConfig cfg_;
+  LlamaLayerStack net_;
   Tensor cos_, sin_;
 };
 
@@ -218,11 +262,14 @@ std::vector<double> llamaInvFreq(const LlamaConfig &c) {
   return inv;
 }
 
-std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c) {
+std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c, bool layersOnly) {
   if (c.layers >= 0) cfg.layers = c.layers;
   validate(cfg);
   if (c.seq <= 0) throw Error(cfg.name + ": seq must be positive");
   ParamInit init(c.seed, c.dtype);
+  if (layersOnly) {
+    return std::make_unique<LlamaLayersModel>(cfg, c, std::move(init));
+  }
   checkMemory(cfg.name, llamaParameterCount(cfg), c);
   return std::make_unique<LlamaModel>(cfg, c, std::move(init));
 }

@@ -41,6 +41,8 @@ std::vector<double> llamaInvFreq(const LlamaConfig &cfg);
 /// c.seq positions; inputs: token ids [batch, seq] (i64) -> logits [batch, seq, vocab].
 /// Module names are Hugging Face's ("model.layers.0.self_attn.q_proj.weight").
 /// An rcjit::Error, before allocating, when the parameters do not fit in memory.
-std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c);
+/// `layersOnly`: just the decoder layers (no embedding, final norm or head): inputs are
+/// hidden states [batch, seq, hidden] in c.dtype, the output has the same shape.
+std::unique_ptr<Model> buildLlama(LlamaConfig cfg, const ModelConfig &c, bool layersOnly = false);
 
 } // namespace rcjit::tools

@@ -27,6 +27,9 @@ public:
   virtual std::vector<Tensor> makeInputs(const ModelConfig &c) const = 0;
   virtual Tensor forward(const std::vector<Tensor> &inputs) = 0;
   virtual nn::ModuleBase &module() = 0;
+  /// Moves the parameters (and any tables the model keeps) to `device`; inputs from
+  /// makeInputs stay on the CPU (move them too).
+  virtual void to(Device device) { module().to(device); }
 };
 
 /// A registry entry. `build` throws an rcjit::Error (bytes needed and available) instead of

@@ -42,6 +42,13 @@ void ModuleBase::register_module(std::string name, ModuleBase &m) {
   children_.emplace_back(std::move(name), &m);
 }
 
+void ModuleBase::to(Device device) {
+  for (auto &[name, t] : params_) {
+    if (t->defined()) *t = t->to(device);
+  }
+  for (auto &[name, child] : children_) child->to(device);
+}
+
 std::vector<std::pair<std::string, Tensor>> ModuleBase::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto &[name, t] : params_) out.emplace_back(name, *t);

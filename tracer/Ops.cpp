@@ -4,6 +4,7 @@
 
 #include <rcjit/Ops.h>
 
+#include "targets/cuda/CudaEager.h"
 #include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
@@ -66,11 +67,12 @@ Tensor applyOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a) {
   return applyWithMeta(op, in, a, inferMeta(op, metas, a));
 }
 
-Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a) {
+Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, Device device) {
   for (int64_t s : shape) {
     if (s < 0) throw Error(std::string(opName(op)) + ": negative size in shape " + shapeStr(shape));
   }
-  Tensor r = eager::run(op, {}, a, TensorMeta{dtype, shape});
+  Tensor r = device.is_cuda() ? cuda::runSource(op, shape, dtype, a, device)
+                              : eager::run(op, {}, a, TensorMeta{dtype, shape});
   if (Tracer *tr = Tracer::current()) tr->recordSource(op, a, r);
   return r;
 }
@@ -88,10 +90,11 @@ using detail::castTo;
 
 namespace {
 
-Tensor scalarTensor(Scalar s, DType dtype) {
+// A Scalar operand as a 0-dim tensor on the device of the tensor it meets.
+Tensor scalarTensor(Scalar s, DType dtype, Device device) {
   Attrs a;
   a.value = s.toDouble();
-  return detail::applySource(OpKind::full, {}, dtype, a);
+  return detail::applySource(OpKind::full, {}, dtype, a, device);
 }
 
 DType scalarDtype(Scalar s) { return s.isFloating() ? DType::f64 : DType::i64; }
@@ -109,14 +112,14 @@ Tensor binary(OpKind op, const Tensor &a, Scalar s) {
   if (!a.defined()) return applyOp(op, {a}, {});
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, scalarDtype(s), true, true);
   if (needsFloat(op) && !isFloating(t)) t = DType::f32;
-  return applyOp(op, {castTo(a, t), scalarTensor(s, t)}, {});
+  return applyOp(op, {castTo(a, t), scalarTensor(s, t, a.device())}, {});
 }
 
 Tensor binary(OpKind op, Scalar s, const Tensor &b) {
   if (!b.defined()) return applyOp(op, {b}, {});
   DType t = promoteTypes(scalarDtype(s), true, true, b.dtype(), b.dim() == 0, false);
   if (needsFloat(op) && !isFloating(t)) t = DType::f32;
-  return applyOp(op, {scalarTensor(s, t), castTo(b, t)}, {});
+  return applyOp(op, {scalarTensor(s, t, b.device()), castTo(b, t)}, {});
 }
 
 Tensor unaryFloat(OpKind op, const Tensor &x) {
@@ -225,12 +228,12 @@ Tensor where(const Tensor &cond, const Tensor &a, const Tensor &b) {
 Tensor where(const Tensor &cond, const Tensor &a, Scalar b) {
   if (!a.defined()) return applyOp(OpKind::where, {cond, a}, {});
   DType t = promoteTypes(a.dtype(), a.dim() == 0, false, scalarDtype(b), true, true);
-  return applyOp(OpKind::where, {cond, castTo(a, t), scalarTensor(b, t)}, {});
+  return applyOp(OpKind::where, {cond, castTo(a, t), scalarTensor(b, t, a.device())}, {});
 }
 Tensor where(const Tensor &cond, Scalar a, const Tensor &b) {
   if (!b.defined()) return applyOp(OpKind::where, {cond, b}, {});
   DType t = promoteTypes(scalarDtype(a), true, true, b.dtype(), b.dim() == 0, false);
-  return applyOp(OpKind::where, {cond, scalarTensor(a, t), castTo(b, t)}, {});
+  return applyOp(OpKind::where, {cond, scalarTensor(a, t, b.device()), castTo(b, t)}, {});
 }
 
 Tensor operator+(const Tensor &a, const Tensor &b) { return add(a, b); }

@@ -1,4 +1,5 @@
-// CPU storage: 64-byte aligned blocks, with a bounded cache of large freed blocks.
+// Storage: 64-byte aligned CPU blocks with a bounded cache of large freed blocks; device
+// memory from the device's caching allocator (targets/cuda/CudaRuntime.h).
 //
 // Large tensors are allocated and freed on every eager op; returning their pages to the
 // OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
@@ -7,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "targets/cuda/CudaRuntime.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::detail {
@@ -59,8 +61,13 @@ BlockCache &blockCache() {
 
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   if (device.is_cuda()) {
-    throw Error("cannot allocate a tensor on " + device.str() +
-                ": this build of rcjit has no CUDA target yet (use Device::cpu())");
+    cuda::DeviceContext &ctx = cuda::DeviceContext::get(device.index);
+    auto s = std::make_shared<Storage>();
+    s->data = reinterpret_cast<void *>(ctx.allocate(nbytes));
+    s->nbytes = nbytes;
+    s->device = device;
+    s->release = [&ctx, nbytes](void *q) { ctx.release(reinterpret_cast<CUdeviceptr>(q), nbytes); };
+    return s;
   }
   auto s = std::make_shared<Storage>();
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;

@@ -5,6 +5,7 @@
 #include <rcjit/Ops.h>
 #include <rcjit/Tensor.h>
 
+#include "targets/cuda/CudaRuntime.h"
 #include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
@@ -41,11 +42,25 @@ template <class Gen> Tensor generate(const Shape &shape, DType dtype, Gen gen) {
   return out;
 }
 
-void checkCpu(const Tensor &t, const char *what) {
-  if (!t.device().is_cpu()) {
-    throw Error(std::string(what) + ": tensor is on " + t.device().str() +
-                ", host access needs a CPU tensor");
+CUdeviceptr devicePtr(const Tensor &t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
+
+// A device tensor's values on the host (contiguous). A strided view copies the span of
+// memory it covers, then gathers it on the host.
+Tensor deviceToHost(const Tensor &t) {
+  cuda::DeviceContext &ctx = cuda::DeviceContext::get(t.device().index);
+  Tensor out = detail::makeTensor(t.shape(), t.dtype());
+  if (t.numel() == 0) return out;
+  const size_t size = dtypeSize(t.dtype());
+  if (t.is_contiguous()) {
+    ctx.copyToHost(out.data_ptr(), devicePtr(t), static_cast<size_t>(t.numel()) * size);
+    return out;
   }
+  int64_t span = 1;
+  for (size_t d = 0; d < t.shape().size(); ++d) span += (t.shape()[d] - 1) * t.strides()[d];
+  Tensor flat = detail::makeTensor({span}, t.dtype());
+  ctx.copyToHost(flat.data_ptr(), devicePtr(t), static_cast<size_t>(span) * size);
+  eager::copyInto(out, detail::makeView(flat, t.shape(), t.strides(), 0));
+  return out;
 }
 
 } // namespace
@@ -66,13 +81,12 @@ Tensor Tensor::ones(Shape shape, DType dtype, Device device) {
   return full(std::move(shape), 1.0, dtype, device);
 }
 Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
-  if (device.is_cuda()) return detail::makeTensor(shape, dtype, device); // throws for now
   Attrs a;
   a.value = value;
-  return detail::applySource(OpKind::full, shape, dtype, a);
+  return detail::applySource(OpKind::full, shape, dtype, a, device);
 }
 Tensor Tensor::randn(Shape shape, uint64_t seed, DType dtype, Device device) {
-  if (device.is_cuda()) return detail::makeTensor(shape, dtype, device);
+  if (device.is_cuda()) return randn(std::move(shape), seed, dtype).to(device); // same values
   if (!isFloating(dtype)) {
     throw Error("randn: dtype must be floating, got " + std::string(dtypeName(dtype)));
   }
@@ -83,8 +97,7 @@ Tensor Tensor::randn(Shape shape, uint64_t seed, DType dtype, Device device) {
 }
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   if (n < 0) throw Error("arange: n must be >= 0, got " + std::to_string(n));
-  if (device.is_cuda()) return detail::makeTensor({n}, dtype, device);
-  return detail::applySource(OpKind::arange, {n}, dtype, Attrs{});
+  return detail::applySource(OpKind::arange, {n}, dtype, Attrs{}, device);
 }
 
 namespace {
@@ -151,9 +164,12 @@ int64_t Tensor::size(int d) const {
 }
 
 void Tensor::copyToHost(DType as, void *dst) const {
-  checkCpu(*this, "to_vector");
   if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this);
   if (numel() == 0) return;
+  if (device().is_cuda()) {
+    deviceToHost(*this).copyToHost(as, dst);
+    return;
+  }
   if (as == dtype() && is_contiguous()) {
     std::memcpy(dst, data_ptr(), static_cast<size_t>(numel()) * dtypeSize(as));
     return;
@@ -165,23 +181,41 @@ double Tensor::item() const {
   if (numel() != 1) {
     throw Error("item: expected a one-element tensor, got shape " + shapeStr(shape()));
   }
-  checkCpu(*this, "item");
   if (Tracer *tr = Tracer::current()) tr->hostRead("item", *this);
+  if (device().is_cuda()) return deviceToHost(*this).item();
   double v = 0;
   eager::copyInto(from_blob(&v, {}, DType::f64), detail::makeView(*this, {}, {}, offset()));
   return v;
 }
 
 Tensor Tensor::to(Device device) const {
-  if (device == this->device()) return *this;
-  throw Error("to(" + device.str() + "): this build of rcjit has no CUDA target yet");
+  const Device from = this->device();
+  if (device == from) return *this;
+  if (Tracer *tr = Tracer::current()) tr->hostRead("to", *this);
+  if (from.is_cuda() && device.is_cuda()) return deviceToHost(*this).to(device);
+  if (from.is_cuda()) return deviceToHost(*this);
+  Tensor src = is_contiguous() ? *this : clone();
+  Tensor out = detail::makeTensor(shape(), dtype(), device);
+  cuda::DeviceContext::get(device.index)
+      .copyToDevice(devicePtr(out), src.data_ptr(),
+                    static_cast<size_t>(numel()) * dtypeSize(dtype()));
+  return out;
 }
 Tensor Tensor::to(DType dtype) const { return detail::castTo(*this, dtype); }
 Tensor Tensor::contiguous() const { return rcjit::contiguous(*this); }
 Tensor Tensor::reshape(Dims shape) const { return rcjit::reshape(*this, std::move(shape)); }
 
 Tensor Tensor::clone() const {
+  if (device().is_cuda() && !is_contiguous()) {
+    return eager::run(OpKind::contiguous, {*this}, {}, TensorMeta{dtype(), shape()});
+  }
   Tensor out = detail::makeTensor(shape(), dtype(), device());
+  if (device().is_cuda()) {
+    cuda::DeviceContext::get(device().index)
+        .copyOnDevice(devicePtr(out), devicePtr(*this),
+                      static_cast<size_t>(numel()) * dtypeSize(dtype()));
+    return out;
+  }
   eager::copyInto(out, *this);
   return out;
 }
@@ -192,7 +226,20 @@ void Tensor::copy_(const Tensor &src) {
     throw Error("copy_: source shape " + shapeStr(b) + " does not match destination shape " +
                 shapeStr(shape()));
   }
-  eager::copyInto(*this, src);
+  if (device().is_cpu()) {
+    eager::copyInto(*this, src.device().is_cuda() ? deviceToHost(src) : src);
+    return;
+  }
+  if (!is_contiguous()) {
+    throw Error("copy_: the destination on " + device().str() +
+                " is not contiguous (only contiguous GPU tensors can be written in place)");
+  }
+  Tensor s = src.to(device());
+  if (s.dtype() != dtype()) s = eager::run(OpKind::cast, {s}, {}, TensorMeta{dtype(), shape()});
+  if (!s.is_contiguous()) s = s.clone();
+  cuda::DeviceContext::get(device().index)
+      .copyOnDevice(devicePtr(*this), devicePtr(s),
+                    static_cast<size_t>(numel()) * dtypeSize(dtype()));
 }
 
 bool allclose(const Tensor &a, const Tensor &b, double rtol, double atol) {

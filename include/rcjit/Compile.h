@@ -26,6 +26,7 @@ struct CompileOptions {
   int recompile_limit = 8;              // compiled variants per function before falling back
   bool fullgraph = false;               // true: a graph break is an Error instead of a split
   Stance stance = Stance::normal;
+  bool cuda_graphs = true; // cuda: replay a static entry's kernels as one CUDA graph
 };
 
 struct CompileStats {

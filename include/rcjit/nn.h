@@ -30,6 +30,9 @@ public:
   /// Registers a child module under `name`; it must outlive this module's use.
   void register_module(std::string name, ModuleBase &m);
 
+  /// Moves every parameter of this module and its descendants to `device` (each registered
+  /// member is assigned its copy; a parameter already there is left as is).
+  void to(Device device);
   /// Every parameter of this module and its descendants, named by dotted path
   /// ("blocks.0.fc.weight"), in registration order, depth first.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;

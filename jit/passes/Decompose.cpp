@@ -162,7 +162,10 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::sdpa:
     return decomposeSdpa(b, n, in);
   case OpKind::linear:
-    return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallLinear(b, n, in) : -1;
+    if (isSmallMatmul(g, n, o.smallMatmulMax)) return decomposeSmallLinear(b, n, in);
+    if (o.splitLinearBias && in.size() == 3)
+      return b.emit(OpKind::add, {b.emit(OpKind::linear, {in[0], in[1]}), in[2]});
+    return -1;
   case OpKind::matmul:
     return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
   default:

@@ -16,6 +16,7 @@
 // - small linear/matmul (K and N <= smallMatmulMax): sum(x[..., 1, K] * w[N, K], last),
 //   so the code generator builds the product and its epilogue as one kernel instead of a
 //   library call too small to pay for itself.
+// - linear(x, w, b) with splitLinearBias: linear(x, w) + b.
 // gelu and silu stay single ops: the code generator and oneDNN post-ops implement them
 // natively, and spelled out they would no longer fuse into a matmul as a post-op.
 //
@@ -35,6 +36,10 @@ struct DecomposeOptions {
   /// while the generated multiply-and-sum kernels (one reduction nest per output point) ran
   /// 0.6x. Turn it on once the code generator vectorizes small reductions across outputs.
   int64_t smallMatmulMax = 0;
+  /// linear(x, w, b) becomes linear(x, w) + b, for targets whose library call adds no bias
+  /// (cuBLAS): the add then fuses into the kernel after the call with the rest of the
+  /// epilogue. Off for the CPU, where oneDNN adds the bias in the call.
+  bool splitLinearBias = false;
 };
 
 /// Rewrites the composites of `g` as primitives (see above). Pure; thread-safe.

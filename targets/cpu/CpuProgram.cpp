@@ -11,6 +11,7 @@
 
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
+#include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/eager/Eager.h"
@@ -21,9 +22,6 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
-
-// Specializations kept per symbolic program; the oldest is dropped past this.
-constexpr size_t kMaxSpecs = 32;
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;
@@ -123,8 +121,10 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     cp->llvmIr_ = std::move(ck.llvmIr);
     cp->assembly_ = std::move(ck.assembly);
   }
-  if (p.symbols.empty()) cp->static_ = makeSpec(p, nullptr);
   cp->program_ = std::move(p);
+  const Program &prog = cp->program_;
+  cp->specs_ = std::make_unique<SpecTable<Spec>>(
+      prog, [&prog](const int64_t *syms) { return makeSpec(prog, syms); });
   return cp;
 }
 
@@ -139,21 +139,6 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
     if (l.steps[i].kind == Step::Kind::library)
       spec->library[i] = LibraryStep::create(l, l.steps[i]);
   }
-  return spec;
-}
-
-std::shared_ptr<const CpuProgram::Spec> CpuProgram::specFor(const int64_t *syms) const {
-  size_t n = program_.symbols.ranges.size();
-  {
-    std::lock_guard<std::mutex> lock(specMu_);
-    for (auto it = specs_.rbegin(); it != specs_.rend(); ++it) {
-      if (std::equal(syms, syms + n, (*it)->syms.begin())) return *it;
-    }
-  }
-  std::shared_ptr<const Spec> spec = makeSpec(program_, syms); // outside the lock: may be slow
-  std::lock_guard<std::mutex> lock(specMu_);
-  if (specs_.size() >= kMaxSpecs) specs_.erase(specs_.begin());
-  specs_.push_back(spec);
   return spec;
 }
 
@@ -238,29 +223,9 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
 }
 
 std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
-  std::shared_ptr<const Spec> spec = static_;
-  int64_t symStore[8];
-  std::vector<int64_t> symHeap;
-  const int64_t *syms = nullptr;
-  if (!spec) {
-    const ProgramSymbols &ps = program_.symbols;
-    int64_t *out = symStore;
-    if (ps.sources.size() > 8) {
-      symHeap.resize(ps.sources.size());
-      out = symHeap.data();
-    }
-    for (size_t i = 0; i < ps.sources.size(); ++i) {
-      if (ps.sources[i].empty()) { // a symbol of the function this program does not use
-        out[i] = 0;
-        continue;
-      }
-      const SymSource &src = ps.sources[i][0];
-      if (src.input >= static_cast<int>(n)) throw Error("compiled program: missing input");
-      out[i] = inputs[src.input]->shape().at(static_cast<size_t>(src.dim));
-    }
-    syms = out;
-    spec = specFor(syms);
-  }
+  CallSymbols callSyms(program_, inputs, n);
+  const int64_t *syms = callSyms.data();
+  std::shared_ptr<const Spec> spec = specs_->get(syms);
   const Program &p = spec->layout;
   std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
   std::vector<char *> bases(p.buffers.size(), nullptr);
@@ -306,20 +271,7 @@ std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const
       runEager(s, p, bases.data(), dynamic, inputs);
     }
   }
-  std::vector<Tensor> outs;
-  for (size_t o = 0; o < p.outputs.size(); ++o) {
-    int v = p.outputs[o];
-    const Value &val = p.values[v];
-    const Buffer &b = p.buffers[val.buffer];
-    const Tensor &base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
-                         : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
-                                                           : outBuffers[val.buffer];
-    Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
-    // the same value returned twice (CSE merged two outputs): hand out separate storage
-    bool repeated = std::find(p.outputs.begin(), p.outputs.begin() + o, v) != p.outputs.begin() + o;
-    outs.push_back(repeated ? out.clone() : out);
-  }
-  return outs;
+  return collectOutputs(p, inputs, dynamic, outBuffers);
 }
 
 } // namespace rcjit::cpu

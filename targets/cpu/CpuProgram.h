@@ -8,7 +8,9 @@
 
 #include <rcjit/Tensor.h>
 
+#include "targets/Executable.h"
 #include "targets/Program.h"
+#include "targets/ProgramRun.h"
 #include "targets/cpu/LibraryStep.h"
 
 namespace rcjit::cpu {
@@ -20,7 +22,7 @@ struct CpuProgramOptions {
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
 /// from a pool, so steady-state calls allocate nothing but their outputs).
-class CpuProgram {
+class CpuProgram final : public Executable {
 public:
   /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
   /// module (the object-cache key). Throws rcjit::Error.
@@ -30,13 +32,12 @@ public:
   /// Runs the program on `inputs` (args then captured tensors, already guarded). A symbolic
   /// program reads its sizes from the inputs and runs the sizes' specialization (values,
   /// arena plan, oneDNN primitives), made on first use and kept for later calls.
-  std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
+  std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override;
 
-  const Program &program() const { return program_; }
-  const std::string &llvmIr() const { return llvmIr_; }
+  const Program &program() const override { return program_; }
+  const std::string &llvmIr() const override { return llvmIr_; }
   const std::string &assembly() const { return assembly_; }
-  /// Kernels served by the in-process memo or the compile cache instead of compiled.
-  int cacheHits() const { return cacheHits_; }
+  int cacheHits() const override { return cacheHits_; }
 
 private:
   struct Arena;
@@ -48,7 +49,6 @@ private:
     std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
   };
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
-  std::shared_ptr<const Spec> specFor(const int64_t *syms) const;
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
   void runKernel(const Step &s, const Program &layout, char *const *bases,
@@ -60,9 +60,7 @@ private:
   std::vector<KernelFn> kernels_;
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;
-  std::shared_ptr<const Spec> static_; // static programs: the one specialization
-  mutable std::mutex specMu_;
-  mutable std::vector<std::shared_ptr<const Spec>> specs_; // symbolic programs, newest last
+  std::unique_ptr<SpecTable<Spec>> specs_;
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };

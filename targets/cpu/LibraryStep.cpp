@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
 
 namespace rcjit::cpu {
@@ -132,64 +133,23 @@ memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_
   return memory::desc({b, r, c}, memory::data_type::f32, {sb, sr, sc});
 }
 
-// Collapses a value's leading dims into one when its strides allow ([..., R, C] ->
-// [B, R, C]); false otherwise.
-bool asBatched(const Value &v, int64_t &b, int64_t &sb) {
-  size_t n = v.shape.size();
-  b = 1;
-  sb = 0;
-  if (n <= 2) return true;
-  int64_t expected = -1;
-  for (size_t i = n - 2; i-- > 0;) {
-    if (v.shape[i] == 1) continue;
-    if (expected >= 0 && v.strides[i] != expected) return false;
-    if (expected < 0) sb = v.strides[i];
-    expected = v.strides[i] * v.shape[i];
-    b *= v.shape[i];
+// The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
+// strides (a batch of one gets a dense batch stride, which oneDNN never steps over).
+std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s) {
+  MatmulLayout l;
+  if (!matmulLayout(p, s, l)) return nullptr; // the eager path runs it
+  auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
+    return l.batch > 1 ? g.batch : rows * cols;
+  };
+  memory::desc src = md3(l.batch, l.m, l.k, batchStride(l.a, l.m, l.k), l.a.row, l.a.col);
+  memory::desc wei = md3(l.batch, l.k, l.n, batchStride(l.b, l.k, l.n), l.b.row, l.b.col);
+  memory::desc dst = md3(l.batch, l.m, l.n, l.c.batch, l.c.row, l.c.col);
+  memory::desc bias;
+  if (l.bias) {
+    if (p.values[s.operands[2]].strides[0] != 1) return nullptr;
+    bias = md3(1, 1, l.n, l.n, l.n, 1);
   }
-  if (b == 1) sb = 0;
-  return true;
-}
-
-std::unique_ptr<LibraryStep> createLinear(const Program &p, const Step &s) {
-  const Value &x = p.values[s.operands[0]];
-  const Value &w = p.values[s.operands[1]];
-  int64_t k = w.shape[1], n = w.shape[0];
-  // x [..., K] as [M, K]: its leading dims must collapse into equally spaced rows
-  int64_t m = 1;
-  for (size_t i = 0; i + 1 < x.shape.size(); ++i) m *= x.shape[i];
-  int64_t rowStride = x.shape.size() >= 2 ? x.strides[x.shape.size() - 2] : k;
-  int64_t expected = rowStride;
-  for (size_t i = x.shape.size() - 1; i-- > 0;) {
-    if (x.shape[i] == 1) continue;
-    if (x.strides[i] != expected) return nullptr;
-    expected *= x.shape[i];
-  }
-  memory::desc src = md3(1, m, k, m * rowStride, rowStride, x.strides.back());
-  memory::desc wei = md3(1, k, n, k * n, w.strides[1], w.strides[0]);
-  memory::desc dst = md3(1, m, n, m * n, n, 1);
-  memory::desc bias = md3(1, 1, n, n, n, 1);
-  bool hasBias = s.operands.size() == 3;
-  if (hasBias && p.values[s.operands[2]].strides[0] != 1) return nullptr;
-  return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, hasBias);
-}
-
-std::unique_ptr<LibraryStep> createMatmul(const Program &p, const Step &s) {
-  const Value &a = p.values[s.operands[0]];
-  const Value &b = p.values[s.operands[1]];
-  if (a.shape.size() < 2 || b.shape.size() < 2) return nullptr;
-  if (a.shape.size() != b.shape.size()) return nullptr;
-  for (size_t i = 0; i + 2 < a.shape.size(); ++i) {
-    if (a.shape[i] != b.shape[i]) return nullptr; // broadcast batches go through eager
-  }
-  int64_t ba, sba, bb, sbb;
-  if (!asBatched(a, ba, sba) || !asBatched(b, bb, sbb) || ba != bb) return nullptr;
-  size_t r = a.shape.size();
-  int64_t m = a.shape[r - 2], k = a.shape[r - 1], n = b.shape[r - 1];
-  memory::desc src = md3(ba, m, k, ba > 1 ? sba : m * k, a.strides[r - 2], a.strides[r - 1]);
-  memory::desc wei = md3(bb, k, n, bb > 1 ? sbb : k * n, b.strides[r - 2], b.strides[r - 1]);
-  memory::desc dst = md3(ba, m, n, m * n, n, 1);
-  return std::make_unique<MatmulStep>(src, wei, memory::desc(), dst, s.postOps, false);
+  return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, l.bias);
 }
 
 } // namespace
@@ -204,12 +164,10 @@ std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s
     if (!eltwiseFor(po.op, alg, alpha)) return nullptr;
   }
   try {
-    if (s.op == OpKind::linear) return createLinear(p, s);
-    if (s.op == OpKind::matmul) return createMatmul(p, s);
+    return createGemm(p, s);
   } catch (const dnnl::error &) {
     return nullptr; // oneDNN declined this layout: the eager path runs it
   }
-  return nullptr;
 }
 
 } // namespace rcjit::cpu

@@ -41,6 +41,20 @@ void resolveAll(void *lib, DriverApi &a, std::string &missing) {
   resolve(lib, "cuStreamCreate", a.streamCreate, missing);
   resolve(lib, "cuStreamSynchronize", a.streamSynchronize, missing);
   resolve(lib, "cuStreamDestroy_v2", a.streamDestroy, missing);
+  resolve(lib, "cuMemcpyHtoDAsync_v2", a.memcpyHtoDAsync, missing);
+  resolve(lib, "cuMemcpyDtoHAsync_v2", a.memcpyDtoHAsync, missing);
+  resolve(lib, "cuMemcpyDtoDAsync_v2", a.memcpyDtoDAsync, missing);
+  resolve(lib, "cuMemsetD8Async", a.memsetD8Async, missing);
+  resolve(lib, "cuMemsetD16Async", a.memsetD16Async, missing);
+  resolve(lib, "cuMemsetD32Async", a.memsetD32Async, missing);
+  resolve(lib, "cuMemsetD2D32Async", a.memsetD2D32Async, missing);
+  resolve(lib, "cuMemGetInfo_v2", a.memGetInfo, missing);
+  resolve(lib, "cuStreamBeginCapture_v2", a.streamBeginCapture, missing);
+  resolve(lib, "cuStreamEndCapture", a.streamEndCapture, missing);
+  resolve(lib, "cuGraphInstantiateWithFlags", a.graphInstantiate, missing);
+  resolve(lib, "cuGraphLaunch", a.graphLaunch, missing);
+  resolve(lib, "cuGraphExecDestroy", a.graphExecDestroy, missing);
+  resolve(lib, "cuGraphDestroy", a.graphDestroy, missing);
   resolve(lib, "cuGetErrorString", a.getErrorString, missing);
   resolve(lib, "cuGetErrorName", a.getErrorName, missing);
 }

@@ -10,8 +10,8 @@
 namespace rcjit::eager {
 
 /// Computes `op` on `in` with attrs `a`; `out` is the result meta from inferMeta (already
-/// validated). View ops return views sharing storage; every other op returns a new
-/// contiguous tensor. Thread-safe.
+/// validated). Ops on device tensors go to the GPU (targets/cuda/CudaEager.h). View ops return
+/// views sharing storage; every other op returns a new contiguous tensor. Thread-safe.
 Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 // The families run() dispatches to, one file each.

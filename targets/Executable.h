@@ -1,0 +1,43 @@
+// A Program compiled for one target: what the jit layer (full mode, regional stages, graph-
+// break segments) holds and runs, whichever target compiled it.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rcjit/Compile.h>
+#include <rcjit/Tensor.h>
+
+#include "targets/Program.h"
+
+namespace rcjit {
+
+class Executable {
+public:
+  virtual ~Executable() = default;
+  /// Runs on `inputs` (args then captured tensors, already guarded: on the target's device,
+  /// with the traced dtypes and layouts). Thread-safe.
+  virtual std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const = 0;
+  virtual const Program &program() const = 0;
+  /// The optimized LLVM IR when it was kept (output_code log, --dump llvm), else "".
+  virtual const std::string &llvmIr() const = 0;
+  /// Kernels served by the in-process memo or the compile cache instead of compiled.
+  virtual int cacheHits() const = 0;
+};
+
+/// How to compile a Program.
+struct ExecutableOptions {
+  Target target = Target::cpu;
+  int device = 0;            // cuda: the device ordinal
+  bool keepLlvmIr = false;   // keep the optimized LLVM IR
+  bool keepAssembly = false; // cpu: keep the host assembly
+  bool cudaGraphs = true;    // cuda: replay static programs as CUDA graphs
+};
+
+/// Compiles `p` for `o.target`; `moduleId` names the module. Throws rcjit::Error (for
+/// cuda: when no GPU can be used, with the reason).
+std::shared_ptr<Executable> compileProgram(Program p, const std::string &moduleId,
+                                           const ExecutableOptions &o = {});
+
+} // namespace rcjit

@@ -1,0 +1,49 @@
+// Shared executor pieces: call symbols and outputs.
+#include "targets/ProgramRun.h"
+
+#include <rcjit/Error.h>
+
+#include "tracer/TensorImpl.h"
+
+namespace rcjit {
+
+CallSymbols::CallSymbols(const Program &p, const Tensor *const *inputs, size_t n) {
+  const ProgramSymbols &ps = p.symbols;
+  if (ps.empty()) return;
+  int64_t *out = inline_;
+  if (ps.sources.size() > std::size(inline_)) {
+    heap_.resize(ps.sources.size());
+    out = heap_.data();
+  }
+  for (size_t i = 0; i < ps.sources.size(); ++i) {
+    if (ps.sources[i].empty()) { // a symbol of the function this program does not use
+      out[i] = 0;
+      continue;
+    }
+    const SymSource &src = ps.sources[i][0];
+    if (src.input >= static_cast<int>(n)) throw Error("compiled program: missing input");
+    out[i] = inputs[src.input]->shape().at(static_cast<size_t>(src.dim));
+  }
+  p_ = out;
+}
+
+std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs,
+                                   const std::vector<Tensor> &dynamic,
+                                   const std::vector<Tensor> &outBuffers) {
+  std::vector<Tensor> outs;
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    int v = p.outputs[o];
+    const Value &val = p.values[v];
+    const Buffer &b = p.buffers[val.buffer];
+    const Tensor &base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
+                         : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
+                                                           : outBuffers[val.buffer];
+    Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
+    // the same value returned twice (CSE merged two outputs): hand out separate storage
+    bool repeated = std::find(p.outputs.begin(), p.outputs.begin() + o, v) != p.outputs.begin() + o;
+    outs.push_back(repeated ? out.clone() : out);
+  }
+  return outs;
+}
+
+} // namespace rcjit
