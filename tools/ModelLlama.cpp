@@ -111,12 +111,29 @@ struct LlamaForCausalLM : nn::Module<LlamaForCausalLM> {
   }
 };
 
-class LlamaModel : public Model {
+// What both Llama models share: the network, its RoPE tables, moving them.
+template <class Net> class LlamaBase : public Model {
 public:
-  LlamaModel(const LlamaConfig &cfg, const ModelConfig &c, ParamInit init)
+  LlamaBase(const LlamaConfig &cfg, const ModelConfig &c, ParamInit init)
       : cfg_(cfg), net_(cfg, init) {
     std::tie(cos_, sin_) = ropeTables(llamaInvFreq(cfg), c.seq, c.dtype);
   }
+  nn::ModuleBase &module() override { return net_; }
+  void to(Device device) override {
+    net_.to(device);
+    cos_ = cos_.to(device);
+    sin_ = sin_.to(device);
+  }
+
+protected:
+  LlamaConfig cfg_;
+  Net net_;
+  Tensor cos_, sin_;
+};
+
+class LlamaModel : public LlamaBase<LlamaForCausalLM> {
+public:
+  using LlamaBase::LlamaBase;
   std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
     return {randomTokens(c.batch, c.seq, cfg_.vocab, c.seed)};
   }
@@ -132,17 +149,6 @@ public:
     // one entry with a symbolic sequence dim serves them all
     return net_(ids, slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
   }
-  nn::ModuleBase &module() override { return net_; }
-  void to(Device device) override {
-    net_.to(device);
-    cos_ = cos_.to(device);
-    sin_ = sin_.to(device);
-  }
-
-private:
-  LlamaConfig cfg_;
-  LlamaForCausalLM net_;
-  Tensor cos_, sin_;
 };
 
 // The decoder layers alone: hidden states [batch, seq, hidden] in and out.
@@ -158,30 +164,21 @@ struct LlamaLayerStack : nn::Module<LlamaLayerStack> {
   }
 };
 
-class LlamaLayersModel : public Model {
+class LlamaLayersModel : public LlamaBase<LlamaLayerStack> {
 public:
-  LlamaLayersModel(const LlamaConfig &cfg, const ModelConfig &c, ParamInit init)
-      : cfg_(cfg), net_(cfg, init) {
-    std::tie(cos_, sin_) = ropeTables(llamaInvFreq(cfg), c.seq, c.dtype);
-  }
+  using LlamaBase::LlamaBase;
   std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
     return {Tensor::randn({c.batch, c.seq, cfg_.hidden}, c.seed + 1, c.dtype)};
   }
   Tensor forward(const std::vector<Tensor> &inputs) override {
-    int64_t seq = inputs.at(0).size(1);
-    return net_(inputs[0], slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
+    const Tensor &x = inputs.at(0);
+    if (x.dim() != 3 || x.size(1) > cos_.size(0)) {
+      throw Error(cfg_.name + " layers: hidden states must be [batch, seq <= " +
+                  std::to_string(cos_.size(0)) + ", " + std::to_string(cfg_.hidden) + "]");
+    }
+    int64_t seq = x.size(1);
+    return net_(x, slice(cos_, 0, 0, seq), slice(sin_, 0, 0, seq));
   }
-  nn::ModuleBase &module() override { return net_; }
-  void to(Device device) override {
-    net_.to(device);
-    cos_ = cos_.to(device);
-    sin_ = sin_.to(device);
-  }
-
-private:
-  LlamaConfig cfg_;
-  LlamaLayerStack net_;
-  Tensor cos_, sin_;
 };
 
 void validate(const LlamaConfig &c) {

@@ -30,11 +30,6 @@ static_assert(std::is_same_v<CUstream, cudaStream_t>);
 
 namespace {
 
-template <class Fn> void resolve(void *lib, const char *name, Fn &slot, std::string &missing) {
-  slot = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (!slot) missing += std::string(missing.empty() ? "" : ", ") + name;
-}
-
 // Every entry point of CublasApi; `missing` lists those the library lacks.
 void resolveAll(void *lib, CublasApi &a, std::string &missing) {
   resolve(lib, "cublasCreate_v2", a.create, missing);
@@ -84,13 +79,8 @@ const CublasLoad &processCublas() {
 CublasLoad probeCublas(const std::string &library) {
   CublasLoad out;
   out.library = library;
-  dlerror(); // clear a stale message
-  out.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!out.handle) {
-    const char *why = dlerror();
-    out.reason = library + " not found: " + (why ? why : "dlopen failed");
-    return out;
-  }
+  out.handle = openLibrary(library, out.reason);
+  if (!out.handle) return out;
   std::string missing;
   resolveAll(out.handle, out.api, missing);
   if (!missing.empty()) {

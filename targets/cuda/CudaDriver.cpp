@@ -13,12 +13,6 @@ namespace rcjit::cuda {
 
 namespace {
 
-template <class Fn> bool resolve(void *lib, const char *name, Fn &slot, std::string &missing) {
-  slot = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (!slot) missing += std::string(missing.empty() ? "" : ", ") + name;
-  return slot != nullptr;
-}
-
 // Every entry point of DriverApi; `missing` lists those the library lacks.
 void resolveAll(void *lib, DriverApi &a, std::string &missing) {
   resolve(lib, "cuInit", a.init, missing);
@@ -76,15 +70,25 @@ std::string describeResult(const DriverApi *api, CUresult r) {
   return s;
 }
 
+void *openLibrary(const std::string &library, std::string &reason) {
+  dlerror(); // clear a stale message
+  void *h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *why = dlerror();
+    reason = library + " not found: " + (why ? why : "dlopen failed");
+  }
+  return h;
+}
+
+void resolveSymbol(void *lib, const char *name, void *&slot, std::string &missing) {
+  slot = dlsym(lib, name);
+  if (!slot) missing += std::string(missing.empty() ? "" : ", ") + name;
+}
+
 DriverLoad probeDriver(const std::string &library) {
   DriverLoad out;
-  dlerror(); // clear a stale message
-  out.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!out.handle) {
-    const char *why = dlerror();
-    out.reason = library + " not found: " + (why ? why : "dlopen failed");
-    return out;
-  }
+  out.handle = openLibrary(library, out.reason);
+  if (!out.handle) return out;
   std::string missing;
   resolveAll(out.handle, out.api, missing);
   if (!missing.empty()) {

@@ -51,6 +51,19 @@ struct DriverApi {
   decltype(&::cuGetErrorName) getErrorName = nullptr;
 };
 
+/// dlopen(library, RTLD_NOW | RTLD_LOCAL) for the libraries rcjit loads at run time (the driver,
+/// cuBLAS); nullptr with `reason` set to "<library> not found: <dlerror>" when it fails.
+void *openLibrary(const std::string &library, std::string &reason);
+
+/// Resolves `name` in `lib` into `slot`; appends the name to `missing` (comma separated) when
+/// the library lacks it.
+void resolveSymbol(void *lib, const char *name, void *&slot, std::string &missing);
+template <class Fn> void resolve(void *lib, const char *name, Fn &slot, std::string &missing) {
+  void *p = nullptr;
+  resolveSymbol(lib, name, p, missing);
+  slot = reinterpret_cast<Fn>(p);
+}
+
 /// The outcome of loading a driver library: the entry points when usable, else why not.
 struct DriverLoad {
   DriverApi api;          // every entry set when `reason` is empty
