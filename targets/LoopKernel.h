@@ -3,7 +3,7 @@
 // Fusion (jit/passes/Fuse) turns a group of elementwise, broadcast and reduction nodes
 // into a LoopKernel; each target builds it into machine code the same way (LoopCodegen)
 // and differs only in how the outer loop is split (CPU: chunks on a thread pool; CUDA:
-// a grid-stride loop).
+// a grid-stride loop, or a warp per outer point whose lanes split the inner dims).
 //
 // The iteration domain is `domain` = outer dims then inner dims. Every tensor the kernel
 // touches is described by one stride per domain dim (0 = broadcast along that dim), so
