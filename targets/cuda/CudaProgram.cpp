@@ -280,9 +280,9 @@ void CudaProgram::enqueue(const Spec &spec, const std::vector<CUdeviceptr> &base
       int64_t begin = 0, end = outer;
       void *params[] = {ptrs.data(), symArg.data(), &begin, &end};
       LaunchDims d = launchDims(outer, ctx_->info().multiprocessors, lanes_[s.kernel]);
-      check(api.launchKernel(functions_[s.kernel], d.grid, 1, 1, d.block, 1, 1, 0, ctx_->stream(),
-                             params, nullptr),
-            ("cuLaunchKernel(" + s.note + ")").c_str());
+      CUresult r = api.launchKernel(functions_[s.kernel], d.grid, 1, 1, d.block, 1, 1, 0,
+                                    ctx_->stream(), params, nullptr);
+      if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + s.note + ")").c_str());
     } else {
       const MatmulLayout &l = spec.gemms[i];
       if (l.m == 0 || l.n == 0 || l.batch == 0) continue;
