@@ -173,11 +173,11 @@ DeviceBlas &blasFor(DeviceContext &ctx) {
 
 } // namespace
 
-struct CudaProgram::Graph {
+struct CudaProgram::CapturedGraph {
   std::vector<CUdeviceptr> key;
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
-  ~Graph() {
+  ~CapturedGraph() {
     if (const DriverApi *api = driver()) {
       if (exec) api->graphExecDestroy(exec);
       if (graph) api->graphDestroy(graph);
@@ -371,8 +371,9 @@ std::vector<Tensor> CudaProgram::run(const Tensor *const *inputs, size_t n) cons
   } else {
     const DriverApi &api = requireCuda();
     std::lock_guard<std::mutex> lock(graphMu_); // replays and captures of this program in order
-    auto it = std::find_if(graphs_.begin(), graphs_.end(),
-                           [&](const std::unique_ptr<Graph> &g) { return g->key == bases; });
+    auto it =
+        std::find_if(graphs_.begin(), graphs_.end(),
+                     [&](const std::unique_ptr<CapturedGraph> &g) { return g->key == bases; });
     if (it != graphs_.end()) {
       graphs_.splice(graphs_.begin(), graphs_, it);
     } else if (int &seen = seen_[bases]; ++seen < kCaptureAfter) {
@@ -380,7 +381,7 @@ std::vector<Tensor> CudaProgram::run(const Tensor *const *inputs, size_t n) cons
       enqueue(*spec, bases, syms);
       return outputs();
     } else {
-      auto g = std::make_unique<Graph>();
+      auto g = std::make_unique<CapturedGraph>();
       g->key = bases;
       check(api.streamBeginCapture(ctx_->stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
             "cuStreamBeginCapture");

@@ -79,7 +79,7 @@ private:
     std::vector<MatmulLayout> gemms; // per step (library steps only)
     std::vector<Tensor> constants;   // per buffer: the device tensor of an arange step
   };
-  struct Graph;
+  struct CapturedGraph;
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms,
                                               DeviceContext &ctx);
   void enqueue(const Spec &spec, const std::vector<CUdeviceptr> &bases, const int64_t *syms) const;
@@ -95,8 +95,8 @@ private:
   bool graphsAllowed_ = false;
   std::unique_ptr<SpecTable<Spec>> specs_;
   mutable std::mutex graphMu_;
-  mutable std::map<std::vector<CUdeviceptr>, int> seen_; // addresses -> calls seen
-  mutable std::list<std::unique_ptr<Graph>> graphs_;     // most recently used first
+  mutable std::map<std::vector<CUdeviceptr>, int> seen_;     // addresses -> calls seen
+  mutable std::list<std::unique_ptr<CapturedGraph>> graphs_; // most recently used first
   mutable int graphsCaptured_ = 0, graphLaunches_ = 0;
 };
 

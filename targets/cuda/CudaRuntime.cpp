@@ -2,6 +2,7 @@
 #include "targets/cuda/CudaRuntime.h"
 
 #include <array>
+#include <atomic>
 #include <vector>
 
 #include <rcjit/Error.h>
@@ -27,7 +28,14 @@ size_t allocationClass(size_t bytes) {
 
 DeviceContext &DeviceContext::get(int ordinal) {
   static std::mutex mu;
-  static std::array<DeviceContext *, kMaxDevices> contexts{}; // never destroyed (see header)
+  // never destroyed (see header); read without the lock once published
+  static std::array<std::atomic<DeviceContext *>, kMaxDevices> contexts{};
+  if (ordinal >= 0 && ordinal < kMaxDevices) {
+    if (DeviceContext *c = contexts[static_cast<size_t>(ordinal)].load(std::memory_order_acquire)) {
+      c->makeCurrent(); // every tensor allocation comes here: no driver query on this path
+      return *c;
+    }
+  }
   const DriverApi &api = requireCuda();
   int count = 0;
   check(api.deviceGetCount(&count), "cuDeviceGetCount");
@@ -36,8 +44,12 @@ DeviceContext &DeviceContext::get(int ordinal) {
                 std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
   }
   std::lock_guard<std::mutex> lock(mu);
-  DeviceContext *&c = contexts[static_cast<size_t>(ordinal)];
-  if (!c) c = new DeviceContext(ordinal);
+  std::atomic<DeviceContext *> &slot = contexts[static_cast<size_t>(ordinal)];
+  DeviceContext *c = slot.load(std::memory_order_relaxed);
+  if (!c) {
+    c = new DeviceContext(ordinal);
+    slot.store(c, std::memory_order_release);
+  }
   c->makeCurrent();
   return *c;
 }
