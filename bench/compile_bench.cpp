@@ -11,9 +11,7 @@
 #include <rcjit/rcjit.h>
 
 #include "guards/GuardSet.h"
-#include "jit/Pipeline.h"
-#include "targets/Lower.h"
-#include "targets/cpu/CpuProgram.h"
+#include "jit/CompileGraph.h"
 #include "tools/Models.h"
 #include "tracer/Tracer.h"
 
@@ -82,8 +80,10 @@ void BM_Toy64ProgramOnly(benchmark::State &state) {
     strides.push_back(x.strides());
     ptrs.push_back(&x);
   }
-  Program p = lower(runPipeline(t.graph, defaultPasses(PipelineOptions{})), strides);
-  auto cp = cpu::CpuProgram::create(std::move(p), "bench_toy64");
+  CompileRequest r;
+  r.moduleId = "bench_toy64";
+  r.samples.push_back({t.graph, strides});
+  std::shared_ptr<Executable> cp = compileGraph(std::move(r)).executable;
   for (auto _ : state) benchmark::DoNotOptimize(cp->run(ptrs.data(), ptrs.size()));
 }
 BENCHMARK(BM_Toy64ProgramOnly)->Args({1, 1})->Unit(benchmark::kMicrosecond);

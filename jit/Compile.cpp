@@ -9,8 +9,7 @@
 
 #include "jit/CompiledState.h"
 #include "jit/Log.h"
-#include "jit/Pipeline.h"
-#include "targets/Lower.h"
+#include "jit/CompileGraph.h"
 #include "targets/cuda/CudaDriver.h"
 #include "tracer/GraphIO.h"
 #include "tracer/TensorImpl.h"
@@ -111,12 +110,10 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   ExecutableOptions exec = executableOptions(s.opts, inputs);
-  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(exec.target));
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
-    auto optimize = [&passes](const Graph &g) { return runPipeline(g, passes); };
     if (!dynamic.empty()) {
-      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, optimize, moduleId, exec);
+      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, moduleId, exec);
       e->dynamicNotes = std::move(r.notes);
       if (r.plan) {
         e->regional = std::move(r.plan);
@@ -125,25 +122,38 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
         return e;
       }
     }
-    e->regional = std::make_shared<RegionalPlan>(
-        buildRegionalPlan(t.graph, strides, optimize, moduleId, exec));
+    e->regional =
+        std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, moduleId, exec));
     return e;
   }
-  e->graph = runPipeline(t.graph, passes);
-  Program p;
+  // full mode: the graph passes once, then the rest of the compile path for a static or a
+  // symbolic program
+  CompileRequest r;
+  r.target = exec.target;
+  r.label = "function " + std::to_string(s.id) + " entry " + std::to_string(e->id);
+  r.samples.push_back({t.graph, strides});
+  r.stop = CompileStop::optimized;
+  e->graph = std::move(compileGraph(r).graphs.at(0));
+  r.samples[0] = {e->graph, strides, {}, true};
+  r.stop = CompileStop::executable;
   if (!dynamic.empty()) {
-    SymbolicResult r = makeSymbolic(fn, t, e->graph, strides, dynamic, exec);
-    e->dynamicNotes = std::move(r.notes);
-    if (!r.symbols.empty()) {
-      p = std::move(r.program);
-      e->graph = std::move(r.graph);
-      e->symbols = std::move(r.symbols);
+    SymbolicResult sym = makeSymbolic(fn, t, e->graph, strides, dynamic, exec.target);
+    e->dynamicNotes = std::move(sym.notes);
+    if (!sym.symbols.empty()) {
+      r.samples = std::move(sym.request.samples);
+      r.symbolic = std::move(sym.request.symbolic);
+      e->graph = std::move(sym.graph);
+      e->symbols = std::move(sym.symbols);
       applySymbolicGuards(e->guards, e->symbols);
     }
   }
-  if (e->symbols.empty()) p = lower(e->graph, strides, lowerOptionsFor(exec.target));
-  exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  e->program = compileProgram(std::move(p), moduleId, exec);
+  r.device = exec.device;
+  r.moduleId = moduleId;
+  r.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  r.cudaGraphs = exec.cudaGraphs;
+  CompileResult c = compileGraph(std::move(r));
+  e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
+  e->program = std::move(c.executable);
   return e;
 }
 
@@ -151,7 +161,7 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
   std::string fn = "function " + std::to_string(s.id);
   if (logging::wanted(logging::Kind::graph)) {
     logging::emit(logging::Kind::graph, fn + " entry " + std::to_string(e.id) + " graph:\n" +
-                                            printGraph(e.graph) +
+                                            printGraph(e.graph) + e.fusion +
                                             (e.program ? printProgram(e.program->program()) : "") +
                                             (e.regional ? e.regional->print() : ""));
   }

@@ -28,6 +28,7 @@ struct Entry {
   std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
   bool compiled() const { return program || regional; } // else runs eagerly (graph breaks)
   Graph graph;                                          // the graph after the pass pipeline
+  std::string fusion;                                   // full mode: the printed fusion plan
   std::string reason;                                   // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;

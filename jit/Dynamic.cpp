@@ -263,42 +263,48 @@ chooseSymbols(const std::vector<DynSymbol> &candidates,
 
 SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
                             const std::vector<Shape> &strides,
-                            const std::vector<DynSymbol> &candidates,
-                            const ExecutableOptions &exec) {
+                            const std::vector<DynSymbol> &candidates, Target target) {
   SymbolicResult res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
     std::vector<int64_t> traced;
     std::vector<Symbol> ranges;
     std::vector<std::vector<int64_t>> probes;
     if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
-    std::vector<ProgramSample> samples(3);
-    std::vector<Graph> graphs(3);
+    CompileRequest r;
+    r.target = target;
+    r.stop = CompileStop::program;
+    r.samples.push_back({optimized, loweringStrides(strides, syms, t.args), traced, true});
+    for (size_t p = 0; p < probes.size(); ++p) {
+      GraphSample probe;
+      if (!traceProbe(fn, t, strides, syms, probes[p], probe.graph, probe.strides, why))
+        return false;
+      probe.syms = probes[p];
+      r.samples.push_back(std::move(probe));
+    }
+    r.symbolic.ranges = ranges;
+    for (const DynSymbol &s : syms) r.symbolic.sources.push_back(s.sources);
+    CompileResult c;
     try {
-      samples[0].program =
-          lower(optimized, loweringStrides(strides, syms, t.args), lowerOptionsFor(exec.target));
-      samples[0].syms = traced;
-      graphs[0] = optimized;
-      for (size_t p = 0; p < probes.size(); ++p) {
-        Graph raw;
-        std::vector<Shape> st;
-        if (!traceProbe(fn, t, strides, syms, probes[p], raw, st, why)) return false;
-        graphs[p + 1] = runPipeline(raw, defaultPasses(pipelineOptionsFor(exec.target)));
-        samples[p + 1].program = lower(graphs[p + 1], st, lowerOptionsFor(exec.target));
-        samples[p + 1].syms = probes[p];
-      }
+      c = compileGraph(r);
     } catch (const std::exception &e) {
       why = std::string("lowering fails at other sizes: ") + e.what();
       return false;
     }
-    Program prog;
-    if (!fitSymbolicProgram(samples, prog, why)) return false;
-    prog.symbols.ranges = ranges;
-    for (const DynSymbol &s : syms) prog.symbols.sources.push_back(s.sources);
+    if (!c.notSymbolic.empty()) {
+      why = c.notSymbolic;
+      return false;
+    }
     std::vector<std::vector<int64_t>> symValues;
-    for (const ProgramSample &s : samples) symValues.push_back(s.syms);
+    for (const GraphSample &s : r.samples) symValues.push_back(s.syms);
     res.graph = optimized;
-    markGraph(res.graph, graphs, symValues, ranges);
-    res.program = std::move(prog);
+    markGraph(res.graph, c.graphs, symValues, ranges);
+    // what the entry compiles: the same samples, optimized already
+    for (size_t k = 0; k < r.samples.size(); ++k) {
+      r.samples[k].graph = std::move(c.graphs[k]);
+      r.samples[k].optimized = true;
+    }
+    r.stop = CompileStop::executable;
+    res.request = std::move(r);
     return true;
   };
   res.symbols = chooseSymbols(candidates, attempt, res.notes);
@@ -308,7 +314,6 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
-                                      const std::function<Graph(const Graph &)> &optimize,
                                       const std::string &idPrefix, const ExecutableOptions &exec) {
   SymbolicRegional res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
@@ -324,7 +329,7 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
     }
     try {
       res.plan = std::make_shared<RegionalPlan>(
-          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), optimize, idPrefix,
+          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), idPrefix,
                             exec, rp, traced, ranges));
     } catch (const std::exception &e) {
       why = e.what();

@@ -23,6 +23,7 @@
 #include <rcjit/Compile.h>
 
 #include "guards/GuardSet.h"
+#include "jit/CompileGraph.h"
 #include "jit/Regional.h"
 #include "targets/Program.h"
 #include "tracer/Tracer.h"
@@ -48,18 +49,18 @@ std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
 /// The result of making an entry symbolic.
 struct SymbolicResult {
   std::vector<DynSymbol> symbols; // the ones kept (symbol i is SizeExpr sym i)
-  Program program;                // symbolic; empty symbols when none could be kept
+  CompileRequest request;         // compiles the symbolic program (meaningful when
+                                  // `symbols` is not empty; the caller sets ids and flags)
   Graph graph;                    // the optimized graph with symbolic dims marked
   std::vector<std::string> notes; // why each dropped symbol stays static
 };
 
-/// Builds the symbolic program for trace `t` of `fn` with as many of `candidates` as the
-/// function allows. `optimized` is t.graph after the pass pipeline and `strides` the
+/// Finds the symbolic program for trace `t` of `fn` with as many of `candidates` as the
+/// function allows. `optimized` is t.graph after the graph passes and `strides` the
 /// strides of every program input at this call (args then captured).
 SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
                             const std::vector<Shape> &strides,
-                            const std::vector<DynSymbol> &candidates,
-                            const ExecutableOptions &exec);
+                            const std::vector<DynSymbol> &candidates, Target target);
 
 /// The regional counterpart: a plan whose stages are symbolic programs (null when no
 /// symbol could be kept).
@@ -71,7 +72,6 @@ struct SymbolicRegional {
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
-                                      const std::function<Graph(const Graph &)> &optimize,
                                       const std::string &idPrefix, const ExecutableOptions &exec);
 
 /// Applies the kept symbols to an entry's guards.

@@ -22,8 +22,8 @@ namespace {
 
 constexpr const char *kNames[] = {
     "recompiles", "recompiles_verbose", "guards", "graph_breaks", "perf_hints", "dynamic",
-    "graph",      "output_code",        "cache",  "compile"};
-constexpr unsigned kStderrKinds = 9; // all but `compile`
+    "graph",      "output_code",        "cache",  "passes",     "compile"};
+constexpr unsigned kStderrKinds = 10; // all but `compile`
 
 unsigned parseKinds(std::string_view list) {
   unsigned mask = 0;

@@ -16,6 +16,7 @@ enum class Kind : unsigned {
   graph,
   output_code,
   cache,
+  passes,  // each step of the compile path: its time and the graph after it
   compile, // every compile (trace file only; not a stderr kind)
 };
 

@@ -12,6 +12,7 @@
 #include "jit/passes/ConstantFold.h"
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
+#include "targets/Target.h"
 
 namespace rcjit {
 
@@ -46,7 +47,7 @@ std::string print_graph(const Graph &g) { return printGraph(g); }
 
 PipelineOptions pipelineOptionsFor(Target t) {
   PipelineOptions o;
-  o.decomposeOptions.splitLinearBias = t == Target::cuda;
+  o.decomposeOptions.splitLinearBias = targetInfo(t).splitLinearBias;
   return o;
 }
 

@@ -34,7 +34,8 @@ struct PipelineOptions {
   bool dce = true;
 };
 
-/// The default options for a target: cuda also splits a linear's bias off its cuBLAS call.
+/// The default options for a target (TargetInfo): cuda also splits a linear's bias off its
+/// cuBLAS call.
 PipelineOptions pipelineOptionsFor(Target t);
 
 /// decompose, constant_fold, cse, dce (those enabled in `opts`), in that order.

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "cache/ClearHooks.h"
-#include "targets/Lower.h"
+#include "jit/CompileGraph.h"
 #include "targets/SymbolicProgram.h"
 #include "tracer/GraphIO.h"
 
@@ -76,65 +76,9 @@ std::vector<int> cutStages(const Graph &g, Graph &cut) {
   return stages;
 }
 
-bool usesSymbol(const Program &p, int32_t sym) {
-  auto in = [&](const SizeExpr &e) {
-    return std::find(e.syms.begin(), e.syms.end(), sym) != e.syms.end();
-  };
-  for (const SymField &f : p.symbols.fields) {
-    if (in(f.expr)) return true;
-  }
-  for (const LoopKernel &k : p.kernels) {
-    for (const SizeExpr &e : k.domain) {
-      if (in(e)) return true;
-    }
-    for (const KernelTensor &t : k.tensors) {
-      for (const SizeExpr &e : t.strides) {
-        if (in(e)) return true;
-      }
-    }
-  }
-  return false;
-}
-
-// A stage's symbolic program from its lowerings at every sample; its sizes are read from
-// the stage inputs (graph nodes `inputs`) whose dims equal a symbol.
-Program symbolicStage(const std::string &name, std::vector<ProgramSample> samples,
-                      const std::vector<const Graph *> &graphs, const std::vector<int> &inputs,
-                      const std::vector<Symbol> &ranges) {
-  Program p;
-  std::string why;
-  if (!fitSymbolicProgram(samples, p, why)) throw Error("stage " + name + ": " + why);
-  std::vector<std::vector<int64_t>> syms;
-  for (const ProgramSample &s : samples) syms.push_back(s.syms);
-  bool any = false;
-  p.symbols.ranges = ranges;
-  p.symbols.sources.assign(ranges.size(), {});
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    if (!usesSymbol(p, static_cast<int32_t>(i))) continue;
-    any = true;
-    for (size_t j = 0; j < inputs.size() && p.symbols.sources[i].empty(); ++j) {
-      const SymShape &shape = graphs[0]->nodes[inputs[j]].shape;
-      for (size_t d = 0; d < shape.size() && p.symbols.sources[i].empty(); ++d) {
-        std::vector<int64_t> values;
-        for (const Graph *g : graphs) values.push_back(g->nodes[inputs[j]].shape[d].value);
-        SizeExpr e;
-        if (fitSize(values, syms, e) && e.c == 1 && e.syms == std::vector<int32_t>{int32_t(i)})
-          p.symbols.sources[i].push_back({static_cast<int>(j), static_cast<int>(d)});
-      }
-    }
-    if (p.symbols.sources[i].empty()) {
-      throw Error("stage " + name + " uses symbol s" + std::to_string(i) +
-                  ", but none of its inputs has it as a dim");
-    }
-  }
-  if (!any) p.symbols = ProgramSymbols{};
-  return p;
-}
-
 } // namespace
 
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
-                               const std::function<Graph(const Graph &)> &optimize,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
                                const std::vector<int64_t> &syms,
@@ -186,16 +130,24 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
       st.reused = true;
       ++plan.reused;
     } else {
-      std::vector<ProgramSample> samples(ns);
+      CompileRequest req;
+      req.target = exec.target;
+      req.device = exec.device;
+      req.keepLlvmIr = exec.keepLlvmIr;
+      req.cudaGraphs = exec.cudaGraphs;
+      req.moduleId = idPrefix + "_s" + std::to_string(s);
+      req.label = req.moduleId + " (" + st.name + ")";
       for (size_t k = 0; k < ns; ++k) {
         std::vector<Shape> subStrides;
         for (int id : st.inputs) subStrides.push_back(strides[k][id]);
-        samples[k].program = lower(optimize(subs[k]), subStrides, lowerOptionsFor(exec.target));
-        samples[k].syms = symValues[k];
+        req.samples.push_back({std::move(subs[k]), std::move(subStrides), symValues[k]});
       }
-      Program p = ns == 1 ? std::move(samples[0].program)
-                          : symbolicStage(st.name, std::move(samples), graphs, st.inputs, ranges);
-      st.program = compileProgram(std::move(p), idPrefix + "_s" + std::to_string(s), exec);
+      // a stage reads its symbolic sizes from its own inputs
+      req.symbolic.ranges = ranges;
+      req.symbolic.findSources = true;
+      CompileResult c = compileGraph(std::move(req));
+      if (!c.notSymbolic.empty()) throw Error("stage " + st.name + ": " + c.notSymbolic);
+      st.program = std::move(c.executable);
       StageTable::instance().add(key.str(), st.program);
       ++plan.compiled;
     }

@@ -54,13 +54,12 @@ struct RegionalProbe {
 };
 
 /// Builds the plan for `g` whose program inputs (args then captured) have `inputStrides`.
-/// `optimize` is the graph pass pipeline applied to each stage; `exec` says what to compile
-/// for (stages lowered with lowerOptionsFor(exec.target)). With `probes` (traces of
+/// Each stage goes through the compile path (jit/CompileGraph.h) for `exec.target`;
+/// `idPrefix` names the stage modules. With `probes` (traces of
 /// the same function at other symbol values; `syms` the values of `g`, `ranges` the
 /// symbols' ranges), every stage is a symbolic program whose sizes it reads from its own
 /// inputs. Throws rcjit::Error (also when a stage cannot be made symbolic, saying why).
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
-                               const std::function<Graph(const Graph &)> &optimize,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes = {},
                                const std::vector<int64_t> &syms = {},

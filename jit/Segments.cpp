@@ -4,9 +4,8 @@
 
 #include <sstream>
 
+#include "jit/CompileGraph.h"
 #include "jit/Interpreter.h"
-#include "jit/Pipeline.h"
-#include "targets/Lower.h"
 #include "targets/eager/Eager.h"
 #include "tracer/GraphIO.h"
 
@@ -40,8 +39,10 @@ bool SegmentTable::run(Segment &seg) {
     if (full) {
       outs = interpretGraph(seg.graph, seg.inputs);
     } else {
-      Program p = lower(runPipeline(seg.graph, defaultPasses(PipelineOptions{})), strides);
-      program = compileProgram(std::move(p), "rcjit_segment");
+      CompileRequest r;
+      r.moduleId = r.label = "rcjit_segment";
+      r.samples.push_back({seg.graph, strides});
+      program = compileGraph(std::move(r)).executable;
       std::lock_guard<std::mutex> lock(mu_);
       programs_.emplace(key.str(), program);
       ++compiled_;

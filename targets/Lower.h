@@ -1,18 +1,20 @@
 // Lowering: an optimized Graph to a Program of fused loop kernels and library calls.
 //
-// Steps, announced in order:
-//   1. place values: inputs are buffers; view ops (reshape, permute, expand, slice) become
-//      strided views of their operand's buffer, materializing it first when needed;
-//   2. fuse: elementwise, broadcast and reduction nodes join a producer's group when the
-//      group's iteration domain fits (same shape, or a reduction over the same domain);
-//   3. library calls: matmul, linear and conv2d, absorbing a following eltwise op as a
-//      post-op when that op is the only user;
-//   4. eager steps for the few ops no kernel covers (embedding, cat);
-//   5. plan buffers: group outputs used later get arena space by liveness; graph outputs
-//      get per-call output buffers.
+// Three steps, run in order (the compile path announces and times each, jit/CompileGraph):
+//   1. fuse (targets/lower/Fuse.cpp): place values (inputs are buffers; reshape, permute,
+//      expand and slice become strided views of their operand's buffer), group elementwise,
+//      broadcast and reduction nodes into loop kernels whose iteration domain fits, make
+//      matmul/linear/conv2d library calls (absorbing a following eltwise op as a post-op
+//      where the target has them) and eager steps for the few ops no kernel covers. The
+//      result is a printable FusionPlan (targets/Fuse.h);
+//   2. build kernels (targets/lower/BuildKernels.cpp): a LoopKernel per group, steps in
+//      order;
+//   3. plan buffers (targets/lower/PlanBuffers.cpp): graph outputs get per-call output
+//      buffers, the rest share an arena by liveness.
 #pragma once
-#include <rcjit/Compile.h>
+#include <memory>
 
+#include "targets/Fuse.h"
 #include "targets/Program.h"
 #include "tracer/Graph.h"
 
@@ -22,12 +24,27 @@ struct LowerOptions {
   bool fuseLibraryEpilogues = true; // oneDNN post-ops (CPU); off for targets without them
 };
 
-/// The options for a target: cuda has no oneDNN post-ops (its epilogues are kernels).
-LowerOptions lowerOptionsFor(Target t);
+namespace lowering {
+struct Lowering;
+}
 
-/// Lowers `g` (static shapes, composites decomposed) to a Program. `inputStrides` gives the
-/// strides of each program input (args then captured tensors, as guarded). Throws
-/// rcjit::Error for what it cannot lower.
+/// The lowering of one graph, step by step: call fuse(), buildKernels(), planBuffers() in
+/// that order, once each. `g` must outlive the object. Not thread-safe.
+class LowerSteps {
+public:
+  /// `g`: static shapes, composites decomposed. `inputStrides`: the strides of each program
+  /// input (args then captured tensors, as guarded). Throws rcjit::Error for symbolic shapes.
+  LowerSteps(const Graph &g, const std::vector<Shape> &inputStrides, const LowerOptions &opts);
+  ~LowerSteps();
+  const FusionPlan &fuse();
+  const Program &buildKernels(); // the program so far (buffers not yet planned)
+  Program planBuffers();         // the finished program; the object is spent
+
+private:
+  std::unique_ptr<lowering::Lowering> l_;
+};
+
+/// The three steps at once. Throws rcjit::Error for what it cannot lower.
 Program lower(const Graph &g, const std::vector<Shape> &inputStrides,
               const LowerOptions &opts = {});
 

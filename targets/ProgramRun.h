@@ -8,9 +8,11 @@
 #include <mutex>
 #include <vector>
 
+#include <rcjit/Error.h>
 #include <rcjit/Tensor.h>
 
 #include "targets/Program.h"
+#include "tracer/TensorImpl.h"
 
 namespace rcjit {
 
@@ -61,6 +63,72 @@ private:
   mutable std::mutex mu_;
   mutable std::vector<std::shared_ptr<const Spec>> specs_;
 };
+
+/// The address of value `v` of `p`: its buffer's base (from `bases`, one per buffer) plus
+/// the value's offset. Addr is char * (host) or a device address (an integer).
+template <class Addr> Addr valueAddress(const Program &p, const Addr *bases, int v) {
+  const Value &val = p.values[static_cast<size_t>(v)];
+  return bases[val.buffer] + val.offset * static_cast<int64_t>(dtypeSize(val.dtype));
+}
+
+/// Binds every buffer of `p` for one call, the same way on every target: an input buffer
+/// to its tensor's data (which must be on `device`), an arena buffer to `arena` plus its
+/// offset, an output buffer to a fresh tensor on `device` (kept in `outputs`, indexed by
+/// buffer), a dynamic buffer to `dynamicBase(b)`. Throws rcjit::Error for a missing input
+/// or one on another device.
+template <class Addr, class DynamicBase>
+std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, size_t n,
+                              Device device, Addr arena, std::vector<Tensor> &outputs,
+                              DynamicBase &&dynamicBase) {
+  std::vector<Addr> bases(p.buffers.size(), Addr{});
+  outputs.assign(p.buffers.size(), Tensor());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const Buffer &buf = p.buffers[b];
+    switch (buf.kind) {
+    case Buffer::Kind::input: {
+      if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
+      const Tensor &t = *inputs[buf.index];
+      if (t.device() != device) {
+        throw Error("compiled program for " + device.str() + ": input " +
+                    std::to_string(buf.index) + " is on " + t.device().str());
+      }
+      bases[b] = (Addr)(t.data_ptr());
+      break;
+    }
+    case Buffer::Kind::arena:
+      bases[b] = arena + buf.offset;
+      break;
+    case Buffer::Kind::output:
+      outputs[b] = detail::makeTensor(buf.shape, buf.dtype, device);
+      bases[b] = (Addr)(outputs[b].data_ptr());
+      break;
+    case Buffer::Kind::dynamic:
+      bases[b] = dynamicBase(b);
+      break;
+    }
+  }
+  return bases;
+}
+
+/// Runs the steps of `p` in order, handing each to the target's hook for its kind:
+/// kernel(i, step), library(i, step), eager(i, step).
+template <class Kernel, class Library, class Eager>
+void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&eager) {
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    switch (s.kind) {
+    case Step::Kind::kernel:
+      kernel(i, s);
+      break;
+    case Step::Kind::library:
+      library(i, s);
+      break;
+    case Step::Kind::eager:
+      eager(i, s);
+      break;
+    }
+  }
+}
 
 /// The program's outputs as tensors: views of the input, dynamic or output buffer each
 /// output value lives in (`dynamic` and `outBuffers` indexed by buffer). A value returned

@@ -8,6 +8,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/MatmulLayout.h"
@@ -65,13 +66,16 @@ struct Lowered {
 
 Lowered lowerFor(Target target, const TracedFn &fn, const std::vector<Tensor> &args) {
   Trace t = traceFunction(fn, args, /*meta=*/false);
-  Graph g = runPipeline(t.graph, defaultPasses(pipelineOptionsFor(target)));
   Lowered l;
   l.inputs = t.args;
   l.inputs.insert(l.inputs.end(), t.captured.begin(), t.captured.end());
   std::vector<Shape> strides;
   for (const Tensor &in : l.inputs) strides.push_back(in.strides());
-  l.program = lower(g, strides, lowerOptionsFor(target));
+  CompileRequest r;
+  r.target = target;
+  r.stop = CompileStop::program; // the GPU's program, without a GPU
+  r.samples.push_back({t.graph, strides});
+  l.program = compileGraph(std::move(r)).program;
   return l;
 }
 

@@ -13,8 +13,7 @@
 
 #include <rcjit/rcjit.h>
 
-#include "jit/Pipeline.h"
-#include "targets/Lower.h"
+#include "jit/CompileGraph.h"
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/PtxCodegen.h"
 #include "tools/BenchCommand.h"
@@ -27,6 +26,17 @@
 namespace po = boost::program_options;
 
 namespace rcjit::tools {
+
+CompileRequest traceRequest(const Trace &t, Target target) {
+  CompileRequest r;
+  r.target = target;
+  r.label = "trace";
+  std::vector<Shape> strides;
+  for (const Tensor &a : t.args) strides.push_back(a.strides());
+  for (const Tensor &a : t.captured) strides.push_back(a.strides());
+  r.samples.push_back({t.graph, std::move(strides)});
+  return r;
+}
 
 namespace {
 
@@ -73,13 +83,10 @@ int cmdModels(const std::vector<std::string> &args, std::ostream &out) {
   return kOk;
 }
 
-// The PTX of every kernel of the CUDA target's program for `g` (lowered without library
-// epilogues: cuBLAS gets none yet), as one module.
-int printPtx(const Graph &g, const std::vector<Shape> &strides, const std::string &model,
-             const std::string &arch, std::ostream &out) {
-  LowerOptions lo;
-  lo.fuseLibraryEpilogues = false;
-  Program p = lower(g, strides, lo);
+// The PTX of every kernel of the CUDA target's program `p` (the program Target::cuda
+// compiles: same request, same options), as one module.
+int printPtx(const Program &p, const std::string &model, const std::string &arch,
+             std::ostream &out) {
   if (p.kernels.empty()) {
     out << "// no generated kernels: every step of this model is a library call\n";
     return kOk;
@@ -92,16 +99,19 @@ int printPtx(const Graph &g, const std::vector<Shape> &strides, const std::strin
 
 int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit trace: trace a built-in model and print what it became");
-  std::string model, dump, arch;
+  std::string model, dump, arch, target;
   int64_t batch = 1, seq = 128;
   int layers = -1;
   desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
                                                  "model name (see 'rcjit models')")(
       "dump", po::value(&dump)->default_value("graph"),
-      "what to print: graph (as traced), optimized (after the passes), program (fusion "
-      "groups and steps), llvm (optimized LLVM IR), asm (host assembly), ptx (the CUDA "
-      "target's PTX; needs no GPU)")("arch", po::value(&arch)->default_value("sm_80"),
-                                     "GPU architecture of --dump ptx (sm_80, sm_90, ...)")(
+      "what to print: graph (as traced), optimized (after the graph passes), fusion (the "
+      "fusion groups and why each starts), program (steps and kernels), llvm (optimized "
+      "LLVM IR), asm (host assembly), ptx (the CUDA target's PTX; needs no GPU)")(
+      "target", po::value(&target)->default_value("cpu"),
+      "cpu or cuda: whose compile path to follow for optimized, fusion and program (ptx "
+      "implies cuda; no GPU needed)")("arch", po::value(&arch)->default_value("sm_80"),
+                                      "GPU architecture of --dump ptx (sm_80, sm_90, ...)")(
       "batch", po::value(&batch)->default_value(1),
       "batch size")("seq", po::value(&seq)->default_value(128), "sequence length")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers");
@@ -110,10 +120,17 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
     out << desc;
     return kOk;
   }
-  const std::vector<std::string> dumps = {"graph", "optimized", "program", "llvm", "asm", "ptx"};
+  const std::vector<std::string> dumps = {"graph", "optimized", "fusion", "program",
+                                          "llvm",  "asm",       "ptx"};
   if (std::find(dumps.begin(), dumps.end(), dump) == dumps.end()) {
     throw UsageError("--dump: '" + dump +
-                     "' is not one of graph, optimized, program, llvm, asm, ptx");
+                     "' is not one of graph, optimized, fusion, program, llvm, asm, ptx");
+  }
+  if (target != "cpu" && target != "cuda") {
+    throw UsageError("--target: '" + target + "' is not cpu or cuda");
+  }
+  if ((dump == "llvm" || dump == "asm") && target == "cuda") {
+    throw UsageError("--dump " + dump + " shows the CPU target's code; for cuda use --dump ptx");
   }
   const std::vector<std::string> &archs = cuda::knownArchs();
   if (std::find(archs.begin(), archs.end(), arch) == archs.end()) {
@@ -132,25 +149,30 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
     out << printGraph(t.graph);
     return kOk;
   }
-  Graph g = runPipeline(t.graph, defaultPasses(PipelineOptions{}));
+  CompileRequest r = traceRequest(t, dump == "ptx" || target == "cuda" ? Target::cuda : Target::cpu);
+  r.moduleId = "rcjit_trace_" + model;
+  r.stop = dump == "optimized" ? CompileStop::optimized
+           : dump == "fusion"  ? CompileStop::fused
+           : dump == "llvm" || dump == "asm" ? CompileStop::executable
+                                             : CompileStop::program;
+  r.keepLlvmIr = dump == "llvm";
+  r.keepAssembly = dump == "asm";
+  CompileResult res = compileGraph(std::move(r));
   if (dump == "optimized") {
-    out << printGraph(g);
+    out << printGraph(res.graphs[0]);
     return kOk;
   }
-  std::vector<Shape> strides;
-  for (const Tensor &a : t.args) strides.push_back(a.strides());
-  for (const Tensor &a : t.captured) strides.push_back(a.strides());
-  if (dump == "ptx") return printPtx(g, strides, model, arch, out);
-  Program p = lower(g, strides);
+  if (dump == "fusion") {
+    out << printFusionPlan(res.fusion, res.graphs[0]);
+    return kOk;
+  }
+  if (dump == "ptx") return printPtx(res.program, model, arch, out);
   if (dump == "program") {
-    out << printProgram(p);
-    for (const LoopKernel &k : p.kernels) out << printKernel(k);
+    out << printProgram(res.program);
+    for (const LoopKernel &k : res.program.kernels) out << printKernel(k);
     return kOk;
   }
-  cpu::CpuProgramOptions po;
-  po.keepLlvmIr = dump == "llvm";
-  po.keepAssembly = dump == "asm";
-  auto cp = cpu::CpuProgram::create(std::move(p), "rcjit_trace_" + model, po);
+  auto cp = std::dynamic_pointer_cast<const cpu::CpuProgram>(res.executable);
   if (cp->program().kernels.empty()) {
     out << "; no generated kernels: every step of this model is a library call\n"
         << printProgram(cp->program());

@@ -4,8 +4,8 @@
 
 #include <rcjit/Ops.h>
 
-#include "targets/cuda/CudaEager.h"
 #include "targets/eager/Eager.h"
+#include "tracer/DeviceBackend.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/TensorImpl.h"
@@ -71,8 +71,8 @@ Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, D
   for (int64_t s : shape) {
     if (s < 0) throw Error(std::string(opName(op)) + ": negative size in shape " + shapeStr(shape));
   }
-  Tensor r = device.is_cuda() ? cuda::runSource(op, shape, dtype, a, device)
-                              : eager::run(op, {}, a, TensorMeta{dtype, shape});
+  Tensor r = device.is_cpu() ? eager::run(op, {}, a, TensorMeta{dtype, shape})
+                             : deviceBackend(device).runSource(op, shape, dtype, a, device);
   if (Tracer *tr = Tracer::current()) tr->recordSource(op, a, r);
   return r;
 }

@@ -1,5 +1,5 @@
 // Storage: 64-byte aligned CPU blocks with a bounded cache of large freed blocks; device
-// memory from the device's caching allocator (targets/cuda/CudaRuntime.h).
+// memory from the device's backend (tracer/DeviceBackend.h).
 //
 // Large tensors are allocated and freed on every eager op; returning their pages to the
 // OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "targets/cuda/CudaRuntime.h"
+#include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::detail {
@@ -60,15 +60,7 @@ BlockCache &blockCache() {
 } // namespace
 
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
-  if (device.is_cuda()) {
-    cuda::DeviceContext &ctx = cuda::DeviceContext::get(device.index);
-    auto s = std::make_shared<Storage>();
-    s->data = reinterpret_cast<void *>(ctx.allocate(nbytes));
-    s->nbytes = nbytes;
-    s->device = device;
-    s->release = [&ctx, nbytes](void *q) { ctx.release(reinterpret_cast<CUdeviceptr>(q), nbytes); };
-    return s;
-  }
+  if (!device.is_cpu()) return deviceBackend(device).allocate(nbytes, device);
   auto s = std::make_shared<Storage>();
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;

@@ -5,10 +5,10 @@
 #include <rcjit/Ops.h>
 #include <rcjit/Tensor.h>
 
-#include "targets/cuda/CudaRuntime.h"
 #include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
+#include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 
@@ -42,23 +42,21 @@ template <class Gen> Tensor generate(const Shape &shape, DType dtype, Gen gen) {
   return out;
 }
 
-CUdeviceptr devicePtr(const Tensor &t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
-
 // A device tensor's values on the host (contiguous). A strided view copies the span of
 // memory it covers, then gathers it on the host.
 Tensor deviceToHost(const Tensor &t) {
-  cuda::DeviceContext &ctx = cuda::DeviceContext::get(t.device().index);
+  detail::DeviceBackend &dev = detail::deviceBackend(t.device());
   Tensor out = detail::makeTensor(t.shape(), t.dtype());
   if (t.numel() == 0) return out;
   const size_t size = dtypeSize(t.dtype());
   if (t.is_contiguous()) {
-    ctx.copyToHost(out.data_ptr(), devicePtr(t), static_cast<size_t>(t.numel()) * size);
+    dev.copyToHost(out.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()) * size, t.device());
     return out;
   }
   int64_t span = 1;
   for (size_t d = 0; d < t.shape().size(); ++d) span += (t.shape()[d] - 1) * t.strides()[d];
   Tensor flat = detail::makeTensor({span}, t.dtype());
-  ctx.copyToHost(flat.data_ptr(), devicePtr(t), static_cast<size_t>(span) * size);
+  dev.copyToHost(flat.data_ptr(), t.data_ptr(), static_cast<size_t>(span) * size, t.device());
   eager::copyInto(out, detail::makeView(flat, t.shape(), t.strides(), 0));
   return out;
 }
@@ -196,9 +194,8 @@ Tensor Tensor::to(Device device) const {
   if (from.is_cuda()) return deviceToHost(*this);
   Tensor src = is_contiguous() ? *this : clone();
   Tensor out = detail::makeTensor(shape(), dtype(), device);
-  cuda::DeviceContext::get(device.index)
-      .copyToDevice(devicePtr(out), src.data_ptr(),
-                    static_cast<size_t>(numel()) * dtypeSize(dtype()));
+  detail::deviceBackend(device).copyToDevice(
+      out.data_ptr(), src.data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device);
   return out;
 }
 Tensor Tensor::to(DType dtype) const { return detail::castTo(*this, dtype); }
@@ -211,9 +208,8 @@ Tensor Tensor::clone() const {
   }
   Tensor out = detail::makeTensor(shape(), dtype(), device());
   if (device().is_cuda()) {
-    cuda::DeviceContext::get(device().index)
-        .copyOnDevice(devicePtr(out), devicePtr(*this),
-                      static_cast<size_t>(numel()) * dtypeSize(dtype()));
+    detail::deviceBackend(device()).copyOnDevice(
+        out.data_ptr(), data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device());
     return out;
   }
   eager::copyInto(out, *this);
@@ -237,9 +233,8 @@ void Tensor::copy_(const Tensor &src) {
   Tensor s = src.to(device());
   if (s.dtype() != dtype()) s = eager::run(OpKind::cast, {s}, {}, TensorMeta{dtype(), shape()});
   if (!s.is_contiguous()) s = s.clone();
-  cuda::DeviceContext::get(device().index)
-      .copyOnDevice(devicePtr(*this), devicePtr(s),
-                    static_cast<size_t>(numel()) * dtypeSize(dtype()));
+  detail::deviceBackend(device()).copyOnDevice(
+      data_ptr(), s.data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device());
 }
 
 bool allclose(const Tensor &a, const Tensor &b, double rtol, double atol) {

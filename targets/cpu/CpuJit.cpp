@@ -20,6 +20,8 @@
 
 #include <rcjit/Error.h>
 
+#include "targets/LlvmOptimize.h"
+
 namespace rcjit::cpu {
 
 namespace {
@@ -135,30 +137,18 @@ void CpuJit::prepareModule(llvm::Module &m) const {
 void CpuJit::optimize(llvm::Module &m) const { optimizeWith(*makeTargetMachine(), m); }
 
 void CpuJit::optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
   llvm::PipelineTuningOptions pto;
   pto.LoopVectorization = true;
   pto.SLPVectorization = true;
   pto.LoopInterleaving = true;
   pto.LoopUnrolling = true;
-  llvm::PassBuilder pb(&tm, pto);
-  // Registered before the defaults, so the pipeline sees the libmvec vector mappings.
   llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
   if (libmvec_) {
     tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
                                             tm.getTargetTriple());
     if (avx512_) tlii.addVectorizableFunctions(kAvx512VecFuncs);
   }
-  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  optimizeModuleO3(tm, m, pto, &tlii);
 }
 
 std::string CpuJit::assembly(const llvm::Module &m) const {

@@ -177,10 +177,7 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     heap.resize(s.operands.size());
     pp = heap.data();
   }
-  for (size_t i = 0; i < s.operands.size(); ++i) {
-    const Value &v = layout.values[s.operands[i]];
-    pp[i] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
-  }
+  for (size_t i = 0; i < s.operands.size(); ++i) pp[i] = valueAddress(layout, bases, s.operands[i]);
   KernelFn fn = kernels_[s.kernel];
   int64_t outer = k.outerSize(syms);
   int64_t work = outer * innerSize(k, syms);
@@ -228,49 +225,26 @@ std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const
   std::shared_ptr<const Spec> spec = specs_->get(syms);
   const Program &p = spec->layout;
   std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
-  std::vector<char *> bases(p.buffers.size(), nullptr);
-  std::vector<Tensor> outBuffers(p.buffers.size());
-  std::vector<Tensor> dynamic(p.buffers.size());
-  for (size_t b = 0; b < p.buffers.size(); ++b) {
-    const Buffer &buf = p.buffers[b];
-    switch (buf.kind) {
-    case Buffer::Kind::input:
-      if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
-      bases[b] = static_cast<char *>(inputs[buf.index]->data_ptr());
-      break;
-    case Buffer::Kind::arena:
-      bases[b] = arena->data + buf.offset;
-      break;
-    case Buffer::Kind::output:
-      outBuffers[b] = detail::makeTensor(buf.shape, buf.dtype);
-      bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
-      break;
-    case Buffer::Kind::dynamic:
-      break;
-    }
-  }
   struct Release {
     const CpuProgram *self;
     std::unique_ptr<Arena> &a;
     ~Release() { self->releaseArena(std::move(a)); }
   } release{this, arena};
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step &s = p.steps[i];
-    if (s.kind == Step::Kind::kernel) {
-      runKernel(s, p, bases.data(), syms);
-    } else if (s.kind == Step::Kind::library && spec->library[i]) {
-      char *ops[3];
-      for (size_t j = 0; j < s.operands.size() && j < 3; ++j) {
-        const Value &v = p.values[s.operands[j]];
-        ops[j] = bases[v.buffer] + v.offset * static_cast<int64_t>(dtypeSize(v.dtype));
-      }
-      const Value &r = p.values[s.result];
-      spec->library[i]->run(ops,
-                            bases[r.buffer] + r.offset * static_cast<int64_t>(dtypeSize(r.dtype)));
-    } else {
-      runEager(s, p, bases.data(), dynamic, inputs);
-    }
-  }
+  std::vector<Tensor> outBuffers;
+  std::vector<Tensor> dynamic(p.buffers.size()); // eager steps' results, by buffer
+  std::vector<char *> bases = bindBuffers(p, inputs, n, Device::cpu(), arena->data, outBuffers,
+                                          [](size_t) -> char * { return nullptr; });
+  auto runEagerStep = [&](size_t, const Step &s) { runEager(s, p, bases.data(), dynamic, inputs); };
+  forEachStep(
+      p, [&](size_t, const Step &s) { runKernel(s, p, bases.data(), syms); },
+      [&](size_t i, const Step &s) {
+        if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
+        char *ops[3];
+        for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
+          ops[j] = valueAddress(p, bases.data(), s.operands[j]);
+        spec->library[i]->run(ops, valueAddress(p, bases.data(), s.result));
+      },
+      runEagerStep);
   return collectOutputs(p, inputs, dynamic, outBuffers);
 }
 

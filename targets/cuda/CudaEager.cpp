@@ -5,9 +5,7 @@
 #include <sstream>
 
 #include "cache/ClearHooks.h"
-#include "jit/Pipeline.h"
-#include "targets/Lower.h"
-#include "targets/cuda/CudaProgram.h"
+#include "jit/CompileGraph.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "targets/eager/Eager.h"
 #include "tracer/GraphIO.h"
@@ -19,7 +17,7 @@ namespace {
 
 struct OpMemoTag;
 using OpMemo =
-    cache::detail::ProcessMemo<OpMemoTag, std::string, std::shared_ptr<CudaProgram>, 4096>;
+    cache::detail::ProcessMemo<OpMemoTag, std::string, std::shared_ptr<Executable>, 4096>;
 
 // The one-op graph: an input node per operand, the op, one output.
 Graph oneOpGraph(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
@@ -68,14 +66,16 @@ Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, cons
     strides.push_back(t.strides());
     key << "|" << shapeStr(t.strides());
   }
-  std::shared_ptr<CudaProgram> program = OpMemo::instance().find(key.str());
+  std::shared_ptr<Executable> program = OpMemo::instance().find(key.str());
   if (!program) {
-    Graph opt = runPipeline(g, defaultPasses(pipelineOptionsFor(Target::cuda)));
-    Program p = lower(opt, strides, lowerOptionsFor(Target::cuda));
-    CudaProgramOptions o;
-    o.device = device.index;
-    o.graphs = false; // one or two launches: nothing to save
-    program = CudaProgram::create(std::move(p), "rcjit_eager_" + std::string(opName(op)), o);
+    // through the compiler (not the jit driver): the one-op graph has no guards or entries
+    CompileRequest r;
+    r.target = Target::cuda;
+    r.device = device.index;
+    r.moduleId = r.label = "rcjit_eager_" + std::string(opName(op));
+    r.cudaGraphs = false; // one or two launches: nothing to save
+    r.samples.push_back({std::move(g), strides});
+    program = compileGraph(std::move(r)).executable;
     OpMemo::instance().add(key.str(), program);
   }
   std::vector<const Tensor *> ptrs;

@@ -259,56 +259,51 @@ void CudaProgram::enqueue(const Spec &spec, const std::vector<CUdeviceptr> &base
                           const int64_t *syms) const {
   const Program &p = spec.layout;
   const DriverApi &api = requireCuda();
-  auto address = [&](int value) {
-    const Value &v = p.values[value];
-    return bases[v.buffer] + static_cast<CUdeviceptr>(v.offset * int64_t(dtypeSize(v.dtype)));
-  };
+  auto address = [&](int value) { return valueAddress(p, bases.data(), value); };
   std::vector<CUdeviceptr> ptrs;
   std::vector<int64_t> symArg;
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step &s = p.steps[i];
-    if (s.kind == Step::Kind::eager) continue; // a constant of the spec, bound in run()
-    if (s.kind == Step::Kind::kernel) {
-      const LoopKernel &k = program_.kernels[s.kernel];
-      int64_t outer = k.outerSize(syms);
-      if (outer == 0) continue;
-      ptrs.clear();
-      for (int v : s.operands) ptrs.push_back(address(v));
-      symArg.assign(static_cast<size_t>(symCount_[s.kernel]), 0);
-      for (size_t j = 0; syms && j < symArg.size() && j < program_.symbols.ranges.size(); ++j)
-        symArg[j] = syms[j];
-      int64_t begin = 0, end = outer;
-      void *params[] = {ptrs.data(), symArg.data(), &begin, &end};
-      LaunchDims d = launchDims(outer, ctx_->info().multiprocessors, lanes_[s.kernel]);
-      CUresult r = api.launchKernel(functions_[s.kernel], d.grid, 1, 1, d.block, 1, 1, 0,
-                                    ctx_->stream(), params, nullptr);
-      if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + s.note + ")").c_str());
-    } else {
-      const MatmulLayout &l = spec.gemms[i];
-      if (l.m == 0 || l.n == 0 || l.batch == 0) continue;
-      const Value &r = p.values[s.result];
-      if (l.k == 0) { // an empty sum: zeros
-        ctx_->fill(address(s.result), 0, dtypeSize(r.dtype),
-                   static_cast<size_t>(l.batch * l.m * l.n));
-        continue;
-      }
-      DeviceBlas &blas = blasFor(*ctx_);
-      std::lock_guard<std::mutex> lock(blas.mu);
-      if (!blas.handle) {
-        blas.handle = std::make_unique<CublasHandle>(ctx_->stream());
-        // a workspace of its own, so that calls captured into a CUDA graph allocate nothing
-        blas.workspace = ctx_->allocate(kCublasWorkspace);
-        checkCublas(requireCublas().setWorkspace(blas.handle->get(),
-                                                 reinterpret_cast<void *>(blas.workspace),
-                                                 kCublasWorkspace),
-                    "cublasSetWorkspace");
-      }
-      runGemm(blas.handle->get(), gemmDesc(l, r.dtype),
-              reinterpret_cast<const void *>(address(s.operands[0])),
-              reinterpret_cast<const void *>(address(s.operands[1])),
-              reinterpret_cast<void *>(address(s.result)), ctx_->stream());
+  auto kernel = [&](size_t, const Step &s) {
+    const LoopKernel &k = program_.kernels[s.kernel];
+    int64_t outer = k.outerSize(syms);
+    if (outer == 0) return;
+    ptrs.clear();
+    for (int v : s.operands) ptrs.push_back(address(v));
+    symArg.assign(static_cast<size_t>(symCount_[s.kernel]), 0);
+    for (size_t j = 0; syms && j < symArg.size() && j < program_.symbols.ranges.size(); ++j)
+      symArg[j] = syms[j];
+    int64_t begin = 0, end = outer;
+    void *params[] = {ptrs.data(), symArg.data(), &begin, &end};
+    LaunchDims d = launchDims(outer, ctx_->info().multiprocessors, lanes_[s.kernel]);
+    CUresult r = api.launchKernel(functions_[s.kernel], d.grid, 1, 1, d.block, 1, 1, 0,
+                                  ctx_->stream(), params, nullptr);
+    if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + s.note + ")").c_str());
+  };
+  auto gemm = [&](size_t i, const Step &s) {
+    const MatmulLayout &l = spec.gemms[i];
+    if (l.m == 0 || l.n == 0 || l.batch == 0) return;
+    const Value &r = p.values[s.result];
+    if (l.k == 0) { // an empty sum: zeros
+      ctx_->fill(address(s.result), 0, dtypeSize(r.dtype), static_cast<size_t>(l.batch * l.m * l.n));
+      return;
     }
-  }
+    DeviceBlas &blas = blasFor(*ctx_);
+    std::lock_guard<std::mutex> lock(blas.mu);
+    if (!blas.handle) {
+      blas.handle = std::make_unique<CublasHandle>(ctx_->stream());
+      // a workspace of its own, so that calls captured into a CUDA graph allocate nothing
+      blas.workspace = ctx_->allocate(kCublasWorkspace);
+      checkCublas(requireCublas().setWorkspace(blas.handle->get(),
+                                               reinterpret_cast<void *>(blas.workspace),
+                                               kCublasWorkspace),
+                  "cublasSetWorkspace");
+    }
+    runGemm(blas.handle->get(), gemmDesc(l, r.dtype),
+            reinterpret_cast<const void *>(address(s.operands[0])),
+            reinterpret_cast<const void *>(address(s.operands[1])),
+            reinterpret_cast<void *>(address(s.result)), ctx_->stream());
+  };
+  // an eager step (arange) is a constant of the spec, bound as a buffer in run()
+  forEachStep(p, kernel, gemm, [](size_t, const Step &) {});
 }
 
 std::vector<Tensor> CudaProgram::run(const Tensor *const *inputs, size_t n) const {
@@ -329,33 +324,12 @@ std::vector<Tensor> CudaProgram::run(const Tensor *const *inputs, size_t n) cons
   } arena{ctx_, static_cast<size_t>(p.arenaBytes)};
   if (p.arenaBytes > 0) arena.ptr = ctx_->allocate(arena.bytes);
 
-  std::vector<CUdeviceptr> bases(p.buffers.size(), 0);
-  std::vector<Tensor> outBuffers(p.buffers.size());
-  for (size_t b = 0; b < p.buffers.size(); ++b) {
-    const Buffer &buf = p.buffers[b];
-    switch (buf.kind) {
-    case Buffer::Kind::input: {
-      if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
-      const Tensor &t = *inputs[buf.index];
-      if (t.device() != device) {
-        throw Error("compiled program for " + device.str() + ": input " +
-                    std::to_string(buf.index) + " is on " + t.device().str());
-      }
-      bases[b] = reinterpret_cast<CUdeviceptr>(t.data_ptr());
-      break;
-    }
-    case Buffer::Kind::arena:
-      bases[b] = arena.ptr + static_cast<CUdeviceptr>(buf.offset);
-      break;
-    case Buffer::Kind::output:
-      outBuffers[b] = detail::makeTensor(buf.shape, buf.dtype, device);
-      bases[b] = reinterpret_cast<CUdeviceptr>(outBuffers[b].data_ptr());
-      break;
-    case Buffer::Kind::dynamic: // the result of an arange step: the spec's constant
-      bases[b] = reinterpret_cast<CUdeviceptr>(spec->constants[b].data_ptr());
-      break;
-    }
-  }
+  std::vector<Tensor> outBuffers;
+  // a dynamic buffer is the result of an arange step: the spec's constant
+  std::vector<CUdeviceptr> bases =
+      bindBuffers(p, inputs, n, device, arena.ptr, outBuffers, [&](size_t b) {
+        return reinterpret_cast<CUdeviceptr>(spec->constants[b].data_ptr());
+      });
   // outputs never share the spec's constants
   auto outputs = [&] {
     std::vector<Tensor> outs = collectOutputs(p, inputs, spec->constants, outBuffers);

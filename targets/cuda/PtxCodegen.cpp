@@ -22,6 +22,7 @@
 
 #include <rcjit/Error.h>
 
+#include "targets/LlvmOptimize.h"
 #include "targets/LoopCodegen.h"
 #include "targets/cuda/Libdevice.h"
 
@@ -192,17 +193,7 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const std::string &arch, 
 }
 
 void optimize(llvm::TargetMachine &tm, llvm::Module &m) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(&tm); // registers NVVMReflect (libdevice's __nvvm_reflect) and friends
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  optimizeModuleO3(tm, m, llvm::PipelineTuningOptions());
 }
 
 std::string printModule(const llvm::Module &m) {

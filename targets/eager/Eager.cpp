@@ -1,12 +1,14 @@
 // The eager target's entry point: dispatch one op to its family by category.
 #include "targets/eager/Eager.h"
 
-#include "targets/cuda/CudaEager.h"
+#include "tracer/DeviceBackend.h"
 
 namespace rcjit::eager {
 
 Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
-  if (!in.empty() && in[0].device().is_cuda()) return cuda::runEagerOp(op, in, a, out);
+  if (!in.empty() && !in[0].device().is_cpu()) {
+    return detail::deviceBackend(in[0].device()).runOp(op, in, a, out);
+  }
   switch (opInfo(op).category) {
   case OpCategory::Unary:
   case OpCategory::Binary:

@@ -10,7 +10,7 @@
 namespace rcjit::eager {
 
 /// Computes `op` on `in` with attrs `a`; `out` is the result meta from inferMeta (already
-/// validated). Ops on device tensors go to the GPU (targets/cuda/CudaEager.h). View ops return
+/// validated). Ops on device tensors go to their device's backend (tracer/DeviceBackend.h). View ops return
 /// views sharing storage; every other op returns a new contiguous tensor. Thread-safe.
 Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 

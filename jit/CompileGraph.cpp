@@ -1,0 +1,215 @@
+// compileGraph: the compile path as one straight-line list of announced steps.
+#include "jit/CompileGraph.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include <rcjit/Error.h>
+
+#include "jit/Log.h"
+#include "jit/Pipeline.h"
+#include "targets/Lower.h"
+#include "targets/SymbolicProgram.h"
+#include "targets/Target.h"
+#include "tracer/GraphIO.h"
+#include "tracer/GraphVerify.h"
+
+namespace rcjit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times and announces the steps of one compile.
+class Steps {
+public:
+  Steps(const CompileRequest &r, CompileResult &res) : r_(r), res_(res) {}
+
+  // Runs `fn` as step `name`; `show` gives the text the passes log prints after it.
+  template <class Fn, class Show> auto run(const std::string &name, Fn &&fn, Show &&show) {
+    auto t0 = Clock::now();
+    auto out = fn();
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    res_.times.push_back({name, s});
+    if (logging::wanted(logging::Kind::passes)) {
+      std::string label = r_.label.empty() ? r_.moduleId : r_.label;
+      logging::emit(logging::Kind::passes,
+                    label + ": " + name + " (" + std::to_string(s * 1e3) + " ms)\n" + show(out),
+                    {{"graph", label}, {"step", name}, {"seconds", s}});
+    }
+    return out;
+  }
+
+private:
+  const CompileRequest &r_;
+  CompileResult &res_;
+};
+
+// The graph passes, one step each, with the verifier after each.
+Graph optimize(const GraphSample &s, const std::vector<Pass> &passes, Steps &steps,
+               bool announce) {
+  Graph g = s.graph;
+  if (verifyIrEnabled()) verifyGraph(g, "tracing");
+  if (s.optimized) return g;
+  for (const Pass &p : passes) {
+    auto runPass = [&] {
+      try {
+        return p.run(g);
+      } catch (const Error &e) {
+        throw Error("pass " + p.name + ": " + e.what());
+      }
+    };
+    g = announce ? steps.run(p.name, runPass, [](const Graph &out) { return printGraph(out); })
+                 : runPass();
+    if (verifyIrEnabled()) verifyGraph(g, "pass " + p.name);
+  }
+  return g;
+}
+
+// The target must run every step of the program: otherwise an Error naming the step.
+void checkTarget(const TargetInfo &t, const Program &p) {
+  for (const Step &s : p.steps) {
+    if (std::string why = t.unsupportedStep(p, s); !why.empty()) {
+      throw Error(std::string("compile for ") + t.name + ": " + why);
+    }
+  }
+}
+
+// Whether the fitted program reads symbol `sym` anywhere.
+bool usesSymbol(const Program &p, int32_t sym) {
+  auto in = [&](const SizeExpr &e) {
+    return std::find(e.syms.begin(), e.syms.end(), sym) != e.syms.end();
+  };
+  for (const SymField &f : p.symbols.fields) {
+    if (in(f.expr)) return true;
+  }
+  for (const LoopKernel &k : p.kernels) {
+    for (const SizeExpr &e : k.domain) {
+      if (in(e)) return true;
+    }
+    for (const KernelTensor &t : k.tensors) {
+      for (const SizeExpr &e : t.strides) {
+        if (in(e)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Where a symbolic program reads its sizes: given, or found among its inputs' dims (the
+// first dim whose value equals the symbol in every sample). Throws when a used symbol is
+// no input's dim.
+void setSymbolSources(Program &p, const CompileRequest &r) {
+  const SymbolicSpec &spec = r.symbolic;
+  p.symbols.ranges = spec.ranges;
+  if (!spec.findSources) {
+    p.symbols.sources = spec.sources;
+    return;
+  }
+  std::vector<std::vector<int64_t>> syms;
+  for (const GraphSample &s : r.samples) syms.push_back(s.syms);
+  std::vector<std::vector<int>> inputs;
+  for (const GraphSample &s : r.samples) inputs.push_back(s.graph.programInputs());
+  p.symbols.sources.assign(spec.ranges.size(), {});
+  bool any = false;
+  for (size_t i = 0; i < spec.ranges.size(); ++i) {
+    if (!usesSymbol(p, static_cast<int32_t>(i))) continue;
+    any = true;
+    std::vector<SymSource> &src = p.symbols.sources[i];
+    for (size_t j = 0; j < inputs[0].size() && src.empty(); ++j) {
+      size_t rank = r.samples[0].graph.nodes[inputs[0][j]].shape.size();
+      for (size_t d = 0; d < rank && src.empty(); ++d) {
+        std::vector<int64_t> values;
+        for (size_t k = 0; k < r.samples.size(); ++k)
+          values.push_back(r.samples[k].graph.nodes[inputs[k][j]].shape[d].value);
+        SizeExpr e;
+        if (fitSize(values, syms, e) && e.c == 1 && e.syms == std::vector<int32_t>{int32_t(i)})
+          src.push_back({static_cast<int>(j), static_cast<int>(d)});
+      }
+    }
+    if (src.empty()) {
+      throw Error("symbol s" + std::to_string(i) + " is used, but no program input has it as "
+                  "a dim");
+    }
+  }
+  if (!any) p.symbols = ProgramSymbols{};
+}
+
+} // namespace
+
+CompileResult compileGraph(CompileRequest r) {
+  if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
+  const TargetInfo &target = targetInfo(r.target);
+  CompileResult res;
+  Steps steps(r, res);
+  const size_t ns = r.samples.size();
+
+  // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
+  //    why in that order); sample 0 is announced, probes at other sizes run the same list.
+  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.target));
+  for (size_t k = 0; k < ns; ++k) res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
+  if (r.stop == CompileStop::optimized) return res;
+
+  // 2. lowering: fuse, build kernels, plan buffers (targets/Lower.h), for every sample.
+  std::vector<ProgramSample> lowered(ns);
+  for (size_t k = 0; k < ns; ++k) {
+    LowerSteps lower(res.graphs[k], r.samples[k].strides, target.lower);
+    if (k > 0) {
+      lower.fuse();
+      lower.buildKernels();
+      lowered[k].program = lower.planBuffers();
+      lowered[k].syms = r.samples[k].syms;
+      continue;
+    }
+    res.fusion = steps.run(
+        "fuse", [&] { return lower.fuse(); },
+        [&](const FusionPlan &f) { return printFusionPlan(f, res.graphs[0]); });
+    if (r.stop == CompileStop::fused) return res;
+    steps.run(
+        "build kernels", [&] { return lower.buildKernels().kernels.size(); },
+        [](size_t n) { return std::to_string(n) + " kernels\n"; });
+    lowered[0].program = steps.run(
+        "plan buffers", [&] { return lower.planBuffers(); },
+        [](const Program &p) { return printProgram(p); });
+    lowered[0].syms = r.samples[0].syms;
+  }
+
+  // 3. symbolic sizes: one program fitted to every sample (SymbolicProgram.h)
+  if (ns == 1) {
+    res.program = std::move(lowered[0].program);
+  } else {
+    std::string why;
+    bool fitted = steps.run(
+        "fit symbolic sizes", [&] { return fitSymbolicProgram(lowered, res.program, why); },
+        [&](bool ok) { return ok ? printProgram(res.program) : "not symbolic: " + why + "\n"; });
+    if (!fitted) {
+      res.notSymbolic = why;
+      return res;
+    }
+    setSymbolSources(res.program, r);
+  }
+  if (r.stop == CompileStop::program) return res;
+
+  // 4. the target must run every step (cuda: no eager steps but arange, no GEMM epilogues)
+  steps.run(
+      "check target", [&] { return (checkTarget(target, res.program), 0); },
+      [&](int) { return std::string(target.name) + " runs every step\n"; });
+
+  // 5. target compile: LLVM (cpu) or PTX (cuda) for the kernels, library handles, loading
+  ExecutableOptions exec;
+  exec.target = r.target;
+  exec.device = r.device;
+  exec.keepLlvmIr = r.keepLlvmIr;
+  exec.keepAssembly = r.keepAssembly;
+  exec.cudaGraphs = r.cudaGraphs;
+  res.executable = steps.run(
+      "target compile",
+      [&] { return target.compile(std::move(res.program), r.moduleId, exec); },
+      [&](const std::shared_ptr<Executable> &e) {
+        return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
+               target.name + "\n";
+      });
+  return res;
+}
+
+} // namespace rcjit

@@ -1,0 +1,76 @@
+// The targets as data: cpu and cuda, each with its options and its one compile hook.
+#include "targets/Target.h"
+
+#include "targets/cpu/CpuProgram.h"
+#include "targets/cuda/CudaDriver.h"
+#include "targets/cuda/CudaProgram.h"
+
+namespace rcjit {
+
+namespace {
+
+std::string cpuUnsupported(const Program &, const Step &) { return ""; }
+
+std::shared_ptr<Executable> compileCpu(Program p, const std::string &moduleId,
+                                       const ExecutableOptions &o) {
+  cpu::CpuProgramOptions co;
+  co.keepLlvmIr = o.keepLlvmIr;
+  co.keepAssembly = o.keepAssembly;
+  return cpu::CpuProgram::create(std::move(p), moduleId, co);
+}
+
+std::shared_ptr<Executable> compileCuda(Program p, const std::string &moduleId,
+                                        const ExecutableOptions &o) {
+  if (const std::string &why = cuda::unavailableReason(); !why.empty()) {
+    throw Error("compile: Target::cuda needs an NVIDIA GPU: " + why);
+  }
+  cuda::CudaProgramOptions co;
+  co.device = o.device;
+  co.keepLlvmIr = o.keepLlvmIr;
+  co.graphs = o.cudaGraphs;
+  return cuda::CudaProgram::create(std::move(p), moduleId, co);
+}
+
+TargetInfo makeCpu() {
+  TargetInfo t;
+  t.target = Target::cpu;
+  t.name = "cpu";
+  t.splitLinearBias = false;          // oneDNN adds the bias inside the GEMM
+  t.lower.fuseLibraryEpilogues = true; // oneDNN eltwise post-ops
+  t.unsupportedStep = cpuUnsupported;
+  t.compile = compileCpu;
+  return t;
+}
+
+TargetInfo makeCuda() {
+  TargetInfo t;
+  t.target = Target::cuda;
+  t.name = "cuda";
+  t.splitLinearBias = true;            // cuBLAS gets no epilogue: the bias joins a kernel
+  t.lower.fuseLibraryEpilogues = false; // so do activations
+  t.unsupportedStep = cuda::unsupportedStep;
+  t.compile = compileCuda;
+  return t;
+}
+
+} // namespace
+
+const TargetInfo &targetInfo(Target t) {
+  static const TargetInfo cpu = makeCpu(), cuda = makeCuda();
+  switch (t) {
+  case Target::cpu:
+    return cpu;
+  case Target::cuda:
+    return cuda;
+  }
+  throw Error("targetInfo: unknown target " + std::to_string(static_cast<int>(t)));
+}
+
+LowerOptions lowerOptionsFor(Target t) { return targetInfo(t).lower; }
+
+std::shared_ptr<Executable> compileProgram(Program p, const std::string &moduleId,
+                                           const ExecutableOptions &o) {
+  return targetInfo(o.target).compile(std::move(p), moduleId, o);
+}
+
+} // namespace rcjit

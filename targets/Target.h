@@ -1,0 +1,39 @@
+// What the compile path needs from a target, as data plus one compile hook.
+//
+// The pipeline (jit/CompileGraph) is the same for every target; a target only says which
+// pass and lowering options it wants, which program steps it can run, and how it turns a
+// lowered Program into an Executable. cpu: oneDNN library calls with fused post-ops, ORC
+// LLJIT. cuda: cuBLAS GEMMs without epilogues (a linear's bias is split off so it fuses
+// into the next kernel), PTX loaded through the CUDA driver.
+#pragma once
+#include <memory>
+#include <string>
+
+#include <rcjit/Compile.h>
+
+#include "targets/Executable.h"
+#include "targets/Lower.h"
+#include "targets/Program.h"
+
+namespace rcjit {
+
+struct TargetInfo {
+  Target target = Target::cpu;
+  const char *name = "cpu";
+  bool splitLinearBias = false; // decompose a linear's bias into its own add
+  LowerOptions lower;
+  /// "" when the target can run step `s` of `p`, else why not (naming the step).
+  std::string (*unsupportedStep)(const Program &p, const Step &s) = nullptr;
+  /// Compiles a lowered program; throws rcjit::Error when the target cannot be used (for
+  /// cuda: no driver or GPU, with the reason).
+  std::shared_ptr<Executable> (*compile)(Program p, const std::string &moduleId,
+                                         const ExecutableOptions &o) = nullptr;
+};
+
+/// The description of `t`. Thread-safe (immutable data).
+const TargetInfo &targetInfo(Target t);
+
+/// targetInfo(t).lower.
+LowerOptions lowerOptionsFor(Target t);
+
+} // namespace rcjit

@@ -1,0 +1,471 @@
+// The fuse step of lowering: place each node's value (inputs, views, library and eager
+// results) and group elementwise, broadcast and reduction nodes into loop kernels,
+// recording why each group was opened.
+#include <algorithm>
+#include <sstream>
+
+#include <rcjit/Error.h>
+
+#include "targets/lower/Lowering.h"
+#include "tracer/GraphIO.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::lowering {
+
+namespace {
+
+std::string nodeRef(const Graph &g, int node) {
+  return std::string(opName(g.nodes[node].op)) + " %" + std::to_string(node);
+}
+
+// Ops a oneDNN library call can apply to its result as an eltwise post-op.
+bool isPostOp(OpKind op) {
+  switch (op) {
+  case OpKind::relu:
+  case OpKind::sigmoid:
+  case OpKind::tanh:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::exp:
+  case OpKind::abs:
+  case OpKind::sqrt:
+  case OpKind::log:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+Shape keepShape(const Shape &x, const Dims &r) {
+  Shape s = x;
+  for (int64_t d : r) s[d] = 1;
+  return s;
+}
+
+Shape dropShape(const Shape &x, const Dims &r) {
+  Shape s;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
+    if (std::find(r.begin(), r.end(), d) == r.end()) s.push_back(x[d]);
+  }
+  return s;
+}
+
+Lowering::Lowering(const Graph &graph, const std::vector<Shape> &strides, const LowerOptions &o)
+    : g(graph), inputStrides(strides), opts(o) {
+  size_t n = g.nodes.size();
+  value.assign(n, -1);
+  groupOf.assign(n, -1);
+  level.assign(n, Level::full);
+  users.assign(n, {});
+  isOutput.assign(n, false);
+  needsStore.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    for (int in : g.nodes[i].inputs) users[in].push_back(static_cast<int>(i));
+  }
+  for (int out : g.outputs) isOutput[out] = true;
+  programIndex.assign(n, -1);
+  std::vector<int> order = g.programInputs();
+  for (size_t i = 0; i < order.size(); ++i) programIndex[order[i]] = static_cast<int>(i);
+}
+
+int Lowering::addValue(Value v, int order) {
+  p.values.push_back(std::move(v));
+  stepOrderOfValue.push_back(order);
+  libraryLastNode.push_back(-1);
+  return static_cast<int>(p.values.size()) - 1;
+}
+
+int Lowering::newBufferValue(const Shape &shape, DType dtype, int order, Buffer::Kind kind) {
+  Buffer b;
+  b.kind = kind;
+  b.dtype = dtype;
+  b.shape = shape;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  b.bytes = n * static_cast<int64_t>(dtypeSize(dtype));
+  p.buffers.push_back(b);
+  Value v;
+  v.buffer = static_cast<int>(p.buffers.size()) - 1;
+  v.shape = shape;
+  v.strides = detail::contiguousStrides(shape);
+  v.dtype = dtype;
+  return addValue(v, order);
+}
+
+void Lowering::fuse() {
+  for (size_t i = 0; i < g.nodes.size(); ++i) placeNode(static_cast<int>(i));
+  for (int o : g.outputs) materialize(o);
+  // values used by steps outside their group must be stored by it
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (groupOf[i] < 0 || value[i] >= 0) continue;
+    for (int u : users[i]) {
+      if (groupOf[u] != groupOf[i]) materialize(static_cast<int>(i));
+    }
+  }
+}
+
+void Lowering::placeNode(int node) {
+  const Node &n = g.nodes[node];
+  switch (opInfo(n.op).category) {
+  case OpCategory::Source:
+    if (n.op == OpKind::input)
+      placeInput(node);
+    else if (n.op == OpKind::arange)
+      placeLibraryOrEager(node, Step::Kind::eager);
+    return; // `full` stays a constant until a step needs it materialized
+  case OpCategory::View:
+    placeView(node);
+    return;
+  case OpCategory::Unary:
+    if (foldPostOp(node)) return;
+    fuseElementwise(node);
+    return;
+  case OpCategory::Binary:
+  case OpCategory::Compare:
+  case OpCategory::Where:
+    fuseElementwise(node);
+    return;
+  case OpCategory::Reduce:
+    fuseReduce(node);
+    return;
+  case OpCategory::Matmul:
+    placeLibraryOrEager(node, Step::Kind::library);
+    return;
+  case OpCategory::Copy:
+    if (n.op == OpKind::contiguous) {
+      int src = materialize(n.inputs[0]);
+      const Value &v = p.values[src];
+      value[node] = detail::isContiguous(v.shape, v.strides) ? src : copyContiguous(src);
+      return;
+    }
+    placeCat(node);
+    return;
+  case OpCategory::Normalize:
+  case OpCategory::Nn:
+    placeLibraryOrEager(node, Step::Kind::eager);
+    return;
+  }
+}
+
+// ---- values and views -------------------------------------------------------------------
+
+void Lowering::placeInput(int node) {
+  const Node &n = g.nodes[node];
+  int index = programIndex[node];
+  Buffer b;
+  b.kind = Buffer::Kind::input;
+  b.index = index;
+  b.dtype = n.dtype;
+  p.buffers.push_back(b);
+  Value v;
+  v.buffer = static_cast<int>(p.buffers.size()) - 1;
+  v.shape = shapeOf(node);
+  v.strides = index < static_cast<int>(inputStrides.size()) ? inputStrides[index]
+                                                            : detail::contiguousStrides(v.shape);
+  v.dtype = n.dtype;
+  value[node] = addValue(v, -1);
+  p.numInputs = std::max(p.numInputs, index + 1);
+}
+
+// The value of `node`, materializing it (a store from its group, or a constant kernel).
+int Lowering::materialize(int node) {
+  if (value[node] >= 0) return value[node];
+  const Node &n = g.nodes[node];
+  if (groupOf[node] < 0) { // a constant not yet in any group: its own kernel
+    int gid = newGroup(false, shapeOf(node), {}, "a constant a step reads from memory");
+    join(gid, node, Level::full);
+  }
+  FusionGroup &grp = plan.groups[groupOf[node]];
+  needsStore[node] = true;
+  value[node] = newBufferValue(shapeOf(node), n.dtype, grp.order, Buffer::Kind::arena);
+  return value[node];
+}
+
+void Lowering::placeView(int node) {
+  const Node &n = g.nodes[node];
+  int src = materialize(n.inputs[0]);
+  Value v = p.values[src];
+  Shape out = shapeOf(node);
+  switch (n.op) {
+  case OpKind::reshape: {
+    Shape strides;
+    if (!detail::computeViewStrides(v.shape, v.strides, out, strides)) {
+      src = copyContiguous(src);
+      v = p.values[src];
+      detail::computeViewStrides(v.shape, v.strides, out, strides);
+    }
+    v.strides = strides;
+    break;
+  }
+  case OpKind::permute: {
+    Shape strides;
+    for (int64_t d : n.attrs.dims) strides.push_back(v.strides[d]);
+    v.strides = strides;
+    break;
+  }
+  case OpKind::expand: {
+    size_t lead = out.size() - v.shape.size();
+    Shape strides(out.size(), 0);
+    for (size_t i = 0; i < v.shape.size(); ++i) {
+      strides[lead + i] = v.shape[i] == out[lead + i] ? v.strides[i] : 0;
+    }
+    v.strides = strides;
+    break;
+  }
+  default: // slice
+    v.offset += n.attrs.start * v.strides[n.attrs.dim];
+    break;
+  }
+  v.shape = out;
+  value[node] = addValue(v, stepOrderOfValue[src]);
+  plan.views.push_back(node);
+}
+
+// A contiguous copy of value `src` (a one-load, one-store kernel).
+int Lowering::copyContiguous(int src) {
+  const Value &v = p.values[src];
+  int gid = newGroup(false, v.shape, {}, "a copy into contiguous memory (a view that needs it)");
+  int out = newBufferValue(v.shape, v.dtype, plan.groups[gid].order, Buffer::Kind::arena);
+  copyKernels.push_back({gid, src, out});
+  return out;
+}
+
+// cat: one copy kernel per input into its slice of one contiguous buffer.
+void Lowering::placeCat(int node) {
+  const Node &n = g.nodes[node];
+  Shape shape = shapeOf(node);
+  int result = newBufferValue(shape, n.dtype, -1, Buffer::Kind::arena);
+  Value whole = p.values[result];
+  int64_t at = 0, lastOrder = -1;
+  for (int in : n.inputs) {
+    int src = materialize(in);
+    Value slice = whole;
+    slice.shape = p.values[src].shape;
+    slice.offset = at * whole.strides[n.attrs.dim];
+    at += slice.shape[n.attrs.dim];
+    int64_t count = 1;
+    for (int64_t d : slice.shape) count *= d;
+    if (count == 0) continue;
+    int gid = newGroup(false, slice.shape, {}, "a copy of one input of " + nodeRef(g, node));
+    copyKernels.push_back({gid, src, addValue(slice, plan.groups[gid].order)});
+    lastOrder = plan.groups[gid].order;
+  }
+  stepOrderOfValue[result] = static_cast<int>(lastOrder); // complete after the last copy
+  value[node] = result;
+}
+
+// ---- fusion -------------------------------------------------------------------------------
+
+int Lowering::newGroup(bool reduce, const Shape &domain, const Dims &reduced, std::string why) {
+  FusionGroup grp;
+  grp.reduce = reduce;
+  grp.domain = domain;
+  grp.reduced = reduced;
+  grp.order = nextOrder++;
+  grp.opened = std::move(why);
+  plan.groups.push_back(grp);
+  return static_cast<int>(plan.groups.size()) - 1;
+}
+
+void Lowering::join(int gid, int node, Level lv) {
+  plan.groups[gid].members.push_back(node);
+  groupOf[node] = gid;
+  level[node] = lv;
+}
+
+bool Lowering::isConstant(int node) const {
+  return g.nodes[node].op == OpKind::full && value[node] < 0 && groupOf[node] < 0;
+}
+
+// Order of the step that makes `node`'s value available.
+int Lowering::availableAt(int node) const {
+  if (groupOf[node] >= 0 && value[node] < 0) return plan.groups[groupOf[node]].order;
+  if (value[node] >= 0) return stepOrderOfValue[value[node]];
+  return -1; // constants
+}
+
+// Can `node` join group `gid` at level `lv`? Every operand must be in the group at a
+// compatible level, a constant, or available from an earlier step.
+bool Lowering::canJoin(int gid, int node, Level lv, std::string *why) const {
+  const FusionGroup &grp = plan.groups[gid];
+  for (int in : g.nodes[node].inputs) {
+    if (groupOf[in] == gid && value[in] < 0) {
+      Level l = level[in];
+      bool ok = !(lv == Level::full && l == Level::drop) && !(lv != Level::full && l != lv);
+      if (!ok) {
+        if (why) *why = nodeRef(g, in) + " is at another level of the reduction";
+        return false;
+      }
+      continue;
+    }
+    if (groupOf[in] == gid) continue; // stored by this group: read in-group
+    if (isConstant(in)) continue;
+    if (availableAt(in) >= grp.order) {
+      if (why) *why = "operand " + nodeRef(g, in) + " is computed after the group starts";
+      return false;
+    }
+  }
+  return true;
+}
+
+// The level `shape` would have in group gid, if any.
+bool Lowering::levelFor(int gid, const Shape &shape, Level &lv) const {
+  const FusionGroup &grp = plan.groups[gid];
+  if (shape == grp.domain) {
+    lv = Level::full;
+    return true;
+  }
+  if (!grp.reduce) return false;
+  if (shape == keepShape(grp.domain, grp.reduced)) {
+    lv = Level::keep;
+    return true;
+  }
+  if (shape == dropShape(grp.domain, grp.reduced)) {
+    lv = Level::drop;
+    return true;
+  }
+  return false;
+}
+
+void Lowering::fuseElementwise(int node) {
+  Shape shape = shapeOf(node);
+  std::string why;
+  for (int in : g.nodes[node].inputs) {
+    int gid = groupOf[in];
+    if (gid < 0 || value[in] >= 0) continue;
+    Level lv;
+    std::string cut;
+    if (!levelFor(gid, shape, lv)) {
+      cut = "its shape " + shapeStr(shape) + " is not in the iteration domain " +
+            shapeStr(plan.groups[gid].domain) + " of k" + std::to_string(gid);
+    } else if (canJoin(gid, node, lv, &cut)) {
+      join(gid, node, lv);
+      return;
+    }
+    why += (why.empty() ? "" : "; ") + cut;
+  }
+  if (why.empty()) why = "no operand is in an open group (inputs, library or stored results)";
+  join(newGroup(false, shape, {}, why), node, Level::full);
+}
+
+void Lowering::fuseReduce(int node) {
+  const Node &n = g.nodes[node];
+  int in = n.inputs[0];
+  Shape x = shapeOf(in);
+  Dims r = n.op == OpKind::argmax ? Dims{n.attrs.dim} : n.attrs.dims;
+  if (x.empty()) r.clear();
+  bool keep = n.attrs.keepdim || r.empty();
+  Level out = keep ? Level::keep : Level::drop;
+  int gid = groupOf[in];
+  std::string why;
+  if (gid >= 0 && value[in] < 0 && level[in] == Level::full) {
+    FusionGroup &grp = plan.groups[gid];
+    bool fits = grp.domain == x && (grp.reduce ? grp.reduced == r : true);
+    if (fits) {
+      bool wasReduce = grp.reduce;
+      grp.reduce = true;
+      grp.reduced = r;
+      if (canJoin(gid, node, Level::full, &why)) {
+        join(gid, node, out);
+        return;
+      }
+      grp.reduce = wasReduce;
+      if (!wasReduce) grp.reduced.clear();
+    } else {
+      why = "k" + std::to_string(gid) + " iterates " + shapeStr(grp.domain) +
+            (grp.reduce ? " reducing other dims" : "") + ", not " + shapeStr(x);
+    }
+  } else {
+    why = "its input " + nodeRef(g, in) + " is not an open group's full-domain value";
+  }
+  int ng = newGroup(true, x, r, why);
+  join(ng, node, out);
+}
+
+// ---- library and eager steps ----------------------------------------------------------------
+
+// Folds unary `node` into the library step that wrote its operand, if it may.
+bool Lowering::foldPostOp(int node) {
+  const Node &n = g.nodes[node];
+  if (!opts.fuseLibraryEpilogues || !isPostOp(n.op) || n.dtype != DType::f32) return false;
+  int in = n.inputs[0];
+  int v = value[in];
+  if (v < 0 || libraryLastNode[v] != in || users[in].size() != 1 || isOutput[in]) return false;
+  int order = stepOrderOfValue[v];
+  otherSteps[order].postOps.push_back({n.op});
+  for (FusionCall &c : plan.calls) {
+    if (c.order == order) c.postOps.push_back(node);
+  }
+  value[node] = v;
+  libraryLastNode[v] = node;
+  return true;
+}
+
+void Lowering::placeLibraryOrEager(int node, Step::Kind kind) {
+  const Node &n = g.nodes[node];
+  Step s;
+  s.kind = kind;
+  s.op = n.op;
+  s.attrs = n.attrs;
+  for (int in : n.inputs) s.operands.push_back(materialize(in));
+  int order = nextOrder++;
+  s.result =
+      newBufferValue(shapeOf(node), n.dtype, order,
+                     kind == Step::Kind::eager ? Buffer::Kind::dynamic : Buffer::Kind::arena);
+  s.note = nodeRef(g, node);
+  value[node] = s.result;
+  if (kind == Step::Kind::library) libraryLastNode[s.result] = node;
+  otherSteps[order] = std::move(s);
+  plan.calls.push_back({node, kind == Step::Kind::library, {}, order});
+}
+
+} // namespace rcjit::lowering
+
+namespace rcjit {
+
+std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
+  struct Line {
+    int order;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  size_t kernels = 0;
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    const FusionGroup &grp = plan.groups[i];
+    std::ostringstream os;
+    os << "  k" << i << " ";
+    if (grp.reduce) {
+      os << "reduce " << shapeStr(grp.domain) << " over dims " << shapeStr(grp.reduced);
+    } else {
+      os << "elementwise " << shapeStr(grp.domain);
+    }
+    os << ": {";
+    for (size_t m = 0; m < grp.members.size(); ++m) {
+      os << (m ? ", " : "") << opName(g.nodes[grp.members[m]].op) << " %" << grp.members[m];
+    }
+    os << "}\n    opened: " << grp.opened << "\n";
+    kernels += 1;
+    lines.push_back({grp.order, os.str()});
+  }
+  for (const FusionCall &c : plan.calls) {
+    std::ostringstream os;
+    os << "  " << (c.library ? "library " : "eager ") << opName(g.nodes[c.node].op) << " %"
+       << c.node;
+    for (int po : c.postOps) os << " +" << opName(g.nodes[po].op) << " %" << po;
+    os << (c.library ? " (a library call: oneDNN on the CPU, cuBLAS on cuda)"
+                     : " (no kernel covers it: runs as an eager op)")
+       << "\n";
+    lines.push_back({c.order, os.str()});
+  }
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const Line &a, const Line &b) { return a.order < b.order; });
+  std::ostringstream os;
+  os << "fusion: " << kernels << " groups, " << plan.calls.size() << " calls, "
+     << plan.views.size() << " views\n";
+  for (const Line &l : lines) os << l.text;
+  return os.str();
+}
+
+} // namespace rcjit

@@ -1,0 +1,167 @@
+// The one compile path: announced steps, the passes log, the IR verifier, the fusion plan,
+// and `rcjit trace` dumping the program the target really compiles.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include <rcjit/rcjit.h>
+
+#include "jit/CompileGraph.h"
+#include "tests/TestUtil.h"
+#include "tools/Cli.h"
+#include "tools/Models.h"
+#include "tracer/GraphIO.h"
+#include "tracer/GraphVerify.h"
+#include "tracer/Tracer.h"
+
+using namespace rcjit;
+using rcjit::test::errorOf;
+
+namespace {
+
+CompileRequest requestFor(const TracedFn &fn, const std::vector<Tensor> &args, Target target) {
+  return tools::traceRequest(traceFunction(fn, args), target);
+}
+
+std::vector<std::string> stepNames(const CompileResult &r) {
+  std::vector<std::string> names;
+  for (const CompileStepTime &t : r.times) names.push_back(t.step);
+  return names;
+}
+
+TEST(CompileGraph, RunsTheStepsInOrder) {
+  auto fn = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{softmax(v[0] * 2.0, -1)};
+  };
+  CompileResult r = compileGraph(requestFor(fn, {Tensor::randn({4, 8}, 1)}, Target::cpu));
+  std::vector<std::string> want = {"decompose",     "constant_fold", "cse",
+                                   "dce",           "fuse",          "build kernels",
+                                   "plan buffers",  "check target",  "target compile"};
+  EXPECT_EQ(stepNames(r), want);
+  ASSERT_TRUE(r.executable);
+  Tensor x = Tensor::randn({4, 8}, 2);
+  const Tensor *in[] = {&x};
+  EXPECT_TRUE(allclose(r.executable->run(in, 1).at(0), softmax(x * 2.0, -1), 1e-4, 1e-5));
+}
+
+TEST(CompileGraph, StopsWhereAsked) {
+  auto fn = [](const std::vector<Tensor> &v) { return std::vector<Tensor>{relu(v[0] + 1.0)}; };
+  CompileRequest r = requestFor(fn, {Tensor::randn({4, 8}, 1)}, Target::cpu);
+  r.stop = CompileStop::fused;
+  CompileResult fused = compileGraph(r);
+  EXPECT_EQ(fused.fusion.groups.size(), 1u);
+  EXPECT_TRUE(fused.program.steps.empty());
+  EXPECT_FALSE(fused.executable);
+  r.stop = CompileStop::program;
+  CompileResult program = compileGraph(r);
+  EXPECT_EQ(program.program.kernels.size(), 1u);
+  EXPECT_FALSE(program.executable);
+}
+
+TEST(CompileGraph, PassesLogShowsEveryStepWithItsTime) {
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  auto cf = compile([](const Tensor &x) { return layer_norm(x, Tensor::ones({8}), Tensor(), 1e-5); });
+  cf(Tensor::randn({4, 8}, 1));
+  std::string err = testing::internal::GetCapturedStderr();
+  set_logs("");
+  for (const char *step : {": decompose (", ": cse (", ": dce (", ": fuse (", ": plan buffers (",
+                           ": target compile ("}) {
+    EXPECT_NE(err.find(step), std::string::npos) << step << "\n" << err;
+  }
+  EXPECT_NE(err.find("[rcjit:passes] function"), std::string::npos) << err;
+  EXPECT_NE(err.find("opened:"), std::string::npos) << "the fusion plan after fuse";
+}
+
+TEST(CompileGraph, VerifierNamesTheBrokenInvariant) {
+  Graph g;
+  Node in;
+  in.op = OpKind::input;
+  in.shape = staticShape({4});
+  g.add(in);
+  Node bad;
+  bad.op = OpKind::add;
+  bad.inputs = {0, 0};
+  bad.shape = staticShape({5}); // add of two [4] is [4]
+  g.outputs.push_back(g.add(bad));
+  std::string e = errorOf([&] { verifyGraph(g, "pass demo"); });
+  EXPECT_NE(e.find("IR verifier (after pass demo): %1 add: is f32[5], but its operands give "
+                   "f32[4]"),
+            std::string::npos)
+      << e;
+  g.nodes[1].shape = staticShape({4});
+  g.nodes[1].inputs = {0, 1};
+  e = errorOf([&] { verifyGraph(g, "pass demo"); });
+  EXPECT_NE(e.find("operand %1 does not come before its user"), std::string::npos) << e;
+  g.nodes[1].inputs = {0};
+  e = errorOf([&] { verifyGraph(g, "x"); });
+  EXPECT_NE(e.find("has 1 operands, the op takes 2"), std::string::npos) << e;
+  g.nodes[1].inputs = {0, 0};
+  EXPECT_NO_THROW(verifyGraph(g, "x"));
+}
+
+TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
+  auto fn = [](const std::vector<Tensor> &v) {
+    Tensor h = relu(v[0] * 2.0 + 1.0);      // one group
+    Tensor y = matmul(h, v[1]);             // a library call
+    return std::vector<Tensor>{sum(y + 3.0, {-1})}; // a new group after the call
+  };
+  CompileRequest r =
+      requestFor(fn, {Tensor::randn({4, 8}, 1), Tensor::randn({8, 8}, 2)}, Target::cpu);
+  r.stop = CompileStop::fused;
+  CompileResult res = compileGraph(r);
+  std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
+  EXPECT_NE(plan.find("library matmul"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("no operand is in an open group"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("elementwise [4, 8]: {mul"), std::string::npos) << plan;
+  EXPECT_EQ(res.fusion.calls.size(), 1u);
+}
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult cli(std::vector<const char *> args) {
+  args.insert(args.begin(), "rcjit");
+  std::ostringstream out, err;
+  int code = tools::runCli(static_cast<int>(args.size()), args.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+// `rcjit trace --dump ptx/program --target cuda` shows the program Target::cuda compiles:
+// the same request through the same compile path, so the linear's bias is split off its
+// GEMM and no post-op is fused (the CPU's program keeps both in oneDNN).
+TEST(CompileGraph, TraceDumpsTheProgramTheCudaTargetCompiles) {
+  CliResult r = cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "program", "--target",
+                     "cuda"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  tools::ModelConfig c;
+  c.seq = 8;
+  std::unique_ptr<tools::Model> m = tools::findModel("toy64").build(c);
+  auto fn = [&](const std::vector<Tensor> &in) { return std::vector<Tensor>{m->forward(in)}; };
+  CompileRequest req = requestFor(fn, m->makeInputs(c), Target::cuda);
+  req.stop = CompileStop::program;
+  CompileResult cuda = compileGraph(req);
+  std::string want = printProgram(cuda.program);
+  EXPECT_EQ(r.out.substr(0, want.size()), want);
+  int gemms = 0;
+  for (const Step &s : cuda.program.steps) {
+    if (s.kind != Step::Kind::library) continue;
+    ++gemms;
+    EXPECT_EQ(s.operands.size(), 2u) << s.note << ": the bias is its own kernel on cuda";
+    EXPECT_TRUE(s.postOps.empty()) << s.note;
+  }
+  EXPECT_EQ(gemms, 129); // 64 layers x 2 linears + the head
+  req.target = Target::cpu;
+  CompileResult cpu = compileGraph(req);
+  EXPECT_NE(printProgram(cpu.program), want) << "the CPU fuses bias and relu into oneDNN";
+  CliResult fusion = cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "fusion"});
+  ASSERT_EQ(fusion.code, 0) << fusion.err;
+  EXPECT_NE(fusion.out.find("fusion: "), std::string::npos);
+  EXPECT_NE(fusion.out.find("library linear"), std::string::npos) << fusion.out;
+  EXPECT_EQ(cli({"trace", "--dump", "llvm", "--target", "cuda"}).code, 2);
+  EXPECT_EQ(cli({"trace", "--target", "tpu"}).code, 2);
+}
+
+} // namespace
