@@ -4,7 +4,7 @@
 
 #include "cache/Artifacts.h"
 #include "cache/ObjectStore.h"
-#include "jit/Log.h"
+#include "support/Log.h"
 
 namespace rcjit::cache {
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/Key.h"
-#include "jit/Log.h"
+#include "support/Log.h"
 
 namespace rcjit::cache {
 

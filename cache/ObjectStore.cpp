@@ -6,7 +6,7 @@
 
 #include "cache/Key.h"
 #include "cache/Secret.h"
-#include "jit/Log.h"
+#include "support/Log.h"
 
 namespace rcjit::cache {
 

@@ -8,7 +8,7 @@
 #include <rcjit/Compile.h>
 
 #include "jit/CompiledState.h"
-#include "jit/Log.h"
+#include "support/Log.h"
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/cuda/CudaDriver.h"

@@ -1,5 +1,5 @@
 // Log settings (RCJIT_LOGS / set_logs), stderr output and the JSON-lines trace file.
-#include "jit/Log.h"
+#include "support/Log.h"
 
 #include <atomic>
 #include <chrono>
