@@ -306,6 +306,19 @@ TEST(LogsCommand, LinesOfAnotherSchemaVersionAreErrorsNamingTheLine) {
   EXPECT_CONTAINS(r.out, "1 event (1 recompiles); 4 malformed lines\n");
 }
 
+TEST(LogsCommand, ATraceOfAnotherVersionShowsItsFirstErrorsOnly) {
+  std::string text;
+  const std::string unversioned = R"({"event":"recompiles","function":0,"guard":"g"})";
+  for (int i = 0; i < 50; ++i) text += unversioned + "\n";
+  std::string trace = writeFile("old.jsonl", text);
+  Result r = runLogs({trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(occurrences(r.err, "no schema version"), 20u) << r.err;
+  EXPECT_CONTAINS(r.err, ": line 20: no schema version");
+  EXPECT_CONTAINS(r.err, "rcjit logs: " + trace + ": 30 more malformed lines not shown\n");
+  EXPECT_CONTAINS(r.out, "0 events; 50 malformed lines\n");
+}
+
 TEST(LogsCommand, UnreadableFileIsAFailure) {
   Result r = runLogs({tempPath("no_such_trace.jsonl")});
   EXPECT_EQ(r.rc, 1);

@@ -32,6 +32,7 @@ TEST(LogsTrace, SummaryOfARealTraceHasTheCompilersNumbers) {
   fs::path dir = fs::path(testing::TempDir()) / "rcjit_logs_trace_test";
   fs::remove_all(dir);
   fs::create_directories(dir);
+  const std::string previousDir = cache::dir();
   cache::set_key_file((dir / "cache.key").string());
   cache::set_dir((dir / "cache").string());
   std::string trace = (dir / "trace.jsonl").string();
@@ -92,7 +93,7 @@ TEST(LogsTrace, SummaryOfARealTraceHasTheCompilersNumbers) {
     }
   }
   EXPECT_GT(named, 0);
-  cache::set_dir("");
+  cache::set_dir(previousDir);
 }
 
 } // namespace

@@ -233,6 +233,9 @@ std::string describe(const std::exception &e) {
   return what;
 }
 
+// A trace of another version is wrong on every line: the first few say why.
+constexpr int kShownErrors = 20;
+
 Report readTrace(const std::string &path, std::ostream &err) {
   if (std::filesystem::is_directory(path)) {
     throw std::runtime_error("cannot read trace file '" + path + "': it is a directory");
@@ -251,9 +254,14 @@ Report readTrace(const std::string &path, std::ostream &err) {
     try {
       addEvent(rd, logging::parseEvent(json::parse(line)));
     } catch (const std::exception &e) {
-      ++r.malformed;
-      err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
+      if (++r.malformed <= kShownErrors) {
+        err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
+      }
     }
+  }
+  if (r.malformed > kShownErrors) {
+    err << "rcjit logs: " << path << ": " << r.malformed - kShownErrors
+        << " more malformed lines not shown\n";
   }
   if (in.bad()) throw std::runtime_error("error while reading trace file '" + path + "'");
   while (!rd.pendingBreaks.empty()) flushPending(rd, rd.pendingBreaks.begin()->first);
