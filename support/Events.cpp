@@ -177,6 +177,10 @@ std::string CacheStoreEvent::message() const {
 }
 
 std::string CacheRejectEvent::message() const {
+  if (path.empty()) {
+    return "rejected cached object " + keyPrefix(key) + ": " + reason +
+           (deleted ? " (evicted; recompiling)" : " (recompiling)");
+  }
   return "rejected disk entry " + path + ": " + reason + (deleted ? " (deleted)" : "") +
          "; ignored, the kernels are recompiled";
 }

@@ -259,13 +259,17 @@ struct CacheStoreEvent {
   }
 };
 
-/// A disk entry that failed verification (corrupt, truncated, foreign, forged).
+/// A cached object refused: a disk entry `path` that failed verification (corrupt, truncated,
+/// foreign, forged), or, with an empty `path`, the object of `key` found unusable once loaded.
+/// `key` is "" when only the path is known; `deleted`: removed from the cache.
 struct CacheRejectEvent {
   RCJIT_TRACE_EVENT(CacheRejectEvent, cache, "cache_reject");
+  std::string key;
   std::string path;
   std::string reason;
   bool deleted = false;
   template <class V, class S> static void fields(V &&v, S &s) {
+    v("key", s.key);
     v("path", s.path);
     v("reason", s.reason);
     v("deleted", s.deleted);

@@ -47,7 +47,8 @@ std::vector<Event> samples() {
       CacheHitEvent{.where = "disk", .key = "rcjit-0123456789abcdef", .name = "rcjit_f0_e1"},
       CacheMissEvent{.where = "memory", .key = "rcjit-fedcba9876543210", .name = "rcjit_f1_e0"},
       CacheStoreEvent{.where = "disk", .key = "rcjit-00112233", .name = "rcjit_f0_e0", .bytes = 9},
-      CacheRejectEvent{.path = "/c/rcjit-1.rcobj", .reason = "truncated", .deleted = true},
+      CacheRejectEvent{
+          .key = "rcjit-1", .path = "/c/rcjit-1.rcobj", .reason = "truncated", .deleted = true},
       CacheEvictEvent{.count = 3, .dir = "/c"},
       CacheLoadEvent{.objects = 12},
       CacheWriteFailedEvent{.dir = "/c", .error = "No space left on device"},
@@ -129,6 +130,11 @@ TEST(Events, MessagesAreDerivedFromTheFields) {
       .where = "disk", .key = "rcjit-5fe1866fcc87c74080c179741c385c6d", .name = "rcjit_f0_e1"};
   EXPECT_EQ(miss.message(),
             "miss in memory and on disk rcjit-5fe1866fcc87 (rcjit_f0_e1): compiling");
+  CacheRejectEvent object{.key = "rcjit-5fe1866fcc87c74080c179741c385c6d",
+                          .reason = "it failed to link",
+                          .deleted = true};
+  EXPECT_EQ(object.message(),
+            "rejected cached object rcjit-5fe1866fcc87: it failed to link (evicted; recompiling)");
   PerfHintEvent hint{.hint = "no function"};
   EXPECT_EQ(hint.message(), "no function");
 }
