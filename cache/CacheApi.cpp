@@ -4,7 +4,7 @@
 
 #include "cache/Artifacts.h"
 #include "cache/ObjectStore.h"
-#include "jit/Log.h"
+#include "support/Events.h"
 
 namespace rcjit::cache {
 
@@ -25,8 +25,7 @@ std::vector<uint8_t> save_disk_artifacts() { return packArtifacts(store().diskOb
 size_t load_artifacts(const std::vector<uint8_t> &blob) {
   Objects objects = unpackArtifacts(blob);
   for (const auto &[key, obj] : objects) store().warm(key, obj);
-  logging::emit(logging::Kind::cache,
-                "loaded " + std::to_string(objects.size()) + " objects from artifacts");
+  logging::emit(logging::CacheLoadEvent{.objects = static_cast<int64_t>(objects.size())});
   return objects.size();
 }
 

@@ -9,10 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "cache/Key.h"
-#include "jit/Log.h"
+#include "support/Events.h"
 
 namespace rcjit::cache {
 
@@ -101,10 +100,8 @@ std::string DiskStore::pathOf(const std::string &key) const { return dir_ + "/" 
 
 void DiskStore::reject(const std::string &path, Verdict v, bool deleted) {
   counters_.rejections.fetch_add(1, std::memory_order_relaxed);
-  logging::emit(logging::Kind::cache,
-                std::string("rejected disk entry ") + path + ": " + verdictText(v) +
-                    (deleted ? " (deleted)" : "") + "; ignored, the kernels are recompiled",
-                {{"path", path}, {"reason", verdictText(v)}, {"deleted", deleted}});
+  logging::emit(
+      logging::CacheRejectEvent{.path = path, .reason = verdictText(v), .deleted = deleted});
 }
 
 DiskStore::Read DiskStore::read(const std::string &key, std::vector<uint8_t> &payload) {
@@ -145,8 +142,7 @@ bool DiskStore::write(const std::string &key, std::span<const uint8_t> payload) 
     int err = errno;
     if (fd >= 0) ::unlink(tmp.c_str());
     counters_.writeFailures.fetch_add(1, std::memory_order_relaxed);
-    logging::emit(logging::Kind::cache, "cannot write cache entry in " + dir_ + ": " +
-                                            std::strerror(err) + "; continuing without it");
+    logging::emit(logging::CacheWriteFailedEvent{.dir = dir_, .error = std::strerror(err)});
     return false;
   }
   counters_.diskWrites.fetch_add(1, std::memory_order_relaxed);
@@ -170,8 +166,7 @@ size_t DiskStore::evict() {
   }
   counters_.evictions.fetch_add(removed, std::memory_order_relaxed);
   if (removed && logging::wanted(logging::Kind::cache)) {
-    logging::emit(logging::Kind::cache, "evicted " + std::to_string(removed) +
-                                            " least recently used entries from " + dir_);
+    logging::emit(logging::CacheEvictEvent{.count = static_cast<int64_t>(removed), .dir = dir_});
   }
   return removed;
 }

@@ -2,11 +2,10 @@
 #include "cache/ObjectStore.h"
 
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 
 #include "cache/Key.h"
 #include "cache/Secret.h"
-#include "jit/Log.h"
+#include "support/Events.h"
 
 namespace rcjit::cache {
 
@@ -28,8 +27,10 @@ uint64_t defaultMaxBytes() {
   char *end = nullptr;
   unsigned long long v = std::strtoull(s, &end, 10);
   if (*end != '\0' || v == 0) {
-    logging::emit(logging::Kind::cache, std::string("RCJIT_CACHE_MAX_BYTES='") + s +
-                                            "' is not a positive integer; using 1 GiB");
+    logging::emit(logging::CacheBadSettingEvent{.variable = "RCJIT_CACHE_MAX_BYTES",
+                                                .value = s,
+                                                .expected = "a positive integer",
+                                                .fallback = "1 GiB"});
     return kDefaultDiskBytes;
   }
   return v;
@@ -55,7 +56,7 @@ std::shared_ptr<DiskStore> ObjectStore::disk() {
   std::string why;
   std::optional<Secret> secret = loadOrCreateSecret(keyFile_, why);
   if (!secret) {
-    logging::emit(logging::Kind::cache, "disk cache off: " + why);
+    logging::emit(logging::CacheOffEvent{.why = why});
     return nullptr;
   }
   disk_ = std::make_shared<DiskStore>(dir_, *secret, maxBytes_, counters_);
@@ -67,38 +68,47 @@ void ObjectStore::markUsed(const std::string &key) {
   used_.insert(key);
 }
 
-Bytes ObjectStore::lookup(const std::string &key) {
+Bytes ObjectStore::lookup(const std::string &key, const std::string &name) {
   if (!isContentKey(key)) return nullptr;
   counters_.lookups.fetch_add(1, std::memory_order_relaxed);
   if (Bytes b = memory_.get(key)) {
     counters_.memoryHits.fetch_add(1, std::memory_order_relaxed);
+    logging::emit(logging::CacheHitEvent{.where = "memory", .key = key, .name = name});
     markUsed(key);
     return b;
   }
   std::shared_ptr<DiskStore> d = disk();
-  if (!d) return nullptr;
+  if (!d) {
+    logging::emit(logging::CacheMissEvent{.where = "memory", .key = key, .name = name});
+    return nullptr;
+  }
   std::vector<uint8_t> payload;
   if (d->read(key, payload) != DiskStore::Read::hit) {
     counters_.diskMisses.fetch_add(1, std::memory_order_relaxed);
+    logging::emit(logging::CacheMissEvent{.where = "disk", .key = key, .name = name});
     return nullptr;
   }
   counters_.diskHits.fetch_add(1, std::memory_order_relaxed);
-  if (logging::wanted(logging::Kind::cache)) {
-    logging::emit(logging::Kind::cache, "disk hit " + key, {{"key", key}});
-  }
+  logging::emit(logging::CacheHitEvent{.where = "disk", .key = key, .name = name});
   auto b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
   memory_.put(key, b);
   markUsed(key);
   return b;
 }
 
-void ObjectStore::store(const std::string &key, std::span<const uint8_t> object) {
+void ObjectStore::store(const std::string &key, std::span<const uint8_t> object,
+                        const std::string &name) {
   if (!isContentKey(key)) return;
   counters_.stores.fetch_add(1, std::memory_order_relaxed);
   auto b = std::make_shared<const std::vector<uint8_t>>(object.begin(), object.end());
   memory_.put(key, b);
   markUsed(key);
-  if (std::shared_ptr<DiskStore> d = disk()) d->write(key, object);
+  std::shared_ptr<DiskStore> d = disk();
+  bool onDisk = d && d->write(key, object);
+  logging::emit(logging::CacheStoreEvent{.where = onDisk ? "disk" : "memory",
+                                         .key = key,
+                                         .name = name,
+                                         .bytes = static_cast<int64_t>(object.size())});
 }
 
 void ObjectStore::warm(const std::string &key, Bytes object) {

@@ -23,9 +23,10 @@ public:
   static ObjectStore &instance();
 
   /// The object for `key`: memory first, then disk (a disk hit is kept in memory too).
-  Bytes lookup(const std::string &key);
-  /// Records a freshly compiled object in memory and on disk.
-  void store(const std::string &key, std::span<const uint8_t> object);
+  /// `name` (a module id, "" when unknown) is only for the `cache` log's hit and miss events.
+  Bytes lookup(const std::string &key, const std::string &name = "");
+  /// Records a freshly compiled object in memory and on disk (`name` as for lookup).
+  void store(const std::string &key, std::span<const uint8_t> object, const std::string &name = "");
   /// Adds an object from an artifact blob (memory and disk), as if compiled here.
   void warm(const std::string &key, Bytes object);
 

@@ -8,8 +8,8 @@
 #include <rcjit/Compile.h>
 
 #include "jit/CompiledState.h"
-#include "jit/Log.h"
 #include "jit/CompileGraph.h"
+#include "support/Events.h"
 #include "targets/cuda/CudaDriver.h"
 #include "tracer/GraphIO.h"
 #include "tracer/TensorImpl.h"
@@ -45,6 +45,15 @@ std::vector<std::string> inputLabels(const Trace &t) {
                      (names[j].empty() ? std::string() : " (" + names[j] + ")"));
   }
   return labels;
+}
+
+std::vector<logging::GraphBreak> graphBreaks(const Trace &t) {
+  std::vector<logging::GraphBreak> out;
+  for (const GraphBreak &b : t.breaks) {
+    out.push_back(
+        {.op = b.op, .producer = std::string(opName(t.graph.nodes[b.node].op)), .node = b.node});
+  }
+  return out;
 }
 
 std::string describeBreaks(const Trace &t) {
@@ -101,8 +110,8 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     e->graph = t.graph;
     e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit));
     if (!dynamic.empty()) {
-      e->dynamicNotes.push_back("every dim stays static: a function with graph breaks compiles "
-                                "its segments for static shapes");
+      e->dynamicNotes.push_back({.why = "a function with graph breaks compiles its segments "
+                                        "for static shapes"});
     }
     return e;
   }
@@ -158,49 +167,47 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
 }
 
 void logNewEntry(const CompiledState &s, const Entry &e) {
-  std::string fn = "function " + std::to_string(s.id);
   if (logging::wanted(logging::Kind::graph)) {
-    logging::emit(logging::Kind::graph, fn + " entry " + std::to_string(e.id) + " graph:\n" +
-                                            printGraph(e.graph) + e.fusion +
-                                            (e.program ? printProgram(e.program->program()) : "") +
-                                            (e.regional ? e.regional->print() : ""));
+    logging::emit(logging::GraphDumpEvent{
+        .function = s.id,
+        .entry = e.id,
+        .graph = printGraph(e.graph) + e.fusion +
+                 (e.program ? printProgram(e.program->program()) : "") +
+                 (e.regional ? e.regional->print() : "")});
   }
   if (e.program && logging::wanted(logging::Kind::output_code)) {
-    logging::emit(logging::Kind::output_code,
-                  fn + " entry " + std::to_string(e.id) + " LLVM IR:\n" + e.program->llvmIr());
+    logging::emit(
+        logging::OutputCodeEvent{.function = s.id, .entry = e.id, .llvmIr = e.program->llvmIr()});
   }
   if (logging::wanted(logging::Kind::dynamic)) {
-    std::string at = fn + " entry " + std::to_string(e.id) + ": ";
     for (size_t i = 0; i < e.symbols.size(); ++i) {
-      logging::emit(logging::Kind::dynamic, at + describeSymbol(i, e.symbols[i]),
-                    {{"function", s.id},
-                     {"entry", e.id},
-                     {"symbol", i},
-                     {"dims", describeSources(e.symbols[i])},
-                     {"min", e.symbols[i].range.min},
-                     {"max", e.symbols[i].range.max},
-                     {"why", e.symbols[i].why}});
+      logging::emit(logging::DynamicSymbolEvent{.function = s.id,
+                                                .entry = e.id,
+                                                .symbol = static_cast<int64_t>(i),
+                                                .dims = dimRefs(e.symbols[i]),
+                                                .min = e.symbols[i].range.min,
+                                                .max = e.symbols[i].range.max,
+                                                .why = e.symbols[i].why});
     }
-    for (const std::string &note : e.dynamicNotes) {
-      logging::emit(logging::Kind::dynamic, at + note,
-                    {{"function", s.id}, {"entry", e.id}, {"static", note}});
+    for (logging::StaticDimEvent note : e.dynamicNotes) {
+      note.function = s.id;
+      note.entry = e.id;
+      logging::emit(note);
     }
   }
   if (logging::wanted(logging::Kind::guards)) {
-    logging::emit(logging::Kind::guards,
-                  fn + " entry " + std::to_string(e.id) + " guards:\n" + e.guards.print());
+    logging::emit(
+        logging::GuardsEvent{.function = s.id, .entry = e.id, .guards = e.guards.print()});
   }
-  logging::emit(logging::Kind::compile,
-                fn + " compiled entry " + std::to_string(e.id) + " in " +
-                    std::to_string(e.compileSeconds * 1e3) + " ms (" + e.reason + ")",
-                {{"function", s.id},
-                 {"entry", e.id},
-                 {"seconds", e.compileSeconds},
-                 {"reason", e.reason},
-                 {"nodes", e.graph.nodes.size()},
-                 {"kernels", e.program ? e.program->program().kernels.size() : 0},
-                 {"regions_compiled", e.regional ? e.regional->compiled : 0},
-                 {"regions_reused", e.regional ? e.regional->reused : 0}});
+  logging::emit(logging::CompileEvent{
+      .function = s.id,
+      .entry = e.id,
+      .seconds = e.compileSeconds,
+      .reason = e.reason,
+      .nodes = static_cast<int64_t>(e.graph.nodes.size()),
+      .kernels = static_cast<int64_t>(e.program ? e.program->program().kernels.size() : 0),
+      .regionsCompiled = e.regional ? e.regional->compiled : 0,
+      .regionsReused = e.regional ? e.regional->reused : 0});
 }
 
 std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &inputs,
@@ -247,21 +254,18 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
         ++s.stats.fallbacks;
       }
       if (limit && firstFallback) {
-        logging::emit(logging::Kind::recompiles,
-                      fname + ": recompile_limit (" + std::to_string(s.opts.recompile_limit) +
-                          ") reached; running eagerly from now on. Last failing guard: " + lastWhy,
-                      {{"function", s.id}, {"limit", s.opts.recompile_limit}, {"guard", lastWhy}});
-        logging::emit(logging::Kind::perf_hints,
-                      fname + " falls back to eager: raise recompile_limit, or mark the changing "
-                              "dims dynamic (mark_dynamic) so one entry serves them");
+        logging::emit(logging::RecompileLimitEvent{
+            .function = s.id, .limit = s.opts.recompile_limit, .guard = lastWhy});
+        logging::emit(logging::PerfHintEvent{
+            .function = s.id,
+            .hint = "falls back to eager: raise recompile_limit, or mark the changing dims "
+                    "dynamic (mark_dynamic) so one entry serves them"});
       }
       return fn(args);
     }
-    logging::emit(logging::Kind::recompiles, fname + ": recompiling because " + lastWhy,
-                  {{"function", s.id}, {"entry", entries.size()}, {"guard", lastWhy}});
-    if (logging::wanted(logging::Kind::recompiles_verbose)) {
-      logging::emit(logging::Kind::recompiles_verbose, fname + ": every failing guard:\n" + allWhy);
-    }
+    logging::emit(logging::RecompileEvent{
+        .function = s.id, .entry = static_cast<int64_t>(entries.size()), .guard = lastWhy});
+    logging::emit(logging::FailingGuardsEvent{.function = s.id, .failures = allWhy});
   }
   auto t0 = std::chrono::steady_clock::now();
   // Trace on shapes only (no eager compute), then run the compiled code for this call's
@@ -284,11 +288,10 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
                   " reads a traced value on the host; remove the host read or set fullgraph = "
                   "false");
     }
-    logging::emit(logging::Kind::graph_breaks, fname + ": graph break: " + where,
-                  {{"function", s.id}, {"count", t.breaks.size()}, {"where", where}});
+    logging::emit(logging::GraphBreakEvent{.function = s.id, .breaks = graphBreaks(t)});
   }
   std::string reason = entries.empty() ? "first call" : lastWhy;
-  std::vector<std::string> notes;
+  std::vector<logging::StaticDimEvent> notes;
   std::vector<DynSymbol> dynamic = dynamicCandidates(s.opts, args, entries, notes);
   std::shared_ptr<Entry> e = buildEntry(s, t, reason, fn, dynamic);
   e->dynamicNotes.insert(e->dynamicNotes.begin(), notes.begin(), notes.end());

@@ -2,11 +2,11 @@
 #include "jit/CompileGraph.h"
 
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include <rcjit/Error.h>
 
-#include "jit/Log.h"
+#include "support/Events.h"
+#include "support/Log.h"
 #include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/SymbolicProgram.h"
@@ -32,10 +32,9 @@ public:
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
     res_.times.push_back({name, s});
     if (logging::wanted(logging::Kind::passes)) {
-      std::string label = r_.label.empty() ? r_.moduleId : r_.label;
-      logging::emit(logging::Kind::passes,
-                    label + ": " + name + " (" + std::to_string(s * 1e3) + " ms)\n" + show(out),
-                    {{"graph", label}, {"step", name}, {"seconds", s}});
+      logging::emit(logging::CompileStepEvent{
+          .graph = r_.label.empty() ? r_.moduleId : r_.label, .step = name, .seconds = s,
+          .result = show(out)});
     }
     return out;
   }

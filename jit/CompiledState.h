@@ -32,8 +32,9 @@ struct Entry {
   std::string reason;                                   // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;
-  std::vector<DynSymbol> symbols;        // symbolic dims (symbol i = SizeExpr sym i)
-  std::vector<std::string> dynamicNotes; // candidate dims that stayed static, and why
+  std::vector<DynSymbol> symbols; // symbolic dims (symbol i = SizeExpr sym i)
+  // candidate dims that stayed static, and why
+  std::vector<logging::StaticDimEvent> dynamicNotes;
 };
 
 class CompiledState {

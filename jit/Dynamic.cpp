@@ -52,10 +52,16 @@ std::string describeSources(const DynSymbol &s) {
   return out;
 }
 
+std::vector<logging::DimRef> dimRefs(const DynSymbol &s) {
+  std::vector<logging::DimRef> out;
+  for (const SymSource &src : s.sources) out.push_back({.arg = src.input, .dim = src.dim});
+  return out;
+}
+
 std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
                                          const std::vector<Tensor> &args,
                                          const std::vector<std::shared_ptr<const Entry>> &entries,
-                                         std::vector<std::string> &notes) {
+                                         std::vector<logging::StaticDimEvent> &notes) {
   std::vector<Candidate> cands;
   auto marked = [&](size_t i, int d, bool dynamic) {
     for (const DimMark &m : args[i].impl()->marks) {
@@ -96,8 +102,9 @@ std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
   for (const Candidate &c : cands) {
     const Tensor &a = args[static_cast<size_t>(c.at.input)];
     if (!a.is_contiguous()) {
-      notes.push_back(dimName(c.at) + " stays static: arg " + std::to_string(c.at.input) +
-                      " is not contiguous (symbolic sizes need row-major strides)");
+      notes.push_back({.dims = {{.arg = c.at.input, .dim = c.at.dim}},
+                       .why = "arg " + std::to_string(c.at.input) +
+                              " is not contiguous (symbolic sizes need row-major strides)"});
       continue;
     }
     kept.push_back(c);
@@ -229,11 +236,11 @@ bool symbolValues(const Trace &t, const std::vector<DynSymbol> &syms, std::vecto
 std::vector<DynSymbol>
 chooseSymbols(const std::vector<DynSymbol> &candidates,
               const std::function<bool(const std::vector<DynSymbol> &, std::string &)> &attempt,
-              std::vector<std::string> &notes) {
+              std::vector<logging::StaticDimEvent> &notes) {
   std::string why;
   if (attempt(candidates, why)) return candidates;
   if (candidates.size() == 1) {
-    notes.push_back(describeSources(candidates[0]) + " stays static: " + why);
+    notes.push_back({.dims = dimRefs(candidates[0]), .why = why});
     return {};
   }
   std::vector<DynSymbol> alone;
@@ -241,7 +248,7 @@ chooseSymbols(const std::vector<DynSymbol> &candidates,
     if (attempt({c}, why)) {
       alone.push_back(c);
     } else {
-      notes.push_back(describeSources(c) + " stays static: " + why);
+      notes.push_back({.dims = dimRefs(c), .why = why});
     }
   }
   std::vector<DynSymbol> chosen;
@@ -251,8 +258,7 @@ chooseSymbols(const std::vector<DynSymbol> &candidates,
     if (attempt(trial, why)) {
       chosen = std::move(trial);
     } else {
-      notes.push_back(describeSources(c) + " stays static: together with the other symbols, " +
-                      why);
+      notes.push_back({.dims = dimRefs(c), .why = "together with the other symbols, " + why});
     }
   }
   if (!chosen.empty() && chosen.size() != alone.size()) attempt(chosen, why); // keep its result

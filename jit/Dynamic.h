@@ -25,6 +25,7 @@
 #include "guards/GuardSet.h"
 #include "jit/CompileGraph.h"
 #include "jit/Regional.h"
+#include "support/Events.h"
 #include "targets/Program.h"
 #include "tracer/Tracer.h"
 
@@ -40,11 +41,11 @@ struct DynSymbol {
 };
 
 /// The symbols a new entry for `args` should try, given the function's existing entries.
-/// `notes` gets one line per dim that was a candidate but cannot be symbolic.
+/// `notes` gets one event per dim that was a candidate but cannot be symbolic.
 std::vector<DynSymbol> dynamicCandidates(const CompileOptions &opts,
                                          const std::vector<Tensor> &args,
                                          const std::vector<std::shared_ptr<const Entry>> &entries,
-                                         std::vector<std::string> &notes);
+                                         std::vector<logging::StaticDimEvent> &notes);
 
 /// The result of making an entry symbolic.
 struct SymbolicResult {
@@ -52,7 +53,8 @@ struct SymbolicResult {
   CompileRequest request;         // compiles the symbolic program (meaningful when
                                   // `symbols` is not empty; the caller sets ids and flags)
   Graph graph;                    // the optimized graph with symbolic dims marked
-  std::vector<std::string> notes; // why each dropped symbol stays static
+  // why each dropped symbol stays static
+  std::vector<logging::StaticDimEvent> notes;
 };
 
 /// Finds the symbolic program for trace `t` of `fn` with as many of `candidates` as the
@@ -67,7 +69,7 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
 struct SymbolicRegional {
   std::vector<DynSymbol> symbols;
   std::shared_ptr<RegionalPlan> plan;
-  std::vector<std::string> notes;
+  std::vector<logging::StaticDimEvent> notes;
 };
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
@@ -77,6 +79,8 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
 /// Applies the kept symbols to an entry's guards.
 void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols);
 
+/// The sources of a symbol as the dims of a trace event.
+std::vector<logging::DimRef> dimRefs(const DynSymbol &s);
 /// "arg 0 dim 1" for each source of a symbol, joined by " = ".
 std::string describeSources(const DynSymbol &s);
 /// "arg 0 dim 1 -> symbol s0 in [2, inf] (why)" for symbol i.

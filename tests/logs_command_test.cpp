@@ -16,9 +16,12 @@ namespace {
 // tests/data/trace_sample.jsonl: `rcjit bench --model toy64 --layers 2 --modes full,regional
 // --batch 1,2 --seq 4` (RCJIT_LOGS=guards,graph), then twice a program compiling a function
 // with recompile_limit = 2 called on 4 widths and one with a graph break (item()), the second
-// time with one disk cache entry corrupted. Three processes append to one trace.
+// time with one disk cache entry corrupted. Three processes append to one trace. Recorded
+// before the typed schema and rewritten as trace schema 1 (the same events and fields; the
+// recording has no cache miss or store events, which rcjit did not log then).
 const std::string kSample = std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_sample.jsonl";
-// The summary of kSample as printed before the dynamic events existed, without its first
+// The summary of kSample as printed before the dynamic events existed (the cache line now
+// also counts memory hits, misses and stores, none in this recording), without its first
 // line (which names the file).
 const std::string kSampleSummary =
     std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_sample_summary.txt";
@@ -29,6 +32,7 @@ const std::string kSampleSummary =
 // called on widths 8, 9, 10 (function 1: automatic makes dim 1 symbolic in entry 1), one
 // reshaping by a constant called on widths 12, 24 (function 2: dim 1 stays static) and one
 // with a graph break on a mark_dynamic argument (function 3: every dim stays static).
+// Rewritten as trace schema 1 like kSample.
 const std::string kDynamicSample =
     std::string(RCJIT_SOURCE_DIR) + "/tests/data/trace_dynamic.jsonl";
 
@@ -134,13 +138,17 @@ TEST(LogsCommand, WritesASelfContainedHtmlReport) {
 TEST(LogsCommand, HtmlEscapesEveryText) {
   std::string trace = writeFile(
       "escape.jsonl",
-      R"({"event":"perf_hints","message":"function 7 <script>alert(\"x\")</script> & 'y'"})"
+      R"({"v":1,"event":"perf_hint","function":7,"hint":"<script>alert(\"x\")</script> & 'y'"})"
       "\n"
-      R"({"event":"compile","function":7,"entry":0,"seconds":0.5,"reason":"a < b && c > d"})"
+      R"({"v":1,"event":"compile","function":7,"entry":0,"seconds":0.5,"reason":"a < b && c > d",)"
+      R"("nodes":1,"kernels":1,"regions_compiled":0,"regions_reused":0})"
       "\n"
-      R"({"event":"dynamic","function":7,"entry":0,"dims":"<b>","min":2,"max":8,"why":"x & y"})"
+      R"({"v":1,"event":"dynamic_symbol","function":7,"entry":0,"symbol":0,)"
+      R"("dims":[{"arg":0,"dim":1}],"min":2,"max":8,"why":"x & y"})"
       "\n"
-      R"({"event":"dynamic","function":7,"entry":0,"static":"<i> stays static: 'q' > \"p\""})"
+      R"({"v":1,"event":"static_dim","function":7,"entry":0,"dims":[],"why":"'q' > \"p\""})"
+      "\n"
+      R"({"v":1,"event":"cache_miss","where":"disk","key":"rcjit-0","name":"<m>"})"
       "\n");
   std::string html = tempPath("escape.html");
   Result r = runLogs({trace, "--html", html});
@@ -149,8 +157,9 @@ TEST(LogsCommand, HtmlEscapesEveryText) {
   EXPECT_EQ(page.find("<script>"), std::string::npos) << page;
   EXPECT_CONTAINS(page, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;");
   EXPECT_CONTAINS(page, "<td>a &lt; b &amp;&amp; c &gt; d</td>");
-  EXPECT_CONTAINS(page, "<td>&lt;b&gt;</td><td>s0</td><td>[2, 8]</td><td>x &amp; y</td>");
-  EXPECT_CONTAINS(page, "<td>&lt;i&gt;</td><td>&#39;q&#39; &gt; &quot;p&quot;</td>");
+  EXPECT_CONTAINS(page, "<td>arg 0 dim 1</td><td>s0</td><td>[2, 8]</td><td>x &amp; y</td>");
+  EXPECT_CONTAINS(page, "<td>every dim</td><td>&#39;q&#39; &gt; &quot;p&quot;</td>");
+  EXPECT_CONTAINS(page, "<td>miss</td><td>&lt;m&gt;</td><td>1</td>");
   EXPECT_CONTAINS(r.out, "function 7: 1 entry, 0 recompiles, compile 500.0 ms total");
 }
 
@@ -226,12 +235,13 @@ TEST(LogsCommand, OldTraceWithoutDynamicEventsPrintsAsBefore) {
 TEST(LogsCommand, DynamicEventsWithoutACompileAndMissingFields) {
   std::string trace = writeFile(
       "dynamic.jsonl",
-      R"({"event":"dynamic","function":4,"entry":0,"dims":"arg 1 dim 0","symbol":0,"min":1,)"
-      R"("max":9223372036854775807,"why":"mark_dynamic"})"
+      R"({"v":1,"event":"dynamic_symbol","function":4,"entry":0,"symbol":0,)"
+      R"("dims":[{"arg":1,"dim":0}],"min":1,"max":9223372036854775807,"why":"mark_dynamic"})"
       "\n"
-      R"({"event":"dynamic","function":4,"entry":0,"dims":"arg 0 dim 1","symbol":1,"min":2})"
+      R"({"v":1,"event":"dynamic_symbol","function":4,"entry":0,"symbol":1,)"
+      R"("dims":[{"arg":0,"dim":1}],"min":2})"
       "\n"
-      R"({"event":"dynamic","function":4,"entry":0,"static":"a note of another form"})"
+      R"({"v":1,"event":"static_dim","function":4,"entry":0,"dims":[],"why":"graph breaks"})"
       "\n");
   Result r = runLogs({trace});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -241,22 +251,23 @@ TEST(LogsCommand, DynamicEventsWithoutACompileAndMissingFields) {
   EXPECT_CONTAINS(r.out, "function 4: 0 entries, 0 recompiles, compile 0.0 ms total, 0.0 ms max\n"
                          "  dynamic shapes:\n"
                          "    entry 0: arg 1 dim 0 -> symbol s0 in [1, inf] (mark_dynamic)\n"
-                         "    entry 0: a note of another form\n");
+                         "    entry 0: every dim stays static: graph breaks\n");
 }
 
 TEST(LogsCommand, MalformedLinesAreReportedAndSkipped) {
   std::string trace = writeFile(
       "malformed.jsonl",
-      R"({"event":"compile","function":0,"entry":0,"seconds":0.001,"reason":"first call"})"
+      R"({"v":1,"event":"compile","function":0,"entry":0,"seconds":0.001,"reason":"first call",)"
+      R"("nodes":1,"kernels":1,"regions_compiled":0,"regions_reused":0})"
       "\n"
       "this is not json\n"
       "[1, 2]\n"
       "\n"
-      R"({"event":"compile","function":0})"
+      R"({"v":1,"event":"compile","function":0})"
       "\n"
-      R"({"event":"recompiles","function":0,"entry":1,"guard":"arg 0 dim 0: expected 2, got 3"})"
+      R"({"v":1,"event":"recompile","function":0,"entry":1,"guard":"arg 0 dim 0: expected 2, got 3"})"
       "\n"
-      R"({"event":"compile","function":0,"entry":1,"seconds":0.002,"reason":"arg 0 dim 0)");
+      R"({"v":1,"event":"compile","function":0,"entry":1,"seconds":0.002,"reason":"arg 0 dim 0)");
   Result r = runLogs({trace});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_CONTAINS(r.err, "line 2: not JSON: ");
@@ -267,6 +278,45 @@ TEST(LogsCommand, MalformedLinesAreReportedAndSkipped) {
   EXPECT_CONTAINS(r.out, "2 events (1 compile, 1 recompiles); 4 malformed lines");
   EXPECT_CONTAINS(r.out, "function 0: 1 entry, 1 recompile");
   EXPECT_CONTAINS(r.out, "    entry 1: arg 0 dim 0: expected 2, got 3\n");
+}
+
+// A trace of another version (a newer rcjit's, or one from before the typed schema): each
+// line is refused with its number and the reason, never guessed at.
+TEST(LogsCommand, LinesOfAnotherSchemaVersionAreErrorsNamingTheLine) {
+  std::string trace =
+      writeFile("versions.jsonl",
+                R"({"v":1,"event":"recompile","function":0,"entry":1,"guard":"g"})"
+                "\n"
+                R"({"v":2,"event":"recompile","function":0,"entry":2,"guard":"g"})"
+                "\n"
+                R"({"event":"recompiles","function":0,"entry":3,"guard":"g","message":"old"})"
+                "\n"
+                R"({"v":1,"event":"warp_drive","function":0})"
+                "\n"
+                "{\"v\":1,\n");
+  Result r = runLogs({trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "rcjit logs: " + trace +
+                             ": line 2: unknown trace schema version 2 (this rcjit reads "
+                             "version 1)\n");
+  EXPECT_CONTAINS(r.err, ": line 3: no schema version \"v\"");
+  EXPECT_CONTAINS(r.err, ": line 4: unknown event 'warp_drive' in trace schema 1\n");
+  EXPECT_CONTAINS(r.err, ": line 5: not JSON: ");
+  EXPECT_EQ(occurrences(r.err, "\n"), 4u) << r.err;
+  EXPECT_CONTAINS(r.out, "1 event (1 recompiles); 4 malformed lines\n");
+}
+
+TEST(LogsCommand, ATraceOfAnotherVersionShowsItsFirstErrorsOnly) {
+  std::string text;
+  const std::string unversioned = R"({"event":"recompiles","function":0,"guard":"g"})";
+  for (int i = 0; i < 50; ++i) text += unversioned + "\n";
+  std::string trace = writeFile("old.jsonl", text);
+  Result r = runLogs({trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(occurrences(r.err, "no schema version"), 20u) << r.err;
+  EXPECT_CONTAINS(r.err, ": line 20: no schema version");
+  EXPECT_CONTAINS(r.err, "rcjit logs: " + trace + ": 30 more malformed lines not shown\n");
+  EXPECT_CONTAINS(r.out, "0 events; 50 malformed lines\n");
 }
 
 TEST(LogsCommand, UnreadableFileIsAFailure) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include <rcjit/rcjit.h>
 
@@ -57,6 +58,24 @@ TEST(Logs, RecompileLimitLineNamesTheLastGuard) {
   EXPECT_NE(err.find("arg 0 dim 0: expected 2, got 3"), std::string::npos) << err;
 }
 
+TEST(Logs, EveryLineOfAMultiLineMessageHasThePrefix) {
+  LogsOff off;
+  set_logs("guards,graph,recompiles_verbose");
+  testing::internal::CaptureStderr();
+  auto cf = compile([](const Tensor &x, const Tensor &y) { return softmax(x, -1) + y; });
+  cf(Tensor::randn({4, 8}, 1), Tensor::randn({4, 8}, 2));
+  cf(Tensor::randn({4, 9}, 1), Tensor::randn({4, 9}, 2));
+  std::string err = testing::internal::GetCapturedStderr();
+  int lines = 0;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line); ++lines) {
+    EXPECT_EQ(line.rfind("[rcjit:", 0), 0u) << "line " << lines << ": '" << line << "' in\n" << err;
+  }
+  EXPECT_GT(lines, 10) << err; // guards of two entries and two graphs, several lines each
+  EXPECT_NE(err.find("[rcjit:guards] arg 1: f32 cpu [4, 8]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rcjit:recompiles_verbose]   entry 0: "), std::string::npos) << err;
+}
+
 TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
   std::string file = testing::TempDir() + "rcjit_trace_test.jsonl";
   std::remove(file.c_str());
@@ -68,6 +87,8 @@ TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line); // throws on a malformed line
     ++lines;
+    EXPECT_EQ(j["v"], 1) << line;
+    EXPECT_TRUE(j.contains("kind") && j.contains("message") && j.contains("pid")) << line;
     if (j["event"] == "compile") {
       ++compiles;
       EXPECT_TRUE(j.contains("seconds"));

@@ -1,4 +1,4 @@
-// The logs command: reads a JSON-lines trace into a Report, then prints it as text or HTML.
+// The logs command: reads a trace's typed events (support/Events.h), prints a text/HTML report.
 #include "tools/LogsCommand.h"
 
 #include <algorithm>
@@ -15,8 +15,11 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
+#include "support/Events.h"
 #include "tools/Cli.h"
 
 namespace po = boost::program_options;
@@ -93,15 +96,21 @@ struct FunctionKey {
   auto operator<=>(const FunctionKey &) const = default;
 };
 
+struct CacheReport {
+  int diskHits = 0, memoryHits = 0, misses = 0, stores = 0;
+  // ("disk hit", "memory hit", "miss" or "store", module name) → count
+  std::map<std::pair<std::string, std::string>, int> byName;
+  Counts rejections; // reason → count
+  Counts other;      // message → count
+};
+
 struct Report {
   std::string file;
   int runs = 1;
   std::map<FunctionKey, FunctionReport> functions;
   Counts hints; // perf hints that name no function
-  int cacheHits = 0;
-  Counts cacheRejections; // reason → count
-  Counts cacheOther;      // message → count
-  Counts events;          // event kind → count
+  CacheReport cache;
+  Counts events; // event kind → count
   int lines = 0, malformed = 0;
 };
 
@@ -121,15 +130,6 @@ struct Reader {
 
 // ---- reading ------------------------------------------------------------------------------
 
-// The function an event is about: its "function" field, else a message "function N ...".
-std::optional<int> functionOf(const json &j) {
-  if (j.contains("function")) return j.at("function").get<int>();
-  std::string msg = j.value("message", "");
-  int id = 0;
-  if (std::sscanf(msg.c_str(), "function %d", &id) == 1) return id;
-  return std::nullopt;
-}
-
 void flushPending(Reader &rd, int id) {
   for (const std::string &b : rd.pendingBreaks[id]) ++rd.function(id).breaks[b];
   rd.pendingBreaks.erase(id);
@@ -139,16 +139,16 @@ void flushPending(Reader &rd, int id) {
 }
 
 // A second "entry 0" of a function id means a new process appended to the trace.
-void addCompile(Reader &rd, const json &j) {
-  int id = j.at("function").get<int>();
+void add(Reader &rd, const logging::CompileEvent &e) {
+  int id = static_cast<int>(e.function);
   CompileRow c;
-  c.entry = j.at("entry").get<int>();
-  c.ms = j.value("seconds", 0.0) * 1e3;
-  c.reason = j.value("reason", "");
-  c.nodes = j.value("nodes", int64_t{0});
-  c.kernels = j.value("kernels", int64_t{0});
-  c.regionsCompiled = j.value("regions_compiled", int64_t{0});
-  c.regionsReused = j.value("regions_reused", int64_t{0});
+  c.entry = static_cast<int>(e.entry);
+  c.ms = e.seconds * 1e3;
+  c.reason = e.reason;
+  c.nodes = e.nodes;
+  c.kernels = e.kernels;
+  c.regionsCompiled = e.regionsCompiled;
+  c.regionsReused = e.regionsReused;
   if (c.entry == 0 && rd.compiled.count(id)) {
     ++rd.report.runs;
     rd.compiled.clear();
@@ -158,79 +158,65 @@ void addCompile(Reader &rd, const json &j) {
   rd.function(id).compiles.push_back(c);
 }
 
-void addRecompile(Reader &rd, const json &j) {
-  FunctionReport &f = rd.function(functionOf(j));
-  std::string guard = j.value("guard", j.value("message", ""));
-  if (j.contains("limit")) {
-    f.limitHits.push_back({j.at("limit").get<int64_t>(), guard});
-  } else {
-    f.recompiles.push_back({j.value("entry", int64_t{-1}), guard});
-  }
+void add(Reader &rd, const logging::RecompileEvent &e) {
+  rd.function(static_cast<int>(e.function)).recompiles.push_back({e.entry, e.guard});
 }
 
-// One event lists every break of one trace, joined by "; ": each is counted on its own.
-void addBreaks(Reader &rd, const json &j) {
-  std::vector<std::string> &pending = rd.pendingBreaks[functionOf(j).value_or(-1)];
-  std::string where = j.value("where", j.value("message", ""));
-  for (size_t start = 0; start <= where.size();) {
-    size_t end = std::min(where.find("; ", start), where.size());
-    pending.push_back(where.substr(start, end - start));
-    start = end + 2;
-  }
+void add(Reader &rd, const logging::RecompileLimitEvent &e) {
+  rd.function(static_cast<int>(e.function)).limitHits.push_back({e.limit, e.guard});
 }
 
-// A symbol: {"dims", "symbol", "min", "max" (INT64_MAX: unbounded), "why"}; a dim that stays
-// static: {"static": "arg 0 dim 1 stays static: the function fails at s0=5: ..."}.
-void addDynamic(Reader &rd, const json &j) {
-  DynamicDim d;
-  d.entry = j.value("entry", int64_t{-1});
-  if (j.contains("static")) {
-    std::string note = j.at("static").get<std::string>();
-    const std::string stays = " stays static: ";
-    size_t at = note.find(stays);
-    d.dims = at == std::string::npos ? "" : note.substr(0, at);
-    d.why = at == std::string::npos ? note : note.substr(at + stays.size());
-  } else {
-    d.dims = j.at("dims").get<std::string>();
-    d.symbol = j.value("symbol", int64_t{0});
-    d.min = j.at("min").get<int64_t>();
-    d.max = j.at("max").get<int64_t>();
-    d.why = j.value("why", "");
-  }
-  rd.pendingDynamic[functionOf(j).value_or(-1)].push_back(d);
+// Breaks and dims are logged before the compile event of their entry: they wait for it.
+void add(Reader &rd, const logging::GraphBreakEvent &e) {
+  std::vector<std::string> &pending = rd.pendingBreaks[static_cast<int>(e.function)];
+  for (const logging::GraphBreak &b : e.breaks) pending.push_back(b.text());
 }
 
-void addCache(Report &r, const json &j) {
-  std::string msg = j.value("message", "");
-  if (msg.rfind("disk hit", 0) == 0) {
-    ++r.cacheHits;
-  } else if (msg.rfind("rejected", 0) == 0) {
-    ++r.cacheRejections[j.value("reason", msg)];
-  } else {
-    ++r.cacheOther[msg];
-  }
+void add(Reader &rd, const logging::DynamicSymbolEvent &e) {
+  rd.pendingDynamic[static_cast<int>(e.function)].push_back(
+      {e.entry, e.symbol, logging::dimsText(e.dims), e.min, e.max, e.why});
 }
 
-void addEvent(Reader &rd, const json &j) {
-  if (!j.is_object() || !j.contains("event") || !j.at("event").is_string()) {
-    throw std::runtime_error("not a trace event (no \"event\" string)");
-  }
-  std::string kind = j.at("event").get<std::string>();
-  if (kind == "compile") {
-    addCompile(rd, j);
-  } else if (kind == "recompiles") {
-    addRecompile(rd, j);
-  } else if (kind == "graph_breaks") {
-    addBreaks(rd, j);
-  } else if (kind == "dynamic") {
-    addDynamic(rd, j);
-  } else if (kind == "perf_hints") {
-    std::optional<int> fn = functionOf(j);
-    ++(fn ? rd.function(fn).hints : rd.report.hints)[j.value("message", "")];
-  } else if (kind == "cache") {
-    addCache(rd.report, j);
-  }
-  ++rd.report.events[kind];
+void add(Reader &rd, const logging::StaticDimEvent &e) {
+  rd.pendingDynamic[static_cast<int>(e.function)].push_back(
+      {e.entry, -1, logging::dimsText(e.dims), 0, 0, e.why});
+}
+
+void add(Reader &rd, const logging::PerfHintEvent &e) {
+  std::optional<int> fn;
+  if (e.function) fn = static_cast<int>(*e.function);
+  ++(fn ? rd.function(fn).hints : rd.report.hints)[e.message()];
+}
+
+void add(Reader &rd, const logging::CacheHitEvent &e) {
+  ++(e.where == "disk" ? rd.report.cache.diskHits : rd.report.cache.memoryHits);
+  ++rd.report.cache.byName[{e.where + " hit", e.name}];
+}
+
+void add(Reader &rd, const logging::CacheMissEvent &e) {
+  ++rd.report.cache.misses;
+  ++rd.report.cache.byName[{"miss", e.name}];
+}
+
+void add(Reader &rd, const logging::CacheStoreEvent &e) {
+  ++rd.report.cache.stores;
+  ++rd.report.cache.byName[{"store", e.name}];
+}
+
+void add(Reader &rd, const logging::CacheRejectEvent &e) { ++rd.report.cache.rejections[e.reason]; }
+
+// Every other event is only counted; the other cache events are listed by their message.
+template <class E> void add(Reader &rd, const E &e) {
+  if constexpr (E::kKind == logging::Kind::cache) ++rd.report.cache.other[e.message()];
+}
+
+void addEvent(Reader &rd, const logging::Event &event) {
+  std::visit(
+      [&rd](const auto &e) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(e)>, std::monostate>) add(rd, e);
+      },
+      event);
+  ++rd.report.events[logging::kindName(logging::kindOf(event))];
 }
 
 // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." →
@@ -246,6 +232,9 @@ std::string describe(const std::exception &e) {
   }
   return what;
 }
+
+// A trace of another version is wrong on every line: the first few say why.
+constexpr int kShownErrors = 20;
 
 Report readTrace(const std::string &path, std::ostream &err) {
   if (std::filesystem::is_directory(path)) {
@@ -263,11 +252,16 @@ Report readTrace(const std::string &path, std::ostream &err) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     ++r.lines;
     try {
-      addEvent(rd, json::parse(line));
+      addEvent(rd, logging::parseEvent(json::parse(line)));
     } catch (const std::exception &e) {
-      ++r.malformed;
-      err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
+      if (++r.malformed <= kShownErrors) {
+        err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
+      }
     }
+  }
+  if (r.malformed > kShownErrors) {
+    err << "rcjit logs: " << path << ": " << r.malformed - kShownErrors
+        << " more malformed lines not shown\n";
   }
   if (in.bad()) throw std::runtime_error("error while reading trace file '" + path + "'");
   while (!rd.pendingBreaks.empty()) flushPending(rd, rd.pendingBreaks.begin()->first);
@@ -353,8 +347,11 @@ std::string dynamicText(const DynamicDim &d) {
 
 std::string cacheHeadline(const Report &r) {
   int rejected = 0;
-  for (const auto &[reason, n] : r.cacheRejections) rejected += n;
-  return plural(r.cacheHits, "disk hit") + ", " + plural(rejected, "rejection");
+  for (const auto &[reason, n] : r.cache.rejections) rejected += n;
+  const CacheReport &c = r.cache;
+  return plural(c.diskHits, "disk hit") + ", " + plural(rejected, "rejection") + ", " +
+         plural(c.memoryHits, "memory hit") + ", " + plural(c.misses, "miss", "misses") + ", " +
+         plural(c.stores, "store");
 }
 
 // ---- text ---------------------------------------------------------------------------------
@@ -405,8 +402,8 @@ void printText(std::ostream &out, const Report &r) {
   if (!r.hints.empty()) out << "\nother perf hints:\n";
   for (const auto &[text, n] : r.hints) out << "  " << n << "x " << text << "\n";
   out << "\ncache: " << cacheHeadline(r) << "\n";
-  printCounts(out, "rejections", r.cacheRejections);
-  printCounts(out, "other cache events", r.cacheOther);
+  printCounts(out, "rejections", r.cache.rejections);
+  printCounts(out, "other cache events", r.cache.other);
 }
 
 // ---- HTML ---------------------------------------------------------------------------------
@@ -523,10 +520,12 @@ Rows dynamicRows(const Report &r, bool symbolic) {
 
 Rows cacheRows(const Report &r) {
   Rows rows;
-  if (r.cacheHits) rows.push_back({"disk hit", "", std::to_string(r.cacheHits)});
-  for (const auto &[why, n] : r.cacheRejections)
+  for (const auto &[what, n] : r.cache.byName) {
+    rows.push_back({what.first, what.second.empty() ? "-" : what.second, std::to_string(n)});
+  }
+  for (const auto &[why, n] : r.cache.rejections)
     rows.push_back({"rejected", why, std::to_string(n)});
-  for (const auto &[msg, n] : r.cacheOther) rows.push_back({"other", msg, std::to_string(n)});
+  for (const auto &[msg, n] : r.cache.other) rows.push_back({"other", msg, std::to_string(n)});
   return rows;
 }
 

@@ -126,6 +126,7 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
   CpuJit &jit = processJit();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
+  if (!options.name.empty()) m->setSourceFileName(options.name); // for the cache log
   jit.prepareModule(*m);
   for (const LoopKernel &k : kernels) {
     llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);

@@ -11,6 +11,7 @@ namespace rcjit::cpu {
 struct CpuCompileOptions {
   bool wantLlvmIr = false;   // fill CpuCompiledKernels::llvmIr (optimized IR)
   bool wantAssembly = false; // fill CpuCompiledKernels::assembly
+  std::string name;          // what the module is for ("rcjit_f0_e1"): named in cache logs
 };
 
 /// The result of compileKernels. The functions stay valid for the life of the process.

@@ -79,8 +79,7 @@ std::string kernelKey(const LoopKernel &k) {
 
 } // namespace
 
-std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
-                                               [[maybe_unused]] const std::string &moduleId,
+std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &moduleId,
                                                const CpuProgramOptions &opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
   // Compile each distinct kernel not compiled before (all of them when dumps are wanted).
@@ -104,6 +103,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p,
     CpuCompileOptions co;
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
+    co.name = moduleId;
     auto hits = [] {
       cache::Stats st = cache::stats();
       return st.memory_hits + st.disk_hits;

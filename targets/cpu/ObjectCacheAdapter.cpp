@@ -11,16 +11,24 @@ namespace rcjit::cpu {
 
 namespace {
 
+// The module's identifier is its cache key; its source file name, when set apart, says what
+// it was compiled for (CpuCompileOptions::name).
+std::string nameOf(const llvm::Module &m) {
+  const std::string &file = m.getSourceFileName();
+  return file == m.getModuleIdentifier() ? std::string() : file;
+}
+
 // Stateless: the store it forwards to is thread-safe.
 class ObjectCacheAdapter : public llvm::ObjectCache {
 public:
   void notifyObjectCompiled(const llvm::Module *m, llvm::MemoryBufferRef obj) override {
     auto *p = reinterpret_cast<const uint8_t *>(obj.getBufferStart());
-    cache::ObjectStore::instance().store(m->getModuleIdentifier(), {p, obj.getBufferSize()});
+    cache::ObjectStore::instance().store(m->getModuleIdentifier(), {p, obj.getBufferSize()},
+                                         nameOf(*m));
   }
 
   std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *m) override {
-    cache::Bytes b = cache::ObjectStore::instance().lookup(m->getModuleIdentifier());
+    cache::Bytes b = cache::ObjectStore::instance().lookup(m->getModuleIdentifier(), nameOf(*m));
     if (!b) return nullptr;
     llvm::StringRef data(reinterpret_cast<const char *>(b->data()), b->size());
     return llvm::MemoryBuffer::getMemBufferCopy(data, m->getModuleIdentifier());

@@ -107,14 +107,15 @@ std::string cachedPtx(const std::vector<LoopKernel> &kernels, const std::string 
   cache::ObjectStore &store = cache::ObjectStore::instance();
   generated = false;
   if (!llvmIr) {
-    if (cache::Bytes cached = store.lookup(key)) return std::string(cached->begin(), cached->end());
+    if (cache::Bytes cached = store.lookup(key, moduleId))
+      return std::string(cached->begin(), cached->end());
   }
   generated = true;
   PtxOptions po = o;
   po.wantLlvmIr = llvmIr != nullptr;
   PtxModule ptx = compilePtx(named, moduleId, po);
   if (llvmIr) *llvmIr = std::move(ptx.llvmIr);
-  store.store(key, {reinterpret_cast<const uint8_t *>(ptx.ptx.data()), ptx.ptx.size()});
+  store.store(key, {reinterpret_cast<const uint8_t *>(ptx.ptx.data()), ptx.ptx.size()}, moduleId);
   return std::move(ptx.ptx);
 }
 

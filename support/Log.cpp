@@ -1,5 +1,5 @@
 // Log settings (RCJIT_LOGS / set_logs), stderr output and the JSON-lines trace file.
-#include "jit/Log.h"
+#include "support/Log.h"
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +14,8 @@
 
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
+
+#include "support/Events.h"
 
 namespace rcjit {
 
@@ -58,7 +60,7 @@ struct State {
   std::atomic<unsigned> mask{0};
   std::mutex mu;
   std::ofstream trace;
-  bool traceOn = false;
+  std::atomic<bool> traceOn{false}; // written under mu
   State() {
     if (const char *env = std::getenv("RCJIT_LOGS")) {
       try {
@@ -93,18 +95,36 @@ bool bulky(Kind k) { return k == Kind::graph || k == Kind::output_code; }
 
 bool wanted(Kind k) { return enabled(k) || (state().traceOn && !bulky(k)); }
 
-void emit(Kind k, const std::string &text, const nlohmann::json &fields) {
+namespace {
+
+// Every line of `text` with the prefix (a trailing newline adds no empty line).
+void printPrefixed(std::ostream &out, Kind k, const std::string &text) {
+  const std::string prefix = std::string("[rcjit:") + kindName(k) + "]";
+  size_t start = 0;
+  do {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out << prefix << (end > start ? " " : "") << std::string_view(text).substr(start, end - start)
+        << "\n";
+    start = end + 1;
+  } while (start < text.size());
+}
+
+} // namespace
+
+void write(Kind k, const std::string &message, const nlohmann::json &fields) {
   State &s = state();
   bool toStderr = enabled(k);
-  bool toTrace = s.traceOn && (toStderr || !bulky(k));
-  if (!toStderr && !toTrace) return;
+  if (!toStderr && !(s.traceOn && !bulky(k))) return;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (toStderr) std::cerr << "[rcjit:" << kindName(k) << "] " << text << "\n";
+  bool toTrace = s.traceOn && (toStderr || !bulky(k)); // traceOn may have changed: re-read
+  if (toStderr) printPrefixed(std::cerr, k, message);
   if (toTrace) {
     nlohmann::json j = fields.is_object() ? fields : nlohmann::json::object();
-    j["event"] = kindName(k);
+    j["v"] = kTraceSchema;
+    j["kind"] = kindName(k);
     j["pid"] = static_cast<int64_t>(getpid());
-    j["message"] = text;
+    j["message"] = message;
     j["time"] =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     s.trace << j.dump() << "\n";
@@ -112,7 +132,17 @@ void emit(Kind k, const std::string &text, const nlohmann::json &fields) {
   }
 }
 
-void emit(Kind k, const std::string &text) { emit(k, text, nlohmann::json::object()); }
+void setTraceFile(const std::string &path) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.trace.is_open()) s.trace.close();
+  s.trace.clear();
+  s.traceOn = false;
+  if (path.empty()) return;
+  s.trace.open(path, std::ios::app);
+  if (!s.trace.is_open()) throw Error("cannot open the trace file '" + path + "' for appending");
+  s.traceOn = true;
+}
 
 } // namespace logging
 

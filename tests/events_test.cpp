@@ -1,0 +1,174 @@
+// The trace-event schema: every event round-trips through JSON, every field is required, and
+// lines of another schema version or of no known event are refused with a reason.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "support/Events.h"
+
+using namespace rcjit::logging;
+using nlohmann::json;
+
+namespace {
+
+// One event of each type with every field set to something other than its default.
+std::vector<Event> samples() {
+  return {
+      CompileEvent{.function = 3,
+                   .entry = 1,
+                   .seconds = 0.25,
+                   .reason = "arg 0 dim 1: expected 8, got 9",
+                   .nodes = 22,
+                   .kernels = 4,
+                   .regionsCompiled = 2,
+                   .regionsReused = 1},
+      RecompileEvent{.function = 3, .entry = 1, .guard = "arg 0 dim 1: expected 8, got 9"},
+      RecompileLimitEvent{.function = 2, .limit = 8, .guard = "arg 0 dim 0: expected 2, got 3"},
+      FailingGuardsEvent{.function = 1, .failures = "  entry 0: arg 0 dim 1: expected 8, got 9\n"},
+      GuardsEvent{.function = 1, .entry = 0, .guards = "arg 0: f32 cpu [4, 8]\narg 1: ..."},
+      GraphDumpEvent{.function = 1, .entry = 2, .graph = "graph() {\n  %0 = input\n}\n"},
+      OutputCodeEvent{.function = 1, .entry = 2, .llvmIr = "define void @k0() {\n}\n"},
+      GraphBreakEvent{.function = 4,
+                      .breaks = {{.op = "item", .producer = "sum", .node = 1},
+                                 {.op = "to_vector", .producer = "mul", .node = 7}}},
+      DynamicSymbolEvent{.function = 5,
+                         .entry = 1,
+                         .symbol = 1,
+                         .dims = {{.arg = 0, .dim = 1}, {.arg = 1, .dim = 0}},
+                         .min = 2,
+                         .max = INT64_MAX,
+                         .why = "Dynamic::always"},
+      StaticDimEvent{.function = 5,
+                     .entry = 1,
+                     .dims = {{.arg = 0, .dim = 1}},
+                     .why = "the function fails at s0=5: reshape: ..."},
+      PerfHintEvent{.function = 2, .hint = "falls back to eager: raise recompile_limit"},
+      CompileStepEvent{.graph = "function 3 entry 0", .step = "fuse", .seconds = 0.002,
+                       .result = "fusion: 1 groups, 0 calls, 0 views\n"},
+      CacheHitEvent{.where = "disk", .key = "rcjit-0123456789abcdef", .name = "rcjit_f0_e1"},
+      CacheMissEvent{.where = "memory", .key = "rcjit-fedcba9876543210", .name = "rcjit_f1_e0"},
+      CacheStoreEvent{.where = "disk", .key = "rcjit-00112233", .name = "rcjit_f0_e0", .bytes = 9},
+      CacheRejectEvent{
+          .key = "rcjit-1", .path = "/c/rcjit-1.rcobj", .reason = "truncated", .deleted = true},
+      CacheEvictEvent{.count = 3, .dir = "/c"},
+      CacheLoadEvent{.objects = 12},
+      CacheWriteFailedEvent{.dir = "/c", .error = "No space left on device"},
+      CacheOffEvent{.why = "cannot create the key file"},
+      CacheBadSettingEvent{.variable = "RCJIT_CACHE_MAX_BYTES",
+                           .value = "lots",
+                           .expected = "a positive integer",
+                           .fallback = "1 GiB"},
+  };
+}
+
+json toLine(const Event &e) {
+  json j = std::visit(
+      [](const auto &x) {
+        if constexpr (requires { x.toJson(); }) {
+          return x.toJson();
+        } else {
+          return json();
+        }
+      },
+      e);
+  j["v"] = kTraceSchema;
+  return j;
+}
+
+TEST(Events, EveryEventTypeHasASample) {
+  std::set<size_t> types;
+  for (const Event &e : samples()) types.insert(e.index());
+  EXPECT_EQ(types.size(), std::variant_size_v<Event> - 1); // all but the monostate placeholder
+  EXPECT_EQ(types.count(0), 0u);
+}
+
+TEST(Events, EveryEventRoundTripsThroughJson) {
+  for (const Event &e : samples()) {
+    json line = toLine(e);
+    Event back = parseEvent(json::parse(line.dump()));
+    EXPECT_EQ(back, e) << line.dump();
+    EXPECT_EQ(messageOf(back), messageOf(e));
+    EXPECT_EQ(kindOf(back), kindOf(e));
+  }
+}
+
+// The JSON carries every field: drop any one and the event no longer parses (the message is
+// never needed to recover a field).
+TEST(Events, EveryFieldIsInTheJson) {
+  for (const Event &e : samples()) {
+    json line = toLine(e);
+    for (const auto &[key, value] : line.items()) {
+      if (key == "v" || key == "event") continue;
+      json cut = line;
+      cut.erase(key);
+      if (std::holds_alternative<PerfHintEvent>(e) && key == "function") {
+        EXPECT_FALSE(std::get<PerfHintEvent>(parseEvent(cut)).function); // optional
+        continue;
+      }
+      EXPECT_THROW(parseEvent(cut), json::exception) << key << " in " << line.dump();
+    }
+  }
+}
+
+TEST(Events, MessagesAreDerivedFromTheFields) {
+  RecompileEvent recompile{.function = 3, .entry = 1, .guard = "arg 0 dim 1: expected 8, got 9"};
+  EXPECT_EQ(recompile.message(), "function 3: recompiling because arg 0 dim 1: expected 8, got 9");
+  GraphBreakEvent graphBreak{.function = 1,
+                             .breaks = {{.op = "item", .producer = "sum", .node = 1}}};
+  EXPECT_EQ(graphBreak.message(), "function 1: graph break: item() on the result of sum (%1)");
+  DynamicSymbolEvent symbol{.function = 0,
+                            .entry = 1,
+                            .symbol = 0,
+                            .dims = {{.arg = 0, .dim = 1}},
+                            .min = 2,
+                            .max = INT64_MAX,
+                            .why = "automatic"};
+  EXPECT_EQ(symbol.message(),
+            "function 0 entry 1: arg 0 dim 1 -> symbol s0 in [2, inf] (automatic)");
+  StaticDimEvent everyDim{.function = 2, .entry = 0, .why = "graph breaks"};
+  EXPECT_EQ(everyDim.message(), "function 2 entry 0: every dim stays static: graph breaks");
+  CacheMissEvent miss{
+      .where = "disk", .key = "rcjit-5fe1866fcc87c74080c179741c385c6d", .name = "rcjit_f0_e1"};
+  EXPECT_EQ(miss.message(),
+            "miss in memory and on disk rcjit-5fe1866fcc87 (rcjit_f0_e1): compiling");
+  CacheRejectEvent object{.key = "rcjit-5fe1866fcc87c74080c179741c385c6d",
+                          .reason = "it failed to link",
+                          .deleted = true};
+  EXPECT_EQ(object.message(),
+            "rejected cached object rcjit-5fe1866fcc87: it failed to link (evicted; recompiling)");
+  PerfHintEvent hint{.hint = "no function"};
+  EXPECT_EQ(hint.message(), "no function");
+}
+
+std::string parseError(const json &line) {
+  try {
+    parseEvent(line);
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Events, LinesOfAnotherSchemaAreRefused) {
+  json line = RecompileEvent{.function = 0, .entry = 1, .guard = "g"}.toJson();
+  EXPECT_NE(parseError(line).find("no schema version \"v\""), std::string::npos)
+      << parseError(line);
+  line["v"] = kTraceSchema + 1;
+  EXPECT_EQ(parseError(line), "unknown trace schema version 2 (this rcjit reads version 1)");
+  line["v"] = "1";
+  EXPECT_NE(parseError(line).find("unknown trace schema version \"1\""), std::string::npos);
+  line["v"] = kTraceSchema;
+  line["event"] = "teleport";
+  EXPECT_EQ(parseError(line), "unknown event 'teleport' in trace schema 1");
+  line.erase("event");
+  EXPECT_EQ(parseError(line), "not a trace event (no \"event\" string)");
+  EXPECT_EQ(parseError(json::array({1, 2})), "not a trace event (not a JSON object)");
+  json wrongType = RecompileEvent{.function = 0, .entry = 1, .guard = "g"}.toJson();
+  wrongType["v"] = kTraceSchema;
+  wrongType["entry"] = "one";
+  EXPECT_NE(parseError(wrongType).find("type must be number"), std::string::npos)
+      << parseError(wrongType);
+}
+
+} // namespace
