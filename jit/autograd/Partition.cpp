@@ -1,5 +1,5 @@
-// partitionJoint: decide per forward value the backward uses whether to save or recompute
-// it, then cut the joint graph into the forward and backward graphs.
+// partitionJoint: split nodes by whether they depend on a tangent, decide per forward value
+// the backward uses whether to save or recompute it, then build the two graphs.
 #include "jit/autograd/Partition.h"
 
 #include <map>
@@ -73,33 +73,45 @@ struct Planner {
 
 Partition partitionJoint(const JointGraph &j) {
   const Graph &g = j.graph;
-  const int nf = j.numForwardNodes;
-  if (nf < 0 || static_cast<size_t>(nf) > g.nodes.size() || j.numForwardOutputs < 0 ||
-      static_cast<size_t>(j.numForwardOutputs) > g.outputs.size()) {
-    throw Error("partition: the joint graph's forward part is out of range");
+  const size_t n = g.nodes.size();
+  std::vector<int> inputs = g.programInputs();
+  if (j.numPrimalInputs < 0 || static_cast<size_t>(j.numPrimalInputs) > inputs.size() ||
+      j.numForwardOutputs < 0 || static_cast<size_t>(j.numForwardOutputs) > g.outputs.size()) {
+    throw Error("partition: the joint graph's primal inputs or forward outputs are out of range");
   }
-  for (int i = 0; i < nf; ++i) {
-    for (int in : g.nodes[i].inputs) {
-      if (in >= nf) throw Error("partition: forward node %" + std::to_string(i) + " reads %" +
-                                std::to_string(in) + " of the backward");
+  // backward = depends on a tangent
+  std::vector<bool> backward(n, false);
+  std::vector<int> tangentIndex(n, -1);
+  for (size_t k = static_cast<size_t>(j.numPrimalInputs); k < inputs.size(); ++k) {
+    backward[inputs[k]] = true;
+    tangentIndex[inputs[k]] = static_cast<int>(k) - j.numPrimalInputs;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (int in : g.nodes[i].inputs) backward[i] = backward[i] || backward[in];
+  }
+  for (int o = 0; o < j.numForwardOutputs; ++o) {
+    if (backward[g.outputs[o]]) {
+      throw Error("partition: forward output " + std::to_string(o) + " (%" +
+                  std::to_string(g.outputs[o]) + ") depends on a tangent");
     }
   }
   // the forward values the backward reads (operands of backward nodes, forward gradients)
-  std::vector<bool> needed(g.nodes.size(), false);
-  for (size_t i = static_cast<size_t>(nf); i < g.nodes.size(); ++i) {
+  std::vector<bool> needed(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (!backward[i]) continue;
     for (int in : g.nodes[i].inputs) {
-      if (in < nf) needed[in] = true;
+      if (!backward[in]) needed[in] = true;
     }
   }
   for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
-    if (g.outputs[o] < nf) needed[g.outputs[o]] = true;
+    if (!backward[g.outputs[o]]) needed[g.outputs[o]] = true;
   }
   Planner plan(g);
   // what the backward computes again, and what it must be handed
-  std::vector<bool> recompute(g.nodes.size(), false), save(g.nodes.size(), false);
+  std::vector<bool> recompute(n, false), save(n, false);
   std::vector<int> stack;
-  for (int v = 0; v < nf; ++v) {
-    if (needed[v]) stack.push_back(v);
+  for (size_t v = 0; v < n; ++v) {
+    if (needed[v]) stack.push_back(static_cast<int>(v));
   }
   while (!stack.empty()) {
     int v = stack.back();
@@ -114,29 +126,36 @@ Partition partitionJoint(const JointGraph &j) {
   }
 
   Partition p;
-  p.forward.nodes.assign(g.nodes.begin(), g.nodes.begin() + nf);
-  p.forward.regions = g.regions;
-  std::erase_if(p.forward.regions, [&](const Region &r) { return r.end > nf; });
+  // forward: the forward nodes in order, renumbered
+  std::vector<int> fwdId(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (backward[i]) continue;
+    Node copy = g.nodes[i];
+    copy.region = -1;
+    for (int &in : copy.inputs) in = fwdId[in];
+    fwdId[i] = p.forward.add(std::move(copy));
+  }
   p.forward.symbols = g.symbols;
-  std::map<int, int> outputIndex; // forward node -> its first index among forward outputs
+  std::map<int, int> outputIndex; // joint node -> its first index among forward outputs
   for (int o = 0; o < j.numForwardOutputs; ++o) {
-    p.forward.outputs.push_back(g.outputs[o]);
+    p.forward.outputs.push_back(fwdId[g.outputs[o]]);
     outputIndex.emplace(g.outputs[o], o);
   }
-  for (int v = 0; v < nf; ++v) {
+  for (size_t v = 0; v < n; ++v) {
     if (!save[v]) continue;
-    p.saved.push_back(v);
-    if (!plan.isInput(v)) p.savedBytes += bytesOf(g.nodes[v]);
-    auto it = outputIndex.find(v);
+    p.saved.push_back(static_cast<int>(v));
+    if (!plan.isInput(static_cast<int>(v))) p.savedBytes += bytesOf(g.nodes[v]);
+    auto it = outputIndex.find(static_cast<int>(v));
     if (it == outputIndex.end()) {
-      it = outputIndex.emplace(v, static_cast<int>(p.forward.outputs.size())).first;
-      p.forward.outputs.push_back(v);
+      it = outputIndex.emplace(static_cast<int>(v), static_cast<int>(p.forward.outputs.size()))
+               .first;
+      p.forward.outputs.push_back(fwdId[v]);
     }
     p.savedOutput.push_back(it->second);
   }
 
   // backward: saved values as args, then tangents, recomputed and backward nodes in order
-  std::vector<int> newId(g.nodes.size(), -1);
+  std::vector<int> newId(n, -1);
   Graph &b = p.backward;
   b.symbols = g.symbols;
   auto addInput = [&](const Node &like, int index) {
@@ -151,17 +170,16 @@ Partition partitionJoint(const JointGraph &j) {
   for (size_t s = 0; s < p.saved.size(); ++s) {
     newId[p.saved[s]] = addInput(g.nodes[p.saved[s]], static_cast<int>(s));
   }
-  int tangents = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node &n = g.nodes[i];
-    bool backward = static_cast<int>(i) >= nf;
-    if (!backward && !recompute[i]) continue;
-    if (backward && n.op == OpKind::input) {
-      newId[i] = addInput(n, static_cast<int>(p.saved.size()) + tangents++);
+  const int numSaved = static_cast<int>(p.saved.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Node &node = g.nodes[i];
+    if (!backward[i] && !recompute[i]) continue;
+    if (tangentIndex[i] >= 0) {
+      newId[i] = addInput(node, numSaved + tangentIndex[i]);
       continue;
     }
-    if (!backward) p.recomputed.push_back(static_cast<int>(i));
-    Node copy = n;
+    if (!backward[i]) p.recomputed.push_back(static_cast<int>(i));
+    Node copy = node;
     copy.region = -1;
     for (int &in : copy.inputs) {
       if (newId[in] < 0) {
@@ -173,11 +191,7 @@ Partition partitionJoint(const JointGraph &j) {
     newId[i] = b.add(std::move(copy));
   }
   for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
-    int v = g.outputs[o];
-    if (newId[v] < 0) {
-      throw Error("partition: gradient output %" + std::to_string(v) + " is not computable");
-    }
-    b.outputs.push_back(newId[v]);
+    b.outputs.push_back(newId[g.outputs[o]]);
   }
   return p;
 }

@@ -15,19 +15,21 @@
 
 namespace rcjit {
 
-/// A traced function followed by its backward: nodes [0, numForwardNodes) are the forward
-/// pass (with every input node of the function); later nodes are the backward, whose input
-/// nodes are the tangents (the gradients of the forward outputs). graph.outputs lists the
-/// forward outputs first (numForwardOutputs of them), then the gradients.
+/// A traced function followed by its backward. Program inputs [0, numPrimalInputs) are the
+/// function's (args then captured tensors, as compiled code takes them); the program
+/// inputs after them are the tangents (the gradients of the forward outputs). A node is
+/// part of the backward when it depends on a tangent; every other node is forward (values
+/// a rule computes from forward values alone are forward values the backward reads).
+/// graph.outputs lists the forward outputs first (numForwardOutputs), then the gradients.
 struct JointGraph {
   Graph graph;
-  int numForwardNodes = 0;
+  int numPrimalInputs = 0;
   int numForwardOutputs = 0;
 };
 
 struct Partition {
-  /// The forward nodes unchanged (same ids, inputs and regions); outputs: the function's
-  /// outputs, then the saved values that are not already among them.
+  /// The forward nodes in their order (the function's inputs keep their kinds and
+  /// indices); outputs: the function's outputs, then the saved values not among them.
   Graph forward;
   /// Inputs (all args): saved value i is arg i, then tangent t is arg saved.size() + t (in
   /// the tangents' node order). Outputs: the gradients, in the joint graph's order.
@@ -38,8 +40,8 @@ struct Partition {
   int64_t savedBytes = 0;        // saved values that are not inputs of the function
 };
 
-/// Splits `j`. Throws rcjit::Error when the joint graph is malformed (a forward node that
-/// reads a backward one, a tangent among the forward nodes).
+/// Splits `j`. Throws rcjit::Error when the joint graph is malformed (a forward output that
+/// depends on a tangent, input indices out of range).
 Partition partitionJoint(const JointGraph &j);
 
 } // namespace rcjit
