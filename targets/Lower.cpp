@@ -3,12 +3,14 @@
 #include "targets/Lower.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include <rcjit/Error.h>
 
+#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit {
@@ -157,9 +159,12 @@ struct Lowering {
       v.strides = strides;
       break;
     }
-    default: // slice
+    case OpKind::slice:
       v.offset += n.attrs.start * v.strides[n.attrs.dim];
       break;
+      RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy)
+      assert(false && "placeView: not a view op");
+      throw Error("lower: " + std::string(opName(n.op)) + " is not a view op");
     }
     v.shape = out;
     value[node] = addValue(v, stepOrderOfValue[src]);
@@ -337,9 +342,17 @@ struct Lowering {
     case OpKind::sqrt:
     case OpKind::log:
       return true;
-    default:
+    case OpKind::neg: // no oneDNN post-op (cpu/LibraryStep.cpp eltwiseFor)
+    case OpKind::rsqrt:
+    case OpKind::reciprocal:
+    case OpKind::erf:
+    case OpKind::sin:
+    case OpKind::cos:
+    case OpKind::cast:
+      RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
       return false;
     }
+    return false;
   }
 
   // Folds unary `node` into the library step that wrote its operand, if it may.
@@ -475,9 +488,12 @@ struct Lowering {
         if (dependsOnInner(k, a)) return true;
       }
       return false;
-    default:
+    case KernelStmt::Kind::constant:
+    case KernelStmt::Kind::reduce:
+    case KernelStmt::Kind::store:
       return false;
     }
+    return false;
   }
 
   int push(LoopKernel &k, KernelStmt st) {
