@@ -1,5 +1,4 @@
-// Case labels of whole op categories, generated from Ops.def, for switches over OpKind that
-// handle only some categories.
+// RCJIT_OP_CASES(Category, ...): the generated case labels of whole op categories.
 //
 // A switch over OpKind has no `default:`: -Wswitch (an error here) then names it whenever an
 // op is added. A switch that is about one category lists that category's ops one by one and

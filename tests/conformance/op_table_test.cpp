@@ -1,5 +1,6 @@
-// The op table's promises: every op has a conformance case and a shape rule, and the lists
-// generated from Ops.def (per-category case labels, opsOfCategory) agree with the table.
+// The op table's promises: every op has a conformance case and a shape rule.
+// Also: the lists generated from Ops.def (per-category case labels, opsOfCategory) agree
+// with the table.
 #include <gtest/gtest.h>
 #include <rcjit/rcjit.h>
 
