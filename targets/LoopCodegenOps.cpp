@@ -7,9 +7,22 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <rcjit/Error.h>
+
+#include "tracer/OpCases.h"
+
 namespace rcjit::codegen {
 
 using llvm::Value;
+
+namespace {
+// `op` reached an emitter of another kind of op: the caller's broken invariant, never null IR.
+[[noreturn]] void noEmitterFor(OpKind op, const char *emitter) {
+  assert(false && "op dispatched to the wrong emitter");
+  throw Error("codegen: " + std::string(emitter) + " has no case for op " +
+              std::string(opName(op)) + " (internal error)");
+}
+} // namespace
 
 bool isFloatDtype(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
@@ -214,11 +227,11 @@ Value *unaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x) {
     return intr(llvm::Intrinsic::sin);
   case OpKind::cos:
     return intr(llvm::Intrinsic::cos);
-  default:
+  case OpKind::cast: // emitCompute converts
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     break;
   }
-  assert(false && "not a unary float op");
-  return nullptr;
+  noEmitterFor(op, "unaryFloat");
 }
 
 Value *unaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x) {
@@ -230,11 +243,23 @@ Value *unaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b.getFalse());
   case OpKind::relu:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, zero);
-  default:
+  case OpKind::exp: // float-only: emitCompute computes them in f64
+  case OpKind::log:
+  case OpKind::sqrt:
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::tanh:
+  case OpKind::sigmoid:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+  case OpKind::cast: // emitCompute converts
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     break;
   }
-  assert(false && "not a unary integer op");
-  return nullptr;
+  noEmitterFor(op, "unaryInt");
 }
 
 Value *binaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y) {
@@ -253,11 +278,10 @@ Value *binaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y);
   case OpKind::minimum:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y);
-  default:
+    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     break;
   }
-  assert(false && "not a binary op");
-  return nullptr;
+  noEmitterFor(op, "binaryFloat");
 }
 
 // Integer ops; division truncates, and a zero divisor yields x (no trap).
@@ -284,11 +308,10 @@ Value *binaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y);
   case OpKind::minimum:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y);
-  default:
+    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     break;
   }
-  assert(false && "not a binary op");
-  return nullptr;
+  noEmitterFor(op, "binaryInt");
 }
 
 Value *compare(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y, bool isFloat) {
@@ -313,8 +336,8 @@ Value *compare(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y, bool isFloat
   case OpKind::ge:
     p = isFloat ? P::FCMP_OGE : P::ICMP_SGE;
     break;
-  default:
-    assert(false && "not a comparison");
+    RCJIT_OP_CASES(Source, Unary, Binary, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    noEmitterFor(op, "compare");
   }
   return b.CreateCmp(p, x, y);
 }
@@ -347,13 +370,27 @@ DType compareType(DType x, DType y) {
 
 bool floatOnly(OpKind op) {
   switch (op) {
+  case OpKind::exp:
+  case OpKind::log:
+  case OpKind::sqrt:
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::tanh:
+  case OpKind::sigmoid:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+    return true;
   case OpKind::neg:
   case OpKind::abs:
   case OpKind::relu:
+  case OpKind::cast:
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     return false;
-  default:
-    return opInfo(op).category == OpCategory::Unary;
   }
+  return false;
 }
 
 } // namespace

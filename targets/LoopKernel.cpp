@@ -6,6 +6,8 @@
 
 #include <rcjit/Error.h>
 
+#include "tracer/OpCases.h"
+
 namespace rcjit {
 
 int64_t evalSize(const SizeExpr &e, const int64_t *syms) {
@@ -133,14 +135,26 @@ void verifyTensorUse(const LoopKernel &k, const KernelStmt &s, size_t i) {
   }
 }
 
+// The reductions a loop kernel computes; each has its accumulator in LoopCodegen.cpp
+// (Reduction) and its invariant form in Lower.cpp (reduceInvariant).
+bool isLoopReduction(OpKind op) {
+  switch (op) {
+  case OpKind::sum:
+  case OpKind::mean:
+  case OpKind::amax:
+  case OpKind::argmax:
+    return true;
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy)
+    return false;
+  }
+  return false;
+}
+
 void verifyOp(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   std::string at = "statement %" + std::to_string(i) + ": ";
   if (s.kind == K::reduce) {
-    if (s.op != OpKind::sum && s.op != OpKind::mean && s.op != OpKind::amax &&
-        s.op != OpKind::argmax) {
-      fail(k, at + std::string(opName(s.op)) + " is not a reduction");
-    }
+    if (!isLoopReduction(s.op)) fail(k, at + std::string(opName(s.op)) + " is not a reduction");
     if (s.op == OpKind::argmax && s.dtype != DType::i64) fail(k, at + "argmax must yield i64");
   }
   if (s.kind == K::compute && opInfo(s.op).category == OpCategory::Compare &&

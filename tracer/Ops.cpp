@@ -33,21 +33,17 @@ void checkDefined(OpKind op, const std::vector<Tensor> &in) {
 // data), everything else fresh storage with uninitialized contents.
 Tensor metaResult(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                   const TensorMeta &meta) {
-  switch (op) {
-  case OpKind::permute:
-  case OpKind::expand:
-  case OpKind::slice:
-    return eager::run(op, in, a, meta);
-  case OpKind::reshape: {
+  if (opInfo(op).category != OpCategory::View) {
+    return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
+  }
+  if (op == OpKind::reshape) { // a view where the strides allow one, else a copy
     Shape strides;
     if (computeViewStrides(in[0].shape(), in[0].strides(), meta.shape, strides)) {
       return makeView(in[0], meta.shape, strides, in[0].offset());
     }
     return makeTensor(meta.shape, meta.dtype, in[0].device());
   }
-  default:
-    return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
-  }
+  return eager::run(op, in, a, meta);
 }
 
 Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,

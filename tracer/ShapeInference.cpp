@@ -2,9 +2,12 @@
 #include "tracer/ShapeInference.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include <rcjit/Error.h>
+
+#include "tracer/OpCases.h"
 
 namespace rcjit {
 
@@ -12,6 +15,12 @@ namespace {
 
 [[noreturn]] void fail(OpKind op, const std::string &what) {
   throw Error(std::string(opName(op)) + ": " + what);
+}
+
+// The caller dispatched `op` to the rule of another category: a broken invariant.
+[[noreturn]] void notHandledBy(OpKind op, const char *rule) {
+  assert(false && "shape inference: op dispatched to the wrong rule");
+  fail(op, std::string("has no case in ") + rule + " (internal error)");
 }
 
 std::string metaStr(const TensorMeta &m) {
@@ -72,10 +81,24 @@ TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta> &in) {
   case OpKind::relu:
     if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
     return x;
-  default:
+  case OpKind::exp:
+  case OpKind::log:
+  case OpKind::sqrt:
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::tanh:
+  case OpKind::sigmoid:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
     expectFloating(op, x);
     return x;
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    break;
   }
+  notHandledBy(op, "inferUnary");
 }
 
 TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta> &in) {
@@ -83,14 +106,27 @@ TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta> &in) {
   expectSameDtype(op, in, 0, 2);
   Shape s = broadcastShapes(in[0].shape, in[1].shape, std::string(opName(op)).c_str());
   DType t = in[0].dtype;
-  if (opInfo(op).category == OpCategory::Compare) return {DType::boolean, s};
-  if (op == OpKind::sub && t == DType::boolean) {
-    fail(op, "subtracting bool tensors is not supported, got " + metasStr(in));
+  switch (op) {
+    RCJIT_OP_CASES(Compare)
+    return {DType::boolean, s};
+  case OpKind::sub:
+    if (t == DType::boolean) {
+      fail(op, "subtracting bool tensors is not supported, got " + metasStr(in));
+    }
+    return {t, s};
+  case OpKind::div:
+  case OpKind::pow:
+    if (!isFloating(t)) fail(op, "expected floating-point operands, got " + metasStr(in));
+    return {t, s};
+  case OpKind::add:
+  case OpKind::mul:
+  case OpKind::maximum:
+  case OpKind::minimum:
+    return {t, s};
+    RCJIT_OP_CASES(Source, Unary, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    break;
   }
-  if ((op == OpKind::div || op == OpKind::pow) && !isFloating(t)) {
-    fail(op, "expected floating-point operands, got " + metasStr(in));
-  }
-  return {t, s};
+  notHandledBy(op, "inferBinary");
 }
 
 TensorMeta inferWhere(OpKind op, const std::vector<TensorMeta> &in) {
@@ -104,25 +140,26 @@ TensorMeta inferWhere(OpKind op, const std::vector<TensorMeta> &in) {
   return {in[1].dtype, s};
 }
 
-TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
-  expectArity(op, in, 1, 1);
-  const TensorMeta &x = in[0];
+TensorMeta inferArgmax(OpKind op, const TensorMeta &x, const Attrs &a) {
   int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (op == OpKind::argmax) {
-    if (a.dim < 0 || a.dim >= std::max<int64_t>(rank, 1)) {
-      fail(op, "dim " + std::to_string(a.dim) + " is out of range for " + metaStr(x));
-    }
-    if (rank > 0 && x.shape[a.dim] == 0) fail(op, "cannot reduce an empty dim of " + metaStr(x));
-    if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
-    Shape s;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (d != a.dim)
-        s.push_back(x.shape[d]);
-      else if (a.keepdim)
-        s.push_back(1);
-    }
-    return {DType::i64, s};
+  if (a.dim < 0 || a.dim >= std::max<int64_t>(rank, 1)) {
+    fail(op, "dim " + std::to_string(a.dim) + " is out of range for " + metaStr(x));
   }
+  if (rank > 0 && x.shape[a.dim] == 0) fail(op, "cannot reduce an empty dim of " + metaStr(x));
+  if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
+  Shape s;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != a.dim)
+      s.push_back(x.shape[d]);
+    else if (a.keepdim)
+      s.push_back(1);
+  }
+  return {DType::i64, s};
+}
+
+// sum, mean, amax over the sorted dims `a.dims`.
+TensorMeta inferReduceDims(OpKind op, const TensorMeta &x, const Attrs &a) {
+  int64_t rank = static_cast<int64_t>(x.shape.size());
   for (size_t i = 0; i < a.dims.size(); ++i) {
     int64_t d = a.dims[i];
     if (d < 0 || d >= std::max<int64_t>(rank, 1) || (i && a.dims[i - 1] >= d)) {
@@ -152,7 +189,29 @@ TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta> &in, const Attrs
   return {t, s};
 }
 
+TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  expectArity(op, in, 1, 1);
+  switch (op) {
+  case OpKind::sum:
+  case OpKind::mean:
+  case OpKind::amax:
+    return inferReduceDims(op, in[0], a);
+  case OpKind::argmax:
+    return inferArgmax(op, in[0], a);
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy)
+    break;
+  }
+  notHandledBy(op, "inferReduce");
+}
+
 TensorMeta inferNormalize(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  switch (op) {
+  case OpKind::softmax:
+  case OpKind::log_softmax:
+    break;
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Matmul, Nn, View, Copy)
+    notHandledBy(op, "inferNormalize");
+  }
   expectArity(op, in, 1, 1);
   expectFloating(op, in[0]);
   int64_t rank = static_cast<int64_t>(in[0].shape.size());
@@ -250,6 +309,20 @@ TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta> &in) {
   return x;
 }
 
+TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  switch (op) {
+  case OpKind::matmul:
+    return inferMatmul(in);
+  case OpKind::linear:
+    return inferLinear(in);
+  case OpKind::conv2d:
+    return inferConv2d(in, a);
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy)
+    break;
+  }
+  notHandledBy(op, "inferMatmulCategory");
+}
+
 TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
   switch (op) {
   case OpKind::layer_norm:
@@ -265,7 +338,7 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
     s.push_back(in[0].shape[1]);
     return {in[0].dtype, s};
   }
-  default: { // sdpa
+  case OpKind::sdpa: {
     expectArity(op, in, 3, 3);
     expectSameDtype(op, in, 0, 3);
     expectFloating(op, in[0]);
@@ -283,7 +356,10 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
     s.back() = v.back();
     return {in[0].dtype, s};
   }
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy)
+    break;
   }
+  notHandledBy(op, "inferNn");
 }
 
 TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
@@ -323,7 +399,7 @@ TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     if (!ok) fail(op, "cannot expand " + metaStr(x) + " to " + shapeStr(a.dims));
     return {x.dtype, a.dims};
   }
-  default: { // slice
+  case OpKind::slice: {
     int64_t rank = static_cast<int64_t>(s.size());
     if (a.dim < 0 || a.dim >= rank || a.start < 0 || a.start > a.end || a.end > s[a.dim]) {
       fail(op, "bad range dim " + std::to_string(a.dim) + " [" + std::to_string(a.start) + ", " +
@@ -333,14 +409,13 @@ TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     out[a.dim] = a.end - a.start;
     return {x.dtype, out};
   }
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy)
+    break;
   }
+  notHandledBy(op, "inferView");
 }
 
-TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
-  if (op == OpKind::contiguous) {
-    expectArity(op, in, 1, 1);
-    return in[0];
-  }
+TensorMeta inferCat(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   if (in.empty()) fail(op, "needs at least one tensor");
   expectSameDtype(op, in, 0, in.size());
   const Shape &s0 = in[0].shape;
@@ -360,6 +435,19 @@ TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     out[a.dim] += m.shape[a.dim];
   }
   return {in[0].dtype, out};
+}
+
+TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  switch (op) {
+  case OpKind::contiguous:
+    expectArity(op, in, 1, 1);
+    return in[0];
+  case OpKind::cat:
+    return inferCat(op, in, a);
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View)
+    break;
+  }
+  notHandledBy(op, "inferCopy");
 }
 
 } // namespace
@@ -428,9 +516,7 @@ TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
   case OpCategory::Normalize:
     return inferNormalize(op, in, a);
   case OpCategory::Matmul:
-    if (op == OpKind::matmul) return inferMatmul(in);
-    if (op == OpKind::linear) return inferLinear(in);
-    return inferConv2d(in, a);
+    return inferMatmulCategory(op, in, a);
   case OpCategory::Nn:
     return inferNn(op, in);
   case OpCategory::View:

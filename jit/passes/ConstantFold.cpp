@@ -14,9 +14,16 @@ bool isElementwise(OpKind op) {
   case OpCategory::Compare:
   case OpCategory::Where:
     return true;
-  default:
+  case OpCategory::Source:
+  case OpCategory::Reduce:
+  case OpCategory::Normalize:
+  case OpCategory::Matmul:
+  case OpCategory::Nn:
+  case OpCategory::View:
+  case OpCategory::Copy:
     return false;
   }
+  return false;
 }
 
 /// A `full` node of one element (shape [] or all dims 1).

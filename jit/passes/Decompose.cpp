@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "jit/passes/GraphBuilder.h"
+#include "tracer/OpCases.h"
 
 namespace rcjit {
 
@@ -168,9 +169,12 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
     return -1;
   case OpKind::matmul:
     return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
-  default:
+  case OpKind::conv2d:    // a library call
+  case OpKind::embedding: // a gather, run by the eager kernel
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy) // lowered as is
     return -1;
   }
+  return -1;
 }
 
 } // namespace

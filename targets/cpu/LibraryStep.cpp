@@ -1,6 +1,8 @@
 // oneDNN matmul primitives with fused bias and eltwise post-ops, run on raw pointers.
 #include "targets/cpu/LibraryStep.h"
 
+#include "tracer/OpCases.h"
+
 #include <mutex>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -45,9 +47,17 @@ bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
   case OpKind::log:
     alg = dnnl::algorithm::eltwise_log;
     return true;
-  default:
+  case OpKind::neg: // no oneDNN eltwise: the next kernel computes these
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+  case OpKind::cast:
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     return false;
   }
+  return false;
 }
 
 // A 2-D or 3-D (batched) f32 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).

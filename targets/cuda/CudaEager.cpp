@@ -44,19 +44,13 @@ Graph oneOpGraph(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const
 
 Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   const Device device = in.at(0).device();
-  switch (op) {
-  case OpKind::permute:
-  case OpKind::expand:
-  case OpKind::slice:
-    return eager::runShape(op, in, a, out); // views: only the geometry changes
-  case OpKind::reshape: {
+  if (op == OpKind::reshape) {
     Shape strides;
     if (detail::computeViewStrides(in[0].shape(), in[0].strides(), out.shape, strides))
       return detail::makeView(in[0], out.shape, strides, in[0].offset());
-    break; // a copy: compiled below
-  }
-  default:
-    break;
+    // else a copy: compiled below
+  } else if (opInfo(op).category == OpCategory::View) {
+    return eager::runShape(op, in, a, out); // views: only the geometry changes
   }
   Graph g = oneOpGraph(op, in, a, out);
   std::ostringstream key;

@@ -127,9 +127,13 @@ Dt dnnlType(DType t) {
     return Dt::bf16;
   case DType::f16:
     return Dt::f16;
-  default:
+  case DType::f64:
+  case DType::i32:
+  case DType::i64:
+  case DType::boolean:
     return Dt::undef;
   }
+  return Dt::undef;
 }
 
 /// Dims and strides of a tensor padded with leading size-1 dims to a rank.

@@ -7,6 +7,7 @@
 
 #include "targets/eager/Eager.h"
 #include "targets/eager/Iter.h"
+#include "tracer/OpCases.h"
 
 namespace rcjit::eager {
 namespace {
@@ -269,28 +270,7 @@ void runByOp(OpKind op, const Tensor &r, const std::vector<Tensor> &in) {
     return runBinary<true>(r, in, [](auto a, auto b) { return a >= b; });
   case OpKind::where:
     return runWhere(r, in);
-  case OpKind::input:
-  case OpKind::full:
-  case OpKind::arange:
-  case OpKind::sum:
-  case OpKind::mean:
-  case OpKind::amax:
-  case OpKind::argmax:
-  case OpKind::softmax:
-  case OpKind::log_softmax:
-  case OpKind::matmul:
-  case OpKind::linear:
-  case OpKind::conv2d:
-  case OpKind::layer_norm:
-  case OpKind::rms_norm:
-  case OpKind::embedding:
-  case OpKind::sdpa:
-  case OpKind::reshape:
-  case OpKind::permute:
-  case OpKind::expand:
-  case OpKind::slice:
-  case OpKind::cat:
-  case OpKind::contiguous:
+    RCJIT_OP_CASES(Source, Reduce, Normalize, Matmul, Nn, View, Copy)
     break;
   }
   throw Error("eager::runElementwise: '" + std::string(opName(op)) + "' is not an elementwise op");

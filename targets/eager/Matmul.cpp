@@ -7,6 +7,7 @@
 
 #include "targets/eager/DnnlContext.h"
 #include "targets/eager/Eager.h"
+#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::eager {
@@ -224,7 +225,7 @@ Tensor runMatmul(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const
     return runLinear(in, out);
   case OpKind::conv2d:
     return runConv2d(in, a, out);
-  default:
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy)
     break;
   }
   assert(false && "runMatmul: not a Matmul-category op");

@@ -12,6 +12,7 @@
 
 #include "targets/eager/Eager.h"
 #include "tracer/Half.h"
+#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::eager {
@@ -60,7 +61,9 @@ template <class F> void dispatchFloating(DType t, const char *op, F &&f) {
   case DType::bf16:
     f(BFloat16{});
     return;
-  default:
+  case DType::i32:
+  case DType::i64:
+  case DType::boolean:
     break;
   }
   throw Error(std::string(op) + ": dtype " + std::string(dtypeName(t)) +
@@ -270,7 +273,7 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runEmbedding(in[0], in[1], out);
   case OpKind::sdpa:
     return runSdpa(in, a, out);
-  default:
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy)
     break;
   }
   assert(false && "runNn: not an Nn-category op");

@@ -12,6 +12,7 @@
 
 #include "targets/eager/Eager.h"
 #include "targets/eager/Iter.h"
+#include "tracer/OpCases.h"
 
 namespace rcjit::eager {
 namespace {
@@ -386,52 +387,7 @@ Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &o
   case OpKind::softmax:
   case OpKind::log_softmax:
     return softmaxDim(op, x, a.dim, out);
-  case OpKind::input:
-  case OpKind::full:
-  case OpKind::arange:
-  case OpKind::neg:
-  case OpKind::abs:
-  case OpKind::exp:
-  case OpKind::log:
-  case OpKind::sqrt:
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::tanh:
-  case OpKind::sigmoid:
-  case OpKind::relu:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-  case OpKind::cast:
-  case OpKind::add:
-  case OpKind::sub:
-  case OpKind::mul:
-  case OpKind::div:
-  case OpKind::pow:
-  case OpKind::maximum:
-  case OpKind::minimum:
-  case OpKind::eq:
-  case OpKind::ne:
-  case OpKind::lt:
-  case OpKind::le:
-  case OpKind::gt:
-  case OpKind::ge:
-  case OpKind::where:
-  case OpKind::matmul:
-  case OpKind::linear:
-  case OpKind::conv2d:
-  case OpKind::layer_norm:
-  case OpKind::rms_norm:
-  case OpKind::embedding:
-  case OpKind::sdpa:
-  case OpKind::reshape:
-  case OpKind::permute:
-  case OpKind::expand:
-  case OpKind::slice:
-  case OpKind::cat:
-  case OpKind::contiguous:
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Matmul, Nn, View, Copy)
     break;
   }
   throw Error("eager::runReduce: '" + std::string(opName(op)) + "' is not a reduction");

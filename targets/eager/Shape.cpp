@@ -3,6 +3,7 @@
 
 #include "targets/eager/Eager.h"
 #include "tracer/Half.h"
+#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::eager {
@@ -121,9 +122,11 @@ Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const 
     copyInto(t, in.at(0));
     return t;
   }
-  default:
-    throw Error("eager: " + std::string(opName(op)) + " is not a shape op");
+  case OpKind::input: // an argument: never run
+    RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn)
+    break;
   }
+  throw Error("eager: " + std::string(opName(op)) + " is not a shape op");
 }
 
 } // namespace rcjit::eager

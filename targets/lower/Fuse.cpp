@@ -2,12 +2,14 @@
 // results) and group elementwise, broadcast and reduction nodes into loop kernels,
 // recording why each group was opened.
 #include <algorithm>
+#include <cassert>
 #include <sstream>
 
 #include <rcjit/Error.h>
 
 #include "targets/lower/Lowering.h"
 #include "tracer/GraphIO.h"
+#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::lowering {
@@ -31,9 +33,17 @@ bool isPostOp(OpKind op) {
   case OpKind::sqrt:
   case OpKind::log:
     return true;
-  default:
+  case OpKind::neg: // no oneDNN post-op (cpu/LibraryStep.cpp eltwiseFor)
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+  case OpKind::cast:
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
     return false;
   }
+  return false;
 }
 
 } // namespace
@@ -110,11 +120,17 @@ void Lowering::placeNode(int node) {
   const Node &n = g.nodes[node];
   switch (opInfo(n.op).category) {
   case OpCategory::Source:
-    if (n.op == OpKind::input)
-      placeInput(node);
-    else if (n.op == OpKind::arange)
-      placeLibraryOrEager(node, Step::Kind::eager);
-    return; // `full` stays a constant until a step needs it materialized
+    switch (n.op) {
+    case OpKind::input:
+      return placeInput(node);
+    case OpKind::arange:
+      return placeLibraryOrEager(node, Step::Kind::eager);
+    case OpKind::full:
+      return; // a constant until a step needs it materialized
+      RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+      break;
+    }
+    return;
   case OpCategory::View:
     placeView(node);
     return;
@@ -134,13 +150,18 @@ void Lowering::placeNode(int node) {
     placeLibraryOrEager(node, Step::Kind::library);
     return;
   case OpCategory::Copy:
-    if (n.op == OpKind::contiguous) {
+    switch (n.op) {
+    case OpKind::contiguous: {
       int src = materialize(n.inputs[0]);
       const Value &v = p.values[src];
       value[node] = detail::isContiguous(v.shape, v.strides) ? src : copyContiguous(src);
       return;
     }
-    placeCat(node);
+    case OpKind::cat:
+      return placeCat(node);
+      RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View)
+      break;
+    }
     return;
   case OpCategory::Normalize:
   case OpCategory::Nn:
@@ -214,9 +235,12 @@ void Lowering::placeView(int node) {
     v.strides = strides;
     break;
   }
-  default: // slice
+  case OpKind::slice:
     v.offset += n.attrs.start * v.strides[n.attrs.dim];
     break;
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy)
+    assert(false && "placeView: not a view op");
+    throw Error("lower: " + std::string(opName(n.op)) + " is not a view op");
   }
   v.shape = out;
   value[node] = addValue(v, stepOrderOfValue[src]);

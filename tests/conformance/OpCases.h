@@ -585,6 +585,12 @@ inline void addShapeOps(std::vector<OpCase> &t) {
        [](const std::vector<Tensor> &v) { return contiguous(v[0]); }},
       {"identity", {{{4, 5}}}, [](const std::vector<Tensor> &v) { return contiguous(v[0]); }},
   };
+  // sources made inside the function (recorded as graph nodes, not captured tensors)
+  t.push_back({"arange_full", {{{3, 5}}}, kNumeric, [](const std::vector<Tensor> &v) {
+                 const DType d = v[0].dtype();
+                 const Tensor r = Tensor::arange(5, d);
+                 return std::vector<Tensor>{r, v[0] * r, v[0] + Tensor::full({3, 5}, 2.0, d)};
+               }});
   for (const S &s : ops) {
     auto f = s.f;
     // floating: the view alone and feeding an elementwise op and a reduction

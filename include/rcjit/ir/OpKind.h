@@ -1,6 +1,7 @@
 // OpKind and its table (name, category, arity, attrs), generated from Ops.def.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace rcjit {
@@ -57,5 +58,12 @@ const OpInfo &opInfo(OpKind op);
 inline std::string_view opName(OpKind op) { return opInfo(op).name; }
 /// Looks an op up by its IR name; false when there is none.
 bool opFromName(std::string_view name, OpKind &out);
+
+/// Every op of `category`, in table order (a static table: thread-safe, never dangles).
+std::span<const OpKind> opsOfCategory(OpCategory category);
+/// Every op, in table order.
+std::span<const OpKind> allOps();
+/// The category's name as Ops.def spells it ("Unary").
+std::string_view categoryName(OpCategory category);
 
 } // namespace rcjit
