@@ -1,9 +1,11 @@
-// The public ops: argument checks, dims normalization, type promotion, then applyOp.
+// The public ops: argument checks, dims normalization, type promotion, then applyOp (which
+// records an autograd node when grad mode is on and an input requires grad).
 #include <algorithm>
 #include <string>
 
 #include <rcjit/Ops.h>
 
+#include "autograd/Autograd.h"
 #include "targets/cuda/CudaEager.h"
 #include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
@@ -54,7 +56,11 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                      const TensorMeta &meta) {
   Tracer *tr = Tracer::current();
   Tensor r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
-  if (tr) tr->record(op, in, a, r);
+  if (tr) {
+    tr->record(op, in, a, r); // a traced function records no autograd nodes
+  } else if (autograd::gradEnabled() && autograd::anyRequiresGrad(in)) {
+    autograd::record(op, in, a, r);
+  }
   return r;
 }
 } // namespace

@@ -104,4 +104,12 @@ Tensor slice(const Tensor &x, int64_t dim, int64_t start, int64_t end);
 Tensor cat(const std::vector<Tensor> &xs, int64_t dim);
 Tensor contiguous(const Tensor &x);
 
+// losses (composed of the ops above, so they fuse when compiled)
+/// Mean over the targets that are not ignore_index of -log_softmax(logits)[target]; logits
+/// [..., C] floating, target integer [...] with values in [0, C) or ignore_index. When every
+/// target is ignored the result is NaN (0/0, like PyTorch) and the gradient is zero.
+Tensor cross_entropy(const Tensor &logits, const Tensor &target, int64_t ignore_index = -100);
+/// Mean of (input - target)^2 over the broadcast shape.
+Tensor mse_loss(const Tensor &input, const Tensor &target);
+
 } // namespace rcjit

@@ -1,0 +1,499 @@
+// Eager autograd: recording, backward/grad semantics, error paths, losses, optimizers,
+// gradient clipping, memory accounting, and small models whose training loss falls.
+#include <gtest/gtest.h>
+
+#include "tests/TestUtil.h"
+
+#include <cmath>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/ModelGpt2.h"
+#include "tools/Models.h"
+
+using namespace rcjit;
+
+namespace {
+
+using rcjit::test::errorOf;
+
+Tensor f64(std::vector<double> v, Shape shape) {
+  return Tensor::from_blob(v.data(), std::move(shape), DType::f64).clone();
+}
+
+Tensor leaf(const std::vector<double> &v, Shape shape) {
+  Tensor t = f64(v, std::move(shape));
+  t.requires_grad_();
+  return t;
+}
+
+void expectValues(const Tensor &t, const std::vector<double> &want, double tol = 1e-9) {
+  ASSERT_TRUE(t.defined());
+  std::vector<double> got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+  }
+}
+
+TEST(Autograd, PolynomialGradient) {
+  Tensor x = leaf({1, -2, 0.5}, {3});
+  Tensor y = sum(x * x * x + 3.0 * x);
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  y.backward();
+  expectValues(x.grad(), {3 + 3, 12 + 3, 0.75 + 3});
+}
+
+TEST(Autograd, BroadcastGradientsAreSummedToTheInputShape) {
+  Tensor a = leaf({1, 2, 3}, {3, 1});
+  Tensor b = leaf({10, 20, 30, 40}, {4});
+  sum(a * b).backward();
+  ASSERT_EQ(a.grad().shape(), (Shape{3, 1}));
+  ASSERT_EQ(b.grad().shape(), (Shape{4}));
+  expectValues(a.grad(), {100, 100, 100});
+  expectValues(b.grad(), {6, 6, 6, 6});
+}
+
+TEST(Autograd, GradAccumulatesOverTwoBackwardCalls) {
+  Tensor x = leaf({1, 2}, {2});
+  sum(x * x).backward();
+  sum(x * 3.0).backward();
+  expectValues(x.grad(), {2 + 3, 4 + 3});
+}
+
+TEST(Autograd, RetainGraphAllowsASecondBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(exp(x));
+  y.backward(Tensor(), true);
+  y.backward();
+  expectValues(x.grad(), {2 * std::exp(1.0), 2 * std::exp(2.0)});
+}
+
+TEST(Autograd, GradReturnsGradientsWithoutTouchingGrad) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  Tensor h = x * x;
+  Tensor y = sum(h * 2.0);
+  std::vector<Tensor> g = rcjit::grad({y}, {x, h});
+  ASSERT_EQ(g.size(), 2u);
+  expectValues(g[0], {4, 8, 12});
+  expectValues(g[1], {2, 2, 2});
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, GradOfAnUnusedInputIsUndefined) {
+  Tensor x = leaf({1}, {1}), z = leaf({2}, {1});
+  std::vector<Tensor> g = rcjit::grad({sum(x * 2.0)}, {x, z});
+  expectValues(g[0], {2});
+  EXPECT_FALSE(g[1].defined());
+}
+
+TEST(Autograd, GradWithExplicitOutputGradients) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = x * 3.0;
+  std::vector<Tensor> g = rcjit::grad({y}, {x}, {f64({1, 10}, {2})});
+  expectValues(g[0], {3, 30});
+}
+
+TEST(Autograd, DetachStopsTheGradient) {
+  Tensor x = leaf({2, 3}, {2});
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.sharesStorage(x));
+  sum(d * x).backward();
+  expectValues(x.grad(), {2, 3});
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = leaf({1, 2}, {2});
+  EXPECT_TRUE(is_grad_enabled());
+  {
+    NoGradGuard g;
+    EXPECT_FALSE(is_grad_enabled());
+    {
+      NoGradGuard nested;
+      EXPECT_FALSE(is_grad_enabled());
+    }
+    EXPECT_FALSE(is_grad_enabled());
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+  }
+  EXPECT_TRUE(is_grad_enabled());
+  EXPECT_TRUE((x * 2.0).requires_grad());
+}
+
+TEST(Autograd, NothingRequiresGradRecordsNothing) {
+  Tensor a = f64({1, 2}, {2});
+  Tensor y = exp(a) * a;
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(y.is_leaf());
+}
+
+TEST(Autograd, IntegerResultsCarryNoGradient) {
+  Tensor x = leaf({1, 2}, {2});
+  EXPECT_FALSE(gt(x, 1.5).requires_grad());
+  EXPECT_FALSE(argmax(x, 0).requires_grad());
+}
+
+TEST(Autograd, ATracedFunctionRecordsNothing) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  bool checked = false;
+  auto f = compile([&checked](const std::vector<Tensor> &v) {
+    Tensor y = v[0] * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    checked = true;
+    return std::vector<Tensor>{y};
+  });
+  std::vector<Tensor> out = f(std::vector<Tensor>{x});
+  EXPECT_TRUE(checked);
+  EXPECT_FALSE(out[0].requires_grad());
+  expectValues(out[0], {2, 4, 6});
+}
+
+TEST(Autograd, CastGradientIsCastBack) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = x.to(DType::f32);
+  EXPECT_TRUE(y.requires_grad());
+  std::vector<Tensor> g =
+      rcjit::grad({sum(y * Tensor::from_vector(std::vector<float>{0.5f, -2.0f}, {2}))}, {x});
+  EXPECT_EQ(g[0].dtype(), DType::f64);
+  expectValues(g[0], {0.5, -2});
+}
+
+TEST(Autograd, CloneIsDifferentiable) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor c = x.clone();
+  EXPECT_FALSE(c.sharesStorage(x));
+  sum(c * c).backward();
+  expectValues(x.grad(), {2, 4});
+}
+
+TEST(Autograd, ModuleParametersAreLeavesThatRequireGrad) {
+  nn::Linear lin(3, 2);
+  std::vector<Tensor> ps = lin.parameters();
+  ASSERT_EQ(ps.size(), 2u);
+  auto named = lin.named_parameters();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_TRUE(ps[i].requires_grad());
+    EXPECT_TRUE(ps[i].is_leaf());
+    EXPECT_TRUE(ps[i].sharesStorage(named[i].second));
+  }
+  Tensor x = Tensor::randn({4, 3}, 1);
+  sum(lin(x)).backward();
+  EXPECT_EQ(lin.weight.grad().shape(), (Shape{2, 3}));
+  EXPECT_TRUE(allclose(lin.bias.grad(), Tensor::full({2}, 4.0)));
+  lin.zero_grad();
+  EXPECT_FALSE(lin.weight.grad().defined());
+  EXPECT_FALSE(lin.bias.grad().defined());
+  lin.to(DType::f64);
+  EXPECT_TRUE(lin.weight.is_leaf());
+  EXPECT_TRUE(lin.weight.requires_grad());
+  EXPECT_EQ(lin.weight.dtype(), DType::f64);
+}
+
+TEST(AutogradErrors, BackwardOnATensorThatNeedsNoGrad) {
+  Tensor x = f64({1, 2}, {2});
+  std::string msg = errorOf([&] { sum(x).backward(); });
+  EXPECT_NE(msg.find("does not require grad"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("requires_grad_()"), std::string::npos) << msg;
+}
+
+TEST(AutogradErrors, BackwardOnANonScalarWithoutAGradient) {
+  Tensor x = leaf({1, 2}, {2});
+  std::string msg = errorOf([&] { (x * 2.0).backward(); });
+  EXPECT_NE(msg.find("only for a one-element tensor"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;
+}
+
+TEST(AutogradErrors, AGradientOfTheWrongShape) {
+  Tensor x = leaf({1, 2}, {2});
+  std::string msg = errorOf([&] { (x * 2.0).backward(f64({1, 2, 3}, {3})); });
+  EXPECT_NE(msg.find("gradient's shape [3] does not match the tensor's shape [2]"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(AutogradErrors, AnIntegerTensorCannotRequireGrad) {
+  Tensor i = Tensor::arange(4);
+  std::string msg = errorOf([&] { i.requires_grad_(); });
+  EXPECT_NE(msg.find("only floating tensors can require gradients, got i64[4]"), std::string::npos)
+      << msg;
+}
+
+TEST(AutogradErrors, ASecondBackwardThroughFreedSavedValues) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(x * x);
+  y.backward();
+  std::string msg = errorOf([&] { y.backward(); });
+  EXPECT_NE(msg.find("backward through the graph a second time"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("retain_graph"), std::string::npos) << msg;
+}
+
+TEST(AutogradErrors, ASavedValueWrittenInPlace) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor h = exp(x);
+  Tensor y = sum(h * h);
+  {
+    NoGradGuard g;
+    h.copy_(f64({0, 0}, {2}));
+  }
+  std::string msg = errorOf([&] { y.backward(); });
+  EXPECT_NE(msg.find("modified in place"), std::string::npos) << msg;
+}
+
+TEST(AutogradErrors, ANonLeafCannotStopRequiringGrad) {
+  Tensor x = leaf({1}, {1});
+  Tensor y = x * 2.0;
+  std::string msg = errorOf([&] { y.requires_grad_(false); });
+  EXPECT_NE(msg.find("detach()"), std::string::npos) << msg;
+}
+
+TEST(AutogradErrors, Conv2dGradientIsNotImplementedYet) {
+  Tensor x = Tensor::randn({1, 1, 4, 4}, 1).requires_grad_();
+  Tensor w = Tensor::randn({1, 1, 3, 3}, 2);
+  Tensor y = sum(conv2d(x, w, Tensor()));
+  std::string msg = errorOf([&] { y.backward(); });
+  EXPECT_NE(msg.find("conv2d: gradient not implemented yet"), std::string::npos) << msg;
+}
+
+// ---- losses --------------------------------------------------------------------------
+
+TEST(Losses, CrossEntropyValueAndGradientAreSoftmaxMinusOneHotOverTheCount) {
+  Tensor logits = leaf({1, 2, 3, 0.5, -1, 2, 0, 0, 0}, {3, 3});
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{2, -100, 0}, {3});
+  Tensor loss = cross_entropy(logits, target);
+  std::vector<double> l = logits.to_vector<double>();
+  auto lse = [&](int r) {
+    double s = 0;
+    for (int c = 0; c < 3; ++c) s += std::exp(l[r * 3 + c]);
+    return std::log(s);
+  };
+  const double want = ((lse(0) - l[2]) + (lse(2) - l[6])) / 2;
+  EXPECT_NEAR(loss.item(), want, 1e-12);
+  loss.backward();
+  std::vector<double> g(9, 0);
+  for (int r : {0, 2}) {
+    const int t = r == 0 ? 2 : 0;
+    for (int c = 0; c < 3; ++c) g[r * 3 + c] = (std::exp(l[r * 3 + c] - lse(r)) - (c == t)) / 2;
+  }
+  expectValues(logits.grad(), g);
+}
+
+TEST(Losses, CrossEntropyWithEveryTargetIgnoredIsNaNWithAZeroGradient) {
+  Tensor logits = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{-1, -1}, {2});
+  Tensor loss = cross_entropy(logits, target, -1);
+  EXPECT_TRUE(std::isnan(loss.item()));
+  loss.backward();
+  expectValues(logits.grad(), {0, 0, 0, 0});
+}
+
+TEST(Losses, CrossEntropyOverBatchAndSequenceDims) {
+  Tensor logits = Tensor::randn({2, 3, 5}, 4);
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0}, {2, 3});
+  Tensor flat = cross_entropy(reshape(logits, {6, 5}), reshape(target, {6}));
+  EXPECT_NEAR(cross_entropy(logits, target).item(), flat.item(), 1e-6);
+}
+
+TEST(Losses, CrossEntropyRejectsBadTargets) {
+  Tensor logits = Tensor::randn({2, 3}, 1);
+  std::string msg = errorOf([&] {
+    cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0, 3}, {2}));
+  });
+  EXPECT_NE(msg.find("target 3 is out of range for 3 classes"), std::string::npos) << msg;
+  msg = errorOf([&] { cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0}, {1})); });
+  EXPECT_NE(msg.find("target shape [1] must be the logits' shape without the class dim, [2]"),
+            std::string::npos)
+      << msg;
+  msg = errorOf([&] { cross_entropy(logits, Tensor::zeros({2})); });
+  EXPECT_NE(msg.find("class indices"), std::string::npos) << msg;
+}
+
+TEST(Losses, MseLossValueAndGradient) {
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor t = f64({0, 2, 5, 1}, {2, 2});
+  Tensor loss = mse_loss(x, t);
+  EXPECT_NEAR(loss.item(), (1 + 0 + 4 + 9) / 4.0, 1e-12);
+  loss.backward();
+  expectValues(x.grad(), {2 * 1 / 4.0, 0, 2 * -2 / 4.0, 2 * 3 / 4.0});
+}
+
+// ---- optimizers ----------------------------------------------------------------------
+
+// Gives p the gradient c (by backward of sum(p * c)).
+void setGradTo(Tensor &p, const std::vector<double> &c) { sum(p * f64(c, p.shape())).backward(); }
+
+TEST(Optim, SgdWithMomentumAndWeightDecayMatchesTheFormula) {
+  Tensor p = leaf({1, -2}, {2});
+  optim::SGD opt({p}, {0.1, 0.9, 0.01});
+  std::vector<double> ref = {1, -2}, buf = {0, 0};
+  const std::vector<std::vector<double>> grads = {{0.5, 1}, {-1, 2}, {0.25, 0.25}};
+  for (size_t step = 0; step < grads.size(); ++step) {
+    opt.zero_grad();
+    setGradTo(p, grads[step]);
+    opt.step();
+    for (int i = 0; i < 2; ++i) {
+      double g = grads[step][i] + 0.01 * ref[i];
+      buf[i] = step == 0 ? g : 0.9 * buf[i] + g;
+      ref[i] -= 0.1 * buf[i];
+    }
+    expectValues(p, ref, 1e-12);
+  }
+  EXPECT_TRUE(p.is_leaf());
+  EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Optim, AdamWThreeStepsMatchTheFormula) {
+  Tensor p = leaf({0.5, -1, 2}, {3});
+  optim::AdamWOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.1;
+  optim::AdamW opt({p}, o);
+  std::vector<double> ref = {0.5, -1, 2}, m(3, 0), v(3, 0);
+  const std::vector<std::vector<double>> grads = {{1, -0.5, 0.1}, {0.2, 0.3, -2}, {-1, 0, 0.5}};
+  for (int t = 1; t <= 3; ++t) {
+    opt.zero_grad();
+    setGradTo(p, grads[t - 1]);
+    opt.step();
+    for (int i = 0; i < 3; ++i) {
+      const double g = grads[t - 1][i];
+      ref[i] *= 1 - o.lr * o.weight_decay;
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+      const double mhat = m[i] / (1 - std::pow(o.beta1, t));
+      const double vhat = v[i] / (1 - std::pow(o.beta2, t));
+      ref[i] -= o.lr * mhat / (std::sqrt(vhat) + o.eps);
+    }
+    expectValues(p, ref, 1e-12);
+  }
+}
+
+TEST(Optim, ParametersWithoutAGradAreSkippedAndSetLrApplies) {
+  Tensor a = leaf({1}, {1}), b = leaf({1}, {1});
+  optim::AdamW opt({a, b}, {});
+  setGradTo(a, {1});
+  opt.step();
+  expectValues(b, {1});
+  EXPECT_LT(a.item(), 1);
+  optim::SGD sgd({b});
+  sgd.set_lr(0.5);
+  setGradTo(b, {1});
+  sgd.step();
+  expectValues(b, {0.5});
+  sgd.zero_grad();
+  EXPECT_FALSE(b.grad().defined());
+}
+
+TEST(Optim, RejectsParametersThatDoNotRequireGrad) {
+  std::string msg = errorOf([] { optim::SGD({Tensor::zeros({2})}); });
+  EXPECT_NE(msg.find("must be a leaf that requires grad"), std::string::npos) << msg;
+}
+
+TEST(Optim, ClipGradNormScalesToMaxNormAndReturnsTheNormBefore) {
+  Tensor a = leaf({0, 0}, {2}), b = leaf({0}, {1}), unused = leaf({0}, {1});
+  setGradTo(a, {3, 0});
+  setGradTo(b, {4});
+  EXPECT_NEAR(clip_grad_norm_({a, b, unused}, 10.0), 5.0, 1e-12);
+  expectValues(a.grad(), {3, 0}); // below max_norm: unchanged
+  EXPECT_NEAR(clip_grad_norm_({a, b, unused}, 1.0), 5.0, 1e-12);
+  const double scale = 1.0 / (5.0 + 1e-6);
+  expectValues(a.grad(), {3 * scale, 0});
+  expectValues(b.grad(), {4 * scale});
+  EXPECT_FALSE(unused.grad().defined());
+}
+
+// ---- memory accounting ---------------------------------------------------------------
+
+TEST(MemoryStats, CountsLiveStorageAndThePeak) {
+  reset_peak_memory_stats();
+  const MemoryStats before = memory_stats();
+  EXPECT_EQ(before.peak_bytes, before.current_bytes);
+  const int64_t bytes = 4 << 20;
+  {
+    Tensor t = Tensor::empty({bytes / 4});
+    Tensor view = reshape(t, {2, -1}); // a view: no new storage
+    const MemoryStats during = memory_stats();
+    EXPECT_EQ(during.current_bytes, before.current_bytes + bytes);
+    EXPECT_GE(during.peak_bytes, before.current_bytes + bytes);
+  }
+  const MemoryStats after = memory_stats();
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_GE(after.peak_bytes, before.current_bytes + bytes);
+  reset_peak_memory_stats();
+  EXPECT_EQ(memory_stats().peak_bytes, memory_stats().current_bytes);
+}
+
+TEST(MemoryStats, BackwardFreesTheSavedValues) {
+  Tensor x = Tensor::randn({256, 256}, 1).requires_grad_();
+  const int64_t base = memory_stats().current_bytes;
+  Tensor y = sum(exp(tanh(x * 2.0)));
+  EXPECT_GT(memory_stats().current_bytes, base); // saved intermediates
+  y.backward();
+  y = Tensor();
+  const int64_t gradBytes = x.grad().numel() * 4;
+  EXPECT_EQ(memory_stats().current_bytes, base + gradBytes);
+}
+
+// ---- training ------------------------------------------------------------------------
+
+struct Mlp : nn::Module<Mlp> {
+  nn::Linear fc1, fc2;
+  Mlp() : fc1(8, 32, true, 1), fc2(32, 4, true, 2) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor &x) { return fc2(relu(fc1(x))); }
+};
+
+TEST(Training, TwoLayerMlpLossFallsWithAdamW) {
+  Mlp net;
+  Tensor x = Tensor::randn({16, 8}, 7);
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 4);
+  Tensor y = Tensor::from_vector(labels, {16});
+  optim::AdamW opt(net.parameters(), {.lr = 1e-2});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.25 * first) << "first " << first << ", last " << last;
+}
+
+TEST(Training, TinyGpt2LossFallsWithAdamW) {
+  tools::Gpt2Config cfg;
+  cfg.name = "tiny-gpt2";
+  cfg.hidden = 32;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.vocab = 50;
+  cfg.context = 16;
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 9;
+  auto model = tools::buildGpt2(cfg, c);
+  std::vector<int64_t> tokens;
+  for (int i = 0; i < 18; ++i) tokens.push_back((i * 7 + 3) % 50);
+  Tensor ids = Tensor::from_vector(tokens, {2, 9});
+  Tensor inputs = contiguous(slice(ids, 1, 0, 8)), targets = contiguous(slice(ids, 1, 1, 9));
+  std::vector<Tensor> params = model->module().parameters();
+  for (const Tensor &p : params) ASSERT_TRUE(p.requires_grad() && p.is_leaf());
+  optim::AdamW opt(params, {.lr = 1e-2});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward({inputs}), targets);
+    loss.backward();
+    clip_grad_norm_(params, 1.0);
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
+} // namespace
