@@ -190,14 +190,6 @@ Grads rmsNormGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g
   return r;
 }
 
-Grads embeddingGrad(const Tensor &weight, const Tensor &ids, const Tensor &g) {
-  // One-hot rows times the output gradient: a scatter-add of g's rows into weight's rows.
-  const int64_t num = weight.size(0), dim = weight.size(1);
-  Tensor flat = reshape(ids, {-1, 1});
-  Tensor oneHot = eq(flat, Tensor::arange(num, DType::i64, g.device())).to(g.dtype());
-  return {matmul(transpose(oneHot, 0, 1), reshape(g, {-1, dim})), Tensor()};
-}
-
 Grads sdpaGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
                const std::vector<bool> &need) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
@@ -318,8 +310,10 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
     return layerNormGrad(in, a, g, need);
   case OpKind::rms_norm:
     return rmsNormGrad(in, a, g, need);
-  case OpKind::embedding:
-    return embeddingGrad(in[0], in[1], g);
+  case OpKind::embedding: // a scatter-add of g's rows into the weight's rows
+    return {embedding_backward(g, in[1], in[0].size(0)), Tensor()};
+  case OpKind::embedding_backward: // linear in grad: gather the rows back
+    return {embedding(g, in[1]), Tensor()};
   case OpKind::sdpa:
     return sdpaGrad(in, a, g, need);
   case OpKind::reshape:
@@ -392,6 +386,7 @@ GradKind gradKind(OpKind op) {
   case OpKind::layer_norm:
   case OpKind::rms_norm:
   case OpKind::embedding:
+  case OpKind::embedding_backward:
   case OpKind::sdpa:
   case OpKind::reshape:
   case OpKind::permute:

@@ -497,3 +497,20 @@ TEST(Training, TinyGpt2LossFallsWithAdamW) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(EmbeddingBackward, SumsRowsOfRepeatedIdsAndChecksShapes) {
+  Tensor g = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{2, 0, 2}, {3});
+  Tensor w = embedding_backward(g, ids, 4);
+  EXPECT_TRUE(allclose(w, Tensor::from_vector(std::vector<float>{3, 4, 0, 0, 6, 8, 0, 0}, {4, 2})));
+  std::string msg = rcjit::test::errorOf([&] { embedding_backward(g, ids, 2); });
+  EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+  msg = rcjit::test::errorOf([&] {
+    embedding_backward(g, Tensor::from_vector(std::vector<int64_t>{0, 1}, {2}), 4);
+  });
+  EXPECT_NE(msg.find("expected grad [..., dim] over ids [...]"), std::string::npos) << msg;
+}
+
+} // namespace

@@ -250,7 +250,7 @@ TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta> &in) {
   return x;
 }
 
-TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
+TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   switch (op) {
   case OpKind::layer_norm:
   case OpKind::rms_norm:
@@ -264,6 +264,18 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
     Shape s = in[1].shape;
     s.push_back(in[0].shape[1]);
     return {in[0].dtype, s};
+  }
+  case OpKind::embedding_backward: {
+    expectArity(op, in, 2, 2);
+    expectFloating(op, in[0]);
+    if (!isIntegral(in[1].dtype)) fail(op, "ids must be i32 or i64, got " + metaStr(in[1]));
+    Shape want = in[1].shape;
+    if (a.dims.size() == 2) want.push_back(a.dims[1]);
+    if (a.dims.size() != 2 || a.dims[0] < 0 || in[0].shape != want) {
+      fail(op, "expected grad [..., dim] over ids [...] and dims [num, dim], got " + metasStr(in) +
+                   " with dims " + shapeStr(a.dims));
+    }
+    return {in[0].dtype, a.dims};
   }
   default: { // sdpa
     expectArity(op, in, 3, 3);
@@ -432,7 +444,7 @@ TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     if (op == OpKind::linear) return inferLinear(in);
     return inferConv2d(in, a);
   case OpCategory::Nn:
-    return inferNn(op, in);
+    return inferNn(op, in, a);
   case OpCategory::View:
     return inferView(op, in, a);
   case OpCategory::Copy:

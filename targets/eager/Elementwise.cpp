@@ -284,6 +284,7 @@ void runByOp(OpKind op, const Tensor &r, const std::vector<Tensor> &in) {
   case OpKind::layer_norm:
   case OpKind::rms_norm:
   case OpKind::embedding:
+  case OpKind::embedding_backward:
   case OpKind::sdpa:
   case OpKind::reshape:
   case OpKind::permute:

@@ -425,6 +425,7 @@ Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &o
   case OpKind::layer_norm:
   case OpKind::rms_norm:
   case OpKind::embedding:
+  case OpKind::embedding_backward:
   case OpKind::sdpa:
   case OpKind::reshape:
   case OpKind::permute:

@@ -495,6 +495,17 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
        kF32,
        [](const std::vector<Tensor> &v) { return std::vector<Tensor>{embedding(v[0], v[1])}; }});
 
+  t.push_back({"embedding_backward",
+               {{{2, 3, 6}},
+                {{2, 3}, Layout::contiguous, Values::ids, DType::i64, 5},
+                {{4, 6}, Layout::transposed},
+                {{4}, Layout::contiguous, Values::ids, DType::i32, 5}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{embedding_backward(v[0], v[1], 5),
+                                            embedding_backward(v[2], v[3], 7) * 2.0};
+               }});
+
   Fn sdpa = [](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{scaled_dot_product_attention(v[0], v[1], v[2], false)};
   };
