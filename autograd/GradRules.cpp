@@ -213,6 +213,16 @@ Grads sdpaGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
   return r;
 }
 
+Grads conv2dGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
+                 const std::vector<bool> &need) {
+  const Tensor &x = in[0], &w = in[1];
+  Grads r(in.size());
+  if (need[0]) r[0] = conv2d_backward_input(g, w, x.shape(), a.stride, a.padding);
+  if (need[1]) r[1] = conv2d_backward_weight(g, x, w.shape(), a.stride, a.padding);
+  if (in.size() > 2 && need[2]) r[2] = sum(g, {0, 2, 3});
+  return r;
+}
+
 Tensor sliceGrad(const Tensor &x, const Attrs &a, const Tensor &g) {
   std::vector<Tensor> parts;
   const size_t d = static_cast<size_t>(a.dim);
@@ -304,8 +314,15 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
   case OpKind::linear:
     return linearGrad(in, g, need);
   case OpKind::conv2d:
-    throw Error("conv2d: gradient not implemented yet (backward through conv2d is not "
-                "supported; run conv2d on inputs that do not require grad, or under NoGradGuard)");
+    return conv2dGrad(in, a, g, need);
+  case OpKind::conv2d_backward_input: // linear in (grad, w): the conv and its weight gradient
+    return {need[0] ? conv2d(g, in[1], Tensor(), a.stride, a.padding) : Tensor(),
+            need[1] ? conv2d_backward_weight(in[0], g, in[1].shape(), a.stride, a.padding)
+                    : Tensor()};
+  case OpKind::conv2d_backward_weight: // linear in (grad, x)
+    return {need[0] ? conv2d(in[1], g, Tensor(), a.stride, a.padding) : Tensor(),
+            need[1] ? conv2d_backward_input(in[0], g, in[1].shape(), a.stride, a.padding)
+                    : Tensor()};
   case OpKind::layer_norm:
     return layerNormGrad(in, a, g, need);
   case OpKind::rms_norm:
@@ -350,8 +367,6 @@ GradKind gradKind(OpKind op) {
   case OpKind::ge:
   case OpKind::argmax:
     return GradKind::none;
-  case OpKind::conv2d:
-    return GradKind::notImplemented;
   case OpKind::neg:
   case OpKind::abs:
   case OpKind::exp:
@@ -386,6 +401,9 @@ GradKind gradKind(OpKind op) {
   case OpKind::layer_norm:
   case OpKind::rms_norm:
   case OpKind::embedding:
+  case OpKind::conv2d:
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
   case OpKind::embedding_backward:
   case OpKind::sdpa:
   case OpKind::reshape:

@@ -250,12 +250,24 @@ TEST(AutogradErrors, ANonLeafCannotStopRequiringGrad) {
   EXPECT_NE(msg.find("detach()"), std::string::npos) << msg;
 }
 
-TEST(AutogradErrors, Conv2dGradientIsNotImplementedYet) {
+TEST(AutogradErrors, Conv2dBackwardChecksTheGradShape) {
+  Tensor g = Tensor::randn({1, 2, 3, 3}, 1), w = Tensor::randn({2, 1, 3, 3}, 2);
+  std::string msg = errorOf([&] { conv2d_backward_input(g, w, {1, 1, 4, 4}); });
+  EXPECT_NE(msg.find("is not the shape conv2d("), std::string::npos) << msg;
+  EXPECT_EQ(conv2d_backward_input(g, w, {1, 1, 5, 5}).shape(), (Shape{1, 1, 5, 5}));
+}
+
+TEST(Autograd, Conv2dGradientsOfASumAreWindowCounts) {
+  // d sum(conv2d(x, ones)) / dx = how many output windows cover each input element
   Tensor x = Tensor::randn({1, 1, 4, 4}, 1).requires_grad_();
-  Tensor w = Tensor::randn({1, 1, 3, 3}, 2);
-  Tensor y = sum(conv2d(x, w, Tensor()));
-  std::string msg = errorOf([&] { y.backward(); });
-  EXPECT_NE(msg.find("conv2d: gradient not implemented yet"), std::string::npos) << msg;
+  Tensor w = Tensor::ones({1, 1, 3, 3}).requires_grad_();
+  Tensor b = Tensor::zeros({1}).requires_grad_();
+  sum(conv2d(x, w, b)).backward();
+  EXPECT_TRUE(allclose(x.grad(), Tensor::from_vector(std::vector<float>{1, 2, 2, 1, 2, 4, 4, 2, 2,
+                                                                        4, 4, 2, 1, 2, 2, 1},
+                                                     {1, 1, 4, 4})));
+  EXPECT_TRUE(allclose(b.grad(), Tensor::full({1}, 4.0)));
+  EXPECT_EQ(w.grad().shape(), (Shape{1, 1, 3, 3}));
 }
 
 // ---- losses --------------------------------------------------------------------------

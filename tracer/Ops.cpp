@@ -322,6 +322,23 @@ Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride,
   return applyOp(OpKind::conv2d, withOptional({x, w}, b), a);
 }
 
+Tensor conv2d_backward_input(const Tensor &grad, const Tensor &w, const Shape &x_shape,
+                             int64_t stride, int64_t padding) {
+  Attrs a;
+  a.stride = stride;
+  a.padding = padding;
+  a.dims = x_shape;
+  return applyOp(OpKind::conv2d_backward_input, {grad, w}, a);
+}
+Tensor conv2d_backward_weight(const Tensor &grad, const Tensor &x, const Shape &w_shape,
+                              int64_t stride, int64_t padding) {
+  Attrs a;
+  a.stride = stride;
+  a.padding = padding;
+  a.dims = w_shape;
+  return applyOp(OpKind::conv2d_backward_weight, {grad, x}, a);
+}
+
 Tensor reshape(const Tensor &x, Dims shape) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   Attrs a;

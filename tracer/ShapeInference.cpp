@@ -234,6 +234,25 @@ TensorMeta inferConv2d(const std::vector<TensorMeta> &in, const Attrs &a) {
   return {x.dtype, {x.shape[0], w.shape[0], h, wd}};
 }
 
+// grad [N, O, OH, OW] with w [O, C, KH, KW] (backward_input; dims = x's shape) or with
+// x [N, C, H, W] (backward_weight; dims = w's shape): the forward conv must give grad's shape.
+TensorMeta inferConv2dBackward(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  expectArity(op, in, 2, 2);
+  expectSameDtype(op, in, 0, 2);
+  expectFloating(op, in[0]);
+  for (const TensorMeta &m : in) expectRank(op, m, "grad and operand", 4, 4);
+  if (a.dims.size() != 4) fail(op, "dims must be a 4-D shape, got " + shapeStr(a.dims));
+  const bool input = op == OpKind::conv2d_backward_input;
+  TensorMeta x{in[0].dtype, input ? a.dims : in[1].shape};
+  TensorMeta w{in[0].dtype, input ? in[1].shape : a.dims};
+  const TensorMeta fwd = inferConv2d({x, w}, a);
+  if (fwd.shape != in[0].shape) {
+    fail(op, "grad " + metaStr(in[0]) + " is not the shape conv2d(" + metaStr(x) + ", " +
+                 metaStr(w) + ") gives, " + shapeStr(fwd.shape));
+  }
+  return {in[0].dtype, a.dims};
+}
+
 TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 2, op == OpKind::layer_norm ? 3 : 2);
   const TensorMeta &x = in[0], &w = in[1];
@@ -277,6 +296,9 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a)
     }
     return {in[0].dtype, a.dims};
   }
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+    return inferConv2dBackward(op, in, a);
   default: { // sdpa
     expectArity(op, in, 3, 3);
     expectSameDtype(op, in, 0, 3);

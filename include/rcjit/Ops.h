@@ -94,6 +94,12 @@ Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tens
 /// NCHW convolution, w [out, in, kh, kw]; b may be undefined.
 Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride = 1,
               int64_t padding = 0);
+/// conv2d's gradients (its gradient rule calls them): the gradient of the input x of shape
+/// `x_shape` and of the weight of shape `w_shape` given grad, the gradient of conv2d's output.
+Tensor conv2d_backward_input(const Tensor &grad, const Tensor &w, const Shape &x_shape,
+                             int64_t stride = 1, int64_t padding = 0);
+Tensor conv2d_backward_weight(const Tensor &grad, const Tensor &x, const Shape &w_shape,
+                              int64_t stride = 1, int64_t padding = 0);
 
 // shape (views share storage where the strides allow; reshape copies otherwise)
 Tensor reshape(const Tensor &x, Dims shape); // -1 infers one dim

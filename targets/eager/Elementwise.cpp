@@ -285,6 +285,8 @@ void runByOp(OpKind op, const Tensor &r, const std::vector<Tensor> &in) {
   case OpKind::rms_norm:
   case OpKind::embedding:
   case OpKind::embedding_backward:
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
   case OpKind::sdpa:
   case OpKind::reshape:
   case OpKind::permute:

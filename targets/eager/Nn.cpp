@@ -309,6 +309,9 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runEmbedding(in[0], in[1], out);
   case OpKind::embedding_backward:
     return runEmbeddingBackward(in[0], in[1], out);
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+    return runConv2dBackward(op, in, a, out);
   case OpKind::sdpa:
     return runSdpa(in, a, out);
   default:

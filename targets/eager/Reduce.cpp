@@ -426,6 +426,8 @@ Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &o
   case OpKind::rms_norm:
   case OpKind::embedding:
   case OpKind::embedding_backward:
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
   case OpKind::sdpa:
   case OpKind::reshape:
   case OpKind::permute:

@@ -530,6 +530,14 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                                             conv2d(v[0], v[1], Tensor(), 1, 2)};
                },
                2});
+  t.push_back({"conv2d_backward",
+               {{{2, 4, 4, 4}}, {{4, 3, 3, 3}}, {{2, 3, 7, 7}}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{conv2d_backward_input(v[0], v[1], {2, 3, 7, 7}, 2, 1),
+                                            conv2d_backward_weight(v[0], v[2], {4, 3, 3, 3}, 2, 1)};
+               },
+               2});
   t.push_back({"conv2d_relu_chain",
                {{{1, 2, 6, 6}}, {{3, 2, 3, 3}}, {{3}}},
                kF32F64,
