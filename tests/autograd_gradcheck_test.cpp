@@ -294,3 +294,65 @@ TEST_P(DagGradient, MatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(RandomDag, DagGradient, ::testing::Range<uint64_t>(1, 41));
 
 } // namespace
+
+namespace {
+
+// The rules are written with public ops, so under the tracer they record IR: compiled, a
+// function that runs a rule must give what the rule gives eagerly (the basis of the compiled
+// backward).
+TEST(GradRules, RunUnderTheTracerAndCompile) {
+  struct RuleCase {
+    const char *name;
+    OpKind op;
+    std::vector<In> ins; // inputs, then the output gradient last
+    std::function<Tensor(const std::vector<Tensor> &, Attrs &)> forward;
+  };
+  const std::vector<RuleCase> rules = {
+      {"mul_bcast",
+       OpKind::mul,
+       {{{3, 1}}, {{4}}, {{3, 4}}},
+       [](const std::vector<Tensor> &v, Attrs &) { return v[0] * v[1]; }},
+      {"softmax",
+       OpKind::softmax,
+       {{{3, 5}}, {{3, 5}}},
+       [](const std::vector<Tensor> &v, Attrs &a) {
+         a.dim = 1;
+         return softmax(v[0], 1);
+       }},
+      {"layer_norm",
+       OpKind::layer_norm,
+       {{{2, 8}}, {{8}}, {{8}}, {{2, 8}}},
+       [](const std::vector<Tensor> &v, Attrs &a) {
+         a.eps = 1e-5;
+         return layer_norm(v[0], v[1], v[2], 1e-5);
+       }},
+      {"matmul_3d_2d",
+       OpKind::matmul,
+       {{{2, 3, 4}}, {{4, 5}}, {{2, 3, 5}}},
+       [](const std::vector<Tensor> &v, Attrs &) { return matmul(v[0], v[1]); }},
+      {"sdpa_causal",
+       OpKind::sdpa,
+       {{{2, 4, 8}}, {{2, 4, 8}}, {{2, 4, 8}}, {{2, 4, 8}}},
+       [](const std::vector<Tensor> &v, Attrs &a) {
+         a.causal = true;
+         return scaled_dot_product_attention(v[0], v[1], v[2], true);
+       }},
+  };
+  for (const RuleCase &rc : rules) {
+    const size_t n = rc.ins.size() - 1;
+    Fn fn = [&rc, n](const std::vector<Tensor> &v) {
+      std::vector<Tensor> in(v.begin(), v.begin() + static_cast<int64_t>(n));
+      Attrs a;
+      Tensor out = rc.forward(in, a);
+      return autograd::applyGradRule(rc.op, a, in, out, v[n], std::vector<bool>(n, true));
+    };
+    std::vector<Tensor> x, y;
+    for (size_t i = 0; i < rc.ins.size(); ++i) {
+      x.push_back(makeInput(rc.ins[i], DType::f32, 11 + i));
+      y.push_back(makeInput(rc.ins[i], DType::f32, 23 + i));
+    }
+    checkCompiledMatchesEager(std::string("gradient rule of ") + rc.name, fn, x, y, 4);
+  }
+}
+
+} // namespace
