@@ -21,7 +21,21 @@ thread_local bool tlsGradEnabled = true;
 std::atomic<uint64_t> nextSeq{1};
 
 SavedValue save(const Tensor &t) {
-  return {detachedHandle(t), t.impl()->storage->version.load(std::memory_order_relaxed)};
+  return {detachedHandle(t), t.impl()->storage->version.load(std::memory_order_relaxed), false};
+}
+
+// One element for placeholders: on the CPU a shared static zero (never written, not
+// counted by memory_stats), elsewhere a fresh element on the device.
+Tensor placeholderElement(DType dtype, Device device) {
+  if (!device.is_cpu()) return detail::makeTensor({1}, dtype, device);
+  alignas(64) static unsigned char zero[64] = {};
+  return Tensor::from_blob(zero, {1}, dtype);
+}
+
+// t's geometry without its values (see SavedValue).
+SavedValue placeholder(const Tensor &t) {
+  Tensor one = placeholderElement(t.dtype(), t.device());
+  return {detail::makeView(one, t.shape(), Shape(t.shape().size(), 0), 0), 0, true};
 }
 
 std::string where(const char *caller, const Tensor &t) {
@@ -29,7 +43,8 @@ std::string where(const char *caller, const Tensor &t) {
 }
 
 void checkSaved(const Node &n, const SavedValue &s) {
-  if (s.value.impl()->storage->version.load(std::memory_order_relaxed) != s.version) {
+  if (!s.placeholder &&
+      s.value.impl()->storage->version.load(std::memory_order_relaxed) != s.version) {
     throw Error("backward: a value saved for the gradient of " + std::string(opName(n.op)) +
                 " was modified in place (copy_) after the forward used it; clone() it before "
                 "writing, or run the forward again after the write");
@@ -133,8 +148,10 @@ void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tens
   node->seq = nextSeq.fetch_add(1, std::memory_order_relaxed);
   node->inputs.reserve(in.size());
   node->next.reserve(in.size());
-  for (const Tensor &t : in) {
-    node->inputs.push_back(save(t));
+  const SavedUse use = savedUse(op);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor &t = in[i];
+    node->inputs.push_back(use.input(i) ? save(t) : placeholder(t));
     Edge e;
     const std::shared_ptr<AutogradMeta> &m = t.impl()->autograd;
     if (m && m->requiresGrad) {
@@ -146,7 +163,7 @@ void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tens
     }
     node->next.push_back(std::move(e));
   }
-  node->output = save(out);
+  node->output = use.output ? save(out) : placeholder(out);
   auto meta = std::make_shared<AutogradMeta>();
   meta->requiresGrad = true;
   meta->gradFn = std::move(node);

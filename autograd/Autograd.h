@@ -32,10 +32,13 @@ struct Edge {
 };
 
 /// A value saved for backward, with the storage version it had when saved (copy_ bumps
-/// it; a changed version at backward time is an Error).
+/// it; a changed version at backward time is an Error). A value the op's rule does not read
+/// (GradRules.h savedUse) is kept as a placeholder: a stride-0 view of one element with the
+/// value's shape, dtype and device, so the value's own storage can be freed.
 struct SavedValue {
   Tensor value; // a detached handle (no autograd metadata, so no reference cycles)
   uint32_t version = 0;
+  bool placeholder = false;
 };
 
 /// One recorded op: out = op(inputs; attrs).

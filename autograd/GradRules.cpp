@@ -417,6 +417,77 @@ GradKind gradKind(OpKind op) {
   throw Error("internal: unknown op in gradKind");
 }
 
+SavedUse savedUse(OpKind op) {
+  constexpr uint32_t kAll = ~0u;
+  switch (op) {
+  case OpKind::input: // never recorded (sources, boolean and integer results)
+  case OpKind::full:
+  case OpKind::arange:
+  case OpKind::eq:
+  case OpKind::ne:
+  case OpKind::lt:
+  case OpKind::le:
+  case OpKind::gt:
+  case OpKind::ge:
+  case OpKind::argmax:
+  case OpKind::neg: // shapes only
+  case OpKind::cast:
+  case OpKind::add:
+  case OpKind::sub:
+  case OpKind::sum:
+  case OpKind::mean:
+  case OpKind::reshape:
+  case OpKind::permute:
+  case OpKind::expand:
+  case OpKind::slice:
+  case OpKind::cat:
+  case OpKind::contiguous:
+    return {false, 0};
+  case OpKind::exp: // the output only
+  case OpKind::sqrt:
+  case OpKind::rsqrt:
+  case OpKind::reciprocal:
+  case OpKind::tanh:
+  case OpKind::sigmoid:
+  case OpKind::softmax:
+  case OpKind::log_softmax:
+    return {true, 0};
+  case OpKind::abs: // the first input only
+  case OpKind::log:
+  case OpKind::relu:
+  case OpKind::gelu:
+  case OpKind::silu:
+  case OpKind::erf:
+  case OpKind::sin:
+  case OpKind::cos:
+    return {false, 1u};
+  case OpKind::where: // the condition
+    return {false, 1u};
+  case OpKind::embedding: // the ids
+  case OpKind::embedding_backward:
+    return {false, 2u};
+  case OpKind::div: // b and the output
+    return {true, 2u};
+  case OpKind::pow:
+  case OpKind::amax:
+    return {true, kAll};
+  case OpKind::linear: // x and w, not the bias
+  case OpKind::layer_norm:
+    return {false, 3u};
+  case OpKind::mul:
+  case OpKind::maximum:
+  case OpKind::minimum:
+  case OpKind::matmul:
+  case OpKind::conv2d:
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+  case OpKind::rms_norm:
+  case OpKind::sdpa:
+    return {false, kAll};
+  }
+  throw Error("internal: unknown op in savedUse");
+}
+
 Tensor sumToShape(const Tensor &grad, const Shape &shape) {
   if (grad.shape() == shape) return grad;
   const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());

@@ -4,6 +4,7 @@
 // eager tape, Autograd.cpp) and on traced tensors alike: run under a Tracer they record
 // the backward graph's nodes (how a joint forward+backward graph is built).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include <rcjit/Tensor.h>
@@ -19,6 +20,15 @@ enum class GradKind {
   notImplemented, // differentiable in principle; its rule raises an Error for now
 };
 GradKind gradKind(OpKind op);
+
+/// Which forward values `op`'s rule reads (the others it uses only for their shape, dtype
+/// and device). The eager tape keeps just these alive. Every OpKind is classified.
+struct SavedUse {
+  bool output = false;
+  uint32_t inputs = 0; // bit i: input i's values
+  bool input(size_t i) const { return i < 32 && (inputs >> i & 1u); }
+};
+SavedUse savedUse(OpKind op);
 
 /// The gradients of `op`'s inputs given the gradient of its output: `inputs` and `output`
 /// are the forward values (real or traced), `gradOutput` has the output's shape, and

@@ -448,6 +448,15 @@ TEST(MemoryStats, BackwardFreesTheSavedValues) {
   EXPECT_EQ(memory_stats().current_bytes, base + gradBytes);
 }
 
+TEST(MemoryStats, OpsWhoseRulesReadNoValuesSaveNone) {
+  Tensor x = Tensor::randn({256, 256}, 1).requires_grad_();
+  const int64_t base = memory_stats().current_bytes;
+  Tensor y = sum(reshape(x + 1.0, {-1})); // add, reshape and sum need only shapes
+  EXPECT_LT(memory_stats().current_bytes - base, 1024) << "the [256, 256] sum was kept";
+  y.backward();
+  EXPECT_TRUE(allclose(x.grad(), Tensor::ones({256, 256})));
+}
+
 // ---- training ------------------------------------------------------------------------
 
 struct Mlp : nn::Module<Mlp> {
