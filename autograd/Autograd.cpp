@@ -213,12 +213,38 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
       if (m->gradFn) captured.emplace(m->gradFn.get(), Tensor());
     }
   }
-  for (Node *n : reachable(rootNodes)) {
+  const std::vector<Node *> order = reachable(rootNodes);
+  // rcjit::grad computes only the paths that lead to a requested input: an edge is needed
+  // when it reaches a requested leaf, a requested node, or a node that leads to one.
+  std::unordered_set<AutogradMeta *> wantedLeaves;
+  std::unordered_set<Node *> leadsOn;
+  if (inputs) {
+    for (const Tensor &t : *inputs) {
+      if (!metaOf(t)->gradFn) wantedLeaves.insert(metaOf(t));
+    }
+  }
+  auto needed = [&](const Edge &e) {
+    if (!inputs) return e.valid();
+    if (e.fn) return captured.count(e.fn.get()) > 0 || leadsOn.count(e.fn.get()) > 0;
+    return e.leaf && wantedLeaves.count(e.leaf.get()) > 0;
+  };
+  if (inputs) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) { // inputs before consumers
+      for (const Edge &e : (*it)->next) {
+        if (needed(e)) {
+          leadsOn.insert(*it);
+          break;
+        }
+      }
+    }
+  }
+  for (Node *n : order) {
     auto it = pending.find(n);
     if (it == pending.end()) continue; // no gradient reached it
     Tensor g = std::move(it->second);
     pending.erase(it);
     if (auto c = captured.find(n); c != captured.end()) c->second = g;
+    if (inputs && !leadsOn.count(n)) continue; // leads to no requested input
     if (n->released) {
       throw Error(std::string(caller) +
                   ": trying to backward through the graph a second time (the values saved "
@@ -233,7 +259,7 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       checkSaved(*n, n->inputs[i]);
       in.push_back(n->inputs[i].value);
-      needs.push_back(n->next[i].valid());
+      needs.push_back(needed(n->next[i]));
     }
     checkSaved(*n, n->output);
     std::vector<Tensor> grads = applyGradRule(n->op, n->attrs, in, n->output.value, g, needs);

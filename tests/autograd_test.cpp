@@ -82,6 +82,17 @@ TEST(Autograd, GradReturnsGradientsWithoutTouchingGrad) {
   EXPECT_FALSE(x.grad().defined());
 }
 
+TEST(Autograd, GradFollowsOnlyThePathsToItsInputs) {
+  Tensor x = leaf({1, 2}, {2}), w = leaf({3, 4}, {2});
+  Tensor h = x * w;
+  Tensor y = sum(h + exp(w) * h);
+  std::vector<Tensor> g = rcjit::grad({y}, {h}, {}, true);
+  expectValues(g[0], {1 + std::exp(3.0), 1 + std::exp(4.0)});
+  g = rcjit::grad({y}, {x});
+  expectValues(g[0], {3 * (1 + std::exp(3.0)), 4 * (1 + std::exp(4.0))});
+  EXPECT_FALSE(w.grad().defined());
+}
+
 TEST(Autograd, GradOfAnUnusedInputIsUndefined) {
   Tensor x = leaf({1}, {1}), z = leaf({2}, {1});
   std::vector<Tensor> g = rcjit::grad({sum(x * 2.0)}, {x, z});
