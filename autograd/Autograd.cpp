@@ -110,6 +110,21 @@ void release(Node &n) {
 
 } // namespace
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> owned;
+  auto adopt = [&owned](std::vector<Edge> &edges) {
+    for (Edge &e : edges) {
+      if (e.fn && e.fn.use_count() == 1) owned.push_back(std::move(e.fn));
+    }
+  };
+  adopt(next);
+  while (!owned.empty()) {
+    std::shared_ptr<Node> n = std::move(owned.back());
+    owned.pop_back();
+    adopt(n->next); // n dies here with no unique successors left to recurse into
+  }
+}
+
 bool gradEnabled() { return tlsGradEnabled; }
 void setGradEnabled(bool on) { tlsGradEnabled = on; }
 

@@ -50,6 +50,13 @@ struct Node {
   std::vector<Edge> next; // one per input
   uint64_t seq = 0;       // creation order: inputs' nodes always have a smaller seq
   bool released = false;  // saved values freed by a backward without retain_graph
+
+  Node() = default;
+  Node(const Node &) = delete;
+  Node &operator=(const Node &) = delete;
+  /// Frees the chain of nodes only this one keeps alive without recursing (a graph of a
+  /// million sequential ops must not overflow the stack).
+  ~Node();
 };
 
 /// The thread's grad mode (on by default).

@@ -93,6 +93,15 @@ TEST(Autograd, GradFollowsOnlyThePathsToItsInputs) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+TEST(Autograd, ALongChainBackpropagatesAndIsFreedWithoutRecursion) {
+  Tensor x = leaf({1}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 200000; ++i) y = y * 1.0;
+  sum(y).backward(Tensor(), true);
+  expectValues(x.grad(), {1});
+  y = Tensor(); // frees 200000 nodes
+}
+
 TEST(Autograd, GradOfAnUnusedInputIsUndefined) {
   Tensor x = leaf({1}, {1}), z = leaf({2}, {1});
   std::vector<Tensor> g = rcjit::grad({sum(x * 2.0)}, {x, z});
