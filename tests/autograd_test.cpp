@@ -506,6 +506,31 @@ TEST(Training, TwoLayerMlpLossFallsWithAdamW) {
   EXPECT_LT(last, 0.25 * first) << "first " << first << ", last " << last;
 }
 
+TEST(Training, Bf16MlpLossFallsWithSgdMomentum) {
+  Mlp net;
+  net.to(DType::bf16);
+  for (const Tensor &p : net.parameters()) {
+    ASSERT_EQ(p.dtype(), DType::bf16);
+    ASSERT_TRUE(p.requires_grad() && p.is_leaf());
+  }
+  Tensor x = Tensor::randn({16, 8}, 7, DType::bf16);
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 4);
+  Tensor y = Tensor::from_vector(labels, {16});
+  optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    EXPECT_EQ(loss.dtype(), DType::bf16);
+    loss.backward();
+    EXPECT_EQ(net.fc1.weight.grad().dtype(), DType::bf16);
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
 TEST(Training, TinyGpt2LossFallsWithAdamW) {
   tools::Gpt2Config cfg;
   cfg.name = "tiny-gpt2";
