@@ -5,6 +5,7 @@
 #include "tests/TestUtil.h"
 
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include <rcjit/rcjit.h>
@@ -123,6 +124,15 @@ TEST(Autograd, NoGradGuardRecordsNothing) {
   }
   EXPECT_TRUE(is_grad_enabled());
   EXPECT_TRUE((x * 2.0).requires_grad());
+}
+
+TEST(Autograd, GradModeIsPerThread) {
+  NoGradGuard g;
+  bool other = false;
+  std::thread t([&other] { other = is_grad_enabled(); });
+  t.join();
+  EXPECT_TRUE(other);
+  EXPECT_FALSE(is_grad_enabled());
 }
 
 TEST(Autograd, NothingRequiresGradRecordsNothing) {
