@@ -43,6 +43,7 @@ std::unique_ptr<tools::Model> toy(int64_t batch, int64_t seq, std::vector<Tensor
 }
 
 void BM_Toy64Eager(benchmark::State &state) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   std::vector<Tensor> in;
   auto m = toy(state.range(0), state.range(1), in);
   for (auto _ : state) benchmark::DoNotOptimize(m->forward(in));
@@ -54,6 +55,7 @@ BENCHMARK(BM_Toy64Eager)
     ->Unit(benchmark::kMicrosecond);
 
 void BM_Toy64Compiled(benchmark::State &state) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   std::vector<Tensor> in;
   auto m = toy(state.range(0), state.range(1), in);
   auto cf = compile([&](const std::vector<Tensor> &v) { return m->forward(v); });

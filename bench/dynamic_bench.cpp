@@ -36,6 +36,7 @@ caption::Decoder &decoder() {
 }
 
 void BM_DecoderEager(benchmark::State &state) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   Tensor ids = tokens(state.range(0), false);
   decoder()(ids);
   for (auto _ : state) benchmark::DoNotOptimize(decoder()(ids));

@@ -147,6 +147,7 @@ int usage(const char *argv0) {
 } // namespace
 
 int main(int argc, char **argv) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   int requests = 24;
   uint64_t seed = 20;
   for (int i = 1; i < argc; ++i) {

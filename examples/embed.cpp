@@ -13,6 +13,7 @@ struct Mlp : rcjit::nn::Module<Mlp> {
 };
 
 int main() {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   Mlp mlp;
   auto fast = rcjit::compile(mlp); // nothing happens until the first call
   rcjit::Tensor x = rcjit::Tensor::randn({8, 64}, 0);

@@ -68,6 +68,7 @@ template <class F> double ms(F &&f) {
 }
 
 int main() {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   Llama model;
   Tensor x = Tensor::randn({1, kSeq, kHidden}, 3);
   Tensor ref = model(x);

@@ -48,6 +48,7 @@ double firstCallMs(Mode mode, int64_t rows) {
 }
 
 int main() {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   // distinct row counts so the regional run cannot reuse the full run's compiled code
   double full = firstCallMs(Mode::full, 10);
   double regional = firstCallMs(Mode::regional, 11);

@@ -254,6 +254,7 @@ void writePlot(const std::string &file, const std::vector<Row> &rows) {
 } // namespace
 
 int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
   po::options_description desc("rcjit bench: time a built-in model per mode and batch");
   std::string model, modes, batches, target, dtype, json, plot, cacheDir, weights;
   bool warm = false, keepCache = false;

@@ -77,21 +77,27 @@ Tensor ParamInit::normal(const Shape &shape, double stdev) {
   return t;
 }
 
+namespace {
+// Puts `value` in a registered parameter's slot as a leaf that requires grad (like the
+// parameter it replaces).
+void setParameter(Tensor &slot, const Tensor &value) {
+  slot = value.detach();
+  slot.requires_grad_();
+}
+} // namespace
+
 void ParamInit::linear(nn::Linear &l, int64_t in, int64_t out, double stdev) {
-  l.weight = normal({out, in}, stdev);
-  if (l.bias.defined()) l.bias = zeros({out});
+  setParameter(l.weight, normal({out, in}, stdev));
+  if (l.bias.defined()) setParameter(l.bias, zeros({out}));
 }
 
 void ParamInit::embedding(nn::Embedding &e, int64_t num, int64_t dim, double stdev) {
-  e.weight = normal({num, dim}, stdev);
+  setParameter(e.weight, normal({num, dim}, stdev));
 }
 
-void ParamInit::norm(nn::RMSNorm &n) const { n.weight = n.weight.to(dtype_); }
+void ParamInit::norm(nn::RMSNorm &n) const { n.to(dtype_); }
 
-void ParamInit::norm(nn::LayerNorm &n) const {
-  n.weight = n.weight.to(dtype_);
-  n.bias = n.bias.to(dtype_);
-}
+void ParamInit::norm(nn::LayerNorm &n) const { n.to(dtype_); }
 
 int64_t availableMemoryBytes() {
   std::ifstream in("/proc/meminfo");

@@ -38,16 +38,10 @@ struct Toy : nn::Module<Toy> {
   }
 };
 
-// Converts every parameter of m and its descendants to dtype (in place in their slots).
-void convertParameters(nn::ModuleBase &m, DType dtype) {
-  for (const auto &[name, t] : m.own_parameters()) *t = t->to(dtype);
-  for (const auto &[name, child] : m.children()) convertParameters(*child, dtype);
-}
-
 class ToyModel : public Model {
 public:
   explicit ToyModel(const ModelConfig &c) : net_(c.layers < 0 ? 64 : c.layers, c.seed) {
-    if (c.dtype != DType::f32) convertParameters(net_, c.dtype);
+    if (c.dtype != DType::f32) net_.to(c.dtype);
   }
   std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
     return {Tensor::randn({c.batch, c.seq, 10}, c.seed + 12345, c.dtype)};

@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include <rcjit/Autograd.h>
 #include <rcjit/nn.h>
 
+#include "autograd/Autograd.h"
 #include "tracer/OpsInternal.h"
 
 namespace rcjit::nn {
@@ -19,11 +21,15 @@ void checkName(const std::string &name, const char *what) {
 }
 } // namespace
 
-void ModuleBase::register_parameter(std::string name, Tensor &t) {
+void ModuleBase::register_parameter(std::string name, Tensor &t, bool requires_grad) {
   checkName(name, "register_parameter");
   if (!t.defined()) throw Error("register_parameter: '" + name + "' is an undefined Tensor");
   for (const auto &p : params_) {
     if (p.first == name) throw Error("register_parameter: '" + name + "' is already registered");
+  }
+  if (requires_grad && isFloating(t.dtype())) {
+    if (!t.is_leaf()) t = t.detach(); // a parameter is a leaf, whatever computed it
+    t.requires_grad_();
   }
   params_.emplace_back(std::move(name), &t);
 }
@@ -42,11 +48,43 @@ void ModuleBase::register_module(std::string name, ModuleBase &m) {
   children_.emplace_back(std::move(name), &m);
 }
 
+namespace {
+// `converted` in place of the parameter `t`, as a leaf that requires grad when t did.
+void replaceParameter(Tensor &t, const Tensor &converted) {
+  if (converted.impl() == t.impl()) return;
+  const bool wanted = t.requires_grad();
+  t = converted.detach();
+  if (wanted) t.requires_grad_();
+}
+} // namespace
+
 void ModuleBase::to(Device device) {
+  NoGradGuard noGrad;
   for (auto &[name, t] : params_) {
-    if (t->defined()) *t = t->to(device);
+    if (t->defined()) replaceParameter(*t, t->to(device));
   }
   for (auto &[name, child] : children_) child->to(device);
+}
+
+void ModuleBase::to(DType dtype) {
+  NoGradGuard noGrad;
+  for (auto &[name, t] : params_) {
+    if (t->defined() && isFloating(t->dtype())) replaceParameter(*t, t->to(dtype));
+  }
+  for (auto &[name, child] : children_) child->to(dtype);
+}
+
+std::vector<Tensor> ModuleBase::parameters() const {
+  std::vector<Tensor> out;
+  for (auto &[name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+void ModuleBase::zero_grad() {
+  for (auto &[name, t] : params_) {
+    if (t->defined()) autograd::setGrad(*t, Tensor());
+  }
+  for (auto &[name, child] : children_) child->zero_grad();
 }
 
 std::vector<std::pair<std::string, Tensor>> ModuleBase::named_parameters() const {

@@ -1,9 +1,11 @@
-// The public ops: argument checks, dims normalization, type promotion, then applyOp.
+// The public ops: argument checks, dims normalization, type promotion, then applyOp (which
+// records an autograd node when grad mode is on and an input requires grad).
 #include <algorithm>
 #include <string>
 
 #include <rcjit/Ops.h>
 
+#include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
 #include "tracer/DeviceBackend.h"
 #include "tracer/OpsInternal.h"
@@ -50,7 +52,11 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                      const TensorMeta &meta) {
   Tracer *tr = Tracer::current();
   Tensor r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
-  if (tr) tr->record(op, in, a, r);
+  if (tr) {
+    tr->record(op, in, a, r); // a traced function records no autograd nodes
+  } else if (autograd::gradEnabled() && autograd::anyRequiresGrad(in)) {
+    autograd::record(op, in, a, r);
+  }
   return r;
 }
 } // namespace
@@ -292,6 +298,13 @@ Tensor rms_norm(const Tensor &x, const Tensor &w, double eps) {
 Tensor embedding(const Tensor &weight, const Tensor &ids) {
   return applyOp(OpKind::embedding, {weight, ids}, {});
 }
+Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num) {
+  if (!grad.defined()) return applyOp(OpKind::embedding_backward, {grad, ids}, {});
+  if (num < 0) throw Error("embedding_backward: num must be >= 0, got " + std::to_string(num));
+  Attrs a;
+  a.dims = {num, grad.dim() > 0 ? grad.size(-1) : 0};
+  return applyOp(OpKind::embedding_backward, {grad, ids}, a);
+}
 Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v,
                                     bool causal) {
   Attrs a;
@@ -303,6 +316,23 @@ Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride,
   a.stride = stride;
   a.padding = padding;
   return applyOp(OpKind::conv2d, withOptional({x, w}, b), a);
+}
+
+Tensor conv2d_backward_input(const Tensor &grad, const Tensor &w, const Shape &x_shape,
+                             int64_t stride, int64_t padding) {
+  Attrs a;
+  a.stride = stride;
+  a.padding = padding;
+  a.dims = x_shape;
+  return applyOp(OpKind::conv2d_backward_input, {grad, w}, a);
+}
+Tensor conv2d_backward_weight(const Tensor &grad, const Tensor &x, const Shape &w_shape,
+                              int64_t stride, int64_t padding) {
+  Attrs a;
+  a.stride = stride;
+  a.padding = padding;
+  a.dims = w_shape;
+  return applyOp(OpKind::conv2d_backward_weight, {grad, x}, a);
 }
 
 Tensor reshape(const Tensor &x, Dims shape) {

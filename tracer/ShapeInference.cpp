@@ -293,6 +293,25 @@ TensorMeta inferConv2d(const std::vector<TensorMeta> &in, const Attrs &a) {
   return {x.dtype, {x.shape[0], w.shape[0], h, wd}};
 }
 
+// grad [N, O, OH, OW] with w [O, C, KH, KW] (backward_input; dims = x's shape) or with
+// x [N, C, H, W] (backward_weight; dims = w's shape): the forward conv must give grad's shape.
+TensorMeta inferConv2dBackward(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  expectArity(op, in, 2, 2);
+  expectSameDtype(op, in, 0, 2);
+  expectFloating(op, in[0]);
+  for (const TensorMeta &m : in) expectRank(op, m, "grad and operand", 4, 4);
+  if (a.dims.size() != 4) fail(op, "dims must be a 4-D shape, got " + shapeStr(a.dims));
+  const bool input = op == OpKind::conv2d_backward_input;
+  TensorMeta x{in[0].dtype, input ? a.dims : in[1].shape};
+  TensorMeta w{in[0].dtype, input ? in[1].shape : a.dims};
+  const TensorMeta fwd = inferConv2d({x, w}, a);
+  if (fwd.shape != in[0].shape) {
+    fail(op, "grad " + metaStr(in[0]) + " is not the shape conv2d(" + metaStr(x) + ", " +
+                 metaStr(w) + ") gives, " + shapeStr(fwd.shape));
+  }
+  return {in[0].dtype, a.dims};
+}
+
 TensorMeta inferNorm(OpKind op, const std::vector<TensorMeta> &in) {
   expectArity(op, in, 2, op == OpKind::layer_norm ? 3 : 2);
   const TensorMeta &x = in[0], &w = in[1];
@@ -323,7 +342,7 @@ TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, con
   notHandledBy(op, "inferMatmulCategory");
 }
 
-TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
+TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   switch (op) {
   case OpKind::layer_norm:
   case OpKind::rms_norm:
@@ -338,6 +357,21 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in) {
     s.push_back(in[0].shape[1]);
     return {in[0].dtype, s};
   }
+  case OpKind::embedding_backward: {
+    expectArity(op, in, 2, 2);
+    expectFloating(op, in[0]);
+    if (!isIntegral(in[1].dtype)) fail(op, "ids must be i32 or i64, got " + metaStr(in[1]));
+    Shape want = in[1].shape;
+    if (a.dims.size() == 2) want.push_back(a.dims[1]);
+    if (a.dims.size() != 2 || a.dims[0] < 0 || in[0].shape != want) {
+      fail(op, "expected grad [..., dim] over ids [...] and dims [num, dim], got " + metasStr(in) +
+                   " with dims " + shapeStr(a.dims));
+    }
+    return {in[0].dtype, a.dims};
+  }
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+    return inferConv2dBackward(op, in, a);
   case OpKind::sdpa: {
     expectArity(op, in, 3, 3);
     expectSameDtype(op, in, 0, 3);
@@ -518,7 +552,7 @@ TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
   case OpCategory::Matmul:
     return inferMatmulCategory(op, in, a);
   case OpCategory::Nn:
-    return inferNn(op, in);
+    return inferNn(op, in, a);
   case OpCategory::View:
     return inferView(op, in, a);
   case OpCategory::Copy:

@@ -1,12 +1,17 @@
 // Storage: 64-byte aligned CPU blocks with a bounded cache of large freed blocks; device
-// memory from the device's backend (tracer/DeviceBackend.h).
+// memory from the device's backend (tracer/DeviceBackend.h); the per-device byte counters
+// behind rcjit::memory_stats.
 //
 // Large tensors are allocated and freed on every eager op; returning their pages to the
 // OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
 // more are kept (up to kCacheLimit bytes in all) and handed out again for the same size.
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+
+#include <rcjit/Memory.h>
 
 #include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
@@ -52,6 +57,27 @@ private:
   size_t cached_ = 0;
 };
 
+// Bytes of live tensor storage per device: slot 0 the CPU, slot 1 + i cuda:i.
+struct Counter {
+  std::atomic<int64_t> current{0};
+  std::atomic<int64_t> peak{0};
+};
+constexpr int kMaxDevices = 64;
+std::array<Counter, kMaxDevices + 1> counters;
+
+Counter &counterOf(Device d) {
+  int slot = d.is_cuda() ? 1 + d.index : 0;
+  if (slot < 0 || slot > kMaxDevices) throw Error("memory_stats: no such device " + d.str());
+  return counters[static_cast<size_t>(slot)];
+}
+
+void countAlloc(Counter &c, int64_t bytes) {
+  int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = c.peak.load(std::memory_order_relaxed);
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 BlockCache &blockCache() {
   static BlockCache *cache = new BlockCache(); // never destroyed: storage may outlive statics
   return *cache;
@@ -60,7 +86,17 @@ BlockCache &blockCache() {
 } // namespace
 
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
-  if (!device.is_cpu()) return deviceBackend(device).allocate(nbytes, device);
+  Counter &counter = counterOf(device);
+  const auto counted = static_cast<int64_t>(nbytes);
+  if (!device.is_cpu()) {
+    std::shared_ptr<Storage> s = deviceBackend(device).allocate(nbytes, device);
+    countAlloc(counter, counted);
+    s->release = [inner = std::move(s->release), &counter, counted](void *q) {
+      inner(q);
+      counter.current.fetch_sub(counted, std::memory_order_relaxed);
+    };
+    return s;
+  }
   auto s = std::make_shared<Storage>();
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
@@ -73,12 +109,33 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   s->data = p;
   s->nbytes = nbytes;
   s->device = device;
+  countAlloc(counter, counted);
   if (bytes >= kCacheMin) {
-    s->release = [bytes](void *q) { blockCache().give(q, bytes); };
+    s->release = [bytes, &counter, counted](void *q) {
+      blockCache().give(q, bytes);
+      counter.current.fetch_sub(counted, std::memory_order_relaxed);
+    };
   } else {
-    s->release = [](void *q) { std::free(q); };
+    s->release = [&counter, counted](void *q) {
+      std::free(q);
+      counter.current.fetch_sub(counted, std::memory_order_relaxed);
+    };
   }
   return s;
 }
 
 } // namespace rcjit::detail
+
+namespace rcjit {
+
+MemoryStats memory_stats(Device device) {
+  detail::Counter &c = detail::counterOf(device);
+  return {c.current.load(std::memory_order_relaxed), c.peak.load(std::memory_order_relaxed)};
+}
+
+void reset_peak_memory_stats(Device device) {
+  detail::Counter &c = detail::counterOf(device);
+  c.peak.store(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+} // namespace rcjit

@@ -5,6 +5,7 @@
 #include <rcjit/Ops.h>
 #include <rcjit/Tensor.h>
 
+#include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
@@ -192,7 +193,7 @@ Tensor Tensor::to(Device device) const {
   if (Tracer *tr = Tracer::current()) tr->hostRead("to", *this);
   if (from.is_cuda() && device.is_cuda()) return deviceToHost(*this).to(device);
   if (from.is_cuda()) return deviceToHost(*this);
-  Tensor src = is_contiguous() ? *this : clone();
+  Tensor src = is_contiguous() ? *this : cloneData();
   Tensor out = detail::makeTensor(shape(), dtype(), device);
   detail::deviceBackend(device).copyToDevice(
       out.data_ptr(), src.data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device);
@@ -203,6 +204,14 @@ Tensor Tensor::contiguous() const { return rcjit::contiguous(*this); }
 Tensor Tensor::reshape(Dims shape) const { return rcjit::reshape(*this, std::move(shape)); }
 
 Tensor Tensor::clone() const {
+  Tensor out = cloneData();
+  if (!Tracer::current() && autograd::gradEnabled() && autograd::anyRequiresGrad({*this})) {
+    autograd::record(OpKind::contiguous, {*this}, {}, out); // differentiable, like PyTorch
+  }
+  return out;
+}
+
+Tensor Tensor::cloneData() const {
   if (device().is_cuda() && !is_contiguous()) {
     return eager::run(OpKind::contiguous, {*this}, {}, TensorMeta{dtype(), shape()});
   }
@@ -222,6 +231,7 @@ void Tensor::copy_(const Tensor &src) {
     throw Error("copy_: source shape " + shapeStr(b) + " does not match destination shape " +
                 shapeStr(shape()));
   }
+  impl_->storage->version.fetch_add(1, std::memory_order_relaxed); // saved values go stale
   if (device().is_cpu()) {
     eager::copyInto(*this, src.device().is_cuda() ? deviceToHost(src) : src);
     return;

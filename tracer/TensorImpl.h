@@ -1,5 +1,6 @@
 // The inside of a Tensor: storage, shape, strides, offset, dtype and dynamic-dim marks.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -7,6 +8,10 @@
 #include <vector>
 
 #include <rcjit/Tensor.h>
+
+namespace rcjit::autograd {
+struct AutogradMeta;
+} // namespace rcjit::autograd
 
 namespace rcjit::detail {
 
@@ -16,6 +21,8 @@ struct Storage {
   size_t nbytes = 0;
   Device device;
   std::function<void(void *)> release; // empty: not owned
+  /// Bumped by every in-place write (Tensor::copy_); autograd checks it on saved values.
+  std::atomic<uint32_t> version{0};
   Storage() = default;
   Storage(const Storage &) = delete;
   Storage &operator=(const Storage &) = delete;
@@ -43,6 +50,8 @@ struct TensorImpl {
   int64_t offset = 0; // in elements
   DType dtype = DType::f32;
   std::vector<DimMark> marks;
+  /// Autograd state (autograd/Autograd.h); null for tensors that never required grad.
+  std::shared_ptr<autograd::AutogradMeta> autograd;
 
   char *ptr() const {
     return static_cast<char *>(storage->data) + offset * static_cast<int64_t>(dtypeSize(dtype));

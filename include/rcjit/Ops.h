@@ -86,11 +86,20 @@ Tensor layer_norm(const Tensor &x, const Tensor &w, const Tensor &b, double eps)
 Tensor rms_norm(const Tensor &x, const Tensor &w, double eps);
 /// Rows of weight [num, dim] picked by integer ids: result shape ids.shape + [dim].
 Tensor embedding(const Tensor &weight, const Tensor &ids);
+/// The gradient of embedding's weight: rows of grad [..., dim] summed into row ids[...] of
+/// a zero [num, dim] tensor (a scatter-add; embedding's gradient rule calls it).
+Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num);
 /// softmax(q k^T / sqrt(head_dim) [+ causal mask]) v over [..., seq, head_dim] operands.
 Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v, bool causal);
 /// NCHW convolution, w [out, in, kh, kw]; b may be undefined.
 Tensor conv2d(const Tensor &x, const Tensor &w, const Tensor &b, int64_t stride = 1,
               int64_t padding = 0);
+/// conv2d's gradients (its gradient rule calls them): the gradient of the input x of shape
+/// `x_shape` and of the weight of shape `w_shape` given grad, the gradient of conv2d's output.
+Tensor conv2d_backward_input(const Tensor &grad, const Tensor &w, const Shape &x_shape,
+                             int64_t stride = 1, int64_t padding = 0);
+Tensor conv2d_backward_weight(const Tensor &grad, const Tensor &x, const Shape &w_shape,
+                              int64_t stride = 1, int64_t padding = 0);
 
 // shape (views share storage where the strides allow; reshape copies otherwise)
 Tensor reshape(const Tensor &x, Dims shape); // -1 infers one dim
@@ -103,5 +112,13 @@ Tensor expand(const Tensor &x, Dims shape); // size-1 dims broadcast; -1 keeps a
 Tensor slice(const Tensor &x, int64_t dim, int64_t start, int64_t end);
 Tensor cat(const std::vector<Tensor> &xs, int64_t dim);
 Tensor contiguous(const Tensor &x);
+
+// losses (composed of the ops above, so they fuse when compiled)
+/// Mean over the targets that are not ignore_index of -log_softmax(logits)[target]; logits
+/// [..., C] floating, target integer [...] with values in [0, C) or ignore_index. When every
+/// target is ignored the result is NaN (0/0, like PyTorch) and the gradient is zero.
+Tensor cross_entropy(const Tensor &logits, const Tensor &target, int64_t ignore_index = -100);
+/// Mean of (input - target)^2 over the broadcast shape.
+Tensor mse_loss(const Tensor &input, const Tensor &target);
 
 } // namespace rcjit

@@ -72,19 +72,43 @@ public:
   /// The value of a one-element tensor as a double (a host read, like to_vector).
   double item() const;
 
-  Tensor to(Device device) const; // copies unless already there
-  Tensor to(DType dtype) const;   // converts unless already that dtype
-  Tensor contiguous() const;      // copies only when not contiguous
+  /// Copies unless already there. Not recorded for autograd (the copy is a new leaf).
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const; // converts unless already that dtype
+  Tensor contiguous() const;    // copies only when not contiguous
   Tensor reshape(Dims shape) const;
-  Tensor clone() const; // always copies into new contiguous storage
-  /// Copies src's elements into this tensor (same shape; dtypes converted).
+  /// Always copies into new contiguous storage (recorded for autograd like an op).
+  Tensor clone() const;
+  /// Copies src's elements into this tensor (same shape; dtypes converted). Not recorded
+  /// for autograd: it bumps the storage's version, so a value saved for a pending backward
+  /// that it overwrites makes that backward an Error.
   void copy_(const Tensor &src);
+
+  // Autograd (see rcjit/Autograd.h for grad mode, NoGradGuard and rcjit::grad).
+  /// Marks a leaf whose gradient backward() accumulates into grad(). Only floating tensors
+  /// can require gradients; a non-leaf (an op's result) cannot be switched off (detach() it).
+  Tensor &requires_grad_(bool on = true);
+  /// True for a leaf marked with requires_grad_ and for results recorded from one.
+  bool requires_grad() const;
+  /// True unless this tensor is the recorded result of an op (then it has a grad_fn).
+  bool is_leaf() const;
+  /// The gradient accumulated by backward() into this leaf; undefined before any (and
+  /// after zero_grad()). The returned handle shares the gradient's storage.
+  Tensor grad() const;
+  /// Backpropagates from this tensor into every leaf it depends on, accumulating their
+  /// grad(). `grad` (this tensor's shape) may be omitted for a one-element tensor. The saved
+  /// values of the graph are freed afterwards unless retain_graph is true; a second
+  /// backward through a freed graph is an Error. Not thread-safe for one graph.
+  void backward(const Tensor &grad = Tensor(), bool retain_graph = false) const;
+  /// A new handle on the same storage that is not part of any autograd graph.
+  Tensor detach() const;
 
   /// The implementation, for rcjit's own components.
   const std::shared_ptr<detail::TensorImpl> &impl() const { return impl_; }
 
 private:
   void copyToHost(DType as, void *dst) const;
+  Tensor cloneData() const;
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 

@@ -26,13 +26,22 @@ public:
   ModuleBase &operator=(ModuleBase &&) = delete;
 
   /// Registers `t` (a member of this module) under `name`; an Error if the name is taken.
-  void register_parameter(std::string name, Tensor &t);
+  /// A floating parameter becomes a leaf that requires grad (libtorch's convention); pass
+  /// requires_grad = false for a frozen one.
+  void register_parameter(std::string name, Tensor &t, bool requires_grad = true);
   /// Registers a child module under `name`; it must outlive this module's use.
   void register_module(std::string name, ModuleBase &m);
 
   /// Moves every parameter of this module and its descendants to `device` (each registered
-  /// member is assigned its copy; a parameter already there is left as is).
+  /// member is assigned its copy, a leaf that requires grad when the original did; a
+  /// parameter already there is left as is).
   void to(Device device);
+  /// Converts every floating parameter to `dtype` the same way (leaves stay leaves).
+  void to(DType dtype);
+  /// named_parameters() without the names: what an optimizer takes.
+  std::vector<Tensor> parameters() const;
+  /// Clears the grad() of every parameter (sets it undefined, like PyTorch's set_to_none).
+  void zero_grad();
   /// Every parameter of this module and its descendants, named by dotted path
   /// ("blocks.0.fc.weight"), in registration order, depth first.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;

@@ -171,6 +171,9 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
     return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
   case OpKind::conv2d:    // a library call
   case OpKind::embedding: // a gather, run by the eager kernel
+  case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
+  case OpKind::conv2d_backward_input:  // run by the eager kernel
+  case OpKind::conv2d_backward_weight: // run by the eager kernel
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy) // lowered as is
     return -1;
   }

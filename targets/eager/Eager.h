@@ -19,6 +19,9 @@ Tensor runElementwise(OpKind op, const std::vector<Tensor> &in, const TensorMeta
 Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &out);
 Tensor runMatmul(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
+/// conv2d_backward_input / conv2d_backward_weight (ConvBackward.cpp).
+Tensor runConv2dBackward(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
+                         const TensorMeta &out);
 Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).

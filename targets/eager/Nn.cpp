@@ -1,4 +1,5 @@
-// The eager target's nn kernels: layer_norm, rms_norm, embedding and sdpa (OpenMP loops).
+// The eager target's nn kernels: layer_norm, rms_norm, embedding (and its backward) and sdpa
+// (OpenMP loops).
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -190,6 +191,44 @@ Tensor runEmbedding(const Tensor &weight, const Tensor &ids, const TensorMeta &m
   return y;
 }
 
+/// Sums the rows of grad into rows ids of a zero [num, dim] tensor, in the compute type.
+/// Threads own column ranges, so the sums are race-free and deterministic.
+template <class C>
+void scatterAddRows(const C *g, const int64_t *ids, C *out, int64_t n, int64_t num, int64_t dim) {
+  std::fill(out, out + num * dim, C(0));
+  constexpr int64_t kCols = 64;
+  const int64_t chunks = (dim + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (n * dim > kParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t j0 = c * kCols, j1 = std::min(dim, j0 + kCols);
+    for (int64_t i = 0; i < n; ++i) {
+      const C *src = g + i * dim;
+      C *dst = out + ids[i] * dim;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
+    }
+  }
+}
+
+Tensor runEmbeddingBackward(const Tensor &grad, const Tensor &ids, const TensorMeta &meta) {
+  const int64_t num = meta.shape[0], dim = meta.shape[1];
+  Tensor idc = checkedIds(ids, num);
+  const DType ct = meta.dtype == DType::f64 ? DType::f64 : DType::f32;
+  Tensor gc = contiguousAs(grad, ct);
+  Tensor acc = detail::makeTensor(meta.shape, ct);
+  if (ct == DType::f64) {
+    scatterAddRows(elems<double>(gc), elems<int64_t>(idc), mutableElems<double>(acc), idc.numel(),
+                   num, dim);
+  } else {
+    scatterAddRows(elems<float>(gc), elems<int64_t>(idc), mutableElems<float>(acc), idc.numel(),
+                   num, dim);
+  }
+  if (meta.dtype == ct) return acc;
+  Tensor y = detail::makeTensor(meta.shape, meta.dtype);
+  copyInto(y, acc);
+  return y;
+}
+
 // ---- scaled dot-product attention --------------------------------------------------------
 
 struct AttnSpec {
@@ -271,6 +310,11 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runNorm(op, in, a, out);
   case OpKind::embedding:
     return runEmbedding(in[0], in[1], out);
+  case OpKind::embedding_backward:
+    return runEmbeddingBackward(in[0], in[1], out);
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+    return runConv2dBackward(op, in, a, out);
   case OpKind::sdpa:
     return runSdpa(in, a, out);
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy)

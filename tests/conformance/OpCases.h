@@ -495,6 +495,17 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
        kF32,
        [](const std::vector<Tensor> &v) { return std::vector<Tensor>{embedding(v[0], v[1])}; }});
 
+  t.push_back({"embedding_backward",
+               {{{2, 3, 6}},
+                {{2, 3}, Layout::contiguous, Values::ids, DType::i64, 5},
+                {{4, 6}, Layout::transposed},
+                {{4}, Layout::contiguous, Values::ids, DType::i32, 5}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{embedding_backward(v[0], v[1], 5),
+                                            embedding_backward(v[2], v[3], 7) * 2.0};
+               }});
+
   Fn sdpa = [](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{scaled_dot_product_attention(v[0], v[1], v[2], false)};
   };
@@ -517,6 +528,14 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                  return std::vector<Tensor>{conv2d(v[0], v[1], v[2]),
                                             conv2d(v[0], v[1], v[2], 2, 1),
                                             conv2d(v[0], v[1], Tensor(), 1, 2)};
+               },
+               2});
+  t.push_back({"conv2d_backward",
+               {{{2, 4, 4, 4}}, {{4, 3, 3, 3}}, {{2, 3, 7, 7}}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{conv2d_backward_input(v[0], v[1], {2, 3, 7, 7}, 2, 1),
+                                            conv2d_backward_weight(v[0], v[2], {4, 3, 3, 3}, 2, 1)};
                },
                2});
   t.push_back({"conv2d_relu_chain",

@@ -1,0 +1,387 @@
+// The eager autograd tape and engine, and the Tensor/rcjit autograd API on top of it.
+#include "autograd/Autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <rcjit/Autograd.h>
+#include <rcjit/Ops.h>
+
+#include "autograd/GradRules.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::autograd {
+
+namespace {
+
+thread_local bool tlsGradEnabled = true;
+std::atomic<uint64_t> nextSeq{1};
+
+SavedValue save(const Tensor &t) {
+  return {detachedHandle(t), t.impl()->storage->version.load(std::memory_order_relaxed), false};
+}
+
+// One element for placeholders: on the CPU a shared static zero (never written, not
+// counted by memory_stats), elsewhere a fresh element on the device.
+Tensor placeholderElement(DType dtype, Device device) {
+  if (!device.is_cpu()) return detail::makeTensor({1}, dtype, device);
+  alignas(64) static unsigned char zero[64] = {};
+  return Tensor::from_blob(zero, {1}, dtype);
+}
+
+// t's geometry without its values (see SavedValue).
+SavedValue placeholder(const Tensor &t) {
+  Tensor one = placeholderElement(t.dtype(), t.device());
+  return {detail::makeView(one, t.shape(), Shape(t.shape().size(), 0), 0), 0, true};
+}
+
+std::string where(const char *caller, const Tensor &t) {
+  return std::string(caller) + ": " + std::string(dtypeName(t.dtype())) + shapeStr(t.shape());
+}
+
+void checkSaved(const Node &n, const SavedValue &s) {
+  if (!s.placeholder &&
+      s.value.impl()->storage->version.load(std::memory_order_relaxed) != s.version) {
+    throw Error("backward: a value saved for the gradient of " + std::string(opName(n.op)) +
+                " was modified in place (copy_) after the forward used it; clone() it before "
+                "writing, or run the forward again after the write");
+  }
+}
+
+// Adds g into slot (which may be undefined).
+void accumulate(Tensor &slot, const Tensor &g) { slot = slot.defined() ? slot + g : g; }
+
+// A gradient a leaf may keep: owned alone (no other handle or view aliases it), contiguous.
+Tensor ownedGrad(Tensor g) {
+  const auto &impl = g.impl();
+  if (impl.use_count() == 1 && impl->storage.use_count() == 1 && g.is_contiguous() &&
+      impl->offset == 0 && impl->storage->release)
+    return g;
+  return g.clone();
+}
+
+// The gradient of the root `t` (given or implicit ones), checked against t.
+Tensor rootGrad(const Tensor &t, const Tensor &given, const char *caller) {
+  if (!given.defined()) {
+    if (t.numel() != 1) {
+      throw Error(std::string(caller) +
+                  ": a gradient can be created implicitly only for a one-element tensor, got " +
+                  shapeStr(t.shape()) + "; pass a gradient of that shape");
+    }
+    return Tensor::ones(t.shape(), t.dtype(), t.device());
+  }
+  if (given.shape() != t.shape()) {
+    throw Error(std::string(caller) + ": the gradient's shape " + shapeStr(given.shape()) +
+                " does not match the tensor's shape " + shapeStr(t.shape()));
+  }
+  if (given.device() != t.device()) {
+    throw Error(std::string(caller) + ": the gradient is on " + given.device().str() +
+                " but the tensor on " + t.device().str());
+  }
+  Tensor g = detachedHandle(given);
+  return g.dtype() == t.dtype() ? g : g.to(t.dtype());
+}
+
+// Every node reachable from the roots, in reverse creation order (a reverse topological
+// order: a node's inputs were always recorded before it).
+std::vector<Node *> reachable(const std::vector<Node *> &roots) {
+  std::vector<Node *> out, stack(roots);
+  std::unordered_set<Node *> seen(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    Node *n = stack.back();
+    stack.pop_back();
+    out.push_back(n);
+    for (const Edge &e : n->next) {
+      if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+  std::sort(out.begin(), out.end(), [](Node *a, Node *b) { return a->seq > b->seq; });
+  return out;
+}
+
+void release(Node &n) {
+  n.released = true;
+  n.inputs.clear();
+  n.output = {};
+}
+
+} // namespace
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> owned;
+  auto adopt = [&owned](std::vector<Edge> &edges) {
+    for (Edge &e : edges) {
+      if (e.fn && e.fn.use_count() == 1) owned.push_back(std::move(e.fn));
+    }
+  };
+  adopt(next);
+  while (!owned.empty()) {
+    std::shared_ptr<Node> n = std::move(owned.back());
+    owned.pop_back();
+    adopt(n->next); // n dies here with no unique successors left to recurse into
+  }
+}
+
+bool gradEnabled() { return tlsGradEnabled; }
+void setGradEnabled(bool on) { tlsGradEnabled = on; }
+
+AutogradMeta *metaOf(const Tensor &t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
+
+Tensor detachedHandle(const Tensor &t) {
+  auto impl = std::make_shared<detail::TensorImpl>();
+  const detail::TensorImpl &src = *t.impl();
+  impl->storage = src.storage;
+  impl->shape = src.shape;
+  impl->strides = src.strides;
+  impl->offset = src.offset;
+  impl->dtype = src.dtype;
+  impl->marks = src.marks;
+  return Tensor(std::move(impl));
+}
+
+void setGrad(const Tensor &leaf, const Tensor &grad) {
+  AutogradMeta *m = metaOf(leaf);
+  if (!m) {
+    if (!grad.defined()) return;
+    leaf.impl()->autograd = std::make_shared<AutogradMeta>();
+    m = leaf.impl()->autograd.get();
+  }
+  m->grad = grad;
+}
+
+void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out) {
+  if (!isFloating(out.dtype())) return; // integer and boolean results carry no gradient
+  for (const Tensor &t : in) {
+    if (t.impl() == out.impl()) return; // an identity: out already carries the input's state
+  }
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->attrs = a;
+  node->seq = nextSeq.fetch_add(1, std::memory_order_relaxed);
+  node->inputs.reserve(in.size());
+  node->next.reserve(in.size());
+  const SavedUse use = savedUse(op);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor &t = in[i];
+    node->inputs.push_back(use.input(i) ? save(t) : placeholder(t));
+    Edge e;
+    const std::shared_ptr<AutogradMeta> &m = t.impl()->autograd;
+    if (m && m->requiresGrad) {
+      if (m->gradFn) {
+        e.fn = m->gradFn;
+      } else {
+        e.leaf = m;
+      }
+    }
+    node->next.push_back(std::move(e));
+  }
+  node->output = use.output ? save(out) : placeholder(out);
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->requiresGrad = true;
+  meta->gradFn = std::move(node);
+  out.impl()->autograd = std::move(meta);
+}
+
+std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
+                                const std::vector<Tensor> &rootGrads, bool retainGraph,
+                                const std::vector<Tensor> *inputs, const char *caller) {
+  if (roots.empty()) throw Error(std::string(caller) + ": no outputs to differentiate");
+  if (!rootGrads.empty() && rootGrads.size() != roots.size()) {
+    throw Error(std::string(caller) + ": " + std::to_string(rootGrads.size()) +
+                " gradients given for " + std::to_string(roots.size()) + " outputs");
+  }
+  NoGradGuard noGrad; // the rules' ops are not recorded (no higher-order gradients)
+  std::unordered_map<Node *, Tensor> pending;
+  std::unordered_map<AutogradMeta *, Tensor> leafGrads;
+  std::vector<Node *> rootNodes;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor &t = roots[i];
+    if (!t.defined())
+      throw Error(std::string(caller) + ": output " + std::to_string(i) +
+                  " is an undefined Tensor");
+    AutogradMeta *m = metaOf(t);
+    if (!m || !m->requiresGrad) {
+      throw Error(where(caller, t) +
+                  " does not require grad: nothing it was computed from requires a gradient "
+                  "(call requires_grad_() on a leaf before the forward, outside NoGradGuard)");
+    }
+    Tensor g = rootGrad(t, rootGrads.empty() ? Tensor() : rootGrads[i], caller);
+    if (m->gradFn) {
+      accumulate(pending[m->gradFn.get()], g);
+      rootNodes.push_back(m->gradFn.get());
+    } else {
+      accumulate(leafGrads[m], g);
+    }
+  }
+  // Non-leaf inputs of rcjit::grad: their gradient is what reaches their node.
+  std::unordered_map<Node *, Tensor> captured;
+  if (inputs) {
+    for (const Tensor &t : *inputs) {
+      if (!t.defined()) throw Error(std::string(caller) + ": an input is an undefined Tensor");
+      AutogradMeta *m = metaOf(t);
+      if (!m || !m->requiresGrad) {
+        throw Error(where(caller, t) + " (an input) does not require grad");
+      }
+      if (m->gradFn) captured.emplace(m->gradFn.get(), Tensor());
+    }
+  }
+  const std::vector<Node *> order = reachable(rootNodes);
+  // rcjit::grad computes only the paths that lead to a requested input: an edge is needed
+  // when it reaches a requested leaf, a requested node, or a node that leads to one.
+  std::unordered_set<AutogradMeta *> wantedLeaves;
+  std::unordered_set<Node *> leadsOn;
+  if (inputs) {
+    for (const Tensor &t : *inputs) {
+      if (!metaOf(t)->gradFn) wantedLeaves.insert(metaOf(t));
+    }
+  }
+  auto needed = [&](const Edge &e) {
+    if (!inputs) return e.valid();
+    if (e.fn) return captured.count(e.fn.get()) > 0 || leadsOn.count(e.fn.get()) > 0;
+    return e.leaf && wantedLeaves.count(e.leaf.get()) > 0;
+  };
+  if (inputs) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) { // inputs before consumers
+      for (const Edge &e : (*it)->next) {
+        if (needed(e)) {
+          leadsOn.insert(*it);
+          break;
+        }
+      }
+    }
+  }
+  for (Node *n : order) {
+    auto it = pending.find(n);
+    if (it == pending.end()) continue; // no gradient reached it
+    Tensor g = std::move(it->second);
+    pending.erase(it);
+    if (auto c = captured.find(n); c != captured.end()) c->second = g;
+    if (inputs && !leadsOn.count(n)) continue; // leads to no requested input
+    if (n->released) {
+      throw Error(std::string(caller) +
+                  ": trying to backward through the graph a second time (the values saved "
+                  "for the gradient of " +
+                  std::string(opName(n->op)) +
+                  " were freed by the first backward); pass retain_graph = true to the first "
+                  "backward() or grad() to keep them");
+    }
+    std::vector<Tensor> in;
+    std::vector<bool> needs;
+    in.reserve(n->inputs.size());
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      checkSaved(*n, n->inputs[i]);
+      in.push_back(n->inputs[i].value);
+      needs.push_back(needed(n->next[i]));
+    }
+    checkSaved(*n, n->output);
+    std::vector<Tensor> grads = applyGradRule(n->op, n->attrs, in, n->output.value, g, needs);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      const Edge &e = n->next[i];
+      if (e.fn) {
+        accumulate(pending[e.fn.get()], grads[i]);
+      } else if (e.leaf) {
+        accumulate(leafGrads[e.leaf.get()], grads[i]);
+      }
+    }
+    if (!retainGraph) release(*n);
+  }
+  if (!inputs) {
+    for (auto &[m, g] : leafGrads) {
+      if (m->grad.defined()) {
+        m->grad = m->grad + g;
+      } else {
+        Tensor owned = std::move(g);
+        m->grad = ownedGrad(std::move(owned));
+      }
+    }
+    return {};
+  }
+  std::vector<Tensor> out;
+  for (const Tensor &t : *inputs) {
+    AutogradMeta *m = metaOf(t);
+    if (m->gradFn) {
+      out.push_back(captured[m->gradFn.get()]);
+    } else {
+      auto it = leafGrads.find(m);
+      out.push_back(it == leafGrads.end() ? Tensor() : it->second);
+    }
+  }
+  return out;
+}
+
+std::vector<OpKind> graphOps(const Tensor &t) {
+  std::vector<OpKind> ops;
+  AutogradMeta *m = metaOf(t);
+  if (!m || !m->gradFn) return ops;
+  for (Node *n : reachable({m->gradFn.get()})) ops.push_back(n->op);
+  return ops;
+}
+
+} // namespace rcjit::autograd
+
+namespace rcjit {
+
+bool is_grad_enabled() { return autograd::gradEnabled(); }
+
+NoGradGuard::NoGradGuard() : prev_(autograd::gradEnabled()) { autograd::setGradEnabled(false); }
+NoGradGuard::~NoGradGuard() { autograd::setGradEnabled(prev_); }
+
+std::vector<Tensor> grad(const std::vector<Tensor> &outputs, const std::vector<Tensor> &inputs,
+                         const std::vector<Tensor> &grad_outputs, bool retain_graph) {
+  return autograd::runBackward(outputs, grad_outputs, retain_graph, &inputs, "grad");
+}
+
+Tensor &Tensor::requires_grad_(bool on) {
+  if (!impl_) throw Error("requires_grad_: the Tensor is undefined (default-constructed)");
+  autograd::AutogradMeta *m = impl_->autograd.get();
+  if (m && m->gradFn) {
+    if (on) return *this;
+    throw Error("requires_grad_: only a leaf's flag can be changed, and this tensor is the "
+                "result of " +
+                std::string(opName(m->gradFn->op)) +
+                "; use detach() for a tensor outside the graph");
+  }
+  if (on && !isFloating(dtype())) {
+    throw Error("requires_grad_: only floating tensors can require gradients, got " +
+                std::string(dtypeName(dtype())) + shapeStr(shape()) +
+                "; convert it first, e.g. t.to(DType::f32)");
+  }
+  if (!m) {
+    if (!on) return *this;
+    impl_->autograd = std::make_shared<autograd::AutogradMeta>();
+    m = impl_->autograd.get();
+  }
+  m->requiresGrad = on;
+  return *this;
+}
+
+bool Tensor::requires_grad() const {
+  const autograd::AutogradMeta *m = autograd::metaOf(*this);
+  return m && m->requiresGrad;
+}
+
+bool Tensor::is_leaf() const {
+  const autograd::AutogradMeta *m = autograd::metaOf(*this);
+  return !m || !m->gradFn;
+}
+
+Tensor Tensor::grad() const {
+  const autograd::AutogradMeta *m = autograd::metaOf(*this);
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::backward(const Tensor &grad, bool retain_graph) const {
+  if (!impl_) throw Error("backward: the Tensor is undefined (default-constructed)");
+  autograd::runBackward({*this}, {grad}, retain_graph, nullptr, "backward");
+}
+
+Tensor Tensor::detach() const {
+  if (!impl_) return Tensor();
+  return autograd::detachedHandle(*this);
+}
+
+} // namespace rcjit

@@ -1,0 +1,101 @@
+// The eager autograd tape: per-tensor metadata, recorded nodes, and the backward engine.
+//
+// A node is plain data (op kind, attrs, saved input/output values, one edge per input) so
+// that the same gradient rules (GradRules.h) run on eager tensors here and on traced
+// tensors when a joint forward+backward graph is built.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <rcjit/Tensor.h>
+
+#include "tracer/Graph.h"
+
+namespace rcjit::autograd {
+
+struct Node;
+
+/// What autograd keeps on a TensorImpl. Leaves (gradFn null) accumulate `grad`.
+struct AutogradMeta {
+  bool requiresGrad = false;
+  std::shared_ptr<Node> gradFn; // the node that produced this tensor; null for a leaf
+  Tensor grad;                  // accumulated gradient of a leaf
+};
+
+/// Where the gradient of one node input goes: the node that produced it, or the leaf it
+/// is, or nowhere (the input does not require grad).
+struct Edge {
+  std::shared_ptr<Node> fn;
+  std::shared_ptr<AutogradMeta> leaf;
+  bool valid() const { return fn || leaf; }
+};
+
+/// A value saved for backward, with the storage version it had when saved (copy_ bumps
+/// it; a changed version at backward time is an Error). A value the op's rule does not read
+/// (GradRules.h savedUse) is kept as a placeholder: a stride-0 view of one element with the
+/// value's shape, dtype and device, so the value's own storage can be freed.
+struct SavedValue {
+  Tensor value; // a detached handle (no autograd metadata, so no reference cycles)
+  uint32_t version = 0;
+  bool placeholder = false;
+};
+
+/// One recorded op: out = op(inputs; attrs).
+struct Node {
+  OpKind op = OpKind::input;
+  Attrs attrs;
+  std::vector<SavedValue> inputs;
+  SavedValue output;
+  std::vector<Edge> next; // one per input
+  uint64_t seq = 0;       // creation order: inputs' nodes always have a smaller seq
+  bool released = false;  // saved values freed by a backward without retain_graph
+
+  Node() = default;
+  Node(const Node &) = delete;
+  Node &operator=(const Node &) = delete;
+  /// Frees the chain of nodes only this one keeps alive without recursing (a graph of a
+  /// million sequential ops must not overflow the stack).
+  ~Node();
+};
+
+/// The thread's grad mode (on by default).
+bool gradEnabled();
+void setGradEnabled(bool on);
+
+/// True when some input requires grad (the one check an op pays when grad mode is on).
+inline bool anyRequiresGrad(const std::vector<Tensor> &in);
+
+/// Records `out = op(in; a)` when grad mode is on and an input requires grad; does nothing
+/// for non-floating results. The caller checks that no Tracer is active.
+void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out);
+
+/// The engine behind Tensor::backward and rcjit::grad. With `inputs` null, accumulates into
+/// every reachable leaf's grad; otherwise returns the gradient of each of *inputs.
+std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
+                                const std::vector<Tensor> &rootGrads, bool retainGraph,
+                                const std::vector<Tensor> *inputs, const char *caller);
+
+/// The autograd metadata of t, or null.
+AutogradMeta *metaOf(const Tensor &t);
+/// Replaces a leaf's accumulated gradient (undefined clears it). Used by zero_grad and
+/// the optimizers.
+void setGrad(const Tensor &leaf, const Tensor &grad);
+/// A new handle on t's storage and geometry without autograd metadata.
+Tensor detachedHandle(const Tensor &t);
+/// The op kinds of the nodes reachable from t's grad_fn (tests use it to check coverage).
+std::vector<OpKind> graphOps(const Tensor &t);
+
+} // namespace rcjit::autograd
+
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::autograd {
+inline bool anyRequiresGrad(const std::vector<Tensor> &in) {
+  for (const Tensor &t : in) {
+    const auto &m = t.impl()->autograd;
+    if (m && m->requiresGrad) return true;
+  }
+  return false;
+}
+} // namespace rcjit::autograd

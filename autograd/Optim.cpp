@@ -1,0 +1,116 @@
+// SGD, AdamW and clip_grad_norm_: in-place parameter updates written with the public ops.
+#include <rcjit/Optim.h>
+
+#include <cmath>
+#include <string>
+
+#include <rcjit/Autograd.h>
+#include <rcjit/Ops.h>
+
+#include "autograd/Autograd.h"
+
+namespace rcjit::optim {
+
+namespace {
+
+void checkParams(const std::vector<Tensor> &params, const char *who) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor &p = params[i];
+    if (!p.defined()) {
+      throw Error(std::string(who) + ": parameter " + std::to_string(i) + " is undefined");
+    }
+    if (!p.is_leaf() || !p.requires_grad()) {
+      throw Error(std::string(who) + ": parameter " + std::to_string(i) + " (" +
+                  std::string(dtypeName(p.dtype())) + shapeStr(p.shape()) +
+                  ") must be a leaf that requires grad (requires_grad_(), or module.parameters())");
+    }
+  }
+}
+
+void clearGrads(const std::vector<Tensor> &params) {
+  for (const Tensor &p : params) autograd::setGrad(p, Tensor());
+}
+
+DType stateDtype(const Tensor &p) { return p.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+} // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : params_(std::move(params)), momentum_(params_.size()), options_(options) {
+  checkParams(params_, "SGD");
+}
+
+void SGD::step() {
+  NoGradGuard noGrad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor &p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (options_.weight_decay != 0) g = g + options_.weight_decay * p;
+    if (options_.momentum != 0) {
+      Tensor &buf = momentum_[i];
+      buf = buf.defined() ? options_.momentum * buf + g : g.clone();
+      g = buf;
+    }
+    p.copy_(p - options_.lr * g);
+  }
+}
+
+void SGD::zero_grad() { clearGrads(params_); }
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : params_(std::move(params)), state_(params_.size()), options_(options) {
+  checkParams(params_, "AdamW");
+}
+
+void AdamW::step() {
+  NoGradGuard noGrad;
+  const AdamWOptions &o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor &p = params_[i];
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    State &s = state_[i];
+    const DType dt = stateDtype(p);
+    Tensor g = grad.to(dt), w = p.to(dt);
+    if (!s.m.defined()) {
+      s.m = Tensor::zeros(p.shape(), dt, p.device());
+      s.v = Tensor::zeros(p.shape(), dt, p.device());
+    }
+    const double t = static_cast<double>(++s.steps);
+    s.m = o.beta1 * s.m + (1 - o.beta1) * g;
+    s.v = o.beta2 * s.v + (1 - o.beta2) * (g * g);
+    const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
+    Tensor denom = sqrt(s.v) / std::sqrt(bc2) + o.eps;
+    Tensor updated = w * (1 - o.lr * o.weight_decay) - (o.lr / bc1) * s.m / denom;
+    p.copy_(updated);
+  }
+}
+
+void AdamW::zero_grad() { clearGrads(params_); }
+
+} // namespace rcjit::optim
+
+namespace rcjit {
+
+double clip_grad_norm_(const std::vector<Tensor> &params, double max_norm) {
+  NoGradGuard noGrad;
+  double total = 0;
+  for (const Tensor &p : params) {
+    Tensor g = p.defined() ? p.grad() : Tensor();
+    if (!g.defined()) continue;
+    Tensor g64 = g.to(DType::f64);
+    total += sum(g64 * g64).item();
+  }
+  total = std::sqrt(total);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1) {
+    for (const Tensor &p : params) {
+      Tensor g = p.defined() ? p.grad() : Tensor();
+      if (g.defined()) autograd::setGrad(p, g * coef);
+    }
+  }
+  return total;
+}
+
+} // namespace rcjit

@@ -1,0 +1,66 @@
+// Optimizers (SGD, AdamW) and gradient clipping, with PyTorch's update rules and defaults.
+//
+// An optimizer keeps handles to its parameters (leaves that require grad) and updates
+// their storage in place without recording gradients; parameters whose grad() is
+// undefined are skipped. Not thread-safe: one thread steps an optimizer at a time.
+#pragma once
+#include <vector>
+
+#include <rcjit/Tensor.h>
+
+namespace rcjit::optim {
+
+struct SGDOptions {
+  double lr = 1e-2, momentum = 0, weight_decay = 0;
+};
+
+/// p -= lr * b, where g = grad + weight_decay * p and b = g (first step) or
+/// momentum * b + g (later steps; b = g when momentum is 0).
+class SGD {
+public:
+  explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
+  void step();
+  /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
+  void zero_grad();
+  void set_lr(double lr) { options_.lr = lr; }
+  const SGDOptions &options() const { return options_; }
+
+private:
+  std::vector<Tensor> params_;
+  std::vector<Tensor> momentum_; // per parameter; undefined until its first step
+  SGDOptions options_;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+/// PyTorch's AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g;
+/// v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps),
+/// with t counted per parameter (a parameter without a grad does not advance).
+class AdamW {
+public:
+  explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  void step();
+  /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
+  void zero_grad();
+  void set_lr(double lr) { options_.lr = lr; }
+  const AdamWOptions &options() const { return options_; }
+
+private:
+  struct State {
+    Tensor m, v; // f32 (f64 for f64 parameters); undefined until the first step
+    int64_t steps = 0;
+  };
+  std::vector<Tensor> params_;
+  std::vector<State> state_;
+  AdamWOptions options_;
+};
+
+} // namespace rcjit::optim
+
+namespace rcjit {
+/// Scales every defined grad() of `params` by max_norm / (total + 1e-6) when the total
+/// L2 norm over all of them exceeds max_norm; returns the total norm before clipping.
+double clip_grad_norm_(const std::vector<Tensor> &params, double max_norm);
+} // namespace rcjit

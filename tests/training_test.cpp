@@ -1,0 +1,297 @@
+// Training pieces: losses and optimizers against hand-computed references, gradient
+// clipping, memory accounting, and small models whose training loss falls.
+#include <gtest/gtest.h>
+
+#include "tests/AutogradTestUtil.h"
+#include "tests/TestUtil.h"
+
+#include <cmath>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/ModelGpt2.h"
+#include "tools/Models.h"
+
+using namespace rcjit;
+
+namespace {
+
+using rcjit::test::errorOf;
+using rcjit::test::expectValues;
+using rcjit::test::f64;
+using rcjit::test::leaf;
+
+// ---- losses --------------------------------------------------------------------------
+
+TEST(Losses, CrossEntropyValueAndGradientAreSoftmaxMinusOneHotOverTheCount) {
+  Tensor logits = leaf({1, 2, 3, 0.5, -1, 2, 0, 0, 0}, {3, 3});
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{2, -100, 0}, {3});
+  Tensor loss = cross_entropy(logits, target);
+  std::vector<double> l = logits.to_vector<double>();
+  auto lse = [&](int r) {
+    double s = 0;
+    for (int c = 0; c < 3; ++c) s += std::exp(l[r * 3 + c]);
+    return std::log(s);
+  };
+  const double want = ((lse(0) - l[2]) + (lse(2) - l[6])) / 2;
+  EXPECT_NEAR(loss.item(), want, 1e-12);
+  loss.backward();
+  std::vector<double> g(9, 0);
+  for (int r : {0, 2}) {
+    const int t = r == 0 ? 2 : 0;
+    for (int c = 0; c < 3; ++c) g[r * 3 + c] = (std::exp(l[r * 3 + c] - lse(r)) - (c == t)) / 2;
+  }
+  expectValues(logits.grad(), g);
+}
+
+TEST(Losses, CrossEntropyWithEveryTargetIgnoredIsNaNWithAZeroGradient) {
+  Tensor logits = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{-1, -1}, {2});
+  Tensor loss = cross_entropy(logits, target, -1);
+  EXPECT_TRUE(std::isnan(loss.item()));
+  loss.backward();
+  expectValues(logits.grad(), {0, 0, 0, 0});
+}
+
+TEST(Losses, CrossEntropyOverBatchAndSequenceDims) {
+  Tensor logits = Tensor::randn({2, 3, 5}, 4);
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0}, {2, 3});
+  Tensor flat = cross_entropy(reshape(logits, {6, 5}), reshape(target, {6}));
+  EXPECT_NEAR(cross_entropy(logits, target).item(), flat.item(), 1e-6);
+}
+
+TEST(Losses, CrossEntropyRejectsBadTargets) {
+  Tensor logits = Tensor::randn({2, 3}, 1);
+  std::string msg = errorOf([&] {
+    cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0, 3}, {2}));
+  });
+  EXPECT_NE(msg.find("target 3 is out of range for 3 classes"), std::string::npos) << msg;
+  msg = errorOf([&] { cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0}, {1})); });
+  EXPECT_NE(msg.find("target shape [1] must be the logits' shape without the class dim, [2]"),
+            std::string::npos)
+      << msg;
+  msg = errorOf([&] { cross_entropy(logits, Tensor::zeros({2})); });
+  EXPECT_NE(msg.find("class indices"), std::string::npos) << msg;
+}
+
+TEST(Losses, MseLossValueAndGradient) {
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor t = f64({0, 2, 5, 1}, {2, 2});
+  Tensor loss = mse_loss(x, t);
+  EXPECT_NEAR(loss.item(), (1 + 0 + 4 + 9) / 4.0, 1e-12);
+  loss.backward();
+  expectValues(x.grad(), {2 * 1 / 4.0, 0, 2 * -2 / 4.0, 2 * 3 / 4.0});
+}
+
+// ---- optimizers ----------------------------------------------------------------------
+
+// Gives p the gradient c (by backward of sum(p * c)).
+void setGradTo(Tensor &p, const std::vector<double> &c) { sum(p * f64(c, p.shape())).backward(); }
+
+TEST(Optim, SgdWithMomentumAndWeightDecayMatchesTheFormula) {
+  Tensor p = leaf({1, -2}, {2});
+  optim::SGD opt({p}, {0.1, 0.9, 0.01});
+  std::vector<double> ref = {1, -2}, buf = {0, 0};
+  const std::vector<std::vector<double>> grads = {{0.5, 1}, {-1, 2}, {0.25, 0.25}};
+  for (size_t step = 0; step < grads.size(); ++step) {
+    opt.zero_grad();
+    setGradTo(p, grads[step]);
+    opt.step();
+    for (int i = 0; i < 2; ++i) {
+      double g = grads[step][i] + 0.01 * ref[i];
+      buf[i] = step == 0 ? g : 0.9 * buf[i] + g;
+      ref[i] -= 0.1 * buf[i];
+    }
+    expectValues(p, ref, 1e-12);
+  }
+  EXPECT_TRUE(p.is_leaf());
+  EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Optim, AdamWThreeStepsMatchTheFormula) {
+  Tensor p = leaf({0.5, -1, 2}, {3});
+  optim::AdamWOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.1;
+  optim::AdamW opt({p}, o);
+  std::vector<double> ref = {0.5, -1, 2}, m(3, 0), v(3, 0);
+  const std::vector<std::vector<double>> grads = {{1, -0.5, 0.1}, {0.2, 0.3, -2}, {-1, 0, 0.5}};
+  for (int t = 1; t <= 3; ++t) {
+    opt.zero_grad();
+    setGradTo(p, grads[t - 1]);
+    opt.step();
+    for (int i = 0; i < 3; ++i) {
+      const double g = grads[t - 1][i];
+      ref[i] *= 1 - o.lr * o.weight_decay;
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+      const double mhat = m[i] / (1 - std::pow(o.beta1, t));
+      const double vhat = v[i] / (1 - std::pow(o.beta2, t));
+      ref[i] -= o.lr * mhat / (std::sqrt(vhat) + o.eps);
+    }
+    expectValues(p, ref, 1e-12);
+  }
+}
+
+TEST(Optim, ParametersWithoutAGradAreSkippedAndSetLrApplies) {
+  Tensor a = leaf({1}, {1}), b = leaf({1}, {1});
+  optim::AdamW opt({a, b}, {});
+  setGradTo(a, {1});
+  opt.step();
+  expectValues(b, {1});
+  EXPECT_LT(a.item(), 1);
+  optim::SGD sgd({b});
+  sgd.set_lr(0.5);
+  setGradTo(b, {1});
+  sgd.step();
+  expectValues(b, {0.5});
+  sgd.zero_grad();
+  EXPECT_FALSE(b.grad().defined());
+}
+
+TEST(Optim, RejectsParametersThatDoNotRequireGrad) {
+  std::string msg = errorOf([] { optim::SGD({Tensor::zeros({2})}); });
+  EXPECT_NE(msg.find("must be a leaf that requires grad"), std::string::npos) << msg;
+}
+
+TEST(Optim, ClipGradNormScalesToMaxNormAndReturnsTheNormBefore) {
+  Tensor a = leaf({0, 0}, {2}), b = leaf({0}, {1}), unused = leaf({0}, {1});
+  setGradTo(a, {3, 0});
+  setGradTo(b, {4});
+  EXPECT_NEAR(clip_grad_norm_({a, b, unused}, 10.0), 5.0, 1e-12);
+  expectValues(a.grad(), {3, 0}); // below max_norm: unchanged
+  EXPECT_NEAR(clip_grad_norm_({a, b, unused}, 1.0), 5.0, 1e-12);
+  const double scale = 1.0 / (5.0 + 1e-6);
+  expectValues(a.grad(), {3 * scale, 0});
+  expectValues(b.grad(), {4 * scale});
+  EXPECT_FALSE(unused.grad().defined());
+}
+
+// ---- memory accounting ---------------------------------------------------------------
+
+TEST(MemoryStats, CountsLiveStorageAndThePeak) {
+  reset_peak_memory_stats();
+  const MemoryStats before = memory_stats();
+  EXPECT_EQ(before.peak_bytes, before.current_bytes);
+  const int64_t bytes = 4 << 20;
+  {
+    Tensor t = Tensor::empty({bytes / 4});
+    Tensor view = reshape(t, {2, -1}); // a view: no new storage
+    const MemoryStats during = memory_stats();
+    EXPECT_EQ(during.current_bytes, before.current_bytes + bytes);
+    EXPECT_GE(during.peak_bytes, before.current_bytes + bytes);
+  }
+  const MemoryStats after = memory_stats();
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_GE(after.peak_bytes, before.current_bytes + bytes);
+  reset_peak_memory_stats();
+  EXPECT_EQ(memory_stats().peak_bytes, memory_stats().current_bytes);
+}
+
+TEST(MemoryStats, BackwardFreesTheSavedValues) {
+  Tensor x = Tensor::randn({256, 256}, 1).requires_grad_();
+  const int64_t base = memory_stats().current_bytes;
+  Tensor y = sum(exp(tanh(x * 2.0)));
+  EXPECT_GT(memory_stats().current_bytes, base); // saved intermediates
+  y.backward();
+  y = Tensor();
+  const int64_t gradBytes = x.grad().numel() * 4;
+  EXPECT_EQ(memory_stats().current_bytes, base + gradBytes);
+}
+
+TEST(MemoryStats, OpsWhoseRulesReadNoValuesSaveNone) {
+  Tensor x = Tensor::randn({256, 256}, 1).requires_grad_();
+  const int64_t base = memory_stats().current_bytes;
+  Tensor y = sum(reshape(x + 1.0, {-1})); // add, reshape and sum need only shapes
+  EXPECT_LT(memory_stats().current_bytes - base, 1024) << "the [256, 256] sum was kept";
+  y.backward();
+  EXPECT_TRUE(allclose(x.grad(), Tensor::ones({256, 256})));
+}
+
+// ---- training ------------------------------------------------------------------------
+
+struct Mlp : nn::Module<Mlp> {
+  nn::Linear fc1, fc2;
+  Mlp() : fc1(8, 32, true, 1), fc2(32, 4, true, 2) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor &x) { return fc2(relu(fc1(x))); }
+};
+
+TEST(Training, TwoLayerMlpLossFallsWithAdamW) {
+  Mlp net;
+  Tensor x = Tensor::randn({16, 8}, 7);
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 4);
+  Tensor y = Tensor::from_vector(labels, {16});
+  optim::AdamW opt(net.parameters(), {.lr = 1e-2});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.25 * first) << "first " << first << ", last " << last;
+}
+
+TEST(Training, Bf16MlpLossFallsWithSgdMomentum) {
+  Mlp net;
+  net.to(DType::bf16);
+  for (const Tensor &p : net.parameters()) {
+    ASSERT_EQ(p.dtype(), DType::bf16);
+    ASSERT_TRUE(p.requires_grad() && p.is_leaf());
+  }
+  Tensor x = Tensor::randn({16, 8}, 7, DType::bf16);
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 4);
+  Tensor y = Tensor::from_vector(labels, {16});
+  optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    EXPECT_EQ(loss.dtype(), DType::bf16);
+    loss.backward();
+    EXPECT_EQ(net.fc1.weight.grad().dtype(), DType::bf16);
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
+TEST(Training, TinyGpt2LossFallsWithAdamW) {
+  tools::Gpt2Config cfg;
+  cfg.name = "tiny-gpt2";
+  cfg.hidden = 32;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.vocab = 50;
+  cfg.context = 16;
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 9;
+  auto model = tools::buildGpt2(cfg, c);
+  std::vector<int64_t> tokens;
+  for (int i = 0; i < 18; ++i) tokens.push_back((i * 7 + 3) % 50);
+  Tensor ids = Tensor::from_vector(tokens, {2, 9});
+  Tensor inputs = contiguous(slice(ids, 1, 0, 8)), targets = contiguous(slice(ids, 1, 1, 9));
+  std::vector<Tensor> params = model->module().parameters();
+  for (const Tensor &p : params) ASSERT_TRUE(p.requires_grad() && p.is_leaf());
+  optim::AdamW opt(params, {.lr = 1e-2});
+  double first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward({inputs}), targets);
+    loss.backward();
+    clip_grad_norm_(params, 1.0);
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
+} // namespace
