@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "targets/cuda/CudaRuntime.h"
+#include "tracer/CheckedSize.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::detail {
@@ -70,13 +71,16 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
     return s;
   }
   auto s = std::make_shared<Storage>();
+  if (nbytes > static_cast<size_t>(kMaxTensorBytes)) {
+    throw AllocationError(std::to_string(nbytes) + " bytes is more than a tensor may span");
+  }
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
   void *p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
   if (!p) p = std::aligned_alloc(kAlign, bytes);
   if (!p) {
-    throw Error("out of memory: could not allocate " + std::to_string(nbytes) +
-                " bytes for a tensor on the CPU");
+    throw AllocationError("out of memory on the CPU (aligned_alloc of " + std::to_string(bytes) +
+                          " bytes failed)");
   }
   s->data = p;
   s->nbytes = nbytes;
