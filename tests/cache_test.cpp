@@ -1,5 +1,6 @@
 // The persistent compile cache: cross-process hits, damaged and forged entries, concurrent
 // writers, eviction, artifacts, the key file and the `rcjit cache` command.
+#include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -337,6 +338,104 @@ TEST(CacheDisk, EntryForgedWithoutTheSecretIsRejected) {
     return forged;
   };
   expectRecompiledAfter(p, "forged", forge, "authentication failed");
+}
+
+// ---- objects that are damaged but correctly signed (what importing a bad blob makes)
+
+// Rewrites the object inside every entry with `edit` and re-signs the entry.
+Damage objectEdit(const cache::Secret &secret, std::function<void(std::vector<uint8_t> &)> edit) {
+  return resigned(secret, [edit](cache::EntryFields &e, cache::Secret &) { edit(e.payload); });
+}
+
+template <class T> T &elfAt(std::vector<uint8_t> &b, uint64_t off) {
+  EXPECT_LE(off + sizeof(T), b.size());
+  return *reinterpret_cast<T *>(b.data() + off);
+}
+
+// Calls f on every section header of the ELF object in b.
+void forEachSection(std::vector<uint8_t> &b, const std::function<void(Elf64_Shdr &)> &f) {
+  auto &h = elfAt<Elf64_Ehdr>(b, 0);
+  for (int i = 0; i < h.e_shnum; ++i) f(elfAt<Elf64_Shdr>(b, h.e_shoff + i * sizeof(Elf64_Shdr)));
+}
+
+// A signed entry whose object is unusable must be evicted and recompiled (correct results),
+// and the next process must hit the replaced, good entry. Before: garbage or truncated
+// objects were an Error on every run, and malformed ELF could crash the linker.
+void expectObjectEvicted(Pristine &p, const char *what, const Damage &damage,
+                         const std::string &reason) {
+  SCOPED_TRACE(what);
+  for (const auto &[f, bytes] : p.entries) writeBytes(f, damage(keyOf(f), bytes));
+  Child r = runChild(p.c, "");
+  EXPECT_EQ(r["ok"], 1);
+  EXPECT_EQ(r["rejections"], static_cast<double>(p.entries.size()));
+  EXPECT_NE(r.log.find("rejected cached object rcjit-"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(reason), std::string::npos) << r.log;
+  EXPECT_EQ(r["disk_writes"], static_cast<double>(p.entries.size())); // recompiled and stored
+  expectAllHits(runChild(p.c, ""));
+}
+
+TEST(CacheDisk, SignedButDamagedObjectsAreEvictedAndRecompiled) {
+  Pristine p;
+  cache::Secret secret = p.c.secret();
+  expectObjectEvicted(p, "garbage",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   for (size_t i = 0; i < b.size(); ++i)
+                                     b[i] = static_cast<uint8_t>(i * 7);
+                                 }),
+                      "not a 64-bit little-endian ELF file");
+  expectObjectEvicted(p, "truncated",
+                      objectEdit(secret, [](std::vector<uint8_t> &b) { b.resize(b.size() / 2); }),
+                      "rejected cached object");
+  expectObjectEvicted(p, "section headers past the end",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   elfAt<Elf64_Ehdr>(b, 0).e_shoff = uint64_t{1} << 40;
+                                 }),
+                      "bad section headers");
+  expectObjectEvicted(p, "section contents past the end",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [](Elf64_Shdr &s) {
+                                     if (s.sh_type == SHT_PROGBITS) s.sh_size = uint64_t{1} << 40;
+                                   });
+                                 }),
+                      "contents lie outside");
+  expectObjectEvicted(p, "relocation outside its section",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_RELA || s.sh_size == 0) return;
+                                     elfAt<Elf64_Rela>(b, s.sh_offset).r_offset = uint64_t{1} << 40;
+                                   });
+                                 }),
+                      "a relocation at offset 1099511627776 lies outside");
+  expectObjectEvicted(p, "relocation naming a missing symbol",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_RELA || s.sh_size == 0) return;
+                                     auto &r = elfAt<Elf64_Rela>(b, s.sh_offset);
+                                     r.r_info = ELF64_R_INFO(1u << 30, ELF64_R_TYPE(r.r_info));
+                                   });
+                                 }),
+                      "names a symbol past the symbol table");
+  // Structurally sound but the kernels are gone: linking (the lookup) fails instead.
+  expectObjectEvicted(p, "kernel symbols undefined",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_SYMTAB) return;
+                                     for (uint64_t o = s.sh_offset;
+                                          o + sizeof(Elf64_Sym) <= s.sh_offset + s.sh_size;
+                                          o += sizeof(Elf64_Sym)) {
+                                       auto &sym = elfAt<Elf64_Sym>(b, o);
+                                       if (ELF64_ST_TYPE(sym.st_info) == STT_FUNC)
+                                         sym.st_shndx = SHN_UNDEF;
+                                     }
+                                   });
+                                 }),
+                      "it failed to link");
 }
 
 TEST(CacheDisk, FourProcessesShareOneDirectory) {

@@ -120,9 +120,10 @@ std::string hostCodegenId() {
   return id;
 }
 
-CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
-                                  const std::string &moduleId, const CpuCompileOptions &options) {
-  checkNames(kernels);
+namespace {
+
+CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std::string &moduleId,
+                               const CpuCompileOptions &options) {
   CpuJit &jit = processJit();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
@@ -154,6 +155,21 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }
   return out;
+}
+
+} // namespace
+
+CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
+                                  const std::string &moduleId, const CpuCompileOptions &options) {
+  checkNames(kernels);
+  try {
+    return compileOnce(kernels, moduleId, options);
+  } catch (const Error &e) {
+    // A cached object that passed validation but does not link (e.g. a symbol renamed) is
+    // evicted and the module compiled once more, from IR.
+    if (!forgetCachedObject(moduleId, e.what())) throw;
+  }
+  return compileOnce(kernels, moduleId, options);
 }
 
 } // namespace rcjit::cpu
