@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -511,6 +512,37 @@ TEST(CacheArtifacts, MalformedBlobsAreErrors) {
   std::vector<uint8_t> blob = cache::save_artifacts();
   blob.resize(blob.size() - 1);
   EXPECT_THROW(cache::load_artifacts(blob), Error);
+}
+
+// An 11-byte zstd frame whose header claims 1.9 GB: the whole claim was allocated (and
+// zero-filled) before decompression failed.
+TEST(CacheArtifacts, FrameClaimingMoreThanItCanHoldIsRefusedUpFront) {
+  // magic, descriptor (single segment, 4-byte content size), 0x70000000, then 2 bytes.
+  const std::vector<uint8_t> frame = {0x28, 0xb5, 0x2f, 0xfd, 0xa0, 0x00,
+                                      0x00, 0x00, 0x70, 0x00, 0x00};
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::string e;
+  try {
+    cache::load_artifacts(frame);
+  } catch (const Error &err) {
+    e = err.what();
+  }
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_NE(e.find("its header claims 1879048192 bytes, more than its 11 compressed bytes can "
+                   "hold"),
+            std::string::npos)
+      << e;
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory grown";
+  // A frame truncated mid-stream is an Error too (streamed, with a correct size claim).
+  std::vector<uint8_t> blob = cache::save_artifacts();
+  for (size_t cut : {blob.size() / 2, blob.size() - 3}) {
+    std::vector<uint8_t> part(blob.begin(), blob.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_THROW(cache::load_artifacts(part), Error) << cut;
+  }
+  std::vector<uint8_t> trailing = blob;
+  trailing.push_back(0);
+  EXPECT_THROW(cache::load_artifacts(trailing), Error);
 }
 
 TEST(CacheKey, ContentKeysAreStableSafeNames) {
