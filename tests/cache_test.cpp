@@ -615,4 +615,51 @@ TEST(CacheCli, StatsExportImportClear) {
   EXPECT_EQ(rc5 >> 8, 2) << bad;
 }
 
+// Import into a directory that cannot be written, or export from one that does not exist,
+// used to report success ("imported 1 entries", exit 0).
+TEST(CacheCli, ImportAndExportIntoUnusableDirectoriesFail) {
+  TempCache a;
+  expectColdCompile(runChild(a, ""));
+  fs::path blob = a.root / "export.bin";
+  auto cli = [&](const std::string &args) {
+    std::string out = (a.root / "cli.txt").string();
+    std::string cmd = "RCJIT_CACHE_DIR=" + a.dir.string() +
+                      " RCJIT_CACHE_KEY_FILE=" + a.key.string() + " " + RCJIT_CLI + " cache " +
+                      args + " > " + out + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    return std::make_pair(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, readText(out));
+  };
+  auto [rc0, exported] = cli("export " + blob.string());
+  ASSERT_EQ(rc0, 0) << exported;
+  fs::path file = a.root / "a-file";
+  writeBytes(file, {1, 2, 3});
+  auto [rc1, intoFile] = cli("import " + blob.string() + " --dir " + file.string());
+  EXPECT_EQ(rc1, 1) << intoFile;
+  EXPECT_NE(intoFile.find("'" + file.string() + "' is not a directory"), std::string::npos)
+      << intoFile;
+  auto [rc2, underFile] = cli("import " + blob.string() + " --dir " + (file / "sub").string());
+  EXPECT_EQ(rc2, 1) << underFile;
+  EXPECT_NE(underFile.find("cannot create the cache directory"), std::string::npos) << underFile;
+  auto [rc3, missing] =
+      cli("export " + (a.root / "x.bin").string() + " --dir " + (a.root / "missing").string());
+  EXPECT_EQ(rc3, 1) << missing;
+  EXPECT_NE(missing.find("does not exist"), std::string::npos) << missing;
+  EXPECT_FALSE(fs::exists(a.root / "x.bin"));
+  auto [rc4, off] = cli("import " + blob.string() + " --dir off");
+  EXPECT_EQ(rc4, 1) << off;
+  EXPECT_NE(off.find("the disk cache is off"), std::string::npos) << off;
+  if (::geteuid() != 0) { // root writes anywhere
+    fs::path ro = a.root / "read-only";
+    fs::create_directories(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    auto [rc5, denied] = cli("import " + blob.string() + " --dir " + ro.string());
+    EXPECT_EQ(rc5, 1) << denied;
+    EXPECT_NE(denied.find("is not writable"), std::string::npos) << denied;
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+  auto [rc6, fine] = cli("import " + blob.string() + " --dir " + (a.root / "fresh").string());
+  EXPECT_EQ(rc6, 0) << fine;
+  EXPECT_FALSE(entryFiles(a.root / "fresh").empty());
+}
+
 } // namespace
