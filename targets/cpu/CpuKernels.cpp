@@ -1,8 +1,10 @@
 // LoopKernels → one LLVM module with the CPU outer loop → optimized machine code via CpuJit.
 #include "targets/cpu/CpuKernels.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include <llvm/Config/llvm-config.h>
@@ -26,8 +28,67 @@ namespace {
 using llvm::Value;
 using Values = std::vector<Value *>;
 
+// A feature set: its canonical name, the LLVM CPU it compiles for ("" = the host) and the
+// host features it needs.
+struct FeatureSet {
+  const char *name;
+  const char *llvmCpu;
+  std::vector<const char *> needs;
+};
+
+const FeatureSet &featureSet(const std::string &name) {
+  static const FeatureSet sets[] = {
+      {"native", "", {}},
+      {"x86-64-v2", "x86-64-v2", {"sse4.2", "popcnt", "ssse3", "cx16"}},
+      {"avx2", "x86-64-v3", {"avx2", "fma", "bmi2", "f16c", "movbe"}},
+      {"avx512", "x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
+  };
+  for (const FeatureSet &s : sets) {
+    if (name == s.name || (*s.llvmCpu && name == s.llvmCpu)) {
+      if (*s.llvmCpu && llvm::sys::getProcessTriple().rfind("x86_64", 0) != 0) {
+        throw Error("CPU feature set '" + name + "' is for x86-64 hosts only");
+      }
+      llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+      for (const char *f : s.needs) {
+        if (!host.lookup(f)) {
+          throw Error("CPU feature set '" + name + "' needs " + f +
+                      ", which this CPU lacks (its code would not run here)");
+        }
+      }
+      return s;
+    }
+  }
+  throw Error("unknown CPU feature set '" + name +
+              "' (expected native, x86-64-v2, avx2 or avx512; e.g. RCJIT_CPU_FEATURES=avx2)");
+}
+
+std::mutex &featuresMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The selected set's name; initialized from RCJIT_CPU_FEATURES on first use.
+std::string &selectedFeatures() {
+  static std::string name = [] {
+    const char *env = std::getenv("RCJIT_CPU_FEATURES");
+    std::string n = env && *env ? env : "native";
+    try {
+      return std::string(featureSet(n).name);
+    } catch (const Error &e) {
+      throw Error(std::string("RCJIT_CPU_FEATURES: ") + e.what());
+    }
+  }();
+  return name;
+}
+
+// The JIT of the selected feature set (one per set used, created on first use).
 CpuJit &processJit() {
-  static std::unique_ptr<CpuJit> jit = withObjectCache(CpuJit::create()); // retried on throw
+  static std::map<std::string, std::unique_ptr<CpuJit>> *jits =
+      new std::map<std::string, std::unique_ptr<CpuJit>>(); // never destroyed: code lives on
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  const std::string &name = selectedFeatures();
+  std::unique_ptr<CpuJit> &jit = (*jits)[name];
+  if (!jit) jit = withObjectCache(CpuJit::create(featureSet(name).llvmCpu)); // retried on throw
   return *jit;
 }
 
@@ -106,18 +167,35 @@ std::string printModule(const llvm::Module &m) {
 
 } // namespace
 
+std::string cpuFeatures() {
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  return selectedFeatures();
+}
+
+void setCpuFeatures(const std::string &name) {
+  const FeatureSet &s = featureSet(name); // throws before anything changes
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  selectedFeatures() = s.name;
+}
+
 std::string hostCodegenId() {
-  static const std::string id = [] {
-    std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; " +
-                    llvm::sys::getHostCPUName().str() + ";";
+  static const std::string hostPart = [] {
+    std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; ";
+    std::string native = llvm::sys::getHostCPUName().str() + ";";
     std::map<std::string, bool> features; // sorted: the key must not depend on hash order
     for (const auto &f : llvm::sys::getHostCPUFeatures()) {
       features[f.getKey().str()] = f.getValue();
     }
-    for (const auto &[name, on] : features) s += (on ? " +" : " -") + name;
-    return s + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
+    for (const auto &[name, on] : features) native += (on ? " +" : " -") + name;
+    return s + "\n" + native;
   }();
-  return id;
+  const std::string features = cpuFeatures();
+  const size_t cut = hostPart.find('\n');
+  std::string id =
+      hostPart.substr(0, cut) + (features == "native"
+                                     ? hostPart.substr(cut + 1)
+                                     : "cpu " + std::string(featureSet(features).llvmCpu) + ";");
+  return id + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
 }
 
 namespace {
