@@ -138,7 +138,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
   spec->library.resize(l.steps.size());
   for (size_t i = 0; i < l.steps.size(); ++i) {
     if (l.steps[i].kind == Step::Kind::library)
-      spec->library[i] = LibraryStep::create(l, l.steps[i]);
+      spec->library[i] = LibraryStep::create(l, l.steps[i], !p.symbols.ranges.empty());
   }
   return spec;
 }
