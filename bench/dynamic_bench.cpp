@@ -9,6 +9,8 @@
 // (ii) Per-call overhead of a one-op function (x + 1 on [4, 8]): eager, compiled with static
 //      guards, compiled with a mark_dynamic dim; and the same with two sizes alternating
 //      (static guards: two entries, the second found after the first's guards fail).
+// (iii) A shape storm: x [s, 8] @ w [8, 8] with a new s on every call (up to 16384 sizes),
+//      eager (a oneDNN primitive per new shape) vs compiled with s symbolic.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -143,6 +145,35 @@ void BM_OneOpDynamicTwoSizes(benchmark::State &state) {
   state.counters["entries"] = fast.stats().compiles;
 }
 BENCHMARK(BM_OneOpDynamicTwoSizes);
+
+// x [s, 8] for s = 2, 3, ...: every call a size not seen before (views of one tensor).
+struct Storm {
+  static constexpr int64_t kSizes = 16384;
+  Tensor big = Tensor::randn({kSizes + 2, 8}, 1);
+  Tensor w = Tensor::randn({8, 8}, 2);
+  int64_t next = 2;
+  Tensor take() {
+    if (next >= kSizes + 2) next = 2;
+    Tensor x = slice(big, 0, 0, next++);
+    mark_dynamic(x, 0, 2, kSizes + 2);
+    return x;
+  }
+};
+
+void BM_StormMatmulEager(benchmark::State &state) {
+  Storm s;
+  for (auto _ : state) benchmark::DoNotOptimize(matmul(s.take(), s.w));
+}
+BENCHMARK(BM_StormMatmulEager)->Iterations(4000);
+
+void BM_StormMatmulCompiled(benchmark::State &state) {
+  Storm s;
+  auto f = compile([&s](const Tensor &x) { return matmul(x, s.w); });
+  f(s.take()); // compiles the symbolic entry
+  for (auto _ : state) benchmark::DoNotOptimize(f(s.take()));
+  state.counters["entries"] = f.stats().compiles;
+}
+BENCHMARK(BM_StormMatmulCompiled)->Iterations(4000);
 
 } // namespace
 

@@ -3,7 +3,9 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include <rcjit/Error.h>
 
@@ -16,6 +18,12 @@ namespace {
 
 constexpr char kMagic[8] = {'R', 'C', 'J', 'I', 'T', 'A', 'R', 'T'};
 constexpr uint64_t kMaxBlob = uint64_t(16) << 30; // refuses decompression bombs
+// No zstd block yields more than 128 KiB and none takes fewer than 4 bytes (an RLE block),
+// so n compressed bytes never hold more than n * 32768: the most a header may claim.
+constexpr uint64_t kMaxRatio = 32768;
+// The largest window our blobs need (level 9 uses 2^22 at most); larger is refused.
+constexpr int kWindowLogMax = 24;
+constexpr size_t kChunk = size_t{1} << 20;
 
 void put(std::vector<uint8_t> &out, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -58,17 +66,53 @@ private:
   size_t pos_ = 0;
 };
 
+// Streams the frame into memory that grows only as real output arrives, never past the
+// size its header declares, which itself must be one the compressed bytes can justify.
 std::vector<uint8_t> decompress(const std::vector<uint8_t> &blob) {
   unsigned long long size = ZSTD_getFrameContentSize(blob.data(), blob.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > kMaxBlob) {
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN) {
     throw Error("load_artifacts: not an rcjit artifact blob (no valid zstd frame)");
   }
-  std::vector<uint8_t> out(size);
-  size_t got = ZSTD_decompress(out.data(), out.size(), blob.data(), blob.size());
-  if (ZSTD_isError(got) || got != size) {
-    throw Error(std::string("load_artifacts: corrupt blob: ") +
-                (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
+  const uint64_t justified = std::min<uint64_t>(kMaxBlob, blob.size() * kMaxRatio);
+  if (size > justified) {
+    throw Error("load_artifacts: corrupt blob: its header claims " + std::to_string(size) +
+                " bytes, more than its " + std::to_string(blob.size()) +
+                " compressed bytes can hold (at most " + std::to_string(justified) + ")");
   }
+  std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream *)> ds(ZSTD_createDStream(),
+                                                               ZSTD_freeDStream);
+  if (!ds) throw Error("load_artifacts: out of memory (zstd)");
+  ZSTD_DCtx_setParameter(ds.get(), ZSTD_d_windowLogMax, kWindowLogMax);
+  std::vector<uint8_t> out;
+  ZSTD_inBuffer in{blob.data(), blob.size(), 0};
+  size_t produced = 0;
+  for (;;) {
+    // One spare byte past the declared size: zstd always has room, and output that uses it
+    // is more than the header declared.
+    if (produced == out.size() && out.size() <= size) {
+      out.resize(std::min<uint64_t>(size + 1, out.size() + kChunk));
+    }
+    ZSTD_outBuffer o{out.data() + produced, out.size() - produced, 0};
+    const size_t inBefore = in.pos;
+    size_t r = ZSTD_decompressStream(ds.get(), &o, &in);
+    if (ZSTD_isError(r)) {
+      throw Error(std::string("load_artifacts: corrupt blob: ") + ZSTD_getErrorName(r));
+    }
+    produced += o.pos;
+    if (produced > size) {
+      throw Error("load_artifacts: corrupt blob: more data than its header declares");
+    }
+    if (r == 0) break; // the frame is complete (checksum verified)
+    if (o.pos == 0 && in.pos == inBefore) {
+      throw Error("load_artifacts: the blob is truncated or corrupt");
+    }
+  }
+  if (produced != size || in.pos != in.size) {
+    throw Error("load_artifacts: corrupt blob: " + std::to_string(produced) + " bytes of the " +
+                std::to_string(size) + " its header declares" +
+                (in.pos != in.size ? ", then trailing bytes" : ""));
+  }
+  out.resize(produced);
   return out;
 }
 

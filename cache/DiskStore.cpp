@@ -171,6 +171,11 @@ size_t DiskStore::evict() {
   return removed;
 }
 
+void DiskStore::remove(const std::string &key) {
+  std::error_code ec;
+  fs::remove(pathOf(key), ec);
+}
+
 void DiskStore::clear() {
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {

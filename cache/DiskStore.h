@@ -30,6 +30,8 @@ public:
   size_t evict();
   /// Removes every entry and temp file.
   void clear();
+  /// Removes the entry for `key`, if any.
+  void remove(const std::string &key);
 
   struct Report {
     uint64_t entries = 0, bytes = 0, valid = 0, invalid = 0;

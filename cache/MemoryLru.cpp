@@ -24,6 +24,15 @@ void MemoryLru::put(const std::string &key, Bytes value) {
   evictLocked();
 }
 
+void MemoryLru::erase(const std::string &key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) {
+    bytes_ -= it->second->second->size();
+    order_.erase(it->second);
+    index_.erase(it);
+  }
+}
+
 void MemoryLru::setMaxBytes(uint64_t maxBytes) {
   std::lock_guard<std::mutex> lock(mu_);
   maxBytes_ = maxBytes;

@@ -21,6 +21,8 @@ public:
   Bytes get(const std::string &key);
   /// Inserts or replaces `key`, then evicts the least recently used entries over the bound.
   void put(const std::string &key, Bytes value);
+  /// Drops `key` if present.
+  void erase(const std::string &key);
   void setMaxBytes(uint64_t maxBytes);
   void clear();
   uint64_t bytes() const;

@@ -118,6 +118,13 @@ void ObjectStore::warm(const std::string &key, Bytes object) {
   if (std::shared_ptr<DiskStore> d = disk()) d->write(key, *object);
 }
 
+void ObjectStore::evict(const std::string &key, const std::string &why) {
+  counters_.rejections.fetch_add(1, std::memory_order_relaxed);
+  memory_.erase(key);
+  if (std::shared_ptr<DiskStore> d = disk()) d->remove(key);
+  logging::emit(logging::CacheRejectEvent{.key = key, .reason = why + " (recompiling)", .deleted = true});
+}
+
 void ObjectStore::setDir(const std::string &dir) {
   std::lock_guard<std::mutex> lock(mu_);
   dir_ = dir;

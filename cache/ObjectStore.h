@@ -29,6 +29,9 @@ public:
   void store(const std::string &key, std::span<const uint8_t> object, const std::string &name = "");
   /// Adds an object from an artifact blob (memory and disk), as if compiled here.
   void warm(const std::string &key, Bytes object);
+  /// Drops `key` from memory and disk: its object was found unusable (`why`, logged on the
+  /// `cache` log and counted as a rejection), so the next lookup misses and recompiles.
+  void evict(const std::string &key, const std::string &why);
 
   /// "" or "off" turns the disk layer off.
   void setDir(const std::string &dir);

@@ -7,6 +7,7 @@
 
 #include <rcjit/Compile.h>
 
+#include "jit/CapturedVariables.h"
 #include "jit/CompiledState.h"
 #include "jit/CompileGraph.h"
 #include "support/Events.h"
@@ -98,6 +99,9 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   e->guards = GuardSet::fromInputs(inputs, inputLabels(t), t.args.size());
   e->captured = t.captured;
   e->slots = t.capturedSlots;
+  for (size_t j = 0; j < e->slots.size(); ++j) { // lambda captures: read the variable per call
+    if (!e->slots[j]) e->slots[j] = findCapturedVariable(e->captured[j], s.fnObject, s.fnBytes);
+  }
   e->graphBreaks = static_cast<int>(t.breaks.size());
   if (!t.breaks.empty() && s.opts.target == Target::cuda) {
     throw Error("compile: Target::cuda does not support graph breaks yet: the function reads "
@@ -336,7 +340,8 @@ void checkMarkedRanges(const std::vector<Tensor> &args) {
 
 } // namespace
 
-CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId++) {
+CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size_t fnBytes)
+    : opts(o), fnObject(fnObject), fnBytes(fnBytes), id(nextStateId++) {
   if (o.recompile_limit < 1) {
     throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
   }
@@ -347,8 +352,9 @@ CompiledState::CompiledState(const CompileOptions &o) : opts(o), id(nextStateId+
   }
 }
 
-std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts) {
-  return std::make_shared<CompiledState>(opts);
+std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts, const void *fnObject,
+                                                 size_t fnBytes) {
+  return std::make_shared<CompiledState>(opts, fnObject, fnBytes);
 }
 
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,

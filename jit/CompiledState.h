@@ -39,8 +39,11 @@ struct Entry {
 
 class CompiledState {
 public:
-  explicit CompiledState(const CompileOptions &o);
+  explicit CompiledState(const CompileOptions &o, const void *fnObject = nullptr,
+                         size_t fnBytes = 0);
   const CompileOptions opts;
+  const void *const fnObject; // the callable, where captured variables are found; may be null
+  const size_t fnBytes;
   const int id;          // process-unique, for module names and logs
   mutable std::mutex mu; // entries, stats, history
   std::mutex compileMu;  // one trace+compile at a time per function

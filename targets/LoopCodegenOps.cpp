@@ -155,7 +155,10 @@ Value *tanhF32(llvm::IRBuilder<> &b, Value *x) {
   return approxDiv(b, b.CreateFMul(c, p), q);
 }
 
-// f32 erf: x*P(x^2)/Q(x^2) on [-4, 4] (Eigen's rational fit); erf(+-4) rounds to +-1.
+// f32 erf: x*P(x^2)/Q(x^2) on [-4, 4] (Eigen's rational fit); outside it (and at +-inf)
+// exactly +-1, which is erf's f32 value there (erfc(4) = 1.5e-8 < half an ulp of 1): the
+// fit itself is only ~1 - 3e-8 at +-4, more with a vector reciprocal estimate, and gelu's
+// 1 + erf(x) must be 0 for large negative x. NaN propagates (clamp and compares keep it).
 Value *erfF32(llvm::IRBuilder<> &b, Value *x) {
   Value *c = clamp(b, x, -4.0, 4.0);
   Value *x2 = b.CreateFMul(c, c);
@@ -166,7 +169,10 @@ Value *erfF32(llvm::IRBuilder<> &b, Value *x) {
   Value *q = horner(b, x2,
                     {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
                      -7.37332916720468e-03, -1.42647390514189e-02});
-  return approxDiv(b, b.CreateFMul(c, p), q);
+  Value *fit = approxDiv(b, b.CreateFMul(c, p), q);
+  Value *one = fconst(x, 1.0);
+  Value *r = b.CreateSelect(b.CreateFCmpOGE(x, fconst(x, 4.0)), one, fit);
+  return b.CreateSelect(b.CreateFCmpOLE(x, fconst(x, -4.0)), fconst(x, -1.0), r);
 }
 
 // A pure libm function `double name(double)` (erf has no vector intrinsic in LLVM 19).
@@ -216,8 +222,13 @@ Value *unaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x) {
   case OpKind::relu:
     return b.CreateSelect(b.CreateFCmpOLT(x, fconst(x, 0.0)), fconst(x, 0.0), x);
   case OpKind::gelu: {
+    // x/2 * (1 + erf(x/sqrt 2)); 0 where 1 + erf is 0 in this precision (f32: x/sqrt 2 <=
+    // -4; f64: below -40, which only -inf reaches, where x * 0 would be NaN). NaN compares
+    // false and propagates through the formula.
     Value *e = erfFloat(b, b.CreateFMul(x, fconst(x, M_SQRT1_2)));
-    return b.CreateFMul(b.CreateFMul(x, fconst(x, 0.5)), b.CreateFAdd(fconst(x, 1.0), e));
+    Value *g = b.CreateFMul(b.CreateFMul(x, fconst(x, 0.5)), b.CreateFAdd(fconst(x, 1.0), e));
+    double zeroBelow = x->getType()->isFloatTy() ? -4.0 * M_SQRT2 : -40.0;
+    return b.CreateSelect(b.CreateFCmpOLE(x, fconst(x, zeroBelow)), fconst(x, 0.0), g);
   }
   case OpKind::silu:
     return b.CreateFMul(x, sigmoidFloat(b, x));

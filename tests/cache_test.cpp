@@ -1,8 +1,10 @@
 // The persistent compile cache: cross-process hits, damaged and forged entries, concurrent
 // writers, eviction, artifacts, the key file and the `rcjit cache` command.
+#include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -339,6 +341,104 @@ TEST(CacheDisk, EntryForgedWithoutTheSecretIsRejected) {
   expectRecompiledAfter(p, "forged", forge, "authentication failed");
 }
 
+// ---- objects that are damaged but correctly signed (what importing a bad blob makes)
+
+// Rewrites the object inside every entry with `edit` and re-signs the entry.
+Damage objectEdit(const cache::Secret &secret, std::function<void(std::vector<uint8_t> &)> edit) {
+  return resigned(secret, [edit](cache::EntryFields &e, cache::Secret &) { edit(e.payload); });
+}
+
+template <class T> T &elfAt(std::vector<uint8_t> &b, uint64_t off) {
+  EXPECT_LE(off + sizeof(T), b.size());
+  return *reinterpret_cast<T *>(b.data() + off);
+}
+
+// Calls f on every section header of the ELF object in b.
+void forEachSection(std::vector<uint8_t> &b, const std::function<void(Elf64_Shdr &)> &f) {
+  auto &h = elfAt<Elf64_Ehdr>(b, 0);
+  for (int i = 0; i < h.e_shnum; ++i) f(elfAt<Elf64_Shdr>(b, h.e_shoff + i * sizeof(Elf64_Shdr)));
+}
+
+// A signed entry whose object is unusable must be evicted and recompiled (correct results),
+// and the next process must hit the replaced, good entry. Before: garbage or truncated
+// objects were an Error on every run, and malformed ELF could crash the linker.
+void expectObjectEvicted(Pristine &p, const char *what, const Damage &damage,
+                         const std::string &reason) {
+  SCOPED_TRACE(what);
+  for (const auto &[f, bytes] : p.entries) writeBytes(f, damage(keyOf(f), bytes));
+  Child r = runChild(p.c, "");
+  EXPECT_EQ(r["ok"], 1);
+  EXPECT_EQ(r["rejections"], static_cast<double>(p.entries.size()));
+  EXPECT_NE(r.log.find("rejected cached object rcjit-"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(reason), std::string::npos) << r.log;
+  EXPECT_EQ(r["disk_writes"], static_cast<double>(p.entries.size())); // recompiled and stored
+  expectAllHits(runChild(p.c, ""));
+}
+
+TEST(CacheDisk, SignedButDamagedObjectsAreEvictedAndRecompiled) {
+  Pristine p;
+  cache::Secret secret = p.c.secret();
+  expectObjectEvicted(p, "garbage",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   for (size_t i = 0; i < b.size(); ++i)
+                                     b[i] = static_cast<uint8_t>(i * 7);
+                                 }),
+                      "not a 64-bit little-endian ELF file");
+  expectObjectEvicted(p, "truncated",
+                      objectEdit(secret, [](std::vector<uint8_t> &b) { b.resize(b.size() / 2); }),
+                      "rejected cached object");
+  expectObjectEvicted(p, "section headers past the end",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   elfAt<Elf64_Ehdr>(b, 0).e_shoff = uint64_t{1} << 40;
+                                 }),
+                      "bad section headers");
+  expectObjectEvicted(p, "section contents past the end",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [](Elf64_Shdr &s) {
+                                     if (s.sh_type == SHT_PROGBITS) s.sh_size = uint64_t{1} << 40;
+                                   });
+                                 }),
+                      "contents lie outside");
+  expectObjectEvicted(p, "relocation outside its section",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_RELA || s.sh_size == 0) return;
+                                     elfAt<Elf64_Rela>(b, s.sh_offset).r_offset = uint64_t{1} << 40;
+                                   });
+                                 }),
+                      "a relocation at offset 1099511627776 lies outside");
+  expectObjectEvicted(p, "relocation naming a missing symbol",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_RELA || s.sh_size == 0) return;
+                                     auto &r = elfAt<Elf64_Rela>(b, s.sh_offset);
+                                     r.r_info = ELF64_R_INFO(1u << 30, ELF64_R_TYPE(r.r_info));
+                                   });
+                                 }),
+                      "names a symbol past the symbol table");
+  // Structurally sound but the kernels are gone: linking (the lookup) fails instead.
+  expectObjectEvicted(p, "kernel symbols undefined",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_SYMTAB) return;
+                                     for (uint64_t o = s.sh_offset;
+                                          o + sizeof(Elf64_Sym) <= s.sh_offset + s.sh_size;
+                                          o += sizeof(Elf64_Sym)) {
+                                       auto &sym = elfAt<Elf64_Sym>(b, o);
+                                       if (ELF64_ST_TYPE(sym.st_info) == STT_FUNC)
+                                         sym.st_shndx = SHN_UNDEF;
+                                     }
+                                   });
+                                 }),
+                      "it failed to link");
+}
+
 TEST(CacheDisk, FourProcessesShareOneDirectory) {
   TempCache c;
   std::vector<std::pair<pid_t, fs::path>> kids;
@@ -414,6 +514,37 @@ TEST(CacheArtifacts, MalformedBlobsAreErrors) {
   EXPECT_THROW(cache::load_artifacts(blob), Error);
 }
 
+// An 11-byte zstd frame whose header claims 1.9 GB: the whole claim was allocated (and
+// zero-filled) before decompression failed.
+TEST(CacheArtifacts, FrameClaimingMoreThanItCanHoldIsRefusedUpFront) {
+  // magic, descriptor (single segment, 4-byte content size), 0x70000000, then 2 bytes.
+  const std::vector<uint8_t> frame = {0x28, 0xb5, 0x2f, 0xfd, 0xa0, 0x00,
+                                      0x00, 0x00, 0x70, 0x00, 0x00};
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::string e;
+  try {
+    cache::load_artifacts(frame);
+  } catch (const Error &err) {
+    e = err.what();
+  }
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_NE(e.find("its header claims 1879048192 bytes, more than its 11 compressed bytes can "
+                   "hold"),
+            std::string::npos)
+      << e;
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory grown";
+  // A frame truncated mid-stream is an Error too (streamed, with a correct size claim).
+  std::vector<uint8_t> blob = cache::save_artifacts();
+  for (size_t cut : {blob.size() / 2, blob.size() - 3}) {
+    std::vector<uint8_t> part(blob.begin(), blob.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_THROW(cache::load_artifacts(part), Error) << cut;
+  }
+  std::vector<uint8_t> trailing = blob;
+  trailing.push_back(0);
+  EXPECT_THROW(cache::load_artifacts(trailing), Error);
+}
+
 TEST(CacheKey, ContentKeysAreStableSafeNames) {
   std::string k = cache::contentKey({"a", "b"});
   EXPECT_EQ(k, cache::contentKey({"a", "b"}));
@@ -482,6 +613,53 @@ TEST(CacheCli, StatsExportImportClear) {
   EXPECT_TRUE(entryFiles(b.dir).empty());
   auto [rc5, bad] = cli(b, "frobnicate");
   EXPECT_EQ(rc5 >> 8, 2) << bad;
+}
+
+// Import into a directory that cannot be written, or export from one that does not exist,
+// used to report success ("imported 1 entries", exit 0).
+TEST(CacheCli, ImportAndExportIntoUnusableDirectoriesFail) {
+  TempCache a;
+  expectColdCompile(runChild(a, ""));
+  fs::path blob = a.root / "export.bin";
+  auto cli = [&](const std::string &args) {
+    std::string out = (a.root / "cli.txt").string();
+    std::string cmd = "RCJIT_CACHE_DIR=" + a.dir.string() +
+                      " RCJIT_CACHE_KEY_FILE=" + a.key.string() + " " + RCJIT_CLI + " cache " +
+                      args + " > " + out + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    return std::make_pair(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, readText(out));
+  };
+  auto [rc0, exported] = cli("export " + blob.string());
+  ASSERT_EQ(rc0, 0) << exported;
+  fs::path file = a.root / "a-file";
+  writeBytes(file, {1, 2, 3});
+  auto [rc1, intoFile] = cli("import " + blob.string() + " --dir " + file.string());
+  EXPECT_EQ(rc1, 1) << intoFile;
+  EXPECT_NE(intoFile.find("'" + file.string() + "' is not a directory"), std::string::npos)
+      << intoFile;
+  auto [rc2, underFile] = cli("import " + blob.string() + " --dir " + (file / "sub").string());
+  EXPECT_EQ(rc2, 1) << underFile;
+  EXPECT_NE(underFile.find("cannot create the cache directory"), std::string::npos) << underFile;
+  auto [rc3, missing] =
+      cli("export " + (a.root / "x.bin").string() + " --dir " + (a.root / "missing").string());
+  EXPECT_EQ(rc3, 1) << missing;
+  EXPECT_NE(missing.find("does not exist"), std::string::npos) << missing;
+  EXPECT_FALSE(fs::exists(a.root / "x.bin"));
+  auto [rc4, off] = cli("import " + blob.string() + " --dir off");
+  EXPECT_EQ(rc4, 1) << off;
+  EXPECT_NE(off.find("the disk cache is off"), std::string::npos) << off;
+  if (::geteuid() != 0) { // root writes anywhere
+    fs::path ro = a.root / "read-only";
+    fs::create_directories(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    auto [rc5, denied] = cli("import " + blob.string() + " --dir " + ro.string());
+    EXPECT_EQ(rc5, 1) << denied;
+    EXPECT_NE(denied.find("is not writable"), std::string::npos) << denied;
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+  auto [rc6, fine] = cli("import " + blob.string() + " --dir " + (a.root / "fresh").string());
+  EXPECT_EQ(rc6, 0) << fine;
+  EXPECT_FALSE(entryFiles(a.root / "fresh").empty());
 }
 
 } // namespace

@@ -1,12 +1,16 @@
 // The rcjit tool through its library entry point: commands, exit codes, errors on stderr.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "tests/Ptxas.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
+#include "tools/Process.h"
 #include "tools/Safetensors.h"
 
 namespace {
@@ -72,6 +76,33 @@ TEST(Cli, BenchLoadsSafetensorsWeights) {
   EXPECT_NE(wrong.err.find("linear.weight"), std::string::npos) << wrong.err;
   std::remove(file.c_str());
   std::remove(bad.c_str());
+}
+
+// --warm starts a fresh rcjit process; its paths used to be pasted into a shell command in
+// single quotes, so a quote in --cache-dir or --weights ran the rest as shell code.
+TEST(Cli, BenchWarmRunsNoShellOnItsPaths) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / ("rcjit-inject-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const fs::path marker = root / "INJECTED";
+  const std::string inject = "';touch " + marker.string() + ";'";
+  rcjit::tools::ModelConfig c;
+  c.seed = 5;
+  c.layers = 1;
+  auto m = rcjit::tools::findModel("toy64").build(c);
+  // The marker's absolute path puts slashes into the names: they become nested folders.
+  const std::string weights = (root / ("w" + inject + ".safetensors")).string();
+  fs::create_directories(fs::path(weights).parent_path());
+  rcjit::tools::saveWeights(m->module(), weights, rcjit::tools::WeightNaming::exact());
+  const std::string dir = (root / ("cache" + inject)).string();
+  int rc = rcjit::tools::runProgram({RCJIT_CLI, "bench", "--model", "toy64", "--modes", "full",
+                                     "--batch", "1", "--seq", "4", "--layers", "1", "--reps", "1",
+                                     "--warm", "--cache-dir", dir, "--weights", weights});
+  EXPECT_EQ(rc, 0);
+  EXPECT_FALSE(fs::exists(marker)) << "a path's contents ran as a shell command";
+  EXPECT_TRUE(fs::is_directory(dir)); // the odd name was used as the directory it names
+  fs::remove_all(root);
 }
 
 TEST(Cli, TraceDumpsEveryStage) {

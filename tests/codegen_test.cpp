@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <rcjit/Error.h>
+#include <rcjit/rcjit.h>
 
 #include "targets/LoopKernel.h"
 #include "targets/cpu/CpuKernels.h"
@@ -284,33 +285,114 @@ double reference(OpKind op, double x) {
   return 0;
 }
 
+// The CPU feature sets to check generated code under: the portable levels (AVX-512 only
+// where this CPU has it), then the host's own.
+std::vector<std::string> featureSetsHere() {
+  std::vector<std::string> sets = {"x86-64-v2", "avx2"};
+  try {
+    cpu::setCpuFeatures("avx512");
+    sets.push_back("avx512");
+  } catch (const Error &) { // this CPU has no AVX-512
+  }
+  sets.push_back("native");
+  cpu::setCpuFeatures("native");
+  return sets;
+}
+
+// Restores the feature set in use when it goes out of scope.
+struct FeatureSetScope {
+  std::string saved = cpu::cpuFeatures();
+  explicit FeatureSetScope(const std::string &set) { cpu::setCpuFeatures(set); }
+  ~FeatureSetScope() { cpu::setCpuFeatures(saved); }
+};
+
+// Under every feature set: on an AVX2-only host the vectorized gelu was wrong for large
+// negative inputs (this test failed there; the set makes any host check AVX2 code).
 TEST(CodegenTest, UnaryOpsMatchDoubleReference) {
-  const int64_t n = 4099;
+  for (const std::string &set : featureSetsHere()) {
+    SCOPED_TRACE("CPU feature set " + set);
+    FeatureSetScope scope(set);
+    const int64_t n = 4099;
+    for (DType dt : {DType::f32, DType::f64}) {
+      for (OpKind op : opsOfCategory(OpCategory::Unary)) {
+        bool positive = op == OpKind::log || op == OpKind::sqrt || op == OpKind::rsqrt;
+        auto xs = randomFloats(n, positive ? 1e-3f : -9, 9, 10);
+        xs[0] = 1e-5f;
+        xs[1] = std::numeric_limits<float>::quiet_NaN();
+        xs[2] = 100; // exp overflows to inf; tanh, erf, sigmoid saturate
+        xs[3] = -100;
+        xs[4] = INFINITY;
+        KernelBuilder kb(std::string("u_") + std::string(opName(op)), {n}, 1);
+        int x = kb.tensor(DType::f32, {1}), o = kb.tensor(dt, {1}, true);
+        int v = kb.op(OpKind::cast, {kb.load(x)}, dt);
+        kb.store(o, kb.op(op, {v}, dt));
+        std::vector<double> out(n);
+        std::vector<float> outF(n);
+        void *dst = dt == DType::f64 ? static_cast<void *>(out.data()) : outF.data();
+        run(compileOne(kb.k), {xs.data(), dst}, 0, n);
+        double rtol = dt == DType::f64 ? 1e-12 : 1e-5;
+        for (int64_t i = 0; i < n; ++i) {
+          double got = dt == DType::f64 ? out[i] : outF[i];
+          double want = reference(op, xs[i]);
+          if (dt == DType::f32) want = static_cast<float>(want); // overflows like f32
+          expectClose(got, want, rtol, rtol * 1e-1,
+                      std::string(opName(op)) + " " + std::string(dtypeName(dt)) +
+                          " x=" + std::to_string(xs[i]));
+        }
+      }
+    }
+  }
+}
+
+// gelu and erf at the edges, in the vectorized body and the scalar tail alike: the vector
+// path gave x * 2.98e-8 for large negative x (-0.0298 at -1e6, -inf at -inf) because the
+// erf fit is not exactly -1 at its clamp.
+TEST(CodegenTest, GeluAndErfAtLargeInfiniteAndNanInputs) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> edges = {-1e6f, 1e6f, -inf, inf, nan, -100, 100, -6, -5.7f, -4, 4};
+  std::vector<float> xs;
+  for (int rep = 0; rep < 9; ++rep) xs.insert(xs.end(), edges.begin(), edges.end()); // 99: tail too
+  const auto n = static_cast<int64_t>(xs.size());
+  for (const std::string &set : featureSetsHere()) {
+    SCOPED_TRACE("CPU feature set " + set);
+    FeatureSetScope scope(set);
+    for (DType dt : {DType::f32, DType::f64}) {
+      for (OpKind op : {OpKind::gelu, OpKind::erf}) {
+        KernelBuilder kb(std::string("edge_") + std::string(opName(op)), {n}, 1);
+        int x = kb.tensor(DType::f32, {1}), o = kb.tensor(dt, {1}, true);
+        kb.store(o, kb.op(op, {kb.op(OpKind::cast, {kb.load(x)}, dt)}, dt));
+        std::vector<double> out(n);
+        std::vector<float> outF(n);
+        void *dst = dt == DType::f64 ? static_cast<void *>(out.data()) : outF.data();
+        run(compileOne(kb.k), {xs.data(), dst}, 0, n);
+        for (int64_t i = 0; i < n; ++i) {
+          double got = dt == DType::f64 ? out[i] : outF[i];
+          const std::string what = std::string(opName(op)) + " " + std::string(dtypeName(dt)) +
+                                   " x=" + std::to_string(xs[i]) + " i=" + std::to_string(i);
+          if (std::isnan(xs[i])) {
+            EXPECT_TRUE(std::isnan(got)) << what << ": got " << got;
+          } else if (op == OpKind::gelu && xs[i] == -inf) {
+            EXPECT_EQ(got, 0.0) << what;
+          } else {
+            expectClose(got, reference(op, xs[i]), 1e-6, 1e-6, what);
+          }
+        }
+      }
+    }
+  }
+  // Eager agrees at the same points.
+  Tensor t = Tensor::from_vector(xs, {n});
   for (DType dt : {DType::f32, DType::f64}) {
-    for (OpKind op : opsOfCategory(OpCategory::Unary)) {
-      bool positive = op == OpKind::log || op == OpKind::sqrt || op == OpKind::rsqrt;
-      auto xs = randomFloats(n, positive ? 1e-3f : -9, 9, 10);
-      xs[0] = 1e-5f;
-      xs[1] = std::numeric_limits<float>::quiet_NaN();
-      xs[2] = 100; // exp overflows to inf; tanh, erf, sigmoid saturate
-      xs[3] = -100;
-      xs[4] = INFINITY;
-      KernelBuilder kb(std::string("u_") + std::string(opName(op)), {n}, 1);
-      int x = kb.tensor(DType::f32, {1}), o = kb.tensor(dt, {1}, true);
-      int v = kb.op(OpKind::cast, {kb.load(x)}, dt);
-      kb.store(o, kb.op(op, {v}, dt));
-      std::vector<double> out(n);
-      std::vector<float> outF(n);
-      void *dst = dt == DType::f64 ? static_cast<void *>(out.data()) : outF.data();
-      run(compileOne(kb.k), {xs.data(), dst}, 0, n);
-      double rtol = dt == DType::f64 ? 1e-12 : 1e-5;
-      for (int64_t i = 0; i < n; ++i) {
-        double got = dt == DType::f64 ? out[i] : outF[i];
-        double want = reference(op, xs[i]);
-        if (dt == DType::f32) want = static_cast<float>(want); // overflows like f32
-        expectClose(got, want, rtol, rtol * 1e-1,
-                    std::string(opName(op)) + " " + std::string(dtypeName(dt)) +
-                        " x=" + std::to_string(xs[i]));
+    std::vector<double> g = gelu(t.to(dt)).to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string what = "eager gelu x=" + std::to_string(xs[i]);
+      if (std::isnan(xs[i])) {
+        EXPECT_TRUE(std::isnan(g[i])) << what;
+      } else if (xs[i] == -inf) {
+        EXPECT_EQ(g[i], 0.0) << what;
+      } else {
+        expectClose(g[i], reference(OpKind::gelu, xs[i]), 1e-6, 1e-6, what);
       }
     }
   }
@@ -560,6 +642,28 @@ TEST(CodegenTest, ElementwiseAssemblyIsVectorized) {
   bool wide = compiled.assembly.find("%ymm") != std::string::npos ||
               compiled.assembly.find("%zmm") != std::string::npos;
   EXPECT_TRUE(wide) << compiled.assembly;
+}
+
+// A feature set bounds the vector ISA of the code: no 256-bit registers for x86-64-v2, no
+// 512-bit ones for avx2, 512-bit ones for avx512 (which prefers them).
+TEST(CodegenTest, FeatureSetsBoundTheVectorIsa) {
+  const std::vector<std::string> sets = featureSetsHere();
+  for (const std::string &set : sets) {
+    if (set == "native") continue;
+    SCOPED_TRACE("CPU feature set " + set);
+    FeatureSetScope scope(set);
+    KernelBuilder kb("isa", {1 << 16}, 1);
+    int x = kb.tensor(DType::f32, {1}), o = kb.tensor(DType::f32, {1}, true);
+    kb.store(o, kb.op(OpKind::exp, {kb.load(x)}, DType::f32));
+    cpu::CpuCompileOptions opts;
+    opts.wantAssembly = true;
+    const std::string a = cpu::compileKernels({kb.k}, "test.isa", opts).assembly;
+    const bool ymm = a.find("%ymm") != std::string::npos;
+    const bool zmm = a.find("%zmm") != std::string::npos;
+    EXPECT_NE(a.find("%xmm"), std::string::npos) << a;
+    EXPECT_EQ(ymm, set != "x86-64-v2") << a;
+    EXPECT_EQ(zmm, set == "avx512") << a;
+  }
 }
 
 TEST(CodegenTest, ConcurrentCompilesAndCalls) {

@@ -310,3 +310,42 @@ TEST(Compile, MarkDynamicRangeIsEnforced) {
   EXPECT_NE(errorOf([&] { mark_dynamic(x, 0, 9, 3); }).find("bad range"), std::string::npos);
 }
 } // namespace
+
+namespace {
+
+// A captured Tensor variable that is reassigned (not updated in place) used to stay stale in
+// the compiled function: it held the tensor it saw when traced.
+TEST(CompileCaptured, ReassignedReferenceCapturesAreSeen) {
+  const Tensor x = Tensor::randn({4, 8}, 1);
+  Tensor w = Tensor::ones({8});
+  auto f = compile([&w](const Tensor &a) { return a * w + 1.0; });
+  EXPECT_TRUE(allclose(f(x), x * w + 1.0));
+  w = Tensor::full({8}, 3.0); // same layout: the same compiled code, reading the new tensor
+  EXPECT_TRUE(allclose(f(x), x * 3.0 + 1.0));
+  EXPECT_EQ(f.stats().compiles, 1);
+  w = Tensor::full({4, 8}, 2.0); // another shape: the guard fails and it recompiles
+  EXPECT_TRUE(allclose(f(x), x * 2.0 + 1.0));
+  EXPECT_EQ(f.stats().compiles, 2);
+
+  Tensor b = Tensor::zeros({8}); // a default capture by reference, [&]
+  auto g = compile([&](const Tensor &a) { return relu(a) - b; });
+  EXPECT_TRUE(allclose(g(x), relu(x)));
+  b = Tensor::full({8}, 0.5);
+  EXPECT_TRUE(allclose(g(x), relu(x) - 0.5));
+  EXPECT_EQ(g.stats().compiles, 1);
+}
+
+// A by-value capture is the lambda's own copy: reassigning the outer variable changes
+// neither the lambda nor the compiled function (both keep the old tensor).
+TEST(CompileCaptured, ByValueCapturesFollowTheLambdasOwnCopy) {
+  const Tensor x = Tensor::randn({3, 5}, 2);
+  Tensor v = Tensor::ones({5});
+  auto lambda = [v](const Tensor &a) { return a + v; };
+  auto f = compile(lambda);
+  EXPECT_TRUE(allclose(f(x), x + 1.0));
+  v = Tensor::full({5}, 7.0);
+  EXPECT_TRUE(allclose(f(x), lambda(x))); // x + 1 in both
+  EXPECT_TRUE(allclose(f(x), x + 1.0));
+}
+
+} // namespace

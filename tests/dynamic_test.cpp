@@ -275,3 +275,38 @@ TEST(Dynamic, LastTokenSliceServesEveryLength) {
 }
 
 } // namespace
+
+namespace {
+
+// Small GEMMs of a symbolic program share one oneDNN primitive with runtime dims (no
+// primitive per size): linear with bias and a fused post-op, a transposed operand and a
+// batched matmul, at more sizes than a program keeps specializations for, against eager.
+TEST(DynamicMatmul, SmallGemmsAtManySizesMatchEager) {
+  const Tensor w = Tensor::randn({24, 16}, 3), b = Tensor::randn({24}, 4);
+  const Tensor v = Tensor::randn({16, 12}, 5);
+  auto fn = [&](const Tensor &x, const Tensor &y) {
+    Tensor h = relu(linear(x, w, b));           // [s, 24], bias + relu post-op
+    Tensor t = matmul(x, v);                    // [s, 12]
+    Tensor u = matmul(transpose(h, 0, 1), x);   // [24, 16]: K = s, A transposed
+    Tensor att = matmul(y, transpose(y, 1, 2)); // [2, s, s], batched
+    return std::vector<Tensor>{h, t, u, sum(att, {-1})};
+  };
+  auto cf = compile(fn);
+  int checked = 0;
+  for (int64_t s = 3; s < 3 + 40; ++s) {
+    Tensor x = Tensor::randn({s, 16}, static_cast<uint64_t>(s));
+    Tensor y = Tensor::randn({2, s, 8}, static_cast<uint64_t>(100 + s));
+    mark_dynamic(x, 0, 2, 1024);
+    mark_dynamic(y, 1, 2, 1024);
+    std::vector<Tensor> got = cf(x, y), want = fn(x, y);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(allclose(got[i], want[i], 1e-4, 1e-4)) << "size " << s << " output " << i;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 40);
+  EXPECT_EQ(cf.stats().compiles, 1) << cf.explain();
+}
+
+} // namespace

@@ -248,4 +248,66 @@ TEST(Safetensors, CorruptFilesAreErrors) {
   EXPECT_NE(err().find("must be an object"), std::string::npos) << err();
 }
 
+TEST(Safetensors, OffsetsAndSizesThatWrapAreErrors) {
+  TempFile f("wrap.safetensors");
+  auto err = [&] { return errorOf([&] { SafetensorsReader r(f.path); }); };
+  // 2^64 - 8 read as int64 was -8: the 8 header bytes before the data loaded as weights.
+  writeRaw(f.path,
+           "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [18446744073709551608, "
+           "0]}}",
+           std::string(8, '\0'));
+  std::string e = err();
+  EXPECT_NE(e.find("tensor 'w': \"data_offsets\" must hold integers in [0, 2^63), got "
+                   "18446744073709551608"),
+            std::string::npos)
+      << e;
+  writeRaw(f.path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [-8, 0]}}",
+           std::string(8, '\0'));
+  EXPECT_NE(err().find("\"data_offsets\" must hold integers"), std::string::npos) << err();
+  // [2^32, 2^32] wrapped to 0 bytes and passed the size check with offsets [0, 0].
+  writeRaw(f.path,
+           "{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": "
+           "[0, 0]}}",
+           "");
+  e = err();
+  EXPECT_NE(e.find("tensor 'w': shape [4294967296, 4294967296] has about 1.84e+19 elements"),
+            std::string::npos)
+      << e;
+  writeRaw(f.path,
+           "{\"w\": {\"dtype\": \"F32\", \"shape\": [9223372036854775808], \"data_offsets\": "
+           "[0, 0]}}",
+           "");
+  EXPECT_NE(err().find("\"shape\" must hold integers in [0, 2^63)"), std::string::npos) << err();
+}
+
+TEST(Safetensors, JsonErrorsOfEveryKindAreRcjitErrors) {
+  TempFile f("json.safetensors");
+  auto err = [&] { return errorOf([&] { SafetensorsReader r(f.path); }); };
+  // nlohmann's out_of_range (number overflow) escaped as a foreign exception.
+  writeRaw(f.path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1e999], \"data_offsets\": [0, 4]}}",
+           std::string(4, '\0'));
+  std::string e = err();
+  EXPECT_NE(e.find("bad JSON header"), std::string::npos) << e;
+  // Nesting deeper than a header has is refused while parsing.
+  writeRaw(f.path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [[[[1]]]], \"data_offsets\": [0, 4]}}",
+           std::string(4, '\0'));
+  e = err();
+  EXPECT_NE(e.find("bad JSON header: nested deeper"), std::string::npos) << e;
+}
+
+TEST(Safetensors, HeadersOverTheCapAreRefusedBeforeReading) {
+  // A 20 MB header (sparse file) is refused from its length alone: parsing such a header
+  // took ~20x its size in memory.
+  TempFile f("bighead.safetensors");
+  writeRaw(f.path, "{}", "");
+  const uint64_t n = 20'000'000;
+  std::ofstream(f.path, std::ios::binary | std::ios::in)
+      .write(reinterpret_cast<const char *>(&n), 8);
+  std::filesystem::resize_file(f.path, 8 + n);
+  std::string e = errorOf([&] { SafetensorsReader r(f.path); });
+  EXPECT_NE(e.find("header length 20000000 exceeds rcjit's limit of 16777216 bytes"),
+            std::string::npos)
+      << e;
+}
+
 } // namespace

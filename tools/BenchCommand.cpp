@@ -18,6 +18,7 @@
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
+#include "tools/Process.h"
 #include "tools/Safetensors.h"
 
 namespace po = boost::program_options;
@@ -67,16 +68,25 @@ std::string modeTitle(const std::string &m) {
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
 Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
             const std::string &cacheDir, const std::string &weights, Target target) {
+  std::error_code ec; // the child writes its figures there, even when nothing was cached
+  std::filesystem::create_directories(cacheDir, ec);
   std::string json = cacheDir + "/warm.json";
-  std::ostringstream cmd;
-  // resolved here: inside std::system's shell, /proc/self/exe would be the shell
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  cmd << "'" << self << "' bench --model " << model << " --modes " << mode << " --batch " << c.batch
-      << " --seq " << c.seq << " --layers " << c.layers << " --dtype " << dtypeName(c.dtype)
-      << " --reps 1 --target " << (target == Target::cuda ? "cuda" : "cpu")
-      << " --keep-cache --cache-dir '" << cacheDir << "' --json '" << json << "'"
-      << (weights.empty() ? "" : " --weights '" + weights + "'") << " >/dev/null 2>&1";
-  if (std::system(cmd.str().c_str()) != 0) throw Error("--warm: the fresh process failed");
+  // An argument vector, no shell: paths reach the child verbatim, whatever they contain.
+  std::vector<std::string> argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
+                                   "bench",
+                                   "--model=" + model,
+                                   "--modes=" + mode,
+                                   "--batch=" + std::to_string(c.batch),
+                                   "--seq=" + std::to_string(c.seq),
+                                   "--layers=" + std::to_string(c.layers),
+                                   "--dtype=" + std::string(dtypeName(c.dtype)),
+                                   "--reps=1",
+                                   target == Target::cuda ? "--target=cuda" : "--target=cpu",
+                                   "--keep-cache",
+                                   "--cache-dir=" + cacheDir,
+                                   "--json=" + json};
+  if (!weights.empty()) argv.push_back("--weights=" + weights);
+  if (runProgram(argv) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
   Row r;
@@ -226,10 +236,18 @@ nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
   return j;
 }
 
-void writePlot(const std::string &file, const std::vector<Row> &rows) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    throw Error("--plot needs gnuplot, which is not installed (apt-get install gnuplot-nox)");
+// A gnuplot single-quoted string: nothing inside is interpreted, '' is a quote (a newline
+// would end the command, so it is refused).
+std::string gnuplotQuoted(const std::string &s) {
+  if (s.find_first_of("\n\r") != std::string::npos) {
+    throw Error("--plot: the path must not contain a line break");
   }
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return out + "'";
+}
+
+void writePlot(const std::string &file, const std::vector<Row> &rows) {
   std::string data = file + ".dat", script = file + ".gp";
   {
     std::ofstream d(data);
@@ -238,15 +256,18 @@ void writePlot(const std::string &file, const std::vector<Row> &rows) {
       d << '"' << r.mode << " b=" << r.batch << "\" " << r.firstMs << " " << r.inferMs << "\n";
     }
     std::ofstream g(script);
-    g << "set terminal svg size 800,500\nset output '" << file << "'\n"
+    g << "set terminal svg size 800,500\nset output " << gnuplotQuoted(file) << "\n"
       << "set xlabel 'compile time, first call (ms)'\nset ylabel 'inference time (ms)'\n"
       << "set title 'rcjit: compile time vs inference time'\nset key off\nset grid\n"
-      << "plot '" << data << "' using 2:3 with points pt 7 ps 1.5, '' using 2:3:1 with labels "
+      << "plot " << gnuplotQuoted(data)
+      << " using 2:3 with points pt 7 ps 1.5, '' using 2:3:1 with labels "
       << "offset 1,1 left\n";
   }
-  if (std::system(("gnuplot '" + script + "'").c_str()) != 0) {
-    throw Error("--plot: gnuplot failed on " + script);
+  int rc = runProgram({"gnuplot", script});
+  if (rc == -1) {
+    throw Error("--plot needs gnuplot, which could not be run (apt-get install gnuplot-nox)");
   }
+  if (rc != 0) throw Error("--plot: gnuplot failed on " + script);
   std::remove(data.c_str());
   std::remove(script.c_str());
 }

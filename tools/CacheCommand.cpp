@@ -1,7 +1,10 @@
 // The cache command: option parsing, then one call into rcjit::cache per action.
 #include "tools/CacheCommand.h"
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -42,6 +45,30 @@ void printStats(std::ostream &out) {
       << "size:       " << u.bytes << " bytes of at most " << u.max_bytes << "\n";
 }
 
+// The disk cache directory, which must exist (export) or be creatable and writable (import).
+std::string usableDir(bool forWriting) {
+  namespace fs = std::filesystem;
+  std::string d = cache::dir();
+  if (d.empty()) {
+    throw std::runtime_error("the disk cache is off (RCJIT_CACHE_DIR=off): no directory to " +
+                             std::string(forWriting ? "import into" : "export from"));
+  }
+  std::error_code ec;
+  if (forWriting && !fs::exists(d, ec) && !fs::create_directories(d, ec)) {
+    throw std::runtime_error("cannot create the cache directory '" + d + "': " + ec.message());
+  }
+  if (!fs::exists(d, ec)) {
+    throw std::runtime_error("the cache directory '" + d + "' does not exist");
+  }
+  if (!fs::is_directory(d, ec)) {
+    throw std::runtime_error("the cache directory '" + d + "' is not a directory");
+  }
+  if (forWriting && ::access(d.c_str(), W_OK | X_OK) != 0) {
+    throw std::runtime_error("the cache directory '" + d + "' is not writable");
+  }
+  return d;
+}
+
 int run(const std::string &action, const std::string &file, std::ostream &out) {
   if (action == "stats") {
     printStats(out);
@@ -51,13 +78,22 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
   } else if (action == "export" || action == "import") {
     if (file.empty()) throw Usage(action + " needs a FILE");
     if (action == "export") {
+      usableDir(false);
       std::vector<uint8_t> blob = cache::save_disk_artifacts();
       writeFile(file, blob);
       out << "exported " << cache::disk_usage().valid << " entries to " << file << " ("
           << blob.size() << " bytes)\n";
     } else {
-      size_t n = cache::load_artifacts(readFile(file));
-      out << "imported " << n << " entries into " << cache::dir() << "\n";
+      std::string d = usableDir(true);
+      std::vector<uint8_t> blob = readFile(file);
+      const uint64_t failuresBefore = cache::stats().write_failures;
+      size_t n = cache::load_artifacts(blob);
+      if (uint64_t failed = cache::stats().write_failures - failuresBefore) {
+        throw std::runtime_error("could not write " + std::to_string(failed) + " of " +
+                                 std::to_string(n) + " entries into '" + d +
+                                 "' (RCJIT_LOGS=cache says why)");
+      }
+      out << "imported " << n << " entries into " << d << "\n";
     }
   } else {
     throw Usage("unknown action '" + action + "' (expected stats, clear, export, import)");

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tracer/CheckedSize.h"
+
 namespace rcjit::tools {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -16,7 +18,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr int64_t kMaxHeaderBytes = 100'000'000; // the format's own limit
+// The largest JSON header read. Upstream safetensors allows 100 MB, but a parsed header
+// takes ~20x its size in memory (a 98 MB header cost 1.9 GB); the headers of real models
+// are tens of KB (Llama 3.1 8B: ~30 KB), so 16 MiB leaves a wide margin.
+constexpr int64_t kMaxHeaderBytes = int64_t{16} << 20;
+// A header nests 3 deep ({name: {"shape": [...]}}); deeper input is refused while parsing.
+constexpr int kMaxHeaderDepth = 3;
 
 const std::vector<std::pair<std::string, DType>> &dtypeNames() {
   static const std::vector<std::pair<std::string, DType>> names = {
@@ -36,10 +43,14 @@ std::string fileDtypeName(DType d) {
   throw Error("safetensors file '" + path + "': " + what);
 }
 
-int64_t numelOf(const Shape &s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+// A non-negative JSON integer that fits int64 (offsets and sizes); `what` names it.
+int64_t parseSize(const std::string &path, const std::string &name, const Json &v,
+                  const char *what) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail(path,
+         "tensor '" + name + "': " + what + " must hold integers in [0, 2^63), got " + v.dump());
+  }
+  return static_cast<int64_t>(v.get<uint64_t>());
 }
 
 DType parseDtype(const std::string &path, const std::string &name, const Json &v) {
@@ -54,12 +65,7 @@ DType parseDtype(const std::string &path, const std::string &name, const Json &v
 Shape parseShape(const std::string &path, const std::string &name, const Json &v) {
   Shape shape;
   if (!v.is_array()) fail(path, "tensor '" + name + "': \"shape\" must be an array");
-  for (const Json &d : v) {
-    if (!d.is_number_unsigned()) {
-      fail(path, "tensor '" + name + "': \"shape\" must hold non-negative integers");
-    }
-    shape.push_back(d.get<int64_t>());
-  }
+  for (const Json &d : v) shape.push_back(parseSize(path, name, d, "\"shape\""));
   return shape;
 }
 
@@ -71,18 +77,22 @@ SafetensorsEntry parseEntry(const std::string &path, const std::string &name, co
   }
   SafetensorsEntry e{name, parseDtype(path, name, v["dtype"]), parseShape(path, name, v["shape"])};
   const Json &off = v["data_offsets"];
-  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-      !off[1].is_number_unsigned()) {
+  if (!off.is_array() || off.size() != 2) {
     fail(path, "tensor '" + name + "': \"data_offsets\" must be [begin, end]");
   }
-  e.begin = off[0].get<int64_t>();
-  e.end = off[1].get<int64_t>();
+  e.begin = parseSize(path, name, off[0], "\"data_offsets\"");
+  e.end = parseSize(path, name, off[1], "\"data_offsets\"");
   std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
   if (e.begin > e.end || e.end > dataBytes) {
     fail(path, "tensor '" + name + "': data_offsets " + range + " out of range: the data " +
                    "section holds " + std::to_string(dataBytes) + " bytes (file truncated?)");
   }
-  int64_t need = numelOf(e.shape) * static_cast<int64_t>(dtypeSize(e.dtype));
+  int64_t need = 0;
+  try {
+    need = detail::checkedBytes(e.shape, e.dtype, "tensor '" + name + "'");
+  } catch (const Error &err) {
+    fail(path, err.what());
+  }
   if (e.end - e.begin != need) {
     fail(path, "tensor '" + name + "': data_offsets " + range + " hold " +
                    std::to_string(e.end - e.begin) + " bytes but " + fileDtypeName(e.dtype) + " " +
@@ -108,7 +118,11 @@ int64_t readHeaderLength(std::ifstream &in, const std::string &path, int64_t fil
   }
   uint64_t n = 0;
   in.read(reinterpret_cast<char *>(&n), 8);
-  if (n > static_cast<uint64_t>(fileBytes - 8) || n > kMaxHeaderBytes) {
+  if (n > static_cast<uint64_t>(kMaxHeaderBytes)) {
+    fail(path, "header length " + std::to_string(n) + " exceeds rcjit's limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes (corrupt file?)");
+  }
+  if (n > static_cast<uint64_t>(fileBytes - 8)) {
     fail(path, "truncated or corrupt: header length " + std::to_string(n) + " exceeds the " +
                    std::to_string(fileBytes - 8) + " bytes that follow it");
   }
@@ -128,17 +142,27 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   dataStart_ = 8 + headerBytes;
   Json header;
   try {
-    header = Json::parse(text);
-  } catch (const Json::parse_error &e) {
+    // Refuse deep nesting while parsing, before it is built.
+    header = Json::parse(text, [](int depth, Json::parse_event_t, Json &) {
+      if (depth > kMaxHeaderDepth) throw std::length_error("nested deeper than a header nests");
+      return true;
+    });
+  } catch (const Json::exception &e) {
+    fail(path_, std::string("bad JSON header: ") + e.what());
+  } catch (const std::length_error &e) {
     fail(path_, std::string("bad JSON header: ") + e.what());
   }
   if (!header.is_object()) fail(path_, "the JSON header must be an object");
-  for (const auto &[name, value] : header.items()) {
-    if (name == "__metadata__") {
-      metadata_ = parseMetadata(path_, value);
-    } else {
-      entries_.push_back(parseEntry(path_, name, value, fileBytes - dataStart_));
+  try {
+    for (const auto &[name, value] : header.items()) {
+      if (name == "__metadata__") {
+        metadata_ = parseMetadata(path_, value);
+      } else {
+        entries_.push_back(parseEntry(path_, name, value, fileBytes - dataStart_));
+      }
     }
+  } catch (const Json::exception &e) { // a value of an unexpected JSON type
+    fail(path_, std::string("bad JSON header: ") + e.what());
   }
 }
 

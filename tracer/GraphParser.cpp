@@ -16,8 +16,9 @@
 //   value   := '%' DIGITS        SYM := 's' DIGITS
 //   STRING  := '"' (char | '\"' | '\\' | '\n' | '\t' | '\r' | '\xHH')* '"'
 // Each op lists exactly the attrs named by opInfo(op).attrs, in any order. Inputs name
-// earlier nodes, arities match the op table, and every index is range-checked, so a graph
-// that parses is safe to walk.
+// earlier nodes, arities match the op table, and every index is range-checked; dims are
+// non-negative, symbol ranges non-empty, and each node's dtype and shape are re-derived by
+// shape inference from its inputs and must match: a graph that parses is safe to walk.
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -26,7 +27,9 @@
 
 #include <rcjit/Error.h>
 
+#include "tracer/CheckedSize.h"
 #include "tracer/GraphIO.h"
+#include "tracer/ShapeInference.h"
 
 namespace rcjit {
 
@@ -238,7 +241,7 @@ std::string arityText(OpKind op) {
 
 class Parser {
 public:
-  explicit Parser(std::string_view text) : lex_(text) { advance(); }
+  Parser(std::string_view text, bool semantic) : lex_(text), semantic_(semantic) { advance(); }
 
   Graph parse() {
     expectWord("graph");
@@ -380,9 +383,16 @@ private:
     expectWord("in");
     expectPunct('[');
     Symbol s;
+    const Token at = tok_;
     s.min = expectBound();
     expectPunct(',');
     s.max = expectBound();
+    if (semantic_ && (s.min < 0 || s.min > s.max)) {
+      failAt(at.line, at.col,
+             "symbol s" + std::to_string(g_.symbols.size()) + " has the empty or negative range [" +
+                 std::to_string(s.min) + ", " + std::to_string(s.max) +
+                 "] (expected 0 <= min <= max)");
+    }
     expectPunct(']');
     g_.symbols.push_back(s);
   }
@@ -414,6 +424,7 @@ private:
   void parseNode() {
     const auto id = g_.nodes.size();
     if (tok_.text != std::to_string(id)) fail("expected node %" + std::to_string(id));
+    const Token at = tok_;
     advance();
     expectPunct('=');
     Node n;
@@ -428,7 +439,35 @@ private:
       advance();
       n.region = expectIntIn("region", 0, static_cast<int64_t>(g_.regions.size()) - 1);
     }
+    if (semantic_) checkMeta(n, id, at);
     g_.nodes.push_back(std::move(n));
+  }
+
+  // The node's declared dtype and shape must be what its op gives for its inputs (its
+  // size must be countable at all, for inputs and sources).
+  void checkMeta(const Node &n, size_t id, const Token &at) const {
+    const std::string where =
+        "node %" + std::to_string(id) + " (" + std::string(opName(n.op)) + ")";
+    const Shape declared = concreteShape(n.shape);
+    TensorMeta m{n.dtype, declared};
+    try {
+      if (n.op == OpKind::input || opInfo(n.op).category == OpCategory::Source) {
+        detail::checkedBytes(declared, n.dtype, opName(n.op));
+      } else {
+        std::vector<TensorMeta> in;
+        for (int i : n.inputs) in.push_back({g_.nodes[i].dtype, concreteShape(g_.nodes[i].shape)});
+        m = inferMeta(n.op, in, n.attrs);
+        if (n.op == OpKind::cast) m.dtype = n.dtype; // a cast's dtype is its target
+      }
+    } catch (const Error &e) {
+      failAt(at.line, at.col, where + ": " + e.what());
+    }
+    if (m.dtype != n.dtype || m.shape != declared) {
+      failAt(at.line, at.col,
+             where + " is declared " + std::string(dtypeName(n.dtype)) + shapeStr(declared) +
+                 " but its op gives " + std::string(dtypeName(m.dtype)) + shapeStr(m.shape) +
+                 " for its inputs");
+    }
   }
 
   void parseInputOp(Node &n) {
@@ -576,7 +615,20 @@ private:
       d.sym = expectSymbol(g_.symbols.size(), false);
       expectPunct('=');
     }
+    const Token at = tok_;
     d.value = expectInt64("a dim size");
+    if (!semantic_) return d;
+    if (d.value < 0)
+      failAt(at.line, at.col, "dim size " + std::to_string(d.value) + " is negative");
+    if (d.isSymbolic()) {
+      const Symbol &s = g_.symbols[static_cast<size_t>(d.sym)];
+      if (d.value < s.min || d.value > s.max) {
+        failAt(at.line, at.col,
+               "dim s" + std::to_string(d.sym) + "=" + std::to_string(d.value) +
+                   " is outside the symbol's range [" + std::to_string(s.min) + ", " +
+                   std::to_string(s.max) + "]");
+      }
+    }
     return d;
   }
 
@@ -602,6 +654,7 @@ private:
   }
 
   Lexer lex_;
+  bool semantic_; // check dims, symbol ranges and shapes too
   Token tok_;
   Graph g_;
   std::vector<PendingRange> pending_;
@@ -609,6 +662,8 @@ private:
 
 } // namespace
 
-Graph parseGraph(std::string_view text) { return Parser(text).parse(); }
+Graph parseGraph(std::string_view text) { return Parser(text, true).parse(); }
+
+Graph parseGraphText(std::string_view text) { return Parser(text, false).parse(); }
 
 } // namespace rcjit

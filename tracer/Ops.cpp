@@ -7,6 +7,7 @@
 
 #include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
+#include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
@@ -51,7 +52,12 @@ Tensor metaResult(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
 Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                      const TensorMeta &meta) {
   Tracer *tr = Tracer::current();
-  Tensor r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
+  Tensor r;
+  try {
+    r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
+  } catch (const AllocationError &e) {
+    throw AllocationError(std::string(opName(op)) + ": " + e.what());
+  }
   if (tr) {
     tr->record(op, in, a, r); // a traced function records no autograd nodes
   } else if (autograd::gradEnabled() && autograd::anyRequiresGrad(in)) {
@@ -69,12 +75,17 @@ Tensor applyOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a) {
   return applyWithMeta(op, in, a, inferMeta(op, metas, a));
 }
 
-Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, Device device) {
-  for (int64_t s : shape) {
-    if (s < 0) throw Error(std::string(opName(op)) + ": negative size in shape " + shapeStr(shape));
+Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, Device device,
+                   const char *name) {
+  const std::string what = name ? name : std::string(opName(op));
+  checkedBytes(shape, dtype, what);
+  Tensor r;
+  try {
+    r = device.is_cpu() ? eager::run(op, {}, a, TensorMeta{dtype, shape})
+                        : deviceBackend(device).runSource(op, shape, dtype, a, device);
+  } catch (const AllocationError &e) {
+    throw AllocationError(what + ": " + e.what());
   }
-  Tensor r = device.is_cpu() ? eager::run(op, {}, a, TensorMeta{dtype, shape})
-                             : deviceBackend(device).runSource(op, shape, dtype, a, device);
   if (Tracer *tr = Tracer::current()) tr->recordSource(op, a, r);
   return r;
 }
@@ -168,7 +179,7 @@ Dims inferReshape(const char *op, const Tensor &x, Dims dims) {
       throw Error(std::string(op) + ": bad target shape " + shapeStr(dims) + " for " +
                   shapeStr(x.shape()) + " (one -1 at most, other sizes >= 0)");
     } else {
-      known *= dims[i];
+      known = detail::checkedMul(known, dims[i], op, "target shape " + shapeStr(dims) + ":");
     }
   }
   if (infer >= 0) {
@@ -346,12 +357,7 @@ Tensor view(const Tensor &x, Dims shape) {
   if (!x.defined()) return applyOp(OpKind::reshape, {x}, {});
   Dims dims = inferReshape("view", x, std::move(shape));
   Shape strides;
-  if (x.numel() ==
-          [&] {
-            int64_t n = 1;
-            for (int64_t d : dims) n *= d;
-            return n;
-          }() &&
+  if (x.numel() == detail::checkedNumel(dims, "view") &&
       !detail::computeViewStrides(x.shape(), x.strides(), dims, strides)) {
     throw Error("view: cannot view " + shapeStr(x.shape()) + " with strides " +
                 shapeStr(x.strides()) + " as " + shapeStr(dims) +

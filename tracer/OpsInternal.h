@@ -11,8 +11,9 @@ namespace rcjit::detail {
 /// Validates `op` on `in`, runs it on the eager target and, inside a trace, records it.
 Tensor applyOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a);
 /// A source op (full, arange) of the given shape and dtype on `device`, recorded when tracing.
+/// Errors (sizes, allocation) name `name`, or the op when null (e.g. "zeros" for a full).
 Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a,
-                   Device device = Device::cpu());
+                   Device device = Device::cpu(), const char *name = nullptr);
 /// x converted to dtype (x itself when it already has it); recorded as `cast`.
 Tensor castTo(const Tensor &x, DType dtype);
 /// U(lo, hi) values from a counter-based generator (deterministic across threads).

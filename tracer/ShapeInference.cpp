@@ -7,6 +7,7 @@
 
 #include <rcjit/Error.h>
 
+#include "tracer/CheckedSize.h"
 #include "tracer/OpCases.h"
 
 namespace rcjit {
@@ -62,12 +63,6 @@ void expectRank(OpKind op, const TensorMeta &m, const char *what, size_t lo, siz
                  (lo == hi ? std::to_string(lo) : std::to_string(lo) + " or more") + " dims, got " +
                  metaStr(m));
   }
-}
-
-int64_t numelOf(const Shape &s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
 }
 
 TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta> &in) {
@@ -285,6 +280,8 @@ TensorMeta inferConv2d(const std::vector<TensorMeta> &in, const Attrs &a) {
     fail(op, "stride must be >= 1 and padding >= 0, got stride " + std::to_string(a.stride) +
                  " padding " + std::to_string(a.padding));
   }
+  if (a.padding > (int64_t{1} << 40))
+    fail(op, "padding " + std::to_string(a.padding) + " is too large");
   int64_t h = (x.shape[2] + 2 * a.padding - w.shape[2]) / a.stride + 1;
   int64_t wd = (x.shape[3] + 2 * a.padding - w.shape[3]) / a.stride + 1;
   if (x.shape[2] + 2 * a.padding < w.shape[2] || x.shape[3] + 2 * a.padding < w.shape[3]) {
@@ -405,9 +402,10 @@ TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     for (int64_t d : a.dims) {
       if (d < 0) fail(op, "bad target shape " + shapeStr(a.dims) + " for " + metaStr(x));
     }
-    if (numelOf(a.dims) != numelOf(s)) {
-      fail(op, "cannot reshape " + metaStr(x) + " (" + std::to_string(numelOf(s)) +
-                   " elements) to " + shapeStr(a.dims));
+    if (detail::checkedNumel(a.dims, opName(op)) != detail::checkedNumel(s, opName(op))) {
+      fail(op, "cannot reshape " + metaStr(x) + " (" +
+                   std::to_string(detail::checkedNumel(s, opName(op))) + " elements) to " +
+                   shapeStr(a.dims));
     }
     return {x.dtype, a.dims};
   case OpKind::permute: {
@@ -530,7 +528,8 @@ DType promoteTypes(DType a, bool aZeroDim, bool aScalar, DType b, bool bZeroDim,
   return lo;
 }
 
-TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+namespace {
+TensorMeta inferUnchecked(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   const OpInfo &info = opInfo(op);
   if (info.arity >= 0 && static_cast<int>(in.size()) != info.arity) {
     expectArity(op, in, static_cast<size_t>(info.arity), static_cast<size_t>(info.arity));
@@ -559,6 +558,13 @@ TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     return inferCopy(op, in, a);
   }
   fail(op, "unknown op category");
+}
+} // namespace
+
+TensorMeta inferMeta(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  TensorMeta m = inferUnchecked(op, in, a);
+  detail::checkedBytes(m.shape, m.dtype, opName(op)); // no result may overflow a size
+  return m;
 }
 
 } // namespace rcjit

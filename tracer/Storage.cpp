@@ -13,6 +13,7 @@
 
 #include <rcjit/Memory.h>
 
+#include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
 
@@ -88,6 +89,9 @@ BlockCache &blockCache() {
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   Counter &counter = counterOf(device);
   const auto counted = static_cast<int64_t>(nbytes);
+  if (nbytes > static_cast<size_t>(kMaxTensorBytes)) {
+    throw AllocationError(std::to_string(nbytes) + " bytes is more than a tensor may span");
+  }
   if (!device.is_cpu()) {
     std::shared_ptr<Storage> s = deviceBackend(device).allocate(nbytes, device);
     countAlloc(counter, counted);
@@ -103,8 +107,8 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   void *p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
   if (!p) p = std::aligned_alloc(kAlign, bytes);
   if (!p) {
-    throw Error("out of memory: could not allocate " + std::to_string(nbytes) +
-                " bytes for a tensor on the CPU");
+    throw AllocationError("out of memory on the CPU (aligned_alloc of " + std::to_string(bytes) +
+                          " bytes failed)");
   }
   s->data = p;
   s->nbytes = nbytes;

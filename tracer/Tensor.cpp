@@ -7,6 +7,7 @@
 
 #include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
+#include "tracer/CheckedSize.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/DeviceBackend.h"
@@ -70,19 +71,30 @@ Tensor randUniform(const Shape &shape, uint64_t seed, double lo, double hi, DTyp
 }
 } // namespace detail
 
-Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  return detail::makeTensor(shape, dtype, device);
-}
-Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
-  return full(std::move(shape), 0.0, dtype, device);
-}
-Tensor Tensor::ones(Shape shape, DType dtype, Device device) {
-  return full(std::move(shape), 1.0, dtype, device);
-}
-Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
+namespace {
+Tensor fullNamed(const Shape &shape, double value, DType dtype, Device device, const char *name) {
   Attrs a;
   a.value = value;
-  return detail::applySource(OpKind::full, shape, dtype, a, device);
+  return detail::applySource(OpKind::full, shape, dtype, a, device, name);
+}
+} // namespace
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  detail::checkedBytes(shape, dtype, "empty");
+  try {
+    return detail::makeTensor(shape, dtype, device);
+  } catch (const detail::AllocationError &e) {
+    throw detail::AllocationError(std::string("empty: ") + e.what());
+  }
+}
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  return fullNamed(shape, 0.0, dtype, device, "zeros");
+}
+Tensor Tensor::ones(Shape shape, DType dtype, Device device) {
+  return fullNamed(shape, 1.0, dtype, device, "ones");
+}
+Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
+  return fullNamed(shape, value, dtype, device, "full");
 }
 Tensor Tensor::randn(Shape shape, uint64_t seed, DType dtype, Device device) {
   if (device.is_cuda()) return randn(std::move(shape), seed, dtype).to(device); // same values
@@ -101,8 +113,7 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
 
 namespace {
 template <class T> Tensor fromValues(const std::vector<T> &values, Shape shape, DType dtype) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  const int64_t n = detail::checkedNumel(shape, "from_vector");
   if (n != static_cast<int64_t>(values.size())) {
     throw Error("from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
                 shapeStr(shape) + " (" + std::to_string(n) + " elements)");
@@ -124,13 +135,8 @@ Tensor Tensor::from_blob(void *data, Shape shape, DType dtype) {
   if (!data) throw Error("from_blob: data is null");
   auto impl = std::make_shared<detail::TensorImpl>();
   impl->storage = std::make_shared<detail::Storage>();
-  int64_t n = 1;
-  for (int64_t s : shape) {
-    if (s < 0) throw Error("from_blob: negative size in shape " + shapeStr(shape));
-    n *= s;
-  }
   impl->storage->data = data;
-  impl->storage->nbytes = static_cast<size_t>(n) * dtypeSize(dtype);
+  impl->storage->nbytes = static_cast<size_t>(detail::checkedBytes(shape, dtype, "from_blob"));
   impl->strides = detail::contiguousStrides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;

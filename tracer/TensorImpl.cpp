@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "tracer/CheckedSize.h"
+
 namespace rcjit::detail {
 
 Shape contiguousStrides(const Shape &shape) {
@@ -27,13 +29,14 @@ bool isContiguous(const Shape &shape, const Shape &strides) {
 
 Tensor makeTensor(const Shape &shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
-  int64_t n = 1;
-  for (int64_t s : shape) {
-    if (s < 0)
-      throw Error("cannot create a tensor of shape " + shapeStr(shape) + ": negative size");
-    n *= s;
+  const int64_t bytes = checkedBytes(shape, dtype, "tensor");
+  try {
+    impl->storage = allocateStorage(static_cast<size_t>(bytes), device);
+  } catch (const AllocationError &e) {
+    throw AllocationError("cannot allocate a " + std::string(dtypeName(dtype)) +
+                          " tensor of shape " + shapeStr(shape) + " (" + std::to_string(bytes) +
+                          " bytes): " + e.what());
   }
-  impl->storage = allocateStorage(static_cast<size_t>(n) * dtypeSize(dtype), device);
   impl->shape = shape;
   impl->strides = contiguousStrides(shape);
   impl->dtype = dtype;

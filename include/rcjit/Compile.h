@@ -50,7 +50,10 @@ using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>
 /// The shared state of a compiled function: its cache entries, options and stats.
 /// Thread-safe: calls may come from several threads at once.
 class CompiledState;
-std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts);
+/// `fnObject`/`fnBytes`: the callable compiled (kept alive by the CompiledFunction), where
+/// captured Tensor variables are looked for so reassigning one is seen (CapturedVariables.h).
+std::shared_ptr<CompiledState>
+makeCompiledState(const CompileOptions &opts, const void *fnObject = nullptr, size_t fnBytes = 0);
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
                                  const TracedFn &fn);
 CompileStats statsOf(const CompiledState &s);
@@ -72,7 +75,8 @@ template <class R> std::vector<Tensor> toTensors(R &&r) {
 template <class F> class CompiledFunction {
 public:
   CompiledFunction(F fn, const CompileOptions &opts)
-      : fn_(std::make_shared<F>(std::move(fn))), state_(detail::makeCompiledState(opts)) {}
+      : fn_(std::make_shared<F>(std::move(fn))),
+        state_(detail::makeCompiledState(opts, fn_.get(), sizeof(F))) {}
 
   /// Calls with Tensors (each argument a Tensor) or with one std::vector<Tensor>.
   template <class... Args> auto operator()(Args &&...args) const {

@@ -16,6 +16,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include <rcjit/Error.h>
@@ -47,6 +48,21 @@ const llvm::VecDesc kAvx512VecFuncs[] = {
     {"llvm.sin.f64", "_ZGVeN8v_sin", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v"},
     {"llvm.cos.f64", "_ZGVeN8v_cos", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v"},
     {"llvm.pow.f64", "_ZGVeN8vv_pow", llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8vv"},
+};
+
+// libmvec's SSE variants alone, for targets without AVX2: LLVM 19's LIBMVEC_X86 table also
+// maps wider vectors to the AVX2 variants (ymm arguments), whatever the target's ISA.
+const llvm::VecDesc kSseVecFuncs[] = {
+    {"llvm.exp.f32", "_ZGVbN4v_expf", llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v"},
+    {"llvm.log.f32", "_ZGVbN4v_logf", llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v"},
+    {"llvm.sin.f32", "_ZGVbN4v_sinf", llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v"},
+    {"llvm.cos.f32", "_ZGVbN4v_cosf", llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v"},
+    {"llvm.pow.f32", "_ZGVbN4vv_powf", llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4vv"},
+    {"llvm.exp.f64", "_ZGVbN2v_exp", llvm::ElementCount::getFixed(2), false, "_ZGV_LLVM_N2v"},
+    {"llvm.log.f64", "_ZGVbN2v_log", llvm::ElementCount::getFixed(2), false, "_ZGV_LLVM_N2v"},
+    {"llvm.sin.f64", "_ZGVbN2v_sin", llvm::ElementCount::getFixed(2), false, "_ZGV_LLVM_N2v"},
+    {"llvm.cos.f64", "_ZGVbN2v_cos", llvm::ElementCount::getFixed(2), false, "_ZGV_LLVM_N2v"},
+    {"llvm.pow.f64", "_ZGVbN2vv_pow", llvm::ElementCount::getFixed(2), false, "_ZGV_LLVM_N2vv"},
 };
 
 void initializeNativeTarget() {
@@ -89,15 +105,24 @@ private:
 CpuJit::CpuJit() = default;
 CpuJit::~CpuJit() = default;
 
-std::unique_ptr<CpuJit> CpuJit::create() {
+std::unique_ptr<CpuJit> CpuJit::create(const std::string &cpu) {
   initializeNativeTarget();
   auto jtmb = check("detecting the host", llvm::orc::JITTargetMachineBuilder::detectHost());
+  bool avx512 = llvm::sys::getHostCPUFeatures().lookup("avx512f");
+  bool avx2 = llvm::sys::getHostCPUFeatures().lookup("avx2");
+  if (!cpu.empty()) { // a named level: its features only, not the host's
+    jtmb.setCPU(cpu);
+    jtmb.getFeatures() = llvm::SubtargetFeatures();
+    avx512 = cpu == "x86-64-v4";
+    avx2 = avx512 || cpu == "x86-64-v3";
+  }
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   // JITLink allocates a module's code and constants together and adds stubs for far
   // calls, so the small code model is safe and keeps constant loads RIP-relative.
   jtmb.setCodeModel(llvm::CodeModel::Small);
   std::unique_ptr<CpuJit> self(new CpuJit());
-  self->avx512_ = llvm::sys::getHostCPUFeatures().lookup("avx512f");
+  self->avx512_ = avx512;
+  self->avx2_ = avx2;
   self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(jtmb);
   CpuJit *raw = self.get();
   self->jit_ =
@@ -143,10 +168,12 @@ void CpuJit::optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const {
   pto.LoopInterleaving = true;
   pto.LoopUnrolling = true;
   llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
-  if (libmvec_) {
+  if (libmvec_ && avx2_) {
     tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
                                             tm.getTargetTriple());
     if (avx512_) tlii.addVectorizableFunctions(kAvx512VecFuncs);
+  } else if (libmvec_) {
+    tlii.addVectorizableFunctions(kSseVecFuncs);
   }
   optimizeModuleO3(tm, m, pto, &tlii);
 }

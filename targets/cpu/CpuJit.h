@@ -33,9 +33,11 @@ public:
   /// Opaque handle of an added module (its JITDylib), valid for the CpuJit's lifetime.
   using ModuleHandle = llvm::orc::JITDylib *;
 
-  /// Sets up LLJIT for the host (CPU name, features, O3 code generation) and makes the
-  /// process's symbols (libm) and glibc's libmvec resolvable. Throws rcjit::Error.
-  static std::unique_ptr<CpuJit> create();
+  /// Sets up LLJIT for the host (O3 code generation) and makes the process's symbols (libm)
+  /// and glibc's libmvec resolvable. `cpu` "" targets the host CPU with all its features;
+  /// otherwise it is an LLVM CPU name (e.g. "x86-64-v3") whose features alone are used, for
+  /// code that runs on any CPU of that level. Throws rcjit::Error.
+  static std::unique_ptr<CpuJit> create(const std::string &cpu = "");
   ~CpuJit();
   CpuJit(const CpuJit &) = delete;
   CpuJit &operator=(const CpuJit &) = delete;
@@ -58,7 +60,7 @@ public:
   void setObjectCache(llvm::ObjectCache *cache) { cache_.store(cache); }
   /// Whether vectorized exp/log/sin/cos/pow calls resolve to glibc's libmvec.
   bool hasVectorMath() const { return libmvec_; }
-  /// Whether the host has AVX-512 (then kernels should prefer 512-bit vectors).
+  /// Whether the target has AVX-512 (then kernels should prefer 512-bit vectors).
   bool hasAvx512() const { return avx512_; }
 
 private:
@@ -73,6 +75,7 @@ private:
   std::atomic<uint64_t> nextDylib_{0};
   bool libmvec_ = false;
   bool avx512_ = false;
+  bool avx2_ = false;
 };
 
 } // namespace rcjit::cpu

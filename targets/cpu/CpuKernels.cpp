@@ -1,8 +1,10 @@
 // LoopKernels → one LLVM module with the CPU outer loop → optimized machine code via CpuJit.
 #include "targets/cpu/CpuKernels.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include <llvm/Config/llvm-config.h>
@@ -26,8 +28,67 @@ namespace {
 using llvm::Value;
 using Values = std::vector<Value *>;
 
+// A feature set: its canonical name, the LLVM CPU it compiles for ("" = the host) and the
+// host features it needs.
+struct FeatureSet {
+  const char *name;
+  const char *llvmCpu;
+  std::vector<const char *> needs;
+};
+
+const FeatureSet &featureSet(const std::string &name) {
+  static const FeatureSet sets[] = {
+      {"native", "", {}},
+      {"x86-64-v2", "x86-64-v2", {"sse4.2", "popcnt", "ssse3", "cx16"}},
+      {"avx2", "x86-64-v3", {"avx2", "fma", "bmi2", "f16c", "movbe"}},
+      {"avx512", "x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
+  };
+  for (const FeatureSet &s : sets) {
+    if (name == s.name || (*s.llvmCpu && name == s.llvmCpu)) {
+      if (*s.llvmCpu && llvm::sys::getProcessTriple().rfind("x86_64", 0) != 0) {
+        throw Error("CPU feature set '" + name + "' is for x86-64 hosts only");
+      }
+      llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+      for (const char *f : s.needs) {
+        if (!host.lookup(f)) {
+          throw Error("CPU feature set '" + name + "' needs " + f +
+                      ", which this CPU lacks (its code would not run here)");
+        }
+      }
+      return s;
+    }
+  }
+  throw Error("unknown CPU feature set '" + name +
+              "' (expected native, x86-64-v2, avx2 or avx512; e.g. RCJIT_CPU_FEATURES=avx2)");
+}
+
+std::mutex &featuresMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The selected set's name; initialized from RCJIT_CPU_FEATURES on first use.
+std::string &selectedFeatures() {
+  static std::string name = [] {
+    const char *env = std::getenv("RCJIT_CPU_FEATURES");
+    std::string n = env && *env ? env : "native";
+    try {
+      return std::string(featureSet(n).name);
+    } catch (const Error &e) {
+      throw Error(std::string("RCJIT_CPU_FEATURES: ") + e.what());
+    }
+  }();
+  return name;
+}
+
+// The JIT of the selected feature set (one per set used, created on first use).
 CpuJit &processJit() {
-  static std::unique_ptr<CpuJit> jit = withObjectCache(CpuJit::create()); // retried on throw
+  static std::map<std::string, std::unique_ptr<CpuJit>> *jits =
+      new std::map<std::string, std::unique_ptr<CpuJit>>(); // never destroyed: code lives on
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  const std::string &name = selectedFeatures();
+  std::unique_ptr<CpuJit> &jit = (*jits)[name];
+  if (!jit) jit = withObjectCache(CpuJit::create(featureSet(name).llvmCpu)); // retried on throw
   return *jit;
 }
 
@@ -106,23 +167,41 @@ std::string printModule(const llvm::Module &m) {
 
 } // namespace
 
+std::string cpuFeatures() {
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  return selectedFeatures();
+}
+
+void setCpuFeatures(const std::string &name) {
+  const FeatureSet &s = featureSet(name); // throws before anything changes
+  std::lock_guard<std::mutex> lock(featuresMutex());
+  selectedFeatures() = s.name;
+}
+
 std::string hostCodegenId() {
-  static const std::string id = [] {
-    std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; " +
-                    llvm::sys::getHostCPUName().str() + ";";
+  static const std::string hostPart = [] {
+    std::string s = "llvm " LLVM_VERSION_STRING "; " + llvm::sys::getProcessTriple() + "; ";
+    std::string native = llvm::sys::getHostCPUName().str() + ";";
     std::map<std::string, bool> features; // sorted: the key must not depend on hash order
     for (const auto &f : llvm::sys::getHostCPUFeatures()) {
       features[f.getKey().str()] = f.getValue();
     }
-    for (const auto &[name, on] : features) s += (on ? " +" : " -") + name;
-    return s + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
+    for (const auto &[name, on] : features) native += (on ? " +" : " -") + name;
+    return s + "\n" + native;
   }();
-  return id;
+  const std::string features = cpuFeatures();
+  const size_t cut = hostPart.find('\n');
+  std::string id =
+      hostPart.substr(0, cut) + (features == "native"
+                                     ? hostPart.substr(cut + 1)
+                                     : "cpu " + std::string(featureSet(features).llvmCpu) + ";");
+  return id + (processJit().hasVectorMath() ? "; libmvec" : "; no libmvec");
 }
 
-CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
-                                  const std::string &moduleId, const CpuCompileOptions &options) {
-  checkNames(kernels);
+namespace {
+
+CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std::string &moduleId,
+                               const CpuCompileOptions &options) {
   CpuJit &jit = processJit();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
@@ -132,8 +211,10 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
     llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");
     // Vector divisions marked `arcp` (only those of the tanh/erf approximations) become a
-    // reciprocal estimate plus one Newton step: no divider on the hot path.
-    fn->addFnAttr("reciprocal-estimates", "vec-divf:1");
+    // reciprocal estimate plus two Newton steps: no divider on the hot path, and full f32
+    // precision even from AVX2's 12-bit estimate (one step left erf 4e-7 off: gelu near
+    // x = -5.5, where 1 + erf cancels, was off by 1e-6).
+    fn->addFnAttr("reciprocal-estimates", "vec-divf:2");
   }
   std::string problems;
   llvm::raw_string_ostream err(problems);
@@ -153,6 +234,21 @@ CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }
   return out;
+}
+
+} // namespace
+
+CpuCompiledKernels compileKernels(const std::vector<LoopKernel> &kernels,
+                                  const std::string &moduleId, const CpuCompileOptions &options) {
+  checkNames(kernels);
+  try {
+    return compileOnce(kernels, moduleId, options);
+  } catch (const Error &e) {
+    // A cached object that passed validation but does not link (e.g. a symbol renamed) is
+    // evicted and the module compiled once more, from IR.
+    if (!forgetCachedObject(moduleId, e.what())) throw;
+  }
+  return compileOnce(kernels, moduleId, options);
 }
 
 } // namespace rcjit::cpu

@@ -22,8 +22,21 @@ struct CpuCompiledKernels {
 };
 
 /// What besides the kernels' text shapes their machine code on this host, for cache keys:
-/// LLVM version, target triple, CPU name and features, vector math library. Thread-safe.
+/// LLVM version, target triple, the CPU feature set (cpuFeatures(): the host CPU's name and
+/// features for "native", else the level), vector math library. Thread-safe.
 std::string hostCodegenId();
+
+/// The CPU feature set generated code targets: "native" (the host CPU and all its
+/// features; the default), or a portable level whose code runs on every CPU that has it:
+/// "x86-64-v2" (SSE4.2), "avx2" (x86-64-v3: AVX2, FMA, BMI2) or "avx512" (x86-64-v4:
+/// AVX-512 F/BW/CD/DQ/VL). Initially from the environment variable RCJIT_CPU_FEATURES.
+/// Throws rcjit::Error when that names an unknown set or one this CPU lacks. Thread-safe.
+std::string cpuFeatures();
+/// Targets `name` (as above; "x86-64-v3" and "x86-64-v4" are accepted too) for modules
+/// compiled from now on; already compiled code stays as it is. For tests and tools: kernel
+/// memos and cache keys include the set, but a process should normally keep one set.
+/// Throws rcjit::Error for an unknown set or one this CPU lacks. Thread-safe.
+void setCpuFeatures(const std::string &name);
 
 /// Verifies `kernels` (rcjit::Error on a malformed one or duplicate names), builds them into
 /// one LLVM module named `moduleId` (the object-cache key), optimizes it at O3 with the host's

@@ -71,10 +71,10 @@ std::string moduleKey(const std::vector<LoopKernel> &todo) {
   return cache::contentKey({"cpu", text, hostCodegenId()});
 }
 
-std::string kernelKey(const LoopKernel &k) {
+std::string kernelKey(const LoopKernel &k, const std::string &features) {
   LoopKernel anon = k;
   anon.name = "k";
-  return printKernel(anon);
+  return features + "\n" + printKernel(anon);
 }
 
 } // namespace
@@ -89,8 +89,9 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   std::unordered_map<std::string, size_t> fresh; // key -> index in `todo`
   std::vector<LoopKernel> todo;
   cp->kernels_.assign(p.kernels.size(), nullptr);
+  const std::string features = cpuFeatures(); // code for one feature set never serves another
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    keys.push_back(kernelKey(p.kernels[i]));
+    keys.push_back(kernelKey(p.kernels[i], features));
     if (!dumps) cp->kernels_[i] = memo.find(keys[i]);
     if (cp->kernels_[i]) ++cp->cacheHits_;
     if (!cp->kernels_[i] && !fresh.count(keys[i])) {
@@ -137,7 +138,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
   spec->library.resize(l.steps.size());
   for (size_t i = 0; i < l.steps.size(); ++i) {
     if (l.steps[i].kind == Step::Kind::library)
-      spec->library[i] = LibraryStep::create(l, l.steps[i]);
+      spec->library[i] = LibraryStep::create(l, l.steps[i], !p.symbols.ranges.empty());
   }
   return spec;
 }

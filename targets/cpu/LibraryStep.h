@@ -17,8 +17,12 @@ public:
   virtual void run(char *const *operands, char *result) const = 0;
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
-  /// then runs it through the eager target).
-  static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step);
+  /// then runs it through the eager target). `sizeFree`: the program is specialized per
+  /// size (symbolic dims), so a small GEMM uses one oneDNN primitive with runtime dims,
+  /// shared by every size and program, instead of creating one per size (which costs far
+  /// more than such a multiply).
+  static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
+                                             bool sizeFree = false);
 };
 
 } // namespace rcjit::cpu

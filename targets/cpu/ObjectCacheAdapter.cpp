@@ -5,7 +5,13 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <mutex>
+#include <set>
+
+#include <llvm/TargetParser/Triple.h>
+
 #include "cache/ObjectStore.h"
+#include "targets/cpu/ObjectCheck.h"
 
 namespace rcjit::cpu {
 
@@ -28,18 +34,50 @@ public:
   }
 
   std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *m) override {
-    cache::Bytes b = cache::ObjectStore::instance().lookup(m->getModuleIdentifier(), nameOf(*m));
+    const std::string &id = m->getModuleIdentifier();
+    cache::Bytes b = cache::ObjectStore::instance().lookup(id, nameOf(*m));
     if (!b) return nullptr;
     llvm::StringRef data(reinterpret_cast<const char *>(b->data()), b->size());
-    return llvm::MemoryBuffer::getMemBufferCopy(data, m->getModuleIdentifier());
+    std::string why =
+        objectProblem(llvm::MemoryBufferRef(data, id), llvm::Triple(m->getTargetTriple()));
+    if (!why.empty()) {
+      cache::ObjectStore::instance().evict(id, why);
+      return nullptr; // compiled afresh, and the good object stored
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      served_.insert(id);
+    }
+    return llvm::MemoryBuffer::getMemBufferCopy(data, id);
   }
+
+  bool forget(const std::string &id, const std::string &why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (served_.erase(id) == 0) return false;
+    }
+    cache::ObjectStore::instance().evict(id, "it failed to link: " + why);
+    return true;
+  }
+
+private:
+  std::mutex mu_;
+  std::set<std::string> served_; // module ids whose object came from the cache
 };
+
+ObjectCacheAdapter &adapter() {
+  static ObjectCacheAdapter *a = new ObjectCacheAdapter(); // outlives every JIT
+  return *a;
+}
 
 } // namespace
 
+bool forgetCachedObject(const std::string &moduleId, const std::string &why) {
+  return adapter().forget(moduleId, why);
+}
+
 std::unique_ptr<CpuJit> withObjectCache(std::unique_ptr<CpuJit> jit) {
-  static ObjectCacheAdapter *adapter = new ObjectCacheAdapter(); // outlives every JIT
-  jit->setObjectCache(adapter);
+  jit->setObjectCache(&adapter());
   return jit;
 }
 

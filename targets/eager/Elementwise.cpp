@@ -29,8 +29,12 @@ template <class C, class F> RCJIT_ALWAYS_INLINE C viaFloat(C x, F f) {
 template <class C> RCJIT_ALWAYS_INLINE C sigmoidC(C x) { return C(1) / (C(1) + expC(-x)); }
 template <class C> RCJIT_ALWAYS_INLINE C erfC(C x) { return std::erf(x); }
 template <> RCJIT_ALWAYS_INLINE float erfC(float x) { return fastErf(x); }
+// 0 where 1 + erf(x/sqrt 2) is 0 in C's precision (as compiled kernels do): gelu(-inf) is
+// 0, not -inf * 0; NaN compares false and propagates.
 template <class C> RCJIT_ALWAYS_INLINE C geluC(C x) {
-  return C(0.5) * x * (C(1) + erfC(x * C(0.70710678118654752440)));
+  const C zeroBelow = sizeof(C) == 4 ? C(-5.65685424949238) : C(-40);
+  const C g = C(0.5) * x * (C(1) + erfC(x * C(0.70710678118654752440)));
+  return x <= zeroBelow ? C(0) : g;
 }
 
 // ---- inner loops: one run of the innermost dim; `s` are byte strides, out is contiguous

@@ -12,6 +12,7 @@
 
 #include "targets/eager/Eager.h"
 #include "targets/eager/Iter.h"
+#include "tracer/CheckedSize.h"
 #include "tracer/OpCases.h"
 
 namespace rcjit::eager {
@@ -40,10 +41,11 @@ bool asBlock3(const Shape &shape, const std::vector<bool> &red, Block3 &b) {
     if (red[d]) {
       if (phase == 2) return false;
       phase = 1;
-      b.reduced *= shape[d];
+      b.reduced = detail::checkedMul(b.reduced, shape[d], "reduce", "block size");
     } else {
       if (phase == 1) phase = 2;
-      (phase == 0 ? b.outer : b.inner) *= shape[d];
+      int64_t &n = phase == 0 ? b.outer : b.inner;
+      n = detail::checkedMul(n, shape[d], "reduce", "block size");
     }
   }
   return true;
@@ -216,11 +218,12 @@ Tensor reduceDims(OpKind op, const Tensor &x, const Dims &dims, const TensorMeta
     for (size_t d = 0; d < red.size(); ++d) {
       if (red[d]) continue;
       perm.push_back(static_cast<int64_t>(d));
-      b.outer *= xi.shape[d];
+      b.outer = detail::checkedMul(b.outer, xi.shape[d], opName(op), "block size");
     }
     for (int64_t d : dims) {
       perm.push_back(d);
-      b.reduced *= xi.shape[static_cast<size_t>(d)];
+      b.reduced =
+          detail::checkedMul(b.reduced, xi.shape[static_cast<size_t>(d)], opName(op), "block size");
     }
     src = permutedCopy(x, perm, xi.dtype);
   }
@@ -233,7 +236,8 @@ Block3 blockAround(const Shape &shape, int64_t dim) {
   Block3 b;
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto sd = static_cast<int64_t>(d);
-    (sd < dim ? b.outer : sd == dim ? b.reduced : b.inner) *= shape[d];
+    int64_t &n = sd < dim ? b.outer : sd == dim ? b.reduced : b.inner;
+    n = detail::checkedMul(n, shape[d], "reduce", "block size");
   }
   return b;
 }

@@ -12,3 +12,7 @@ step(${CMAKE_COMMAND} --install ${RCJIT_BINARY_DIR} --prefix ${prefix})
 step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK_DIR}/build/consumer)
+# The installed tool starts by itself: its RUNPATH finds lib/librcjit.so, whose RUNPATH finds
+# libLLVM (no LD_LIBRARY_PATH).
+step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/rcjit --help)
+step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/rcjit models)
