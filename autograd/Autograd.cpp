@@ -54,6 +54,28 @@ void checkSaved(const Node &n, const SavedValue &s) {
 // Adds g into slot (which may be undefined).
 void accumulate(Tensor &slot, const Tensor &g) { slot = slot.defined() ? slot + g : g; }
 
+// Adds g into output `index` of a node's pending gradients.
+void accumulate(std::vector<Tensor> &slots, int index, const Tensor &g) {
+  if (slots.size() <= static_cast<size_t>(index)) slots.resize(static_cast<size_t>(index) + 1);
+  accumulate(slots[static_cast<size_t>(index)], g);
+}
+
+// The input edge of `t` for a new node: its producing node (and which output it is), or the
+// leaf it is; empty when it needs no gradient.
+Edge edgeOf(const Tensor &t) {
+  Edge e;
+  const std::shared_ptr<AutogradMeta> &m = t.impl()->autograd;
+  if (m && m->requiresGrad) {
+    if (m->gradFn) {
+      e.fn = m->gradFn;
+      e.index = m->outputIndex;
+    } else {
+      e.leaf = m;
+    }
+  }
+  return e;
+}
+
 // A gradient a leaf may keep: owned alone (no other handle or view aliases it), contiguous.
 Tensor ownedGrad(Tensor g) {
   const auto &impl = g.impl();
@@ -106,6 +128,7 @@ void release(Node &n) {
   n.released = true;
   n.inputs.clear();
   n.output = {};
+  if (n.custom) n.custom->release();
 }
 
 } // namespace
@@ -167,22 +190,29 @@ void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tens
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor &t = in[i];
     node->inputs.push_back(use.input(i) ? save(t) : placeholder(t));
-    Edge e;
-    const std::shared_ptr<AutogradMeta> &m = t.impl()->autograd;
-    if (m && m->requiresGrad) {
-      if (m->gradFn) {
-        e.fn = m->gradFn;
-      } else {
-        e.leaf = m;
-      }
-    }
-    node->next.push_back(std::move(e));
+    node->next.push_back(edgeOf(t));
   }
   node->output = use.output ? save(out) : placeholder(out);
   auto meta = std::make_shared<AutogradMeta>();
   meta->requiresGrad = true;
   meta->gradFn = std::move(node);
   out.impl()->autograd = std::move(meta);
+}
+
+void recordCustom(std::shared_ptr<CustomBackward> fn, const std::vector<Tensor> &inputs,
+                  const std::vector<Tensor> &outputs) {
+  auto node = std::make_shared<Node>();
+  node->custom = std::move(fn);
+  node->seq = nextSeq.fetch_add(1, std::memory_order_relaxed);
+  for (const Tensor &t : inputs) node->next.push_back(edgeOf(t));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!isFloating(outputs[k].dtype())) continue;
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requiresGrad = true;
+    meta->gradFn = node;
+    meta->outputIndex = static_cast<int>(k);
+    outputs[k].impl()->autograd = std::move(meta);
+  }
 }
 
 std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
@@ -194,7 +224,7 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
                 " gradients given for " + std::to_string(roots.size()) + " outputs");
   }
   NoGradGuard noGrad; // the rules' ops are not recorded (no higher-order gradients)
-  std::unordered_map<Node *, Tensor> pending;
+  std::unordered_map<Node *, std::vector<Tensor>> pending; // per output of the node
   std::unordered_map<AutogradMeta *, Tensor> leafGrads;
   std::vector<Node *> rootNodes;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -210,14 +240,14 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
     }
     Tensor g = rootGrad(t, rootGrads.empty() ? Tensor() : rootGrads[i], caller);
     if (m->gradFn) {
-      accumulate(pending[m->gradFn.get()], g);
+      accumulate(pending[m->gradFn.get()], m->outputIndex, g);
       rootNodes.push_back(m->gradFn.get());
     } else {
       accumulate(leafGrads[m], g);
     }
   }
   // Non-leaf inputs of rcjit::grad: their gradient is what reaches their node.
-  std::unordered_map<Node *, Tensor> captured;
+  std::unordered_map<Node *, std::vector<Tensor>> captured; // per output of the node
   if (inputs) {
     for (const Tensor &t : *inputs) {
       if (!t.defined()) throw Error(std::string(caller) + ": an input is an undefined Tensor");
@@ -225,7 +255,7 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
       if (!m || !m->requiresGrad) {
         throw Error(where(caller, t) + " (an input) does not require grad");
       }
-      if (m->gradFn) captured.emplace(m->gradFn.get(), Tensor());
+      if (m->gradFn) captured.emplace(m->gradFn.get(), std::vector<Tensor>());
     }
   }
   const std::vector<Node *> order = reachable(rootNodes);
@@ -256,33 +286,38 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
   for (Node *n : order) {
     auto it = pending.find(n);
     if (it == pending.end()) continue; // no gradient reached it
-    Tensor g = std::move(it->second);
+    std::vector<Tensor> gs = std::move(it->second);
     pending.erase(it);
-    if (auto c = captured.find(n); c != captured.end()) c->second = g;
+    if (auto c = captured.find(n); c != captured.end()) c->second = gs;
     if (inputs && !leadsOn.count(n)) continue; // leads to no requested input
     if (n->released) {
       throw Error(std::string(caller) +
                   ": trying to backward through the graph a second time (the values saved "
                   "for the gradient of " +
-                  std::string(opName(n->op)) +
+                  (n->custom ? n->custom->name() : std::string(opName(n->op))) +
                   " were freed by the first backward); pass retain_graph = true to the first "
                   "backward() or grad() to keep them");
     }
-    std::vector<Tensor> in;
     std::vector<bool> needs;
-    in.reserve(n->inputs.size());
-    for (size_t i = 0; i < n->inputs.size(); ++i) {
-      checkSaved(*n, n->inputs[i]);
-      in.push_back(n->inputs[i].value);
-      needs.push_back(needed(n->next[i]));
+    for (const Edge &e : n->next) needs.push_back(needed(e));
+    std::vector<Tensor> grads;
+    if (n->custom) {
+      grads = n->custom->backward(gs, needs);
+    } else {
+      std::vector<Tensor> in;
+      in.reserve(n->inputs.size());
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        checkSaved(*n, n->inputs[i]);
+        in.push_back(n->inputs[i].value);
+      }
+      checkSaved(*n, n->output);
+      grads = applyGradRule(n->op, n->attrs, in, n->output.value, gs.at(0), needs);
     }
-    checkSaved(*n, n->output);
-    std::vector<Tensor> grads = applyGradRule(n->op, n->attrs, in, n->output.value, g, needs);
-    for (size_t i = 0; i < grads.size(); ++i) {
+    for (size_t i = 0; i < grads.size() && i < n->next.size(); ++i) {
       if (!grads[i].defined()) continue;
       const Edge &e = n->next[i];
       if (e.fn) {
-        accumulate(pending[e.fn.get()], grads[i]);
+        accumulate(pending[e.fn.get()], e.index, grads[i]);
       } else if (e.leaf) {
         accumulate(leafGrads[e.leaf.get()], grads[i]);
       }
@@ -304,7 +339,9 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
   for (const Tensor &t : *inputs) {
     AutogradMeta *m = metaOf(t);
     if (m->gradFn) {
-      out.push_back(captured[m->gradFn.get()]);
+      const std::vector<Tensor> &gs = captured[m->gradFn.get()];
+      size_t k = static_cast<size_t>(m->outputIndex);
+      out.push_back(k < gs.size() ? gs[k] : Tensor());
     } else {
       auto it = leafGrads.find(m);
       out.push_back(it == leafGrads.end() ? Tensor() : it->second);

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <rcjit/Tensor.h>
@@ -20,6 +21,7 @@ struct Node;
 struct AutogradMeta {
   bool requiresGrad = false;
   std::shared_ptr<Node> gradFn; // the node that produced this tensor; null for a leaf
+  int outputIndex = 0;          // which output of gradFn it is (compiled functions have many)
   Tensor grad;                  // accumulated gradient of a leaf
 };
 
@@ -28,7 +30,23 @@ struct AutogradMeta {
 struct Edge {
   std::shared_ptr<Node> fn;
   std::shared_ptr<AutogradMeta> leaf;
+  int index = 0; // with fn: which of its outputs the gradient belongs to
   bool valid() const { return fn || leaf; }
+};
+
+/// A node that is not one op: a compiled function's backward, run once for all of its
+/// outputs' gradients (jit/autograd). Owned by its Node; called by the engine only.
+class CustomBackward {
+public:
+  virtual ~CustomBackward() = default;
+  /// For errors: "compiled function 3".
+  virtual std::string name() const = 0;
+  /// The gradient of each input edge (undefined where needs[i] is false or none flows),
+  /// given the gradient of each output (undefined where none reached it).
+  virtual std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs,
+                                       const std::vector<bool> &needs) = 0;
+  /// Frees what the backward saved (after a backward without retain_graph).
+  virtual void release() = 0;
 };
 
 /// A value saved for backward, with the storage version it had when saved (copy_ bumps
@@ -50,6 +68,7 @@ struct Node {
   std::vector<Edge> next; // one per input
   uint64_t seq = 0;       // creation order: inputs' nodes always have a smaller seq
   bool released = false;  // saved values freed by a backward without retain_graph
+  std::shared_ptr<CustomBackward> custom; // set: not an op; its backward runs instead
 
   Node() = default;
   Node(const Node &) = delete;
@@ -69,6 +88,11 @@ inline bool anyRequiresGrad(const std::vector<Tensor> &in);
 /// Records `out = op(in; a)` when grad mode is on and an input requires grad; does nothing
 /// for non-floating results. The caller checks that no Tracer is active.
 void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out);
+
+/// Records a node computed by `fn` (a compiled function): outputs[k] becomes output k of one
+/// node whose input edges are `inputs` (those that require grad). Floating outputs only.
+void recordCustom(std::shared_ptr<CustomBackward> fn, const std::vector<Tensor> &inputs,
+                  const std::vector<Tensor> &outputs);
 
 /// The engine behind Tensor::backward and rcjit::grad. With `inputs` null, accumulates into
 /// every reachable leaf's grad; otherwise returns the gradient of each of *inputs.

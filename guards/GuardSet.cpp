@@ -1,6 +1,8 @@
 // Guard construction from example inputs, the fast check, and failure explanations.
 #include "guards/GuardSet.h"
 
+#include <rcjit/Autograd.h>
+
 #include <sstream>
 
 #include "tracer/TensorImpl.h"
@@ -18,6 +20,7 @@ GuardSet GuardSet::fromInputs(const std::vector<Tensor> &inputs,
     tg.impl = i >= identityFrom ? t.impl().get() : nullptr;
     tg.dtype = t.dtype();
     tg.device = t.device();
+    tg.requiresGrad = is_grad_enabled() && t.requires_grad();
     for (int d = 0; d < t.dim(); ++d) {
       DimGuard dg;
       dg.size = t.shape()[d];
@@ -53,10 +56,19 @@ namespace {
 // the size of each symbol seen so far (-1: not yet), shared across one guard-set check.
 template <bool explain>
 std::string checkOne(const TensorGuard &g, const Tensor &t, int64_t *symVals,
-                     const std::vector<std::string> &symbolAt) {
+                     const std::vector<std::string> &symbolAt, bool gradOn) {
   const detail::TensorImpl *impl = t.impl().get();
   if (!impl) {
     if constexpr (explain) return g.label + ": expected a tensor, got an undefined Tensor";
+    return "x";
+  }
+  // before the identity shortcut: requires_grad_() changes a tensor in place
+  if ((gradOn && t.requires_grad()) != g.requiresGrad) {
+    if constexpr (explain) {
+      return g.label + " requires_grad (with grad mode " + (gradOn ? "on" : "off") +
+             "): expected " + (g.requiresGrad ? "true" : "false") + ", got " +
+             (g.requiresGrad ? "false" : "true");
+    }
     return "x";
   }
   if (impl == g.impl) return {}; // shape, dtype and strides of an impl never change
@@ -158,8 +170,9 @@ std::string GuardSet::checkAll(const Tensor *const *inputs, size_t n, bool all) 
   }
   std::fill(symVals, symVals + symbolAt_.size(), int64_t{-1});
   std::string out;
+  const bool gradOn = is_grad_enabled();
   for (size_t i = 0; i < n; ++i) {
-    std::string why = checkOne<explain>(tensors_[i], *inputs[i], symVals, symbolAt_);
+    std::string why = checkOne<explain>(tensors_[i], *inputs[i], symVals, symbolAt_, gradOn);
     if (why.empty()) continue;
     if (!explain || !all) return why;
     out += why + "\n";
@@ -194,14 +207,14 @@ std::string GuardSet::print() const {
     }
     os << "] strides ";
     if (g.contiguous) {
-      os << "row-major\n";
+      os << "row-major" << (g.requiresGrad ? " requires_grad" : "") << "\n";
       continue;
     }
     os << "[";
     for (size_t d = 0; d < g.dims.size(); ++d) {
       os << (d ? ", " : "") << (g.dims[d].checkStride ? std::to_string(g.dims[d].stride) : "*");
     }
-    os << "]\n";
+    os << "]" << (g.requiresGrad ? " requires_grad" : "") << "\n";
   }
   for (size_t s = 0; s < symbolAt_.size(); ++s) {
     os << "s" << s << " = size of " << symbolAt_[s] << "\n";

@@ -35,6 +35,7 @@ struct TensorGuard {
   Device device;
   std::vector<DimGuard> dims;
   bool contiguous = false; // has symbolic dims: strides must be row-major for its sizes
+  bool requiresGrad = false; // grad mode on and the tensor requires grad (a training entry)
 };
 
 /// The guard set of one cache entry. Immutable after construction; thread-safe to check.

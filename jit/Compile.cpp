@@ -10,6 +10,7 @@
 #include "jit/CapturedVariables.h"
 #include "jit/CompiledState.h"
 #include "jit/CompileGraph.h"
+#include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
 #include "targets/cuda/CudaDriver.h"
 #include "tracer/GraphIO.h"
@@ -108,6 +109,18 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
                 "tensor values on the host (" +
                 describeBreaks(t) + "); keep host reads outside the compiled function");
   }
+  std::vector<bool> wantGrad;
+  bool training = false;
+  for (const TensorGuard &g : e->guards.tensors()) {
+    wantGrad.push_back(g.requiresGrad);
+    training = training || g.requiresGrad;
+  }
+  if (training && !t.breaks.empty()) {
+    // the C++ runs eagerly on every call, so eager autograd records the whole function
+    e->graph = t.graph;
+    e->trainingNote = "graph breaks: the function runs eagerly with eager autograd";
+    return e;
+  }
   if (!t.breaks.empty()) {
     // graph breaks: the C++ runs on every call; the work between host reads runs as
     // compiled segments looked up by structural hash and input layouts
@@ -123,6 +136,20 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   ExecutableOptions exec = executableOptions(s.opts, inputs);
+  if (training) {
+    // a joint forward+backward graph, partitioned and compiled in two programs; static
+    // shapes, one graph for the whole function (regional training is not built yet)
+    if (!dynamic.empty()) {
+      e->dynamicNotes.push_back({.why = "a training entry compiles for static shapes"});
+    }
+    if (s.opts.mode == Mode::regional) e->trainingNote = "regional training compiles the whole function";
+    e->training = TrainingPlan::create(
+        t.graph, inputs, wantGrad, exec.target, moduleId,
+        "function " + std::to_string(s.id) + " entry " + std::to_string(e->id),
+        logging::wanted(logging::Kind::output_code));
+    e->graph = e->training->forwardGraph();
+    return e;
+  }
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
     if (!dynamic.empty()) {
@@ -176,6 +203,9 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
         .function = s.id,
         .entry = e.id,
         .graph = printGraph(e.graph) + e.fusion +
+                 (e.training ? "backward " + printGraph(e.training->backwardGraph()) +
+                                   e.training->print()
+                             : "") +
                  (e.program ? printProgram(e.program->program()) : "") +
                  (e.regional ? e.regional->print() : "")});
   }
@@ -216,6 +246,7 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
 
 std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &inputs,
                              const std::vector<Tensor> &args, const TracedFn &fn) {
+  if (e.training) return e.training->run(inputs.data(), inputs.size());
   if (e.regional) return e.regional->run(inputs.data(), inputs.size());
   if (e.segments) {
     SegmentTable &table = *e.segments;
@@ -305,7 +336,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     std::lock_guard<std::mutex> lock(s.mu);
     e->id = static_cast<int>(s.entries.size());
     s.entries.push_back(e);
-    s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : 0;
+    s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : e->training ? 2 : 0;
     s.stats.cache_hits += e->regional  ? e->regional->reused
                           : e->program ? e->program->cacheHits()
                                        : 0;
@@ -397,6 +428,7 @@ std::string explainOf(const CompiledState &s) {
      << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
   for (const auto &e : s.entries) {
     os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3 << " ms)";
+    if (!e->trainingNote.empty()) os << " [" << e->trainingNote << "]";
     if (e->segments) {
       os << " has " << e->graphBreaks << " graph break(s): its C++ runs on every call; "
          << e->segments->compiled() << " segments compiled, " << e->segments->reused() << " reused";
@@ -405,8 +437,12 @@ std::string explainOf(const CompiledState &s) {
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
     if (e->compiled()) {
-      std::istringstream pr(e->program ? printProgram(e->program->program())
-                                       : e->regional->print());
+      std::istringstream pr(e->program    ? printProgram(e->program->program())
+                            : e->regional ? e->regional->print()
+                                          : e->training->print() + "forward " +
+                                                printProgram(e->training->forward().program()) +
+                                                "backward " +
+                                                printProgram(e->training->backward().program()));
       for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
     }
   }

@@ -12,6 +12,7 @@
 #include "jit/Dynamic.h"
 #include "jit/Regional.h"
 #include "jit/Segments.h"
+#include "jit/autograd/CompiledTraining.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
 
@@ -26,7 +27,9 @@ struct Entry {
   std::shared_ptr<Executable> program; // full mode
   std::shared_ptr<RegionalPlan> regional; // regional mode
   std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
-  bool compiled() const { return program || regional; } // else runs eagerly (graph breaks)
+  std::shared_ptr<TrainingPlan> training;   // grad mode on, an input requires grad
+  std::string trainingNote;                 // why a training entry is not what was asked
+  bool compiled() const { return program || regional || training; } // else runs eagerly
   Graph graph;                                          // the graph after the pass pipeline
   std::string fusion;                                   // full mode: the printed fusion plan
   std::string reason;                                   // why it was compiled

@@ -18,6 +18,7 @@ namespace {
 using rcjit::test::errorOf;
 
 TEST(Compile, ToyModelCompilesOnceAndMatchesEager) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   tools::ModelConfig c;
   c.batch = 4;
   c.seq = 16;
@@ -42,6 +43,7 @@ TEST(Compile, ToyModelCompilesOnceAndMatchesEager) {
 }
 
 TEST(Compile, ModuleCompileReadsCurrentParameters) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   nn::Linear fc(8, 4, true, 3);
   auto cm = compile(fc);
   Tensor x = Tensor::randn({2, 8}, 1);
@@ -248,6 +250,7 @@ TEST(Compile, UnavailableOptionsAreClearErrors) {
 namespace {
 
 TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   tools::ModelConfig c;
   c.batch = 2;
   c.seq = 8;

@@ -93,6 +93,7 @@ TEST(Dynamic, AlwaysMakesEveryDimSymbolicFromTheStart) {
 }
 
 TEST(Dynamic, MarkedSequenceDimCompilesOnceOverItsRange) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   Block blk;
   CompileOptions o;
   o.dynamic = Dynamic::never; // the mark alone makes the dim symbolic
@@ -160,6 +161,7 @@ TEST(Dynamic, SpecializedDimsStayStaticAndTheLogSaysWhy) {
 }
 
 TEST(Dynamic, ReplacedParameterOfAnotherShapeRecompiles) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   nn::Linear fc(16, 8, true, 3);
   auto cm = compile(fc);
   Tensor a = Tensor::randn({2, 16}, 1);
@@ -215,6 +217,7 @@ TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
 // The built-in decoders with a marked sequence dim: one compile serves every length
 // (RoPE tables, position slices and [seq, seq] attention scores included).
 TEST(Dynamic, ModelsWithAMarkedSequenceCompileOnce) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   for (const char *name : {"toy64", "gpt2", "llama-3.2-1b"}) {
     tools::ModelConfig c;
     c.batch = 2;
@@ -235,6 +238,7 @@ TEST(Dynamic, ModelsWithAMarkedSequenceCompileOnce) {
 
 // Regional mode: each region's program is symbolic too, so a new length reuses every region.
 TEST(Dynamic, RegionalModeServesEveryLengthWithOneCompilePerRegion) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   for (const char *name : {"toy64", "gpt2"}) {
     tools::ModelConfig c;
     c.batch = 2;

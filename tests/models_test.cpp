@@ -219,6 +219,7 @@ TEST(ModelsLlama, RopeScaling) {
 }
 
 TEST(ModelsLlama, CompiledMatchesEager) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   ModelConfig c = smallRun();
   expectCompiledMatchesEager(*buildLlama(tinyLlama(false), c), c);
 }
@@ -258,6 +259,7 @@ TEST(ModelsCommon, Bf16EveryFamily) {
 }
 
 TEST(ModelsGpt2, ForwardNamesAndCompile) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   ModelConfig c = smallRun();
   auto m = buildGpt2(tinyGpt2(), c);
   Tensor y = m->forward(m->makeInputs(c));
@@ -273,6 +275,7 @@ TEST(ModelsGpt2, ForwardNamesAndCompile) {
 }
 
 TEST(ModelsVitGpt2, ForwardNamesAndCompile) {
+  rcjit::NoGradGuard noGrad; // inference: the parameters require grad
   ModelConfig c = smallRun();
   c.batch = 1;
   auto m = buildVitGpt2(tinyVitGpt2(), c);
