@@ -3,6 +3,8 @@
 
 #include <rcjit/Autograd.h>
 
+#include "autograd/Autograd.h"
+
 #include <sstream>
 
 #include "tracer/TensorImpl.h"
@@ -63,7 +65,8 @@ std::string checkOne(const TensorGuard &g, const Tensor &t, int64_t *symVals,
     return "x";
   }
   // before the identity shortcut: requires_grad_() changes a tensor in place
-  if ((gradOn && t.requires_grad()) != g.requiresGrad) {
+  const autograd::AutogradMeta *ag = impl->autograd.get();
+  if ((gradOn && ag && ag->requiresGrad) != g.requiresGrad) {
     if constexpr (explain) {
       return g.label + " requires_grad (with grad mode " + (gradOn ? "on" : "off") +
              "): expected " + (g.requiresGrad ? "true" : "false") + ", got " +

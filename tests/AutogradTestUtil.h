@@ -8,6 +8,9 @@
 
 #include <rcjit/rcjit.h>
 
+#include "tools/ModelGpt2.h"
+#include "tools/Models.h"
+
 namespace rcjit::test {
 
 /// An f64 tensor holding exactly `v` (no float rounding on the way).
@@ -30,6 +33,22 @@ inline void expectValues(const Tensor &t, const std::vector<double> &want, doubl
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
   }
+}
+
+/// A 2-layer GPT-2 small enough to train in a test (hidden 32, vocab 50), for `batch` x `seq`
+/// token ids.
+inline std::unique_ptr<tools::Model> tinyGpt2(int64_t batch, int64_t seq) {
+  tools::Gpt2Config cfg;
+  cfg.name = "tiny-gpt2";
+  cfg.hidden = 32;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.vocab = 50;
+  cfg.context = 16;
+  tools::ModelConfig c;
+  c.batch = batch;
+  c.seq = seq;
+  return tools::buildGpt2(cfg, c);
 }
 
 } // namespace rcjit::test

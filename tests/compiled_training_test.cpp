@@ -4,6 +4,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "tests/AutogradTestUtil.h"
+
 #include "tools/ModelGpt2.h"
 #include "tools/Models.h"
 
@@ -96,17 +98,7 @@ TEST(CompiledTraining, AdamWLossCurveEqualsEager) {
 }
 
 TEST(CompiledTraining, TinyGpt2GradientsEqualEager) {
-  tools::Gpt2Config cfg;
-  cfg.name = "tiny-gpt2";
-  cfg.hidden = 32;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.vocab = 50;
-  cfg.context = 16;
-  tools::ModelConfig c;
-  c.batch = 2;
-  c.seq = 8;
-  auto model = tools::buildGpt2(cfg, c);
+  auto model = test::tinyGpt2(2, 8);
   std::vector<int64_t> tokens;
   for (int i = 0; i < 16; ++i) tokens.push_back((i * 7 + 3) % 50);
   Tensor ids = Tensor::from_vector(tokens, {2, 8});

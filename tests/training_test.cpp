@@ -264,17 +264,7 @@ TEST(Training, Bf16MlpLossFallsWithSgdMomentum) {
 }
 
 TEST(Training, TinyGpt2LossFallsWithAdamW) {
-  tools::Gpt2Config cfg;
-  cfg.name = "tiny-gpt2";
-  cfg.hidden = 32;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.vocab = 50;
-  cfg.context = 16;
-  tools::ModelConfig c;
-  c.batch = 2;
-  c.seq = 9;
-  auto model = tools::buildGpt2(cfg, c);
+  auto model = test::tinyGpt2(2, 9);
   std::vector<int64_t> tokens;
   for (int i = 0; i < 18; ++i) tokens.push_back((i * 7 + 3) % 50);
   Tensor ids = Tensor::from_vector(tokens, {2, 9});
