@@ -349,6 +349,9 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     gatherInputs(*e, args, inputs);
     return runEntry(*e, inputs, args, fn);
   }
+  // the trace's outputs were computed under the tracer, which records no autograd nodes: a
+  // training call that is not compiled runs again, eagerly, so its outputs have gradients
+  if (!e->compiled() && !e->trainingNote.empty()) return fn(args);
   return t.outputs;
 }
 

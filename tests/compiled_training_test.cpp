@@ -74,6 +74,36 @@ TEST(CompiledTraining, InputGradientsAndGradMode) {
   EXPECT_NE(cf.explain().find("requires_grad"), std::string::npos) << cf.explain();
 }
 
+// Not built yet: regional training and graph breaks in training. Each falls back (whole-graph
+// training; eager autograd) with a note in explain(), and the gradients stay right.
+TEST(CompiledTraining, RegionalAndGraphBreakFallBacksStayCorrect) {
+  Mlp net;
+  Tensor x = Tensor::randn({5, 8}, 3), y = Tensor::randn({5, 4}, 4);
+  std::vector<Tensor> want = gradsOf([&] { return mse_loss(net(x), y); }, net);
+  CompileOptions regional;
+  regional.mode = Mode::regional;
+  auto cr = compile([&](const Tensor &a, const Tensor &b) { return mse_loss(net(a), b); },
+                    regional);
+  auto cb = compile([&](const Tensor &a, const Tensor &b) {
+    Tensor h = net(a);
+    if (sum(h, {}).item() > 1e9) h = h * 0.0; // a host read: a graph break
+    return mse_loss(h, b);
+  });
+  std::vector<std::function<Tensor()>> calls = {[&] { return cr(x, y); },
+                                                 [&] { return cb(x, y); }};
+  for (const auto &call : calls) {
+    std::vector<Tensor> got = gradsOf(call, net);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].defined()) << "parameter " << i;
+      EXPECT_TRUE(allclose(got[i], want[i], 1e-4, 1e-5)) << "parameter " << i;
+    }
+  }
+  EXPECT_NE(cr.explain().find("regional training compiles the whole function"), std::string::npos)
+      << cr.explain();
+  EXPECT_NE(cb.explain().find("runs eagerly with eager autograd"), std::string::npos)
+      << cb.explain();
+}
+
 TEST(CompiledTraining, AdamWLossCurveEqualsEager) {
   auto run = [](bool compiled) {
     Mlp net;
