@@ -65,9 +65,9 @@ struct Node {
   Attrs attrs;
   std::vector<SavedValue> inputs;
   SavedValue output;
-  std::vector<Edge> next; // one per input
-  uint64_t seq = 0;       // creation order: inputs' nodes always have a smaller seq
-  bool released = false;  // saved values freed by a backward without retain_graph
+  std::vector<Edge> next;                 // one per input
+  uint64_t seq = 0;                       // creation order: inputs' nodes always have a smaller seq
+  bool released = false;                  // saved values freed by a backward without retain_graph
   std::shared_ptr<CustomBackward> custom; // set: not an op; its backward runs instead
 
   Node() = default;

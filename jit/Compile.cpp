@@ -8,8 +8,8 @@
 #include <rcjit/Compile.h>
 
 #include "jit/CapturedVariables.h"
-#include "jit/CompiledState.h"
 #include "jit/CompileGraph.h"
+#include "jit/CompiledState.h"
 #include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
 #include "targets/cuda/CudaDriver.h"
@@ -142,11 +142,12 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     if (!dynamic.empty()) {
       e->dynamicNotes.push_back({.why = "a training entry compiles for static shapes"});
     }
-    if (s.opts.mode == Mode::regional) e->trainingNote = "regional training compiles the whole function";
-    e->training = TrainingPlan::create(
-        t.graph, inputs, wantGrad, exec.target, moduleId,
-        "function " + std::to_string(s.id) + " entry " + std::to_string(e->id),
-        logging::wanted(logging::Kind::output_code));
+    if (s.opts.mode == Mode::regional)
+      e->trainingNote = "regional training compiles the whole function";
+    e->training =
+        TrainingPlan::create(t.graph, inputs, wantGrad, exec.target, moduleId,
+                             "function " + std::to_string(s.id) + " entry " + std::to_string(e->id),
+                             logging::wanted(logging::Kind::output_code));
     e->graph = e->training->forwardGraph();
     return e;
   }
@@ -203,9 +204,9 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
         .function = s.id,
         .entry = e.id,
         .graph = printGraph(e.graph) + e.fusion +
-                 (e.training ? "backward " + printGraph(e.training->backwardGraph()) +
-                                   e.training->print()
-                             : "") +
+                 (e.training
+                      ? "backward " + printGraph(e.training->backwardGraph()) + e.training->print()
+                      : "") +
                  (e.program ? printProgram(e.program->program()) : "") +
                  (e.regional ? e.regional->print() : "")});
   }
@@ -440,12 +441,12 @@ std::string explainOf(const CompiledState &s) {
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
     if (e->compiled()) {
-      std::istringstream pr(e->program    ? printProgram(e->program->program())
-                            : e->regional ? e->regional->print()
-                                          : e->training->print() + "forward " +
-                                                printProgram(e->training->forward().program()) +
-                                                "backward " +
-                                                printProgram(e->training->backward().program()));
+      std::istringstream pr(e->program ? printProgram(e->program->program())
+                            : e->regional
+                                ? e->regional->print()
+                                : e->training->print() + "forward " +
+                                      printProgram(e->training->forward().program()) + "backward " +
+                                      printProgram(e->training->backward().program()));
       for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
     }
   }

@@ -5,9 +5,9 @@
 
 #include <rcjit/Error.h>
 
+#include "jit/Pipeline.h"
 #include "support/Events.h"
 #include "support/Log.h"
-#include "jit/Pipeline.h"
 #include "targets/Lower.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
@@ -32,9 +32,10 @@ public:
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
     res_.times.push_back({name, s});
     if (logging::wanted(logging::Kind::passes)) {
-      logging::emit(logging::CompileStepEvent{
-          .graph = r_.label.empty() ? r_.moduleId : r_.label, .step = name, .seconds = s,
-          .result = show(out)});
+      logging::emit(logging::CompileStepEvent{.graph = r_.label.empty() ? r_.moduleId : r_.label,
+                                              .step = name,
+                                              .seconds = s,
+                                              .result = show(out)});
     }
     return out;
   }
@@ -45,8 +46,7 @@ private:
 };
 
 // The graph passes, one step each, with the verifier after each.
-Graph optimize(const GraphSample &s, const std::vector<Pass> &passes, Steps &steps,
-               bool announce) {
+Graph optimize(const GraphSample &s, const std::vector<Pass> &passes, Steps &steps, bool announce) {
   Graph g = s.graph;
   if (verifyIrEnabled()) verifyGraph(g, "tracing");
   if (s.optimized) return g;
@@ -127,7 +127,8 @@ void setSymbolSources(Program &p, const CompileRequest &r) {
       }
     }
     if (src.empty()) {
-      throw Error("symbol s" + std::to_string(i) + " is used, but no program input has it as "
+      throw Error("symbol s" + std::to_string(i) +
+                  " is used, but no program input has it as "
                   "a dim");
     }
   }
@@ -146,7 +147,8 @@ CompileResult compileGraph(CompileRequest r) {
   // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
   const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.target));
-  for (size_t k = 0; k < ns; ++k) res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
+  for (size_t k = 0; k < ns; ++k)
+    res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
   if (r.stop == CompileStop::optimized) return res;
 
   // 2. lowering: fuse, build kernels, plan buffers (targets/Lower.h), for every sample.
@@ -202,8 +204,7 @@ CompileResult compileGraph(CompileRequest r) {
   exec.keepAssembly = r.keepAssembly;
   exec.cudaGraphs = r.cudaGraphs;
   res.executable = steps.run(
-      "target compile",
-      [&] { return target.compile(std::move(res.program), r.moduleId, exec); },
+      "target compile", [&] { return target.compile(std::move(res.program), r.moduleId, exec); },
       [&](const std::shared_ptr<Executable> &e) {
         return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
                target.name + "\n";

@@ -50,9 +50,9 @@ enum class CompileStop { optimized, fused, program, executable };
 
 struct CompileRequest {
   Target target = Target::cpu;
-  int device = 0;               // cuda: the device ordinal
-  std::string moduleId = "rcjit"; // names the compiled module
-  std::string label;            // names the graph in the passes log ("function 3 entry 0")
+  int device = 0;                   // cuda: the device ordinal
+  std::string moduleId = "rcjit";   // names the compiled module
+  std::string label;                // names the graph in the passes log ("function 3 entry 0")
   std::vector<GraphSample> samples; // [0] at the traced sizes; >= 3 for a symbolic program
   SymbolicSpec symbolic;
   CompileStop stop = CompileStop::executable;
@@ -72,8 +72,8 @@ struct CompileResult {
   Program program;           // the lowered program (symbolic when fitted); empty once it
                              // moved into `executable` (read executable->program())
   std::shared_ptr<Executable> executable; // when stop == executable
-  std::string notSymbolic;   // the samples could not be fitted to one program: why (then
-                             // nothing after the fit ran)
+  std::string notSymbolic; // the samples could not be fitted to one program: why (then
+                           // nothing after the fit ran)
   std::vector<CompileStepTime> times;
 };
 

@@ -334,9 +334,8 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
       rp[p].syms = probes[p];
     }
     try {
-      res.plan = std::make_shared<RegionalPlan>(
-          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), idPrefix,
-                            exec, rp, traced, ranges));
+      res.plan = std::make_shared<RegionalPlan>(buildRegionalPlan(
+          t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp, traced, ranges));
     } catch (const std::exception &e) {
       why = e.what();
       return false;

@@ -30,8 +30,8 @@ struct FusionGroup {
 /// A step that is not a generated kernel: a library call or an eager op.
 struct FusionCall {
   int node = -1;
-  bool library = true;          // false: an eager step
-  std::vector<int> postOps;     // unary nodes folded into the library call's epilogue
+  bool library = true;      // false: an eager step
+  std::vector<int> postOps; // unary nodes folded into the library call's epilogue
   int order = 0;
 };
 
@@ -39,7 +39,7 @@ struct FusionCall {
 struct FusionPlan {
   std::vector<FusionGroup> groups; // index = group id (kernel "k<id>")
   std::vector<FusionCall> calls;
-  std::vector<int> views;          // nodes that became strided views (no step)
+  std::vector<int> views; // nodes that became strided views (no step)
 };
 
 /// Readable listing: each group with its domain, members and why it was opened, then the

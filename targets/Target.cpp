@@ -35,7 +35,7 @@ TargetInfo makeCpu() {
   TargetInfo t;
   t.target = Target::cpu;
   t.name = "cpu";
-  t.splitLinearBias = false;          // oneDNN adds the bias inside the GEMM
+  t.splitLinearBias = false;           // oneDNN adds the bias inside the GEMM
   t.lower.fuseLibraryEpilogues = true; // oneDNN eltwise post-ops
   t.unsupportedStep = cpuUnsupported;
   t.compile = compileCpu;
@@ -46,7 +46,7 @@ TargetInfo makeCuda() {
   TargetInfo t;
   t.target = Target::cuda;
   t.name = "cuda";
-  t.splitLinearBias = true;            // cuBLAS gets no epilogue: the bias joins a kernel
+  t.splitLinearBias = true;             // cuBLAS gets no epilogue: the bias joins a kernel
   t.lower.fuseLibraryEpilogues = false; // so do activations
   t.unsupportedStep = cuda::unsupportedStep;
   t.compile = compileCuda;

@@ -34,9 +34,9 @@ TEST(CompileGraph, RunsTheStepsInOrder) {
     return std::vector<Tensor>{softmax(v[0] * 2.0, -1)};
   };
   CompileResult r = compileGraph(requestFor(fn, {Tensor::randn({4, 8}, 1)}, Target::cpu));
-  std::vector<std::string> want = {"decompose",     "constant_fold", "cse",
-                                   "dce",           "fuse",          "build kernels",
-                                   "plan buffers",  "check target",  "target compile"};
+  std::vector<std::string> want = {"decompose",    "constant_fold", "cse",
+                                   "dce",          "fuse",          "build kernels",
+                                   "plan buffers", "check target",  "target compile"};
   EXPECT_EQ(stepNames(r), want);
   ASSERT_TRUE(r.executable);
   Tensor x = Tensor::randn({4, 8}, 2);
@@ -61,7 +61,8 @@ TEST(CompileGraph, StopsWhereAsked) {
 TEST(CompileGraph, PassesLogShowsEveryStepWithItsTime) {
   set_logs("passes");
   testing::internal::CaptureStderr();
-  auto cf = compile([](const Tensor &x) { return layer_norm(x, Tensor::ones({8}), Tensor(), 1e-5); });
+  auto cf =
+      compile([](const Tensor &x) { return layer_norm(x, Tensor::ones({8}), Tensor(), 1e-5); });
   cf(Tensor::randn({4, 8}, 1));
   std::string err = testing::internal::GetCapturedStderr();
   set_logs("");
@@ -102,8 +103,8 @@ TEST(CompileGraph, VerifierNamesTheBrokenInvariant) {
 
 TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
   auto fn = [](const std::vector<Tensor> &v) {
-    Tensor h = relu(v[0] * 2.0 + 1.0);      // one group
-    Tensor y = matmul(h, v[1]);             // a library call
+    Tensor h = relu(v[0] * 2.0 + 1.0);              // one group
+    Tensor y = matmul(h, v[1]);                     // a library call
     return std::vector<Tensor>{sum(y + 3.0, {-1})}; // a new group after the call
   };
   CompileRequest r =
@@ -133,8 +134,8 @@ CliResult cli(std::vector<const char *> args) {
 // the same request through the same compile path, so the linear's bias is split off its
 // GEMM and no post-op is fused (the CPU's program keeps both in oneDNN).
 TEST(CompileGraph, TraceDumpsTheProgramTheCudaTargetCompiles) {
-  CliResult r = cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "program", "--target",
-                     "cuda"});
+  CliResult r =
+      cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "program", "--target", "cuda"});
   ASSERT_EQ(r.code, 0) << r.err;
   tools::ModelConfig c;
   c.seq = 8;

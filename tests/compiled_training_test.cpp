@@ -82,15 +82,14 @@ TEST(CompiledTraining, RegionalAndGraphBreakFallBacksStayCorrect) {
   std::vector<Tensor> want = gradsOf([&] { return mse_loss(net(x), y); }, net);
   CompileOptions regional;
   regional.mode = Mode::regional;
-  auto cr = compile([&](const Tensor &a, const Tensor &b) { return mse_loss(net(a), b); },
-                    regional);
+  auto cr =
+      compile([&](const Tensor &a, const Tensor &b) { return mse_loss(net(a), b); }, regional);
   auto cb = compile([&](const Tensor &a, const Tensor &b) {
     Tensor h = net(a);
     if (sum(h, {}).item() > 1e9) h = h * 0.0; // a host read: a graph break
     return mse_loss(h, b);
   });
-  std::vector<std::function<Tensor()>> calls = {[&] { return cr(x, y); },
-                                                 [&] { return cb(x, y); }};
+  std::vector<std::function<Tensor()>> calls = {[&] { return cr(x, y); }, [&] { return cb(x, y); }};
   for (const auto &call : calls) {
     std::vector<Tensor> got = gradsOf(call, net);
     for (size_t i = 0; i < got.size(); ++i) {
@@ -132,7 +131,8 @@ TEST(CompiledTraining, TinyGpt2GradientsEqualEager) {
   std::vector<int64_t> tokens;
   for (int i = 0; i < 16; ++i) tokens.push_back((i * 7 + 3) % 50);
   Tensor ids = Tensor::from_vector(tokens, {2, 8});
-  Tensor targets = Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {2, 8});
+  Tensor targets =
+      Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {2, 8});
   auto loss = [&](const Tensor &in, const Tensor &tg) {
     return cross_entropy(model->forward({in}), tg);
   };

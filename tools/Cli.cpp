@@ -149,10 +149,11 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
     out << printGraph(t.graph);
     return kOk;
   }
-  CompileRequest r = traceRequest(t, dump == "ptx" || target == "cuda" ? Target::cuda : Target::cpu);
+  CompileRequest r =
+      traceRequest(t, dump == "ptx" || target == "cuda" ? Target::cuda : Target::cpu);
   r.moduleId = "rcjit_trace_" + model;
-  r.stop = dump == "optimized" ? CompileStop::optimized
-           : dump == "fusion"  ? CompileStop::fused
+  r.stop = dump == "optimized"               ? CompileStop::optimized
+           : dump == "fusion"                ? CompileStop::fused
            : dump == "llvm" || dump == "asm" ? CompileStop::executable
                                              : CompileStop::program;
   r.keepLlvmIr = dump == "llvm";

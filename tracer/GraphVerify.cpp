@@ -38,8 +38,8 @@ void verifyNode(const Graph &g, size_t id, const std::string &after) {
   }
   for (const Dim &d : n.shape) {
     if (d.isSymbolic() && static_cast<size_t>(d.sym) >= g.symbols.size()) {
-      fail(after, g, id, "names symbol s" + std::to_string(d.sym) + " of " +
-                             std::to_string(g.symbols.size()));
+      fail(after, g, id,
+           "names symbol s" + std::to_string(d.sym) + " of " + std::to_string(g.symbols.size()));
     }
     if (d.value < 0) fail(after, g, id, "has a negative size");
   }

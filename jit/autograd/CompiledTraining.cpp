@@ -60,8 +60,8 @@ private:
 
 std::shared_ptr<TrainingPlan> TrainingPlan::create(const Graph &forward,
                                                    const std::vector<Tensor> &inputs,
-                                                   const std::vector<bool> &wantGrad,
-                                                   Target target, const std::string &moduleId,
+                                                   const std::vector<bool> &wantGrad, Target target,
+                                                   const std::string &moduleId,
                                                    const std::string &label, bool keepLlvmIr) {
   auto plan = std::make_shared<TrainingPlan>();
   plan->name_ = label;
@@ -127,8 +127,8 @@ std::vector<Tensor> TrainingPlan::run(const Tensor *const *inputs, size_t n) con
 std::string TrainingPlan::print() const {
   std::ostringstream os;
   os << "training: forward " << forward_->program().steps.size() << " steps, backward "
-     << backward_->program().steps.size() << " steps, " << savedOutput_.size()
-     << " saved values (" << savedBytes_ << " bytes held until backward)\n";
+     << backward_->program().steps.size() << " steps, " << savedOutput_.size() << " saved values ("
+     << savedBytes_ << " bytes held until backward)\n";
   return os.str();
 }
 

@@ -25,11 +25,9 @@ public:
   /// Builds the plan for traced graph `forward` whose program inputs (args then captured)
   /// are `inputs`; `wantGrad[i]`: input i requires a gradient. `moduleId` names the two
   /// modules ("<id>_fwd", "<id>_bwd"); `label` names them in logs. Throws rcjit::Error.
-  static std::shared_ptr<TrainingPlan> create(const Graph &forward,
-                                              const std::vector<Tensor> &inputs,
-                                              const std::vector<bool> &wantGrad, Target target,
-                                              const std::string &moduleId,
-                                              const std::string &label, bool keepLlvmIr);
+  static std::shared_ptr<TrainingPlan>
+  create(const Graph &forward, const std::vector<Tensor> &inputs, const std::vector<bool> &wantGrad,
+         Target target, const std::string &moduleId, const std::string &label, bool keepLlvmIr);
 
   /// Runs the forward on `inputs` (as guarded) and returns the function's outputs, which
   /// require grad and whose backward runs the compiled backward.
@@ -46,10 +44,10 @@ private:
   friend class CompiledBackward;
   Graph forwardGraph_, backwardGraph_;
   std::shared_ptr<Executable> forward_, backward_;
-  std::vector<int> savedOutput_;  // per saved value: its index among the forward's outputs
+  std::vector<int> savedOutput_;    // per saved value: its index among the forward's outputs
   std::vector<Shape> outputShapes_; // of the function's outputs
   std::vector<DType> outputDtypes_;
-  std::vector<int> gradInput_;    // the inputs that get a gradient, in backward output order
+  std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
   size_t numInputs_ = 0;
   int64_t savedBytes_ = 0;
   std::string name_;

@@ -56,9 +56,8 @@ JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inpu
   std::vector<Tensor> args = inputs;
   for (int o : forward.outputs) {
     const Node &out = forward.nodes[o];
-    args.push_back(Tensor::empty(concreteShape(out.shape), out.dtype, inputs.empty()
-                                                                      ? Device::cpu()
-                                                                      : inputs[0].device()));
+    args.push_back(Tensor::empty(concreteShape(out.shape), out.dtype,
+                                 inputs.empty() ? Device::cpu() : inputs[0].device()));
   }
   const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   auto joint = [&](const std::vector<Tensor> &a) {
@@ -90,8 +89,8 @@ JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inpu
         in.push_back(value[x]);
         needs.push_back(reach[x] && isFloating(forward.nodes[x].dtype));
       }
-      std::vector<Tensor> g = autograd::applyGradRule(node.op, node.attrs, in, value[i], grad[i],
-                                                      needs);
+      std::vector<Tensor> g =
+          autograd::applyGradRule(node.op, node.attrs, in, value[i], grad[i], needs);
       for (size_t j = 0; j < node.inputs.size() && j < g.size(); ++j) {
         if (needs[j] && g[j].defined()) accumulate(node.inputs[j], g[j]);
       }

@@ -34,10 +34,10 @@ struct Partition {
   /// Inputs (all args): saved value i is arg i, then tangent t is arg saved.size() + t (in
   /// the tangents' node order). Outputs: the gradients, in the joint graph's order.
   Graph backward;
-  std::vector<int> saved;        // joint node ids the backward reads, in arg order
-  std::vector<int> savedOutput;  // per saved value: its index among forward.outputs
-  std::vector<int> recomputed;   // forward nodes the backward computes again
-  int64_t savedBytes = 0;        // saved values that are not inputs of the function
+  std::vector<int> saved;       // joint node ids the backward reads, in arg order
+  std::vector<int> savedOutput; // per saved value: its index among forward.outputs
+  std::vector<int> recomputed;  // forward nodes the backward computes again
+  int64_t savedBytes = 0;       // saved values that are not inputs of the function
 };
 
 /// Splits `j`. Throws rcjit::Error when the joint graph is malformed (a forward output that

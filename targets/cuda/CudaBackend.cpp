@@ -34,8 +34,7 @@ public:
                const TensorMeta &out) override {
     return runEagerOp(op, in, a, out);
   }
-  Tensor runSource(OpKind op, const Shape &shape, DType dtype, const Attrs &a,
-                   Device d) override {
+  Tensor runSource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, Device d) override {
     return cuda::runSource(op, shape, dtype, a, d);
   }
 };

@@ -284,7 +284,8 @@ void CudaProgram::enqueue(const Spec &spec, const std::vector<CUdeviceptr> &base
     if (l.m == 0 || l.n == 0 || l.batch == 0) return;
     const Value &r = p.values[s.result];
     if (l.k == 0) { // an empty sum: zeros
-      ctx_->fill(address(s.result), 0, dtypeSize(r.dtype), static_cast<size_t>(l.batch * l.m * l.n));
+      ctx_->fill(address(s.result), 0, dtypeSize(r.dtype),
+                 static_cast<size_t>(l.batch * l.m * l.n));
       return;
     }
     DeviceBlas &blas = blasFor(*ctx_);

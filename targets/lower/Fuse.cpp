@@ -486,8 +486,8 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
   std::stable_sort(lines.begin(), lines.end(),
                    [](const Line &a, const Line &b) { return a.order < b.order; });
   std::ostringstream os;
-  os << "fusion: " << kernels << " groups, " << plan.calls.size() << " calls, "
-     << plan.views.size() << " views\n";
+  os << "fusion: " << kernels << " groups, " << plan.calls.size() << " calls, " << plan.views.size()
+     << " views\n";
   for (const Line &l : lines) os << l.text;
   return os.str();
 }
