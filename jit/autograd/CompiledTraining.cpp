@@ -81,31 +81,29 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(const Graph &forward,
   plan->savedOutput_ = part.savedOutput;
   plan->savedBytes_ = part.savedBytes;
 
-  CompileRequest f;
-  f.target = target;
-  f.device = inputs.empty() ? 0 : inputs[0].device().index;
-  f.moduleId = moduleId + "_fwd";
-  f.label = label + " forward";
-  f.keepLlvmIr = keepLlvmIr;
+  // the forward and the backward, each through the one compile path
+  auto compileHalf = [&](const Graph &g, std::vector<Shape> strides, const char *suffix,
+                         const char *half) {
+    CompileRequest r;
+    r.target = target;
+    r.device = inputs.empty() ? 0 : inputs[0].device().index;
+    r.moduleId = moduleId + suffix;
+    r.label = label + " " + half;
+    r.keepLlvmIr = keepLlvmIr;
+    r.samples.push_back({g, std::move(strides)});
+    return compileGraph(std::move(r));
+  };
   std::vector<Shape> strides;
   for (const Tensor &t : inputs) strides.push_back(t.strides());
-  f.samples.push_back({part.forward, strides});
-  CompileResult fr = compileGraph(std::move(f));
+  CompileResult fr = compileHalf(part.forward, std::move(strides), "_fwd", "forward");
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
-
-  CompileRequest b = {};
-  b.target = target;
-  b.device = inputs.empty() ? 0 : inputs[0].device().index;
-  b.moduleId = moduleId + "_bwd";
-  b.label = label + " backward";
-  b.keepLlvmIr = keepLlvmIr;
+  // the backward takes row-major inputs (CompiledBackward makes them so)
   std::vector<Shape> rowMajor;
   for (int id : part.backward.programInputs()) {
     rowMajor.push_back(detail::contiguousStrides(concreteShape(part.backward.nodes[id].shape)));
   }
-  b.samples.push_back({part.backward, rowMajor});
-  CompileResult br = compileGraph(std::move(b));
+  CompileResult br = compileHalf(part.backward, std::move(rowMajor), "_bwd", "backward");
   plan->backwardGraph_ = std::move(br.graphs.at(0));
   plan->backward_ = std::move(br.executable);
   return plan;
