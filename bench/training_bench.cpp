@@ -1,7 +1,8 @@
 // Training steps: eager autograd vs a compiled training entry (forward + backward programs),
 // forward + backward + AdamW on a GPT-2 configuration, alternating inside each iteration so
-// machine drift hits both alike. Counters: eager_ms, compiled_ms, eager/compiled, and the
-// first compiled step's extra time (the compile) in compile_ms. Args: layers, batch, seq.
+// machine drift hits both alike. Counters: eager_ms, compiled_ms, eager/compiled, the first
+// compiled step's extra time (the compile) in compile_ms, and each mode's peak tensor memory
+// over forward + backward (memory_stats, MiB; compiled arenas included). Args: layers, batch, seq.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -32,11 +33,15 @@ void BM_Gpt2TrainStepEagerVsCompiled(benchmark::State &state) {
   };
   auto compiled = compile(loss);
   optim::AdamW opt(model->module().parameters(), {.lr = 1e-4});
+  double peak[2] = {0, 0}; // MiB: eager, compiled
   auto step = [&](bool useCompiled) {
-    auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
+    reset_peak_memory_stats();
+    auto t0 = std::chrono::steady_clock::now();
     Tensor l = useCompiled ? compiled(in[0], targets) : loss(in[0], targets);
     l.backward();
+    // forward + backward: the optimizer's update is the same in both modes
+    peak[useCompiled] = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
     opt.step();
     return msSince(t0);
   };
@@ -52,6 +57,8 @@ void BM_Gpt2TrainStepEagerVsCompiled(benchmark::State &state) {
   state.counters["compiled_ms"] = comp / n;
   state.counters["eager/compiled"] = eager / comp;
   state.counters["compile_ms"] = first - warm;
+  state.counters["eager_peak_MiB"] = peak[0];
+  state.counters["compiled_peak_MiB"] = peak[1];
 }
 BENCHMARK(BM_Gpt2TrainStepEagerVsCompiled)
     ->Args({2, 4, 128})

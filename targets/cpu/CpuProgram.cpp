@@ -51,10 +51,12 @@ Tensor viewOf(char *base, const Value &v, const std::shared_ptr<detail::Storage>
 }
 } // namespace
 
+// Scratch memory of one call: tensor storage, so memory_stats counts it (a compiled step's
+// peak includes its intermediates).
 struct CpuProgram::Arena {
+  std::shared_ptr<detail::Storage> storage;
   char *data = nullptr;
   int64_t bytes = 0;
-  ~Arena() { std::free(data); }
 };
 
 namespace {
@@ -154,12 +156,11 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
   }
   if (!a) a = std::make_unique<Arena>();
   if (a->data && a->bytes >= need) return a;
-  std::free(a->data);
+  a->storage.reset();
   size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
-  a->data = static_cast<char *>(std::aligned_alloc(64, bytes ? bytes : 64));
+  a->storage = detail::allocateStorage(bytes, Device::cpu()); // 64-byte aligned; throws
+  a->data = static_cast<char *>(a->storage->data);
   a->bytes = static_cast<int64_t>(bytes);
-  if (!a->data)
-    throw Error("out of memory: compiled program arena of " + std::to_string(bytes) + " bytes");
   return a;
 }
 
