@@ -39,6 +39,24 @@ TEST(Cli, HelpAndUsage) {
   EXPECT_EQ(run({"bench", "--no-such-flag"}).code, 2);
 }
 
+TEST(Cli, VersionLayersAndOutputPathsAreCheckedFirst) {
+  Result v = run({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind("rcjit ", 0), 0u) << v.out;
+  Result zero = run({"bench", "--model", "toy64", "--layers", "0"});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("--layers: 0 is not a positive number of layers"), std::string::npos)
+      << zero.err;
+  // a bad --json path fails before any benchmark runs (no progress line printed)
+  Result json = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq",
+                     "4", "--reps", "1", "--json", "/no/such/dir/x.json"});
+  EXPECT_EQ(json.code, 1);
+  EXPECT_NE(json.err.find("--json: cannot write /no/such/dir/x.json"), std::string::npos)
+      << json.err;
+  EXPECT_EQ(json.err.find("bench: toy64"), std::string::npos) << "it ran before failing";
+  EXPECT_EQ(run({"trace", "--model", "nope"}).code, 2);
+}
+
 TEST(Cli, ModelsListsToy64) {
   Result r = run({"models"});
   EXPECT_EQ(r.code, 0);
@@ -54,7 +72,7 @@ TEST(Cli, BenchEagerPrintsATable) {
   EXPECT_NE(r.out.find("inference"), std::string::npos);
   EXPECT_NE(r.out.find("Baseline (eager)"), std::string::npos);
   Result unknown = run({"bench", "--model", "nope"});
-  EXPECT_EQ(unknown.code, 1);
+  EXPECT_EQ(unknown.code, 2) << "a model name the user typed is a usage error";
   EXPECT_NE(unknown.err.find("unknown model 'nope'"), std::string::npos);
   EXPECT_EQ(run({"bench", "--batch", "0"}).code, 2);
 }

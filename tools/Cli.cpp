@@ -60,6 +60,7 @@ const char *kUsageText =
     "  trace  --model NAME    trace a model and print its graph, kernels, LLVM IR, asm or PTX\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
+    "  --version              print rcjit's version\n"
     "\n"
     "Run 'rcjit <command> --help' for a command's options.\n";
 
@@ -141,7 +142,7 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   c.batch = batch;
   c.seq = seq;
   c.layers = layers;
-  std::unique_ptr<Model> m = findModel(model).build(c);
+  std::unique_ptr<Model> m = modelNamed(model).build(c);
   Trace t = traceFunction(
       [&](const std::vector<Tensor> &in) { return std::vector<Tensor>{m->forward(in)}; },
       m->makeInputs(c));
@@ -194,6 +195,10 @@ int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &e
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     out << kUsageText;
+    return kOk;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    out << "rcjit " << RCJIT_VERSION_STRING_TOOL << "\n";
     return kOk;
   }
   const std::map<std::string, std::function<int()>> commands = {

@@ -1,6 +1,8 @@
 // The built-in model registry: toy64 (PyTorch's regional-compilation recipe) and the zoo.
 #include "tools/Models.h"
 
+#include <stdexcept>
+
 #include "tools/ModelLlama.h"
 #include "tools/ModelVitGpt2.h"
 
@@ -143,6 +145,14 @@ const ModelInfo &findModel(const std::string &name) {
     known += (known.empty() ? "" : ", ") + m.name;
   }
   throw Error("unknown model '" + name + "' (built-in models: " + known + ")");
+}
+
+const ModelInfo &modelNamed(const std::string &name) {
+  try {
+    return findModel(name);
+  } catch (const Error &e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 int64_t parameterCount(nn::ModuleBase &m) {

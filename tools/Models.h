@@ -49,6 +49,9 @@ struct ModelInfo {
 const std::vector<ModelInfo> &builtinModels();
 /// The model called `name`; an rcjit::Error listing the known names otherwise.
 const ModelInfo &findModel(const std::string &name);
+/// findModel for a name typed on the command line: an unknown name is a usage error
+/// (std::invalid_argument, exit code 2), with the same message.
+const ModelInfo &modelNamed(const std::string &name);
 /// Number of parameter elements of a model.
 int64_t parameterCount(nn::ModuleBase &m);
 
