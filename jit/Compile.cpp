@@ -144,10 +144,11 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     }
     if (s.opts.mode == Mode::regional)
       e->trainingNote = "regional training compiles the whole function";
-    e->training =
-        TrainingPlan::create(t.graph, inputs, wantGrad, exec.target, moduleId,
-                             "function " + std::to_string(s.id) + " entry " + std::to_string(e->id),
-                             logging::wanted(logging::Kind::output_code));
+    ExecutableOptions trainExec = exec;
+    trainExec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+    e->training = TrainingPlan::create(t.graph, inputs, wantGrad, trainExec, moduleId,
+                                       "function " + std::to_string(s.id) + " entry " +
+                                           std::to_string(e->id));
     e->graph = e->training->forwardGraph();
     return e;
   }
@@ -170,7 +171,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   // full mode: the graph passes once, then the rest of the compile path for a static or a
   // symbolic program
   CompileRequest r;
-  r.target = exec.target;
+  r.exec = exec;
   r.label = "function " + std::to_string(s.id) + " entry " + std::to_string(e->id);
   r.samples.push_back({t.graph, strides});
   r.stop = CompileStop::optimized;
@@ -188,10 +189,8 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
       applySymbolicGuards(e->guards, e->symbols);
     }
   }
-  r.device = exec.device;
   r.moduleId = moduleId;
-  r.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  r.cudaGraphs = exec.cudaGraphs;
+  r.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
   CompileResult c = compileGraph(std::move(r));
   e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
   e->program = std::move(c.executable);

@@ -139,14 +139,14 @@ void setSymbolSources(Program &p, const CompileRequest &r) {
 
 CompileResult compileGraph(CompileRequest r) {
   if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
-  const TargetInfo &target = targetInfo(r.target);
+  const TargetInfo &target = targetInfo(r.exec.target);
   CompileResult res;
   Steps steps(r, res);
   const size_t ns = r.samples.size();
 
   // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
-  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.target));
+  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.exec.target));
   for (size_t k = 0; k < ns; ++k)
     res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
   if (r.stop == CompileStop::optimized) return res;
@@ -197,14 +197,8 @@ CompileResult compileGraph(CompileRequest r) {
       [&](int) { return std::string(target.name) + " runs every step\n"; });
 
   // 5. target compile: LLVM (cpu) or PTX (cuda) for the kernels, library handles, loading
-  ExecutableOptions exec;
-  exec.target = r.target;
-  exec.device = r.device;
-  exec.keepLlvmIr = r.keepLlvmIr;
-  exec.keepAssembly = r.keepAssembly;
-  exec.cudaGraphs = r.cudaGraphs;
   res.executable = steps.run(
-      "target compile", [&] { return target.compile(std::move(res.program), r.moduleId, exec); },
+      "target compile", [&] { return target.compile(std::move(res.program), r.moduleId, r.exec); },
       [&](const std::shared_ptr<Executable> &e) {
         return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
                target.name + "\n";

@@ -49,16 +49,12 @@ struct SymbolicSpec {
 enum class CompileStop { optimized, fused, program, executable };
 
 struct CompileRequest {
-  Target target = Target::cpu;
-  int device = 0;                   // cuda: the device ordinal
+  ExecutableOptions exec;           // the target, device and what the target compile keeps
   std::string moduleId = "rcjit";   // names the compiled module
   std::string label;                // names the graph in the passes log ("function 3 entry 0")
   std::vector<GraphSample> samples; // [0] at the traced sizes; >= 3 for a symbolic program
   SymbolicSpec symbolic;
   CompileStop stop = CompileStop::executable;
-  bool keepLlvmIr = false;   // keep the optimized LLVM IR (output_code log, --dump llvm)
-  bool keepAssembly = false; // cpu: keep the host assembly
-  bool cudaGraphs = true;    // cuda: replay static programs as CUDA graphs
 };
 
 struct CompileStepTime {

@@ -131,10 +131,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
       ++plan.reused;
     } else {
       CompileRequest req;
-      req.target = exec.target;
-      req.device = exec.device;
-      req.keepLlvmIr = exec.keepLlvmIr;
-      req.cudaGraphs = exec.cudaGraphs;
+      req.exec = exec;
       req.moduleId = idPrefix + "_s" + std::to_string(s);
       req.label = req.moduleId + " (" + st.name + ")";
       for (size_t k = 0; k < ns; ++k) {

@@ -7,7 +7,6 @@
 // constants), keyed by its canonical hash plus the layouts of its inputs, and compiled
 // once per key in a process-wide table; 64 identical layers are one compile and 63 hits.
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>

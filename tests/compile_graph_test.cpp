@@ -154,7 +154,7 @@ TEST(CompileGraph, TraceDumpsTheProgramTheCudaTargetCompiles) {
     EXPECT_TRUE(s.postOps.empty()) << s.note;
   }
   EXPECT_EQ(gemms, 129); // 64 layers x 2 linears + the head
-  req.target = Target::cpu;
+  req.exec.target = Target::cpu;
   CompileResult cpu = compileGraph(req);
   EXPECT_NE(printProgram(cpu.program), want) << "the CPU fuses bias and relu into oneDNN";
   CliResult fusion = cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "fusion"});

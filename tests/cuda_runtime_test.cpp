@@ -72,7 +72,7 @@ Lowered lowerFor(Target target, const TracedFn &fn, const std::vector<Tensor> &a
   std::vector<Shape> strides;
   for (const Tensor &in : l.inputs) strides.push_back(in.strides());
   CompileRequest r;
-  r.target = target;
+  r.exec.target = target;
   r.stop = CompileStop::program; // the GPU's program, without a GPU
   r.samples.push_back({t.graph, strides});
   l.program = compileGraph(std::move(r)).program;

@@ -29,7 +29,7 @@ namespace rcjit::tools {
 
 CompileRequest traceRequest(const Trace &t, Target target) {
   CompileRequest r;
-  r.target = target;
+  r.exec.target = target;
   r.label = "trace";
   std::vector<Shape> strides;
   for (const Tensor &a : t.args) strides.push_back(a.strides());
@@ -157,8 +157,8 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
            : dump == "fusion"                ? CompileStop::fused
            : dump == "llvm" || dump == "asm" ? CompileStop::executable
                                              : CompileStop::program;
-  r.keepLlvmIr = dump == "llvm";
-  r.keepAssembly = dump == "asm";
+  r.exec.keepLlvmIr = dump == "llvm";
+  r.exec.keepAssembly = dump == "asm";
   CompileResult res = compileGraph(std::move(r));
   if (dump == "optimized") {
     out << printGraph(res.graphs[0]);

@@ -11,7 +11,6 @@
 #include "jit/CompileGraph.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
-#include "tracer/GraphIO.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit {
@@ -58,11 +57,10 @@ private:
   std::vector<Tensor> saved_;
 };
 
-std::shared_ptr<TrainingPlan> TrainingPlan::create(const Graph &forward,
-                                                   const std::vector<Tensor> &inputs,
-                                                   const std::vector<bool> &wantGrad, Target target,
-                                                   const std::string &moduleId,
-                                                   const std::string &label, bool keepLlvmIr) {
+std::shared_ptr<TrainingPlan>
+TrainingPlan::create(const Graph &forward, const std::vector<Tensor> &inputs,
+                     const std::vector<bool> &wantGrad, const ExecutableOptions &exec,
+                     const std::string &moduleId, const std::string &label) {
   auto plan = std::make_shared<TrainingPlan>();
   plan->name_ = label;
   plan->numInputs_ = inputs.size();
@@ -85,11 +83,9 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(const Graph &forward,
   auto compileHalf = [&](const Graph &g, std::vector<Shape> strides, const char *suffix,
                          const char *half) {
     CompileRequest r;
-    r.target = target;
-    r.device = inputs.empty() ? 0 : inputs[0].device().index;
+    r.exec = exec;
     r.moduleId = moduleId + suffix;
     r.label = label + " " + half;
-    r.keepLlvmIr = keepLlvmIr;
     r.samples.push_back({g, std::move(strides)});
     return compileGraph(std::move(r));
   };

@@ -23,11 +23,12 @@ namespace rcjit {
 class TrainingPlan : public std::enable_shared_from_this<TrainingPlan> {
 public:
   /// Builds the plan for traced graph `forward` whose program inputs (args then captured)
-  /// are `inputs`; `wantGrad[i]`: input i requires a gradient. `moduleId` names the two
-  /// modules ("<id>_fwd", "<id>_bwd"); `label` names them in logs. Throws rcjit::Error.
+  /// are `inputs`; `wantGrad[i]`: input i requires a gradient. Both programs compile with
+  /// `exec`; `moduleId` names the two modules ("<id>_fwd", "<id>_bwd"); `label` names them
+  /// in logs. Throws rcjit::Error.
   static std::shared_ptr<TrainingPlan>
   create(const Graph &forward, const std::vector<Tensor> &inputs, const std::vector<bool> &wantGrad,
-         Target target, const std::string &moduleId, const std::string &label, bool keepLlvmIr);
+         const ExecutableOptions &exec, const std::string &moduleId, const std::string &label);
 
   /// Runs the forward on `inputs` (as guarded) and returns the function's outputs, which
   /// require grad and whose backward runs the compiled backward.

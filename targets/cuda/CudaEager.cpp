@@ -64,10 +64,10 @@ Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, cons
   if (!program) {
     // through the compiler (not the jit driver): the one-op graph has no guards or entries
     CompileRequest r;
-    r.target = Target::cuda;
-    r.device = device.index;
+    r.exec.target = Target::cuda;
+    r.exec.device = device.index;
     r.moduleId = r.label = "rcjit_eager_" + std::string(opName(op));
-    r.cudaGraphs = false; // one or two launches: nothing to save
+    r.exec.cudaGraphs = false; // one or two launches: nothing to save
     r.samples.push_back({std::move(g), strides});
     program = compileGraph(std::move(r)).executable;
     OpMemo::instance().add(key.str(), program);
