@@ -16,10 +16,6 @@ namespace rcjit::detail {
 
 namespace {
 
-std::string dimName(const SymSource &s) {
-  return "arg " + std::to_string(s.input) + " dim " + std::to_string(s.dim);
-}
-
 // The most recent entry whose argument guards differ from `args` at most in sizes.
 const Entry *sizeOnlyMiss(const std::vector<Tensor> &args,
                           const std::vector<std::shared_ptr<const Entry>> &entries) {
@@ -45,12 +41,6 @@ struct Candidate {
 };
 
 } // namespace
-
-std::string describeSources(const DynSymbol &s) {
-  std::string out;
-  for (const SymSource &src : s.sources) out += (out.empty() ? "" : " = ") + dimName(src);
-  return out;
-}
 
 std::vector<logging::DimRef> dimRefs(const DynSymbol &s) {
   std::vector<logging::DimRef> out;
@@ -277,7 +267,7 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
     std::vector<std::vector<int64_t>> probes;
     if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
     CompileRequest r;
-    r.target = target;
+    r.exec.target = target;
     r.stop = CompileStop::program;
     r.samples.push_back({optimized, loweringStrides(strides, syms, t.args), traced, true});
     for (size_t p = 0; p < probes.size(); ++p) {
@@ -354,11 +344,6 @@ void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols
                           symbols[s].range.max);
     }
   }
-}
-
-std::string describeSymbol(size_t i, const DynSymbol &s) {
-  return describeSources(s) + " -> symbol s" + std::to_string(i) + " in " +
-         rangeString(s.range.min, s.range.max) + " (" + s.why + ")";
 }
 
 } // namespace rcjit::detail

@@ -81,9 +81,5 @@ void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols
 
 /// The sources of a symbol as the dims of a trace event.
 std::vector<logging::DimRef> dimRefs(const DynSymbol &s);
-/// "arg 0 dim 1" for each source of a symbol, joined by " = ".
-std::string describeSources(const DynSymbol &s);
-/// "arg 0 dim 1 -> symbol s0 in [2, inf] (why)" for symbol i.
-std::string describeSymbol(size_t i, const DynSymbol &s);
 
 } // namespace rcjit::detail
