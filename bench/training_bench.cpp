@@ -1,8 +1,10 @@
-// Training steps: eager autograd vs a compiled training entry (forward + backward programs),
-// forward + backward + AdamW on a GPT-2 configuration, alternating inside each iteration so
-// machine drift hits both alike. Counters: eager_ms, compiled_ms, eager/compiled, the first
-// compiled step's extra time (the compile) in compile_ms, and each mode's peak tensor memory
-// over forward + backward (memory_stats, MiB; compiled arenas included). Args: layers, batch, seq.
+// Training steps: eager autograd vs compiled training entries (forward + backward programs;
+// full mode and regional mode), forward + backward + AdamW on a GPT-2 configuration, the
+// three alternating inside each iteration so machine drift hits them alike. Counters:
+// eager_ms, compiled_ms (full), regional_ms, eager/compiled, eager/regional, the first
+// compiled step's extra time (the compile) in compile_ms and regional_compile_ms, and each
+// mode's peak tensor memory over forward + backward (memory_stats, MiB; compiled arenas
+// included). Args: layers, batch, seq.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -31,34 +33,46 @@ void BM_Gpt2TrainStepEagerVsCompiled(benchmark::State &state) {
   auto loss = [&](const Tensor &ids, const Tensor &tg) {
     return cross_entropy(model->forward({ids}), tg);
   };
-  auto compiled = compile(loss);
+  auto full = compile(loss);
+  CompileOptions ro;
+  ro.mode = Mode::regional;
+  auto regional = compile(loss, ro);
   optim::AdamW opt(model->module().parameters(), {.lr = 1e-4});
-  double peak[2] = {0, 0}; // MiB: eager, compiled
-  auto step = [&](bool useCompiled) {
+  enum { kEager, kFull, kRegional };
+  double peak[3] = {0, 0, 0}; // MiB
+  auto step = [&](int mode) {
     opt.zero_grad();
     reset_peak_memory_stats();
     auto t0 = std::chrono::steady_clock::now();
-    Tensor l = useCompiled ? compiled(in[0], targets) : loss(in[0], targets);
+    Tensor l = mode == kFull       ? full(in[0], targets)
+               : mode == kRegional ? regional(in[0], targets)
+                                   : loss(in[0], targets);
     l.backward();
-    // forward + backward: the optimizer's update is the same in both modes
-    peak[useCompiled] = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
+    // forward + backward: the optimizer's update is the same in every mode
+    peak[mode] = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
     opt.step();
     return msSince(t0);
   };
-  step(false);
-  double first = step(true), warm = step(true);
-  double eager = 0, comp = 0;
+  step(kEager);
+  double first = step(kFull), warm = step(kFull);
+  double firstRegional = step(kRegional), warmRegional = step(kRegional);
+  double eager = 0, comp = 0, reg = 0;
   for (auto _ : state) {
-    eager += step(false);
-    comp += step(true);
+    eager += step(kEager);
+    comp += step(kFull);
+    reg += step(kRegional);
   }
   double n = static_cast<double>(state.iterations());
   state.counters["eager_ms"] = eager / n;
   state.counters["compiled_ms"] = comp / n;
+  state.counters["regional_ms"] = reg / n;
   state.counters["eager/compiled"] = eager / comp;
+  state.counters["eager/regional"] = eager / reg;
   state.counters["compile_ms"] = first - warm;
-  state.counters["eager_peak_MiB"] = peak[0];
-  state.counters["compiled_peak_MiB"] = peak[1];
+  state.counters["regional_compile_ms"] = firstRegional - warmRegional;
+  state.counters["eager_peak_MiB"] = peak[kEager];
+  state.counters["compiled_peak_MiB"] = peak[kFull];
+  state.counters["regional_peak_MiB"] = peak[kRegional];
 }
 BENCHMARK(BM_Gpt2TrainStepEagerVsCompiled)
     ->Args({2, 4, 128})

@@ -115,17 +115,13 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     wantGrad.push_back(g.requiresGrad);
     training = training || g.requiresGrad;
   }
-  if (training && !t.breaks.empty()) {
-    // the C++ runs eagerly on every call, so eager autograd records the whole function
-    e->graph = t.graph;
-    e->trainingNote = "graph breaks: the function runs eagerly with eager autograd";
-    return e;
-  }
   if (!t.breaks.empty()) {
     // graph breaks: the C++ runs on every call; the work between host reads runs as
-    // compiled segments looked up by structural hash and input layouts
+    // compiled segments looked up by structural hash and input layouts (training: each
+    // segment compiles a forward and a backward, so the backward splits at the breaks too)
     e->graph = t.graph;
-    e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit));
+    e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit),
+                                                 training);
     if (!dynamic.empty()) {
       e->dynamicNotes.push_back({.why = "a function with graph breaks compiles its segments "
                                         "for static shapes"});
@@ -136,26 +132,16 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   ExecutableOptions exec = executableOptions(s.opts, inputs);
-  if (training) {
-    // a joint forward+backward graph, partitioned and compiled in two programs; static
-    // shapes, one graph for the whole function (regional training is not built yet)
-    if (!dynamic.empty()) {
-      e->dynamicNotes.push_back({.why = "a training entry compiles for static shapes"});
-    }
-    if (s.opts.mode == Mode::regional)
-      e->trainingNote = "regional training compiles the whole function";
-    ExecutableOptions trainExec = exec;
-    trainExec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-    e->training = TrainingPlan::create(t.graph, inputs, wantGrad, trainExec, moduleId,
-                                       "function " + std::to_string(s.id) + " entry " +
-                                           std::to_string(e->id));
-    e->graph = e->training->forwardGraph();
-    return e;
-  }
+  const std::string label = "function " + std::to_string(s.id) + " entry " + std::to_string(e->id);
+  // training: a joint forward+backward graph, partitioned and compiled in two programs
+  // (per stage in regional mode), symbolic where the dims allow
+  RegionalTraining regionalTraining{wantGrad, inputs, label};
+  if (training) exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
   if (s.opts.mode == Mode::regional) {
     e->graph = t.graph;
+    const RegionalTraining *rt = training ? &regionalTraining : nullptr;
     if (!dynamic.empty()) {
-      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, moduleId, exec);
+      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, moduleId, exec, rt);
       e->dynamicNotes = std::move(r.notes);
       if (r.plan) {
         e->regional = std::move(r.plan);
@@ -164,15 +150,34 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
         return e;
       }
     }
-    e->regional =
-        std::make_shared<RegionalPlan>(buildRegionalPlan(t.graph, strides, moduleId, exec));
+    e->regional = std::make_shared<RegionalPlan>(
+        buildRegionalPlan(t.graph, strides, moduleId, exec, {}, {}, {}, rt));
+    return e;
+  }
+  if (training) {
+    TrainingRequest r{.samples = {{t.graph, strides, {}, inputs}},
+                      .wantGrad = wantGrad,
+                      .exec = exec,
+                      .moduleId = moduleId,
+                      .label = label};
+    if (!dynamic.empty()) {
+      SymbolicTraining sym = makeSymbolicTraining(fn, t, strides, dynamic, r);
+      e->dynamicNotes = std::move(sym.notes);
+      if (sym.plan) {
+        e->training = std::move(sym.plan);
+        e->symbols = std::move(sym.symbols);
+        applySymbolicGuards(e->guards, e->symbols);
+      }
+    }
+    if (!e->training) e->training = TrainingPlan::create(std::move(r));
+    e->graph = e->training->forwardGraph();
     return e;
   }
   // full mode: the graph passes once, then the rest of the compile path for a static or a
   // symbolic program
   CompileRequest r;
   r.exec = exec;
-  r.label = "function " + std::to_string(s.id) + " entry " + std::to_string(e->id);
+  r.label = label;
   r.samples.push_back({t.graph, strides});
   r.stop = CompileStop::optimized;
   e->graph = std::move(compileGraph(r).graphs.at(0));
@@ -350,8 +355,9 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     return runEntry(*e, inputs, args, fn);
   }
   // the trace's outputs were computed under the tracer, which records no autograd nodes: a
-  // training call that is not compiled runs again, eagerly, so its outputs have gradients
-  if (!e->compiled() && !e->trainingNote.empty()) return fn(args);
+  // training call with graph breaks runs again through its segments, so that its outputs
+  // have gradients
+  if (e->segments && e->segments->training()) return runEntry(*e, inputs, args, fn);
   return t.outputs;
 }
 
@@ -431,10 +437,10 @@ std::string explainOf(const CompiledState &s) {
      << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
   for (const auto &e : s.entries) {
     os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3 << " ms)";
-    if (!e->trainingNote.empty()) os << " [" << e->trainingNote << "]";
     if (e->segments) {
       os << " has " << e->graphBreaks << " graph break(s): its C++ runs on every call; "
-         << e->segments->compiled() << " segments compiled, " << e->segments->reused() << " reused";
+         << e->segments->compiled() << " segment programs compiled, " << e->segments->reused()
+         << " reused" << (e->segments->training() ? " (a forward and a backward per segment)" : "");
     }
     os << "\n  guards:\n";
     std::istringstream g(e->guards.print());

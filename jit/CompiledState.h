@@ -25,10 +25,9 @@ struct Entry {
   std::vector<Tensor> captured;        // held: keeps identity-guarded tensors alive
   std::vector<Tensor *> slots;         // where each captured tensor's current value lives, or null
   std::shared_ptr<Executable> program; // full mode
-  std::shared_ptr<RegionalPlan> regional; // regional mode
+  std::shared_ptr<RegionalPlan> regional; // regional mode (its stages train when training)
   std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
-  std::shared_ptr<TrainingPlan> training;   // grad mode on, an input requires grad
-  std::string trainingNote;                 // why a training entry is not what was asked
+  std::shared_ptr<TrainingPlan> training;   // full mode, grad mode on, an input requires grad
   bool compiled() const { return program || regional || training; } // else runs eagerly
   Graph graph;                                          // the graph after the pass pipeline
   std::string fusion;                                   // full mode: the printed fusion plan

@@ -310,7 +310,8 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
-                                      const std::string &idPrefix, const ExecutableOptions &exec) {
+                                      const std::string &idPrefix, const ExecutableOptions &exec,
+                                      const RegionalTraining *training) {
   SymbolicRegional res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
     std::vector<int64_t> traced;
@@ -325,7 +326,43 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
     }
     try {
       res.plan = std::make_shared<RegionalPlan>(buildRegionalPlan(
-          t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp, traced, ranges));
+          t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp, traced, ranges,
+          training));
+    } catch (const std::exception &e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  };
+  res.symbols = chooseSymbols(candidates, attempt, res.notes);
+  if (res.symbols.empty()) res.plan.reset();
+  return res;
+}
+
+SymbolicTraining makeSymbolicTraining(const TracedFn &fn, const Trace &t,
+                                      const std::vector<Shape> &strides,
+                                      const std::vector<DynSymbol> &candidates,
+                                      const TrainingRequest &base) {
+  SymbolicTraining res;
+  auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
+    std::vector<int64_t> traced;
+    std::vector<Symbol> ranges;
+    std::vector<std::vector<int64_t>> probes;
+    if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
+    TrainingRequest r = base;
+    r.samples[0].strides = loweringStrides(strides, syms, t.args);
+    r.samples[0].syms = traced;
+    for (const std::vector<int64_t> &values : probes) {
+      TrainingSample probe;
+      if (!traceProbe(fn, t, strides, syms, values, probe.graph, probe.strides, why)) return false;
+      probe.syms = values;
+      probe.inputs = base.samples[0].inputs; // the ones whose shape did not change stand
+      r.samples.push_back(std::move(probe));
+    }
+    r.symbolic.ranges = ranges;
+    for (const DynSymbol &s : syms) r.symbolic.sources.push_back(s.sources);
+    try {
+      res.plan = TrainingPlan::create(std::move(r));
     } catch (const std::exception &e) {
       why = e.what();
       return false;

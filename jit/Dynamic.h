@@ -74,7 +74,21 @@ struct SymbolicRegional {
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
-                                      const std::string &idPrefix, const ExecutableOptions &exec);
+                                      const std::string &idPrefix, const ExecutableOptions &exec,
+                                      const RegionalTraining *training = nullptr);
+
+/// The training counterpart (full mode): a TrainingPlan whose forward and backward are
+/// symbolic programs (null when no symbol could be kept). `base` is the static request
+/// (one sample: t.graph at this call); the samples at other sizes are added here.
+struct SymbolicTraining {
+  std::vector<DynSymbol> symbols;
+  std::shared_ptr<TrainingPlan> plan;
+  std::vector<logging::StaticDimEvent> notes;
+};
+SymbolicTraining makeSymbolicTraining(const TracedFn &fn, const Trace &t,
+                                      const std::vector<Shape> &strides,
+                                      const std::vector<DynSymbol> &candidates,
+                                      const TrainingRequest &base);
 
 /// Applies the kept symbols to an entry's guards.
 void applySymbolicGuards(GuardSet &guards, const std::vector<DynSymbol> &symbols);

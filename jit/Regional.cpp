@@ -19,6 +19,25 @@ namespace {
 struct StageTableTag;
 using StageTable =
     cache::detail::ProcessMemo<StageTableTag, std::string, std::shared_ptr<Executable>, 4096>;
+// Compiled training stages (forward and backward) of this process, by stage key.
+struct TrainingStageTableTag;
+using TrainingStageTable =
+    cache::detail::ProcessMemo<TrainingStageTableTag, std::string, std::shared_ptr<TrainingPlan>,
+                               4096>;
+
+// Per node of `g`: it needs a gradient (a program input that wants one, or a floating value
+// computed from one).
+std::vector<bool> needsGrad(const Graph &g, const std::vector<bool> &wantGrad) {
+  std::vector<bool> needs(g.nodes.size(), false);
+  std::vector<int> inputs = g.programInputs();
+  for (size_t i = 0; i < inputs.size() && i < wantGrad.size(); ++i) needs[inputs[i]] = wantGrad[i];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node &n = g.nodes[i];
+    if (n.op == OpKind::input || !isFloating(n.dtype)) continue;
+    for (int in : n.inputs) needs[i] = needs[i] || needs[in];
+  }
+  return needs;
+}
 
 bool inside(const Region &inner, const Region &outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
@@ -82,7 +101,8 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
                                const std::vector<int64_t> &syms,
-                               const std::vector<Symbol> &ranges) {
+                               const std::vector<Symbol> &ranges,
+                               const RegionalTraining *training) {
   RegionalPlan plan;
   plan.numNodes = static_cast<int>(g.nodes.size());
   plan.graphOutputs = g.outputs;
@@ -108,6 +128,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   std::vector<Graph> cuts(ns);
   std::vector<int> stages;
   for (size_t k = 0; k < ns; ++k) stages = cutStages(*graphs[k], cuts[k]);
+  const std::vector<bool> needs = training ? needsGrad(g, training->wantGrad) : std::vector<bool>{};
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
     std::vector<Graph> subs(ns);
@@ -119,36 +140,83 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     st.name = cuts[0].regions[stages[s]].name;
     st.inputs = programOrder(subs[0], boundary);
     st.outputs = outs;
+    std::vector<bool> wantGrad;
+    bool trains = false;
+    for (int id : st.inputs) {
+      wantGrad.push_back(training && needs[id]);
+      trains = trains || wantGrad.back();
+    }
     std::ostringstream key;
     key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu") << "/";
+    if (trains) {
+      key << "train:";
+      for (bool w : wantGrad) key << (w ? '1' : '0');
+      key << "/";
+    }
     for (size_t k = 0; k < ns; ++k) {
       key << (k ? "/" : "") << hashGraph(subs[k]).hex();
       for (int id : st.inputs) key << "|" << shapeStr(strides[k][id]);
     }
-    st.program = StageTable::instance().find(key.str());
-    if (st.program) {
-      st.reused = true;
-      ++plan.reused;
-    } else {
-      CompileRequest req;
-      req.exec = exec;
-      req.moduleId = idPrefix + "_s" + std::to_string(s);
-      req.label = req.moduleId + " (" + st.name + ")";
-      for (size_t k = 0; k < ns; ++k) {
-        std::vector<Shape> subStrides;
-        for (int id : st.inputs) subStrides.push_back(strides[k][id]);
-        req.samples.push_back({std::move(subs[k]), std::move(subStrides), symValues[k]});
+    auto stridesOf = [&](size_t k) {
+      std::vector<Shape> subStrides;
+      for (int id : st.inputs) subStrides.push_back(strides[k][id]);
+      return subStrides;
+    };
+    const std::string moduleId = idPrefix + "_s" + std::to_string(s);
+    if (trains) {
+      st.training = TrainingStageTable::instance().find(key.str());
+      if (!st.training) {
+        TrainingRequest r;
+        r.wantGrad = wantGrad;
+        r.exec = exec;
+        r.moduleId = moduleId;
+        r.label = training->label + " stage " + std::to_string(s) + " (" + st.name + ")";
+        for (size_t k = 0; k < ns; ++k) {
+          TrainingSample sample{std::move(subs[k]), stridesOf(k), symValues[k], {}};
+          // the stage inputs that are the call's inputs stand for themselves
+          for (int id : st.inputs) {
+            auto at = std::find(plan.graphInputs.begin(), plan.graphInputs.end(), id);
+            sample.inputs.push_back(at == plan.graphInputs.end()
+                                        ? Tensor()
+                                        : training->inputs.at(at - plan.graphInputs.begin()));
+          }
+          r.samples.push_back(std::move(sample));
+        }
+        r.symbolic.ranges = ranges;
+        r.symbolic.findSources = true;
+        try {
+          st.training = TrainingPlan::create(std::move(r));
+        } catch (const Error &e) {
+          throw Error("stage " + st.name + ": " + e.what());
+        }
+        TrainingStageTable::instance().add(key.str(), st.training);
+        plan.compiled += 2;
+      } else {
+        st.reused = true;
+        plan.reused += 2;
       }
-      // a stage reads its symbolic sizes from its own inputs
-      req.symbolic.ranges = ranges;
-      req.symbolic.findSources = true;
-      CompileResult c = compileGraph(std::move(req));
-      if (!c.notSymbolic.empty()) throw Error("stage " + st.name + ": " + c.notSymbolic);
-      st.program = std::move(c.executable);
-      StageTable::instance().add(key.str(), st.program);
-      ++plan.compiled;
+    } else {
+      st.program = StageTable::instance().find(key.str());
+      if (st.program) {
+        st.reused = true;
+        ++plan.reused;
+      } else {
+        CompileRequest req;
+        req.exec = exec;
+        req.moduleId = moduleId;
+        req.label = req.moduleId + " (" + st.name + ")";
+        for (size_t k = 0; k < ns; ++k) req.samples.push_back({std::move(subs[k]), stridesOf(k), symValues[k]});
+        // a stage reads its symbolic sizes from its own inputs
+        req.symbolic.ranges = ranges;
+        req.symbolic.findSources = true;
+        CompileResult c = compileGraph(std::move(req));
+        if (!c.notSymbolic.empty()) throw Error("stage " + st.name + ": " + c.notSymbolic);
+        st.program = std::move(c.executable);
+        StageTable::instance().add(key.str(), st.program);
+        ++plan.compiled;
+      }
     }
-    const Program &prog = st.program->program();
+    const Program &prog = st.training ? st.training->forward().program() : st.program->program();
     for (size_t k = 0; k < ns; ++k) {
       Program spec =
           prog.symbols.empty() ? Program{} : specializeProgram(prog, symValues[k].data());
@@ -169,7 +237,8 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
   for (const RegionalStage &s : stages) {
     in.clear();
     for (int id : s.inputs) in.push_back(ptr[id]);
-    std::vector<Tensor> outs = s.program->run(in.data(), in.size());
+    std::vector<Tensor> outs = s.training ? s.training->run(in.data(), in.size())
+                                          : s.program->run(in.data(), in.size());
     for (size_t o = 0; o < outs.size(); ++o) {
       values[s.outputs[o]] = std::move(outs[o]);
       ptr[s.outputs[o]] = &values[s.outputs[o]];
@@ -186,8 +255,14 @@ std::string RegionalPlan::print() const {
      << " reused\n";
   for (size_t i = 0; i < stages.size(); ++i) {
     const RegionalStage &s = stages[i];
-    os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", "
-       << s.program->program().steps.size() << " steps\n";
+    os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", ";
+    if (s.training) {
+      os << s.training->forward().program().steps.size() << " forward steps, "
+         << s.training->backward().program().steps.size() << " backward steps, "
+         << s.training->savedBytes() << " bytes saved\n";
+    } else {
+      os << s.program->program().steps.size() << " steps\n";
+    }
   }
   return os.str();
 }

@@ -13,6 +13,7 @@
 
 #include <rcjit/Tensor.h>
 
+#include "jit/autograd/CompiledTraining.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
 
@@ -22,7 +23,8 @@ namespace rcjit {
 struct RegionalStage {
   std::string name; // region name, or "glue"
   bool region = false;
-  std::shared_ptr<Executable> program;
+  std::shared_ptr<Executable> program;      // an inference stage
+  std::shared_ptr<TrainingPlan> training;   // a training stage: a forward and a backward
   std::vector<int> inputs;  // graph node ids, in the program's input order
   std::vector<int> outputs; // graph node ids of the program's outputs
   bool reused = false;      // the program came from an earlier identical stage
@@ -34,8 +36,8 @@ struct RegionalPlan {
   std::vector<int> graphInputs; // node id of program input i (args then captured)
   std::vector<int> graphOutputs;
   int numNodes = 0;
-  int compiled = 0; // stages compiled now
-  int reused = 0;   // stages served by an already compiled identical stage
+  int compiled = 0; // programs compiled now (a training stage's forward and backward: 2)
+  int reused = 0;   // programs served by an already compiled identical stage
 
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
   std::string print() const;
@@ -52,16 +54,28 @@ struct RegionalProbe {
   std::vector<int64_t> syms;       // the symbol values it was traced at
 };
 
+/// Regional training: the stages whose inputs need a gradient compile a forward and a
+/// backward each (TrainingPlan), and their outputs carry the autograd node that chains the
+/// stages' backwards. An input of a stage needs a gradient when it is a program input that
+/// requires one, or a floating value computed from one.
+struct RegionalTraining {
+  std::vector<bool> wantGrad; // per program input of the graph (args then captured)
+  std::vector<Tensor> inputs; // the call's program inputs (joint traces read their shapes)
+  std::string label;          // "function 3 entry 0": stages add " stage 2 (layers.0)"
+};
+
 /// Builds the plan for `g` whose program inputs (args then captured) have `inputStrides`.
 /// Each stage goes through the compile path (jit/CompileGraph.h) for `exec.target`;
 /// `idPrefix` names the stage modules. With `probes` (traces of
 /// the same function at other symbol values; `syms` the values of `g`, `ranges` the
 /// symbols' ranges), every stage is a symbolic program whose sizes it reads from its own
-/// inputs. Throws rcjit::Error (also when a stage cannot be made symbolic, saying why).
+/// inputs. With `training`, stages train (see RegionalTraining). Throws rcjit::Error (also
+/// when a stage cannot be made symbolic, saying why).
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes = {},
                                const std::vector<int64_t> &syms = {},
-                               const std::vector<Symbol> &ranges = {});
+                               const std::vector<Symbol> &ranges = {},
+                               const RegionalTraining *training = nullptr);
 
 } // namespace rcjit

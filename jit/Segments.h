@@ -6,26 +6,34 @@
 #include <mutex>
 #include <string>
 
+#include "jit/autograd/CompiledTraining.h"
 #include "targets/Executable.h"
 #include "tracer/Tracer.h"
 
 namespace rcjit {
 
 /// The compiled segments of one function. Thread-safe.
+///
+/// With `training`, a segment whose inputs require grad (grad mode on) compiles a forward
+/// and a backward (TrainingPlan), and its filled tensors carry the autograd node that runs
+/// the backward: the function's backward is split at its graph breaks like its forward.
 class SegmentTable {
 public:
-  explicit SegmentTable(size_t limit) : limit_(limit) {}
+  SegmentTable(size_t limit, bool training) : limit_(limit), training_(training) {}
   /// Compiles (or reuses) code for `seg` and fills its pending tensors. Returns true when
   /// the code was compiled now. Past `limit` distinct segments, runs the segment's graph
-  /// through the eager interpreter instead of compiling more.
+  /// eagerly instead of compiling more (with eager autograd when it trains).
   bool run(Segment &seg);
-  int compiled() const;
+  bool training() const { return training_; }
+  int compiled() const; // programs: a training segment's forward and backward count 2
   int reused() const;
 
 private:
   size_t limit_;
+  bool training_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Executable>> programs_;
+  std::map<std::string, std::shared_ptr<TrainingPlan>> plans_;
   int compiled_ = 0, reused_ = 0;
 };
 

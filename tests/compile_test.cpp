@@ -230,7 +230,7 @@ TEST(Compile, GraphBreakSegmentsRunCompiledCodeInBothDirections) {
   // segments: before the break, and after it for each of the two paths
   EXPECT_EQ(st.compiles, 3) << cf.explain();
   EXPECT_GE(st.cache_hits, 6);
-  EXPECT_NE(cf.explain().find("segments compiled"), std::string::npos);
+  EXPECT_NE(cf.explain().find("segment programs compiled"), std::string::npos);
 }
 
 TEST(Compile, UnavailableOptionsAreClearErrors) {

@@ -126,7 +126,9 @@ Tensor Gpt2Model::embed(const Tensor &ids) {
     throw Error(name + ": sequence length " + std::to_string(seq) + " exceeds the context of " +
                 std::to_string(context) + " positions");
   }
-  return wte(ids) + slice(wpe.weight, 0, 0, seq);
+  // positions looked up like tokens (as GPT-2 does), not sliced: the gradient is then a
+  // scatter-add into the whole table, whose size does not depend on the sequence length
+  return wte(ids) + wpe(Tensor::arange(seq, DType::i64, ids.device()));
 }
 
 Tensor Gpt2Model::forward(const Tensor &ids) {

@@ -23,6 +23,9 @@ Node valueNode(OpKind op, const Tensor &out, int region) {
 
 Tracer *Tracer::current() { return tlsTracer; }
 
+TracerPause::TracerPause() : previous_(tlsTracer) { tlsTracer = nullptr; }
+TracerPause::~TracerPause() { tlsTracer = previous_; }
+
 namespace {
 // Makes `t` this thread's tracer for its lifetime (restoring the previous one).
 class ActiveTracer {

@@ -54,6 +54,21 @@ struct MetaTraceAbort {
 /// from fn propagate after tracing is switched off.
 Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta = false);
 
+class Tracer;
+
+/// Switches this thread's tracer off for its lifetime: ops run eagerly and record autograd
+/// nodes as untraced code does (a segment replayed with gradients inside a segmented run).
+class TracerPause {
+public:
+  TracerPause();
+  ~TracerPause();
+  TracerPause(const TracerPause &) = delete;
+  TracerPause &operator=(const TracerPause &) = delete;
+
+private:
+  Tracer *previous_;
+};
+
 /// A finished piece of a segmented trace: a graph over real inputs whose outputs are
 /// still pending (meta) tensors that the caller must fill with real values.
 struct Segment {

@@ -18,8 +18,9 @@ namespace rcjit {
 // The autograd node of one compiled call: the saved values, until its backward ran.
 class CompiledBackward final : public autograd::CustomBackward {
 public:
-  CompiledBackward(std::shared_ptr<const TrainingPlan> plan, std::vector<Tensor> saved)
-      : plan_(std::move(plan)), saved_(std::move(saved)) {}
+  CompiledBackward(std::shared_ptr<const TrainingPlan> plan, std::vector<Tensor> saved,
+                   std::vector<Shape> outputShapes)
+      : plan_(std::move(plan)), saved_(std::move(saved)), outputShapes_(std::move(outputShapes)) {}
 
   std::string name() const override { return plan_->name_; }
 
@@ -29,10 +30,10 @@ public:
     std::vector<Tensor> in;
     // the backward program was compiled for row-major inputs
     for (const Tensor &s : saved_) in.push_back(s.is_contiguous() ? s : s.contiguous());
-    for (size_t k = 0; k < p.outputShapes_.size(); ++k) {
+    for (size_t k = 0; k < outputShapes_.size(); ++k) {
       Tensor g = k < gradOutputs.size() ? gradOutputs[k] : Tensor();
       if (!g.defined()) {
-        g = Tensor::zeros(p.outputShapes_[k], p.outputDtypes_[k], device());
+        g = Tensor::zeros(outputShapes_[k], p.outputDtypes_[k], device());
       } else if (g.dtype() != p.outputDtypes_[k]) {
         g = g.to(p.outputDtypes_[k]);
       }
@@ -55,51 +56,86 @@ private:
   Device device() const { return saved_.empty() ? Device::cpu() : saved_[0].device(); }
   std::shared_ptr<const TrainingPlan> plan_;
   std::vector<Tensor> saved_;
+  std::vector<Shape> outputShapes_; // of this call's outputs (symbolic plans vary)
 };
 
-std::shared_ptr<TrainingPlan>
-TrainingPlan::create(const Graph &forward, const std::vector<Tensor> &inputs,
-                     const std::vector<bool> &wantGrad, const ExecutableOptions &exec,
-                     const std::string &moduleId, const std::string &label) {
+namespace {
+
+// The tensors a joint trace binds to `g`'s program inputs: `given[i]` where it is defined
+// and has the input's shape, else an uninitialized tensor of that shape (never read).
+std::vector<Tensor> standIns(const Graph &g, const std::vector<Tensor> &given, Device device) {
+  std::vector<Tensor> out;
+  std::vector<int> ids = g.programInputs();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Node &n = g.nodes[static_cast<size_t>(ids[i])];
+    Shape shape = concreteShape(n.shape);
+    if (i < given.size() && given[i].defined() && given[i].shape() == shape &&
+        given[i].dtype() == n.dtype) {
+      out.push_back(given[i]);
+    } else {
+      out.push_back(detail::makeTensor(shape, n.dtype, device));
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
+  if (r.samples.empty()) throw Error("compiled training: no graph to compile");
+  const Graph &forward = r.samples[0].graph;
   auto plan = std::make_shared<TrainingPlan>();
-  plan->name_ = label;
-  plan->numInputs_ = inputs.size();
-  for (size_t i = 0; i < wantGrad.size(); ++i) {
-    if (wantGrad[i]) plan->gradInput_.push_back(static_cast<int>(i));
+  plan->name_ = r.label;
+  plan->numInputs_ = r.wantGrad.size();
+  for (size_t i = 0; i < r.wantGrad.size(); ++i) {
+    if (r.wantGrad[i]) plan->gradInput_.push_back(static_cast<int>(i));
   }
-  for (int o : forward.outputs) {
-    plan->outputShapes_.push_back(concreteShape(forward.nodes[o].shape));
-    plan->outputDtypes_.push_back(forward.nodes[o].dtype);
-  }
-  Partition part;
+  plan->numOutputs_ = forward.outputs.size();
+  for (int o : forward.outputs) plan->outputDtypes_.push_back(forward.nodes[o].dtype);
+  const Device device =
+      r.exec.target == Target::cuda ? Device::cuda(r.exec.device) : Device::cpu();
+  // each sample's joint graph, partitioned as the traced one is
+  std::vector<Partition> parts;
   {
     NoGradGuard noGrad; // the joint trace records no eager autograd nodes
-    part = partitionJoint(buildJointGraph(forward, inputs, wantGrad));
+    for (const TrainingSample &s : r.samples) {
+      JointGraph j = buildJointGraph(s.graph, standIns(s.graph, s.inputs, device), r.wantGrad);
+      parts.push_back(partitionJoint(j, parts.empty() ? nullptr : &parts[0]));
+    }
   }
-  plan->savedOutput_ = part.savedOutput;
-  plan->savedBytes_ = part.savedBytes;
+  plan->savedOutput_ = parts[0].savedOutput;
+  plan->savedBytes_ = parts[0].savedBytes;
 
   // the forward and the backward, each through the one compile path
-  auto compileHalf = [&](const Graph &g, std::vector<Shape> strides, const char *suffix,
-                         const char *half) {
-    CompileRequest r;
-    r.exec = exec;
-    r.moduleId = moduleId + suffix;
-    r.label = label + " " + half;
-    r.samples.push_back({g, std::move(strides)});
-    return compileGraph(std::move(r));
+  auto compileHalf = [&](const char *suffix, const char *half, bool findSources, auto sample) {
+    CompileRequest c;
+    c.exec = r.exec;
+    c.moduleId = r.moduleId + suffix;
+    c.label = r.label + " " + half;
+    for (size_t k = 0; k < r.samples.size(); ++k) c.samples.push_back(sample(k));
+    if (r.samples.size() > 1) {
+      c.symbolic = r.symbolic;
+      c.symbolic.findSources = c.symbolic.findSources || findSources;
+    }
+    CompileResult res = compileGraph(std::move(c));
+    if (!res.notSymbolic.empty()) throw Error(std::string(half) + ": " + res.notSymbolic);
+    return res;
   };
-  std::vector<Shape> strides;
-  for (const Tensor &t : inputs) strides.push_back(t.strides());
-  CompileResult fr = compileHalf(part.forward, std::move(strides), "_fwd", "forward");
+  CompileResult fr = compileHalf("_fwd", "forward", false, [&](size_t k) {
+    return GraphSample{parts[k].forward, r.samples[k].strides, r.samples[k].syms};
+  });
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
-  // the backward takes row-major inputs (CompiledBackward makes them so)
-  std::vector<Shape> rowMajor;
-  for (int id : part.backward.programInputs()) {
-    rowMajor.push_back(detail::contiguousStrides(concreteShape(part.backward.nodes[id].shape)));
-  }
-  CompileResult br = compileHalf(part.backward, std::move(rowMajor), "_bwd", "backward");
+  // the backward takes row-major inputs (CompiledBackward makes them so) and reads its
+  // sizes from them
+  CompileResult br = compileHalf("_bwd", "backward", true, [&](size_t k) {
+    std::vector<Shape> rowMajor;
+    for (int id : parts[k].backward.programInputs()) {
+      rowMajor.push_back(
+          detail::contiguousStrides(concreteShape(parts[k].backward.nodes[id].shape)));
+    }
+    return GraphSample{parts[k].backward, std::move(rowMajor), r.samples[k].syms};
+  });
   plan->backwardGraph_ = std::move(br.graphs.at(0));
   plan->backward_ = std::move(br.executable);
   return plan;
@@ -110,10 +146,13 @@ std::vector<Tensor> TrainingPlan::run(const Tensor *const *inputs, size_t n) con
   std::vector<Tensor> saved;
   // detached handles: an output that is also saved must not own its own node (a cycle)
   for (int k : savedOutput_) saved.push_back(autograd::detachedHandle(all[static_cast<size_t>(k)]));
-  all.resize(outputShapes_.size());
+  all.resize(numOutputs_);
+  std::vector<Shape> shapes;
+  for (const Tensor &o : all) shapes.push_back(o.shape());
   std::vector<Tensor> in;
   for (size_t i = 0; i < n; ++i) in.push_back(*inputs[i]);
-  auto node = std::make_shared<CompiledBackward>(shared_from_this(), std::move(saved));
+  auto node =
+      std::make_shared<CompiledBackward>(shared_from_this(), std::move(saved), std::move(shapes));
   autograd::recordCustom(std::move(node), in, all);
   return all;
 }

@@ -14,21 +14,41 @@
 #include <rcjit/Compile.h>
 #include <rcjit/Tensor.h>
 
+#include "jit/CompileGraph.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
 
 namespace rcjit {
 
+/// One traced graph of the function to train, as compileGraph's GraphSample, plus tensors
+/// standing for its program inputs in the joint trace (their shapes, dtypes and devices;
+/// an undefined one is made up from the graph's input node).
+struct TrainingSample {
+  Graph graph;
+  std::vector<Shape> strides; // of its program inputs (args then captured)
+  std::vector<int64_t> syms;  // the symbol values it was traced at (symbolic plans)
+  std::vector<Tensor> inputs;
+};
+
+/// What TrainingPlan::create builds. A symbolic plan has several samples (the function
+/// traced at other values of its symbols, [0] at the traced sizes) and `symbolic` says
+/// where the forward reads its sizes; the backward finds them among its own inputs.
+struct TrainingRequest {
+  std::vector<TrainingSample> samples;
+  std::vector<bool> wantGrad; // per program input: it requires a gradient
+  ExecutableOptions exec;
+  std::string moduleId; // the modules are "<moduleId>_fwd" and "<moduleId>_bwd"
+  std::string label;    // names both halves in logs ("function 3 entry 0" + " backward")
+  SymbolicSpec symbolic;
+};
+
 /// The compiled forward and backward of one entry. Immutable; run() is thread-safe.
 class TrainingPlan : public std::enable_shared_from_this<TrainingPlan> {
 public:
-  /// Builds the plan for traced graph `forward` whose program inputs (args then captured)
-  /// are `inputs`; `wantGrad[i]`: input i requires a gradient. Both programs compile with
-  /// `exec`; `moduleId` names the two modules ("<id>_fwd", "<id>_bwd"); `label` names them
-  /// in logs. Throws rcjit::Error.
-  static std::shared_ptr<TrainingPlan>
-  create(const Graph &forward, const std::vector<Tensor> &inputs, const std::vector<bool> &wantGrad,
-         const ExecutableOptions &exec, const std::string &moduleId, const std::string &label);
+  /// Builds the joint graph of each sample, partitions them alike and compiles the two
+  /// halves through compileGraph. Throws rcjit::Error; a symbolic request that cannot be
+  /// one program throws too, saying why (the caller then compiles for static shapes).
+  static std::shared_ptr<TrainingPlan> create(TrainingRequest r);
 
   /// Runs the forward on `inputs` (as guarded) and returns the function's outputs, which
   /// require grad and whose backward runs the compiled backward.
@@ -45,8 +65,8 @@ private:
   friend class CompiledBackward;
   Graph forwardGraph_, backwardGraph_;
   std::shared_ptr<Executable> forward_, backward_;
-  std::vector<int> savedOutput_;    // per saved value: its index among the forward's outputs
-  std::vector<Shape> outputShapes_; // of the function's outputs
+  std::vector<int> savedOutput_; // per saved value: its index among the forward's outputs
+  size_t numOutputs_ = 0;        // the function's outputs
   std::vector<DType> outputDtypes_;
   std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
   size_t numInputs_ = 0;

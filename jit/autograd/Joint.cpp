@@ -12,10 +12,7 @@
 
 namespace rcjit {
 
-namespace {
-
-// The value of node `n` given its operands' values (recorded by the active tracer).
-Tensor replay(const Node &n, const std::vector<Tensor> &in, Device device) {
+Tensor replayNode(const Node &n, const std::vector<Tensor> &in, Device device) {
   switch (opInfo(n.op).category) {
   case OpCategory::Source:
     return detail::applySource(n.op, concreteShape(n.shape), n.dtype, n.attrs, device);
@@ -35,8 +32,6 @@ Tensor replay(const Node &n, const std::vector<Tensor> &in, Device device) {
   }
   throw Error("joint graph: cannot replay op " + std::string(opName(n.op)));
 }
-
-} // namespace
 
 JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inputs,
                            const std::vector<bool> &wantGrad) {
@@ -68,7 +63,7 @@ JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inpu
       if (node.op == OpKind::input) continue;
       std::vector<Tensor> in;
       for (int x : node.inputs) in.push_back(value[x]);
-      value[i] = replay(node, in, device);
+      value[i] = replayNode(node, in, device);
     }
     // d(output k) = tangent k; then every rule in reverse order
     std::vector<Tensor> grad(n);

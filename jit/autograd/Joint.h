@@ -25,4 +25,8 @@ namespace rcjit {
 JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inputs,
                            const std::vector<bool> &wantGrad);
 
+/// The value of node `n` of a static graph given its operands' values, computed by the
+/// public op path: traced by the active tracer, or eager with autograd outside one.
+Tensor replayNode(const Node &n, const std::vector<Tensor> &in, Device device);
+
 } // namespace rcjit

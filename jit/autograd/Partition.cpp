@@ -71,9 +71,17 @@ struct Planner {
 
 } // namespace
 
-Partition partitionJoint(const JointGraph &j) {
+Partition partitionJoint(const JointGraph &j, const Partition *like) {
   const Graph &g = j.graph;
   const size_t n = g.nodes.size();
+  if (like && like->jointNodes != n) {
+    throw Error("partition: the joint graph at other sizes has " + std::to_string(n) +
+                " nodes, at the traced sizes " + std::to_string(like->jointNodes));
+  }
+  std::vector<bool> savedLike(like ? n : 0, false);
+  if (like) {
+    for (int v : like->saved) savedLike[static_cast<size_t>(v)] = true;
+  }
   std::vector<int> inputs = g.programInputs();
   if (j.numPrimalInputs < 0 || static_cast<size_t>(j.numPrimalInputs) > inputs.size() ||
       j.numForwardOutputs < 0 || static_cast<size_t>(j.numForwardOutputs) > g.outputs.size()) {
@@ -117,7 +125,8 @@ Partition partitionJoint(const JointGraph &j) {
     int v = stack.back();
     stack.pop_back();
     if (recompute[v] || save[v]) continue;
-    if (plan.decide(v) == Choice::save) {
+    if (like ? savedLike[static_cast<size_t>(v)] || plan.isInput(v)
+             : plan.decide(v) == Choice::save) {
       save[v] = true;
       continue;
     }
@@ -126,6 +135,7 @@ Partition partitionJoint(const JointGraph &j) {
   }
 
   Partition p;
+  p.jointNodes = n;
   // forward: the forward nodes in order, renumbered
   std::vector<int> fwdId(n, -1);
   for (size_t i = 0; i < n; ++i) {

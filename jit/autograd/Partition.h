@@ -38,10 +38,14 @@ struct Partition {
   std::vector<int> savedOutput; // per saved value: its index among forward.outputs
   std::vector<int> recomputed;  // forward nodes the backward computes again
   int64_t savedBytes = 0;       // saved values that are not inputs of the function
+  size_t jointNodes = 0;        // nodes of the joint graph it was split from
 };
 
-/// Splits `j`. Throws rcjit::Error when the joint graph is malformed (a forward output that
-/// depends on a tangent, input indices out of range).
-Partition partitionJoint(const JointGraph &j);
+/// Splits `j`. With `like` (the partition of the same function traced at other sizes), `j`
+/// saves and recomputes exactly what `like` does, so that the samples of a symbolic program
+/// have one structure. Throws rcjit::Error when the joint graph is malformed (a forward
+/// output that depends on a tangent, input indices out of range) or has other nodes than
+/// `like`'s.
+Partition partitionJoint(const JointGraph &j, const Partition *like = nullptr);
 
 } // namespace rcjit
