@@ -302,7 +302,7 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
     for (const Edge &e : n->next) needs.push_back(needed(e));
     std::vector<Tensor> grads;
     if (n->custom) {
-      grads = n->custom->backward(gs, needs);
+      grads = n->custom->backward(gs, needs, retainGraph);
     } else {
       std::vector<Tensor> in;
       in.reserve(n->inputs.size());

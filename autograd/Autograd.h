@@ -42,9 +42,11 @@ public:
   /// For errors: "compiled function 3".
   virtual std::string name() const = 0;
   /// The gradient of each input edge (undefined where needs[i] is false or none flows),
-  /// given the gradient of each output (undefined where none reached it).
+  /// given the gradient of each output (undefined where none reached it). Without
+  /// `retainGraph` the saved values are not needed again (release() follows), so the
+  /// backward may free each as soon as it has used it.
   virtual std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs,
-                                       const std::vector<bool> &needs) = 0;
+                                       const std::vector<bool> &needs, bool retainGraph) = 0;
   /// Frees what the backward saved (after a backward without retain_graph).
   virtual void release() = 0;
 };

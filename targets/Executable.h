@@ -19,6 +19,15 @@ public:
   /// Runs on `inputs` (args then captured tensors, already guarded: on the target's device,
   /// with the traced dtypes and layouts). Thread-safe.
   virtual std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const = 0;
+  /// The same, for a caller that no longer needs `inputs`: the target may reset each one
+  /// after its last use, so that an input held nowhere else is freed during the run (a
+  /// compiled backward drops its saved values as eager autograd does). By default it only
+  /// runs.
+  virtual std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const {
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : inputs) ptrs.push_back(&t);
+    return run(ptrs.data(), ptrs.size());
+  }
   virtual const Program &program() const = 0;
   /// The optimized LLVM IR when it was kept (output_code log, --dump llvm), else "".
   virtual const std::string &llvmIr() const = 0;

@@ -27,6 +27,41 @@ CallSymbols::CallSymbols(const Program &p, const Tensor *const *inputs, size_t n
   p_ = out;
 }
 
+std::vector<std::vector<int>> outputsByFirstStep(const Program &p) {
+  std::vector<std::vector<int>> at(p.steps.size() + 1);
+  std::vector<bool> seen(p.buffers.size(), false);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    std::vector<int> vs = s.operands;
+    if (s.result >= 0) vs.push_back(s.result);
+    for (int v : vs) {
+      const int b = p.values[static_cast<size_t>(v)].buffer;
+      if (p.buffers[static_cast<size_t>(b)].kind != Buffer::Kind::output || seen[b]) continue;
+      seen[b] = true;
+      at[i].push_back(b);
+    }
+  }
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (p.buffers[b].kind == Buffer::Kind::output && !seen[b]) at.back().push_back(static_cast<int>(b));
+  }
+  return at;
+}
+
+std::vector<std::vector<int>> inputsDoneAt(const Program &p) {
+  std::vector<int> last(p.buffers.size(), -1);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    for (int v : s.operands) last[p.values[static_cast<size_t>(v)].buffer] = static_cast<int>(i);
+  }
+  for (int v : p.outputs) last[p.values[static_cast<size_t>(v)].buffer] = -1; // kept
+  std::vector<std::vector<int>> at(p.steps.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (p.buffers[b].kind == Buffer::Kind::input && last[b] >= 0)
+      at[static_cast<size_t>(last[b])].push_back(p.buffers[b].index);
+  }
+  return at;
+}
+
 std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers) {

@@ -74,12 +74,13 @@ template <class Addr> Addr valueAddress(const Program &p, const Addr *bases, int
 /// Binds every buffer of `p` for one call, the same way on every target: an input buffer
 /// to its tensor's data (which must be on `device`), an arena buffer to `arena` plus its
 /// offset, an output buffer to a fresh tensor on `device` (kept in `outputs`, indexed by
-/// buffer), a dynamic buffer to `dynamicBase(b)`. Throws rcjit::Error for a missing input
-/// or one on another device.
+/// buffer), a dynamic buffer to `dynamicBase(b)`. With `deferOutputs`, output buffers are
+/// left unbound for the caller to allocate when their first step runs (outputsByFirstStep).
+/// Throws rcjit::Error for a missing input or one on another device.
 template <class Addr, class DynamicBase>
 std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, size_t n,
                               Device device, Addr arena, std::vector<Tensor> &outputs,
-                              DynamicBase &&dynamicBase) {
+                              DynamicBase &&dynamicBase, bool deferOutputs = false) {
   std::vector<Addr> bases(p.buffers.size(), Addr{});
   outputs.assign(p.buffers.size(), Tensor());
   for (size_t b = 0; b < p.buffers.size(); ++b) {
@@ -99,6 +100,7 @@ std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, siz
       bases[b] = arena + buf.offset;
       break;
     case Buffer::Kind::output:
+      if (deferOutputs) break;
       outputs[b] = detail::makeTensor(buf.shape, buf.dtype, device);
       bases[b] = (Addr)(outputs[b].data_ptr());
       break;
@@ -133,6 +135,15 @@ void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&e
 /// The program's outputs as tensors: views of the input, dynamic or output buffer each
 /// output value lives in (`dynamic` and `outBuffers` indexed by buffer). A value returned
 /// twice gets separate storage the second time (`clone`).
+/// Per step of `p` (plus one entry past the last): the output buffers that step is the
+/// first to read or write, so that they are allocated only when needed; the last entry
+/// lists the output buffers no step touches.
+std::vector<std::vector<int>> outputsByFirstStep(const Program &p);
+
+/// Per step of `p`: the program inputs whose last use it is and that no output views,
+/// which a consuming run may drop after the step (Executable::runConsuming).
+std::vector<std::vector<int>> inputsDoneAt(const Program &p);
+
 std::vector<Tensor> collectOutputs(const Program &layout, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers);

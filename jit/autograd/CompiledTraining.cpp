@@ -11,6 +11,7 @@
 #include "jit/CompileGraph.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
+#include "targets/SymbolicProgram.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit {
@@ -25,23 +26,29 @@ public:
   std::string name() const override { return plan_->name_; }
 
   std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs,
-                               const std::vector<bool> &needs) override {
+                               const std::vector<bool> &needs, bool retainGraph) override {
     const TrainingPlan &p = *plan_;
+    const Device dev = p.device_;
+    // the saved values have the layouts the backward was compiled for (the forward's);
+    // the output gradients are made row-major. Without retain_graph the program frees each
+    // saved value after its last use, as eager autograd frees a node's after its backward.
     std::vector<Tensor> in;
-    // the backward program was compiled for row-major inputs
-    for (const Tensor &s : saved_) in.push_back(s.is_contiguous() ? s : s.contiguous());
+    if (retainGraph) {
+      in = saved_;
+    } else {
+      in = std::move(saved_);
+      saved_.clear();
+    }
     for (size_t k = 0; k < outputShapes_.size(); ++k) {
       Tensor g = k < gradOutputs.size() ? gradOutputs[k] : Tensor();
       if (!g.defined()) {
-        g = Tensor::zeros(outputShapes_[k], p.outputDtypes_[k], device());
+        g = Tensor::zeros(outputShapes_[k], p.outputDtypes_[k], dev);
       } else if (g.dtype() != p.outputDtypes_[k]) {
         g = g.to(p.outputDtypes_[k]);
       }
       in.push_back(g.is_contiguous() ? g : g.contiguous());
     }
-    std::vector<const Tensor *> ptrs;
-    for (const Tensor &t : in) ptrs.push_back(&t);
-    std::vector<Tensor> grads = p.backward_->run(ptrs.data(), ptrs.size());
+    std::vector<Tensor> grads = p.backward_->runConsuming(in);
     std::vector<Tensor> out(p.numInputs_);
     for (size_t j = 0; j < p.gradInput_.size(); ++j) {
       size_t i = static_cast<size_t>(p.gradInput_[j]);
@@ -53,7 +60,6 @@ public:
   void release() override { saved_.clear(); }
 
 private:
-  Device device() const { return saved_.empty() ? Device::cpu() : saved_[0].device(); }
   std::shared_ptr<const TrainingPlan> plan_;
   std::vector<Tensor> saved_;
   std::vector<Shape> outputShapes_; // of this call's outputs (symbolic plans vary)
@@ -94,6 +100,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   for (int o : forward.outputs) plan->outputDtypes_.push_back(forward.nodes[o].dtype);
   const Device device =
       r.exec.target == Target::cuda ? Device::cuda(r.exec.device) : Device::cpu();
+  plan->device_ = device;
   // each sample's joint graph, partitioned as the traced one is
   std::vector<Partition> parts;
   {
@@ -126,15 +133,24 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   });
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
-  // the backward takes row-major inputs (CompiledBackward makes them so) and reads its
-  // sizes from them
+  // the backward takes the saved values as the forward returns them (views stay views) and
+  // the output gradients row-major (CompiledBackward makes them so); it reads its sizes
+  // from them
+  const Program &fp = plan->forward_->program();
   CompileResult br = compileHalf("_bwd", "backward", true, [&](size_t k) {
-    std::vector<Shape> rowMajor;
+    Program specialized = fp.symbols.empty() ? Program{} : specializeProgram(fp, r.samples[k].syms.data());
+    const Program &at = fp.symbols.empty() ? fp : specialized;
+    std::vector<Shape> strides;
     for (int id : parts[k].backward.programInputs()) {
-      rowMajor.push_back(
-          detail::contiguousStrides(concreteShape(parts[k].backward.nodes[id].shape)));
+      const int arg = parts[k].backward.nodes[id].inputIndex;
+      if (arg < static_cast<int>(parts[k].savedOutput.size())) {
+        strides.push_back(at.values[at.outputs[parts[k].savedOutput[arg]]].strides);
+      } else {
+        strides.push_back(
+            detail::contiguousStrides(concreteShape(parts[k].backward.nodes[id].shape)));
+      }
     }
-    return GraphSample{parts[k].backward, std::move(rowMajor), r.samples[k].syms};
+    return GraphSample{parts[k].backward, std::move(strides), r.samples[k].syms};
   });
   plan->backwardGraph_ = std::move(br.graphs.at(0));
   plan->backward_ = std::move(br.executable);

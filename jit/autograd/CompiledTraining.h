@@ -70,6 +70,7 @@ private:
   std::vector<DType> outputDtypes_;
   std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
   size_t numInputs_ = 0;
+  Device device_; // where the programs run
   int64_t savedBytes_ = 0;
   std::string name_;
 };

@@ -2,6 +2,7 @@
 // the backward uses whether to save or recompute it, then build the two graphs.
 #include "jit/autograd/Partition.h"
 
+#include <algorithm>
 #include <map>
 
 #include <rcjit/Error.h>
@@ -39,33 +40,50 @@ int64_t bytesOf(const Node &n) {
   return count * static_cast<int64_t>(dtypeSize(n.dtype));
 }
 
+// Recomputing a value needs at most this many saved values; past it, the value is saved.
+constexpr size_t kMaxRecomputeLeaves = 8;
+
+// Per forward node, in node order: save it, or recompute it from `leaves` (the saved values
+// and constants its cheap chain starts from, each counted once however often the chain
+// reads it). A cheap node is recomputed when its leaves hold no more bytes than it does.
 struct Planner {
   const Graph &g;
   std::vector<Choice> choice;
+  std::vector<std::vector<int>> leaves; // sorted; for recomputed nodes
 
-  explicit Planner(const Graph &graph) : g(graph), choice(graph.nodes.size(), Choice::undecided) {}
+  explicit Planner(const Graph &graph)
+      : g(graph), choice(graph.nodes.size(), Choice::undecided), leaves(graph.nodes.size()) {}
 
   // Saving input nodes costs nothing: the caller holds them already.
   bool isInput(int v) const { return g.nodes[v].op == OpKind::input; }
 
-  // Bytes the backward must hold to have `v`: 0 when recomputed from inputs and constants.
-  int64_t cost(int v) {
-    Choice c = decide(v);
-    if (c == Choice::save) return isInput(v) ? 0 : bytesOf(g.nodes[v]);
-    int64_t sum = 0;
-    for (int in : g.nodes[v].inputs) sum += cost(in);
-    return sum;
-  }
-
-  Choice decide(int v) {
-    if (choice[v] != Choice::undecided) return choice[v];
-    const Node &n = g.nodes[v];
-    if (isInput(v) || !cheap(n)) return choice[v] = Choice::save;
-    if (n.inputs.empty()) return choice[v] = Choice::recompute; // a constant
-    choice[v] = Choice::save; // provisional, for cost() of shared operands
-    int64_t operands = 0;
-    for (int in : n.inputs) operands += cost(in);
-    return choice[v] = operands <= bytesOf(n) ? Choice::recompute : Choice::save;
+  void plan(const std::vector<bool> &forward) {
+    for (size_t v = 0; v < g.nodes.size(); ++v) {
+      if (!forward[v]) continue;
+      const Node &n = g.nodes[v];
+      if (isInput(static_cast<int>(v)) || !cheap(n)) {
+        choice[v] = Choice::save;
+        continue;
+      }
+      std::vector<int> from;
+      for (int in : n.inputs) {
+        if (choice[in] == Choice::save) {
+          from.push_back(in);
+        } else {
+          from.insert(from.end(), leaves[in].begin(), leaves[in].end());
+        }
+      }
+      std::sort(from.begin(), from.end());
+      from.erase(std::unique(from.begin(), from.end()), from.end());
+      int64_t bytes = 0;
+      for (int l : from) bytes += isInput(l) ? 0 : bytesOf(g.nodes[l]);
+      if (from.size() <= kMaxRecomputeLeaves && bytes <= bytesOf(n)) {
+        choice[v] = Choice::recompute;
+        leaves[v] = std::move(from);
+      } else {
+        choice[v] = Choice::save;
+      }
+    }
   }
 };
 
@@ -115,6 +133,11 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
     if (!backward[g.outputs[o]]) needed[g.outputs[o]] = true;
   }
   Planner plan(g);
+  if (!like) {
+    std::vector<bool> forward(n);
+    for (size_t i = 0; i < n; ++i) forward[i] = !backward[i];
+    plan.plan(forward);
+  }
   // what the backward computes again, and what it must be handed
   std::vector<bool> recompute(n, false), save(n, false);
   std::vector<int> stack;
@@ -126,7 +149,7 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
     stack.pop_back();
     if (recompute[v] || save[v]) continue;
     if (like ? savedLike[static_cast<size_t>(v)] || plan.isInput(v)
-             : plan.decide(v) == Choice::save) {
+             : plan.choice[v] == Choice::save) {
       save[v] = true;
       continue;
     }
@@ -182,23 +205,40 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
   }
   const int numSaved = static_cast<int>(p.saved.size());
   for (size_t i = 0; i < n; ++i) {
-    const Node &node = g.nodes[i];
-    if (!backward[i] && !recompute[i]) continue;
-    if (tangentIndex[i] >= 0) {
-      newId[i] = addInput(node, numSaved + tangentIndex[i]);
-      continue;
-    }
-    if (!backward[i]) p.recomputed.push_back(static_cast<int>(i));
-    Node copy = node;
+    if (tangentIndex[i] >= 0) newId[i] = addInput(g.nodes[i], numSaved + tangentIndex[i]);
+  }
+  // a node of the backward, after the recomputed values it reads: each is recomputed just
+  // before its first use, so that it is not held from the start of the backward
+  auto add = [&](int v) {
+    Node copy = g.nodes[v];
     copy.region = -1;
     for (int &in : copy.inputs) {
       if (newId[in] < 0) {
-        throw Error("partition: %" + std::to_string(i) + " reads %" + std::to_string(in) +
+        throw Error("partition: %" + std::to_string(v) + " reads %" + std::to_string(in) +
                     ", which the backward neither saves nor computes");
       }
       in = newId[in];
     }
-    newId[i] = b.add(std::move(copy));
+    newId[v] = b.add(std::move(copy));
+  };
+  std::vector<std::pair<int, size_t>> pending; // (node, next operand to look at)
+  for (size_t i = 0; i < n; ++i) {
+    if (!backward[i] || newId[i] >= 0) continue;
+    pending.push_back({static_cast<int>(i), 0});
+    while (!pending.empty()) {
+      const int v = pending.back().first;
+      const size_t k = pending.back().second;
+      const std::vector<int> &ins = g.nodes[v].inputs;
+      if (k < ins.size()) {
+        ++pending.back().second;
+        if (newId[ins[k]] < 0 && recompute[ins[k]]) pending.push_back({ins[k], 0});
+        continue;
+      }
+      pending.pop_back();
+      if (newId[v] >= 0) continue; // reached twice
+      if (!backward[v]) p.recomputed.push_back(v);
+      add(v);
+    }
   }
   for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
     b.outputs.push_back(newId[g.outputs[o]]);

@@ -5,8 +5,10 @@
 // later (at backward()), so the two are compiled apart; what crosses between them is
 // memory held from one to the other. Like PyTorch's min-cut partitioner, cheap values are
 // recomputed in the backward instead of saved: an elementwise or view node is recomputed
-// when the values it would then need saved take no more bytes than it does (gelu(x @ w)
-// saves x @ w once, not also the gelu), so a fused backward kernel recomputes it for free.
+// when the distinct values its cheap chain starts from (at most 8) take no more bytes than
+// it does (gelu(x @ w), however many elementwise ops its formula has, saves x @ w once), so
+// a fused backward kernel recomputes it for free. A recomputed value is computed just
+// before its first use in the backward, not held from its start.
 #pragma once
 #include <cstdint>
 #include <vector>

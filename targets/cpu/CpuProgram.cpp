@@ -142,6 +142,8 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
     if (l.steps[i].kind == Step::Kind::library)
       spec->library[i] = LibraryStep::create(l, l.steps[i], !p.symbols.ranges.empty());
   }
+  spec->outputsAt = outputsByFirstStep(l);
+  spec->inputsDone = inputsDoneAt(l);
   return spec;
 }
 
@@ -165,6 +167,7 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
 }
 
 void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
+  if (a->bytes > kPooledArenaMaxBytes) return; // freed: see kPooledArenaMaxBytes
   std::lock_guard<std::mutex> lock(poolMu_);
   pool_.push_back(std::move(a));
 }
@@ -222,6 +225,17 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
 }
 
 std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
+  return runImpl(inputs, n, nullptr);
+}
+
+std::vector<Tensor> CpuProgram::runConsuming(std::vector<Tensor> &inputs) const {
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : inputs) ptrs.push_back(&t);
+  return runImpl(ptrs.data(), ptrs.size(), inputs.data());
+}
+
+std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
+                                        Tensor *consumed) const {
   CallSymbols callSyms(program_, inputs, n);
   const int64_t *syms = callSyms.data();
   std::shared_ptr<const Spec> spec = specs_->get(syms);
@@ -234,19 +248,44 @@ std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const
   } release{this, arena};
   std::vector<Tensor> outBuffers;
   std::vector<Tensor> dynamic(p.buffers.size()); // eager steps' results, by buffer
-  std::vector<char *> bases = bindBuffers(p, inputs, n, Device::cpu(), arena->data, outBuffers,
-                                          [](size_t) -> char * { return nullptr; });
-  auto runEagerStep = [&](size_t, const Step &s) { runEager(s, p, bases.data(), dynamic, inputs); };
+  std::vector<char *> bases =
+      bindBuffers(p, inputs, n, Device::cpu(), arena->data, outBuffers,
+                  [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
+  auto open = [&](size_t i) { // the output buffers step i writes first
+    for (int b : spec->outputsAt[i]) {
+      outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
+      bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
+    }
+  };
+  auto done = [&](size_t i) { // the inputs step i used last
+    if (!consumed) return;
+    for (int in : spec->inputsDone[i]) consumed[in] = Tensor();
+  };
+  auto runEagerStep = [&](size_t i, const Step &s) {
+    open(i);
+    runEager(s, p, bases.data(), dynamic, inputs);
+    done(i);
+  };
   forEachStep(
-      p, [&](size_t, const Step &s) { runKernel(s, p, bases.data(), syms); },
+      p,
+      [&](size_t i, const Step &s) {
+        open(i);
+        runKernel(s, p, bases.data(), syms);
+        done(i);
+      },
       [&](size_t i, const Step &s) {
         if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
+        open(i);
         char *ops[3];
         for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
           ops[j] = valueAddress(p, bases.data(), s.operands[j]);
         spec->library[i]->run(ops, valueAddress(p, bases.data(), s.result));
+        done(i);
       },
       runEagerStep);
+  for (int b : spec->outputsAt.back()) { // outputs no step writes (zero-sized ones)
+    outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
+  }
   return collectOutputs(p, inputs, dynamic, outBuffers);
 }
 

@@ -21,9 +21,14 @@ struct CpuProgramOptions {
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
-/// from a pool, so steady-state calls allocate nothing but their outputs).
+/// from a pool, so steady-state calls allocate nothing but their outputs). Arenas over
+/// kPooledArenaMaxBytes are freed after the call instead: a training step's arenas would
+/// otherwise stay allocated between its forward and backward, and between steps. Output
+/// buffers are allocated at the step that first writes them, not when the call starts.
 class CpuProgram final : public Executable {
 public:
+  static constexpr int64_t kPooledArenaMaxBytes = int64_t{64} << 20;
+
   /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
   /// module (the object-cache key). Throws rcjit::Error.
   static std::shared_ptr<CpuProgram> create(Program p, const std::string &moduleId,
@@ -33,6 +38,7 @@ public:
   /// program reads its sizes from the inputs and runs the sizes' specialization (values,
   /// arena plan, oneDNN primitives), made on first use and kept for later calls.
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override;
+  std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const override;
 
   const Program &program() const override { return program_; }
   const std::string &llvmIr() const override { return llvmIr_; }
@@ -47,7 +53,11 @@ private:
     std::vector<int64_t> syms;
     Program layout;                                    // no kernels
     std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
+    std::vector<std::vector<int>> outputsAt;           // per step: output buffers it opens
+    std::vector<std::vector<int>> inputsDone;          // per step: inputs used last there
   };
+  // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
+  std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed) const;
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;

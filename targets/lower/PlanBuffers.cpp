@@ -1,5 +1,5 @@
 // The plan-buffers step of lowering: graph outputs get per-call output buffers, the other
-// intermediate buffers share one arena by liveness (greedy first fit over step positions).
+// intermediate buffers share one arena by liveness (greedy by size over step positions).
 #include <algorithm>
 #include <cstdint>
 
@@ -35,35 +35,46 @@ void planArena(Program &p) {
       last[b] = std::max(last[b], static_cast<int>(s));
     }
   }
-  // Greedy first fit over step positions: a block is free after its last use.
-  struct Block {
+  // Greedy by size: the largest buffers are placed first, each at the lowest offset where
+  // it overlaps no placed buffer that is live at the same time (in the smallest such gap),
+  // so small buffers fill the gaps large ones leave instead of claiming whole blocks.
+  struct Placed {
     int64_t offset, bytes;
-    int freeAfter;
+    int first, last;
   };
-  std::vector<Block> blocks;
-  std::vector<int> byFirst;
+  std::vector<int> bySize;
   for (size_t b = 0; b < nb; ++b) {
     if (p.buffers[b].kind == Buffer::Kind::arena && last[b] >= 0)
-      byFirst.push_back(static_cast<int>(b));
+      bySize.push_back(static_cast<int>(b));
   }
-  std::sort(byFirst.begin(), byFirst.end(), [&](int a, int b) { return first[a] < first[b]; });
+  auto rounded = [&](int b) { return (p.buffers[b].bytes + 63) / 64 * 64; };
+  std::sort(bySize.begin(), bySize.end(), [&](int a, int b) {
+    return rounded(a) != rounded(b) ? rounded(a) > rounded(b) : first[a] < first[b];
+  });
+  std::vector<Placed> placed;
+  std::vector<const Placed *> live;
   int64_t top = 0;
-  for (int b : byFirst) {
-    int64_t bytes = (p.buffers[b].bytes + 63) / 64 * 64;
-    bool placed = false;
-    for (Block &blk : blocks) {
-      if (blk.freeAfter < first[b] && blk.bytes >= bytes) {
-        p.buffers[b].offset = blk.offset;
-        blk.freeAfter = last[b];
-        placed = true;
-        break;
+  for (int b : bySize) {
+    const int64_t bytes = rounded(b);
+    live.clear();
+    for (const Placed &q : placed) {
+      if (!(q.last < first[b] || last[b] < q.first)) live.push_back(&q);
+    }
+    std::sort(live.begin(), live.end(),
+              [](const Placed *x, const Placed *y) { return x->offset < y->offset; });
+    int64_t at = 0, best = -1, bestGap = INT64_MAX;
+    for (const Placed *q : live) {
+      const int64_t gap = q->offset - at;
+      if (gap >= bytes && gap < bestGap) {
+        best = at;
+        bestGap = gap;
       }
+      at = std::max(at, q->offset + q->bytes);
     }
-    if (!placed) {
-      p.buffers[b].offset = top;
-      blocks.push_back({top, bytes, last[b]});
-      top += bytes;
-    }
+    if (best < 0) best = at;
+    p.buffers[b].offset = best;
+    placed.push_back({best, bytes, first[b], last[b]});
+    top = std::max(top, best + bytes);
   }
   p.arenaBytes = top;
 }
