@@ -336,8 +336,9 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
     return rmsNormGrad(in, a, g, need);
   case OpKind::embedding: // a scatter-add of g's rows into the weight's rows
     return {embedding_backward(g, in[1], in[0].size(0)), Tensor()};
-  case OpKind::embedding_backward: // linear in grad: gather the rows back
-    return {embedding(g, in[1]), Tensor()};
+  case OpKind::embedding_backward: // linear in grad (gather the rows back) and in base
+    return {need[0] ? embedding(g, in[1]) : Tensor(), Tensor(),
+            in.size() > 2 && need[2] ? g : Tensor()};
   case OpKind::sdpa:
     return sdpaGrad(in, a, g, need);
   case OpKind::reshape:

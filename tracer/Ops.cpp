@@ -309,11 +309,13 @@ Tensor rms_norm(const Tensor &x, const Tensor &w, double eps) {
 Tensor embedding(const Tensor &weight, const Tensor &ids) {
   return applyOp(OpKind::embedding, {weight, ids}, {});
 }
-Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num) {
+Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num,
+                          const Tensor &base) {
   if (!grad.defined()) return applyOp(OpKind::embedding_backward, {grad, ids}, {});
   if (num < 0) throw Error("embedding_backward: num must be >= 0, got " + std::to_string(num));
   Attrs a;
   a.dims = {num, grad.dim() > 0 ? grad.size(-1) : 0};
+  if (base.defined()) return applyOp(OpKind::embedding_backward, {grad, ids, base}, a);
   return applyOp(OpKind::embedding_backward, {grad, ids}, a);
 }
 Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v,

@@ -355,14 +355,16 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a)
     return {in[0].dtype, s};
   }
   case OpKind::embedding_backward: {
-    expectArity(op, in, 2, 2);
+    expectArity(op, in, 2, 3);
     expectFloating(op, in[0]);
     if (!isIntegral(in[1].dtype)) fail(op, "ids must be i32 or i64, got " + metaStr(in[1]));
     Shape want = in[1].shape;
     if (a.dims.size() == 2) want.push_back(a.dims[1]);
-    if (a.dims.size() != 2 || a.dims[0] < 0 || in[0].shape != want) {
-      fail(op, "expected grad [..., dim] over ids [...] and dims [num, dim], got " + metasStr(in) +
-                   " with dims " + shapeStr(a.dims));
+    if (a.dims.size() != 2 || a.dims[0] < 0 || in[0].shape != want ||
+        (in.size() == 3 && (in[2].shape != a.dims || in[2].dtype != in[0].dtype))) {
+      fail(op, "expected grad [..., dim] over ids [...], dims [num, dim] and an optional base "
+               "[num, dim] of grad's dtype, got " +
+                   metasStr(in) + " with dims " + shapeStr(a.dims));
     }
     return {in[0].dtype, a.dims};
   }

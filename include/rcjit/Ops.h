@@ -87,8 +87,12 @@ Tensor rms_norm(const Tensor &x, const Tensor &w, double eps);
 /// Rows of weight [num, dim] picked by integer ids: result shape ids.shape + [dim].
 Tensor embedding(const Tensor &weight, const Tensor &ids);
 /// The gradient of embedding's weight: rows of grad [..., dim] summed into row ids[...] of
-/// a zero [num, dim] tensor (a scatter-add; embedding's gradient rule calls it).
-Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num);
+/// a zero [num, dim] tensor (a scatter-add; embedding's gradient rule calls it). With
+/// `base` ([num, dim], grad's dtype), the rows are summed into a copy of `base` instead:
+/// base + embedding_backward(grad, ids, num) in one pass (a tied embedding's two
+/// gradients).
+Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num,
+                          const Tensor &base = Tensor());
 /// softmax(q k^T / sqrt(head_dim) [+ causal mask]) v over [..., seq, head_dim] operands.
 Tensor scaled_dot_product_attention(const Tensor &q, const Tensor &k, const Tensor &v, bool causal);
 /// NCHW convolution, w [out, in, kh, kw]; b may be undefined.

@@ -84,6 +84,14 @@ JointGraph buildJointGraph(const Graph &forward, const std::vector<Tensor> &inpu
         in.push_back(value[x]);
         needs.push_back(reach[x] && isFloating(forward.nodes[x].dtype));
       }
+      // a tied embedding (GPT-2's LM head multiplies by the table it looks tokens up in):
+      // the lookup's gradient is scattered into the table's gradient so far, instead of
+      // into a zero table that is then added to it (two fewer passes over the table)
+      if (node.op == OpKind::embedding && needs[0] && grad[node.inputs[0]].defined()) {
+        const int w = node.inputs[0];
+        grad[w] = embedding_backward(grad[i], in[1], in[0].size(0), grad[w]);
+        continue;
+      }
       std::vector<Tensor> g =
           autograd::applyGradRule(node.op, node.attrs, in, value[i], grad[i], needs);
       for (size_t j = 0; j < node.inputs.size() && j < g.size(); ++j) {

@@ -200,7 +200,8 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
 }
 
 void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
-                          std::vector<Tensor> &dynamic, const Tensor *const *inputs) const {
+                          std::vector<Tensor> &dynamic, std::vector<Tensor> &outBuffers,
+                          const Tensor *const *inputs) const {
   std::vector<Tensor> in;
   for (int v : s.operands) {
     const Value &val = layout.values[v];
@@ -218,6 +219,20 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
   if (rb.kind == Buffer::Kind::dynamic) {
     out = out.contiguous();
     dynamic[r.buffer] = out;
+    bases[r.buffer] = static_cast<char *>(out.data_ptr());
+  } else if (rb.kind == Buffer::Kind::output && !bases[r.buffer]) {
+    // an output this step opens: the eager result becomes the output when it has the
+    // buffer's layout, instead of being copied into a fresh one
+    const bool adopt = out.is_contiguous() && out.offset() == 0 && r.offset == 0 &&
+                       out.shape() == rb.shape && r.shape == rb.shape &&
+                       r.strides == detail::contiguousStrides(r.shape) && out.dtype() == rb.dtype &&
+                       out.impl()->storage.use_count() == 1; // not a view of an operand
+    if (!adopt) {
+      Tensor fresh = detail::makeTensor(rb.shape, rb.dtype, Device::cpu());
+      eager::copyInto(viewOf(static_cast<char *>(fresh.data_ptr()), r, nullptr), out);
+      out = fresh;
+    }
+    outBuffers[r.buffer] = out;
     bases[r.buffer] = static_cast<char *>(out.data_ptr());
   } else {
     eager::copyInto(viewOf(bases[r.buffer], r, nullptr), out);
@@ -251,8 +266,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
   std::vector<char *> bases =
       bindBuffers(p, inputs, n, Device::cpu(), arena->data, outBuffers,
                   [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
-  auto open = [&](size_t i) { // the output buffers step i writes first
+  auto open = [&](size_t i) { // the output buffers step i writes first (an eager step's
+                               // result buffer: runEager)
     for (int b : spec->outputsAt[i]) {
+      if (p.steps[i].kind != Step::Kind::kernel && p.steps[i].result >= 0 &&
+          p.values[p.steps[i].result].buffer == b && !spec->library[i])
+        continue;
       outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
       bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
     }
@@ -263,7 +282,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
   };
   auto runEagerStep = [&](size_t i, const Step &s) {
     open(i);
-    runEager(s, p, bases.data(), dynamic, inputs);
+    runEager(s, p, bases.data(), dynamic, outBuffers, inputs);
     done(i);
   };
   forEachStep(

@@ -64,7 +64,7 @@ private:
   void runKernel(const Step &s, const Program &layout, char *const *bases,
                  const int64_t *syms) const;
   void runEager(const Step &s, const Program &layout, char **bases, std::vector<Tensor> &dynamic,
-                const Tensor *const *inputs) const;
+                std::vector<Tensor> &outBuffers, const Tensor *const *inputs) const;
 
   Program program_;
   std::vector<KernelFn> kernels_;

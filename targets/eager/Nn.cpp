@@ -194,8 +194,17 @@ Tensor runEmbedding(const Tensor &weight, const Tensor &ids, const TensorMeta &m
 /// Sums the rows of grad into rows ids of a zero [num, dim] tensor, in the compute type.
 /// Threads own column ranges, so the sums are race-free and deterministic.
 template <class C>
-void scatterAddRows(const C *g, const int64_t *ids, C *out, int64_t n, int64_t num, int64_t dim) {
-  std::fill(out, out + num * dim, C(0));
+void scatterAddRows(const C *g, const int64_t *ids, C *out, int64_t n, int64_t num, int64_t dim,
+                    const C *base) {
+  // the starting rows: zeros, or base's (in parallel: this is a whole table)
+#pragma omp parallel for schedule(static) if (num * dim > kParallelWork)
+  for (int64_t r = 0; r < num; ++r) {
+    if (base) {
+      std::copy(base + r * dim, base + (r + 1) * dim, out + r * dim);
+    } else {
+      std::fill(out + r * dim, out + (r + 1) * dim, C(0));
+    }
+  }
   constexpr int64_t kCols = 64;
   const int64_t chunks = (dim + kCols - 1) / kCols;
 #pragma omp parallel for schedule(static) if (n * dim > kParallelWork)
@@ -210,18 +219,20 @@ void scatterAddRows(const C *g, const int64_t *ids, C *out, int64_t n, int64_t n
   }
 }
 
-Tensor runEmbeddingBackward(const Tensor &grad, const Tensor &ids, const TensorMeta &meta) {
+Tensor runEmbeddingBackward(const std::vector<Tensor> &in, const TensorMeta &meta) {
+  const Tensor &grad = in[0], &ids = in[1];
   const int64_t num = meta.shape[0], dim = meta.shape[1];
   Tensor idc = checkedIds(ids, num);
   const DType ct = meta.dtype == DType::f64 ? DType::f64 : DType::f32;
   Tensor gc = contiguousAs(grad, ct);
+  Tensor bc = in.size() > 2 ? contiguousAs(in[2], ct) : Tensor();
   Tensor acc = detail::makeTensor(meta.shape, ct);
   if (ct == DType::f64) {
     scatterAddRows(elems<double>(gc), elems<int64_t>(idc), mutableElems<double>(acc), idc.numel(),
-                   num, dim);
+                   num, dim, bc.defined() ? elems<double>(bc) : nullptr);
   } else {
     scatterAddRows(elems<float>(gc), elems<int64_t>(idc), mutableElems<float>(acc), idc.numel(),
-                   num, dim);
+                   num, dim, bc.defined() ? elems<float>(bc) : nullptr);
   }
   if (meta.dtype == ct) return acc;
   Tensor y = detail::makeTensor(meta.shape, meta.dtype);
@@ -311,7 +322,7 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
   case OpKind::embedding:
     return runEmbedding(in[0], in[1], out);
   case OpKind::embedding_backward:
-    return runEmbeddingBackward(in[0], in[1], out);
+    return runEmbeddingBackward(in, out);
   case OpKind::conv2d_backward_input:
   case OpKind::conv2d_backward_weight:
     return runConv2dBackward(op, in, a, out);

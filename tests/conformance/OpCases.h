@@ -505,6 +505,14 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                  return std::vector<Tensor>{embedding_backward(v[0], v[1], 5),
                                             embedding_backward(v[2], v[3], 7) * 2.0};
                }});
+  t.push_back({"embedding_backward_into_base",
+               {{{2, 3, 6}},
+                {{2, 3}, Layout::contiguous, Values::ids, DType::i64, 5},
+                {{5, 6}, Layout::transposed}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{embedding_backward(v[0], v[1], 5, v[2])};
+               }});
 
   Fn sdpa = [](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{scaled_dot_product_attention(v[0], v[1], v[2], false)};
