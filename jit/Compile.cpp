@@ -209,7 +209,7 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
         .entry = e.id,
         .graph = printGraph(e.graph) + e.fusion +
                  (e.training
-                      ? "backward " + printGraph(e.training->backwardGraph()) + e.training->print()
+                      ? "backward graph:\n" + printGraph(e.training->backwardGraph()) + e.training->print()
                       : "") +
                  (e.program ? printProgram(e.program->program()) : "") +
                  (e.regional ? e.regional->print() : "")});
@@ -217,6 +217,15 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
   if (e.program && logging::wanted(logging::Kind::output_code)) {
     logging::emit(
         logging::OutputCodeEvent{.function = s.id, .entry = e.id, .llvmIr = e.program->llvmIr()});
+  }
+  if (e.training && logging::wanted(logging::Kind::output_code)) {
+    logging::emit(logging::OutputCodeEvent{
+        .function = s.id,
+        .entry = e.id,
+        .llvmIr = "; function " + std::to_string(s.id) + " entry " + std::to_string(e.id) +
+                  " forward\n" + e.training->forward().llvmIr() + "; function " +
+                  std::to_string(s.id) + " entry " + std::to_string(e.id) + " backward\n" +
+                  e.training->backward().llvmIr()});
   }
   if (logging::wanted(logging::Kind::dynamic)) {
     for (size_t i = 0; i < e.symbols.size(); ++i) {

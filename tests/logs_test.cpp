@@ -44,6 +44,22 @@ TEST(Logs, GraphOutputCodeGuardsAndRecompiles) {
   EXPECT_NE(err.find("arg 0 dim 1: expected 8, got 9"), std::string::npos) << err;
 }
 
+TEST(Logs, TrainingEntriesLogBothHalves) {
+  LogsOff off;
+  set_logs("graph,output_code,passes");
+  testing::internal::CaptureStderr();
+  Tensor w = Tensor::randn({8, 4}, 3);
+  w.requires_grad_();
+  auto cf = compile([&](const Tensor &x) { return sum(tanh(matmul(x, w)), {}); });
+  cf(Tensor::randn({2, 8}, 1)).backward();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("entry 0 backward"), std::string::npos) << "the passes log names the half";
+  EXPECT_NE(err.find("backward graph"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rcjit:output_code]"), std::string::npos);
+  EXPECT_NE(err.find(" backward\n"), std::string::npos) << "the backward's LLVM IR";
+  EXPECT_TRUE(w.grad().defined());
+}
+
 TEST(Logs, RecompileLimitLineNamesTheLastGuard) {
   LogsOff off;
   set_logs("recompiles");
