@@ -20,7 +20,10 @@
 
 #include <rcjit/rcjit.h>
 
+#include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
+#include "jit/autograd/Joint.h"
+#include "jit/autograd/Partition.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/cuda/CudaDriver.h"
@@ -29,8 +32,10 @@
 #include "tests/GpuTest.h"
 #include "tests/Ptxas.h"
 #include "tests/TestUtil.h"
+#include "tests/AutogradTestUtil.h"
 #include "tests/conformance/OpCases.h"
 #include "tools/Models.h"
+#include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 
 namespace {
@@ -428,6 +433,48 @@ TEST(CudaPtx, Toy64KernelsAssemble) {
       EXPECT_GE(kernels, 8u);
       EXPECT_EQ(count(m.ptx, ".entry "), kernels);
       EXPECT_TRUE(assembles(m.ptx, arch)) << "toy64 in " << dtypeName(dt);
+    }
+  }
+}
+
+// Compiled training on the cuda target: a 2-layer GPT-2's joint graph, partitioned, and both
+// halves lowered for the GPU (the program compileGraph makes for Target::cuda, stopped before
+// the device is needed); every kernel of the forward and the backward assembles.
+TEST(CudaPtx, TrainingKernelsAssemble) {
+  RCJIT_SKIP_WITHOUT_PTXAS();
+  auto model = test::tinyGpt2(2, 8);
+  std::vector<int64_t> tokens(16);
+  for (int i = 0; i < 16; ++i) tokens[i] = (i * 7 + 3) % 50;
+  Tensor ids = Tensor::from_vector(tokens, {2, 8});
+  TracedFn fn = [&](const std::vector<Tensor> &a) {
+    return std::vector<Tensor>{cross_entropy(model->forward({a[0]}), a[1])};
+  };
+  Trace t = traceFunction(fn, {ids, ids}, /*meta=*/true);
+  std::vector<Tensor> inputs = t.args;
+  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
+  std::vector<bool> wantGrad(inputs.size(), false);
+  for (size_t i = t.args.size(); i < inputs.size(); ++i) wantGrad[i] = true;
+  Partition part;
+  {
+    NoGradGuard noGrad;
+    part = partitionJoint(buildJointGraph(t.graph, inputs, wantGrad));
+  }
+  for (const Graph *half : {&part.forward, &part.backward}) {
+    CompileRequest r;
+    r.exec.target = Target::cuda;
+    r.stop = CompileStop::program;
+    std::vector<Shape> strides;
+    for (int id : half->programInputs())
+      strides.push_back(detail::contiguousStrides(concreteShape(half->nodes[id].shape)));
+    r.samples.push_back({*half, std::move(strides)});
+    CompileResult c = compileGraph(std::move(r));
+    ASSERT_GT(c.program.kernels.size(), 5u);
+    for (const char *arch : kArchs) {
+      cuda::PtxOptions o;
+      o.arch = arch;
+      cuda::PtxModule m = cuda::compilePtx(c.program.kernels, "training", o);
+      EXPECT_EQ(count(m.ptx, ".entry "), c.program.kernels.size());
+      EXPECT_TRUE(assembles(m.ptx, arch)) << (half == &part.forward ? "forward" : "backward");
     }
   }
 }
