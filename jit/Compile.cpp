@@ -120,8 +120,8 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     // compiled segments looked up by structural hash and input layouts (training: each
     // segment compiles a forward and a backward, so the backward splits at the breaks too)
     e->graph = t.graph;
-    e->segments = std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit),
-                                                 training);
+    e->segments =
+        std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit), training);
     if (!dynamic.empty()) {
       e->dynamicNotes.push_back({.why = "a function with graph breaks compiles its segments "
                                         "for static shapes"});
@@ -208,9 +208,9 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
         .function = s.id,
         .entry = e.id,
         .graph = printGraph(e.graph) + e.fusion +
-                 (e.training
-                      ? "backward graph:\n" + printGraph(e.training->backwardGraph()) + e.training->print()
-                      : "") +
+                 (e.training ? "backward graph:\n" + printGraph(e.training->backwardGraph()) +
+                                   e.training->print()
+                             : "") +
                  (e.program ? printProgram(e.program->program()) : "") +
                  (e.regional ? e.regional->print() : "")});
   }

@@ -27,11 +27,11 @@ struct Entry {
   std::shared_ptr<Executable> program; // full mode
   std::shared_ptr<RegionalPlan> regional; // regional mode (its stages train when training)
   std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
-  std::shared_ptr<TrainingPlan> training;   // full mode, grad mode on, an input requires grad
+  std::shared_ptr<TrainingPlan> training; // full mode, grad mode on, an input requires grad
   bool compiled() const { return program || regional || training; } // else runs eagerly
-  Graph graph;                                          // the graph after the pass pipeline
-  std::string fusion;                                   // full mode: the printed fusion plan
-  std::string reason;                                   // why it was compiled
+  Graph graph;        // the graph after the pass pipeline
+  std::string fusion; // full mode: the printed fusion plan
+  std::string reason; // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;
   std::vector<DynSymbol> symbols; // symbolic dims (symbol i = SizeExpr sym i)

@@ -325,9 +325,9 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
       rp[p].syms = probes[p];
     }
     try {
-      res.plan = std::make_shared<RegionalPlan>(buildRegionalPlan(
-          t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp, traced, ranges,
-          training));
+      res.plan = std::make_shared<RegionalPlan>(
+          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp,
+                            traced, ranges, training));
     } catch (const std::exception &e) {
       why = e.what();
       return false;

@@ -21,9 +21,8 @@ using StageTable =
     cache::detail::ProcessMemo<StageTableTag, std::string, std::shared_ptr<Executable>, 4096>;
 // Compiled training stages (forward and backward) of this process, by stage key.
 struct TrainingStageTableTag;
-using TrainingStageTable =
-    cache::detail::ProcessMemo<TrainingStageTableTag, std::string, std::shared_ptr<TrainingPlan>,
-                               4096>;
+using TrainingStageTable = cache::detail::ProcessMemo<TrainingStageTableTag, std::string,
+                                                      std::shared_ptr<TrainingPlan>, 4096>;
 
 // Per node of `g`: it needs a gradient (a program input that wants one, or a floating value
 // computed from one).
@@ -100,8 +99,7 @@ std::vector<int> cutStages(const Graph &g, Graph &cut) {
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
-                               const std::vector<int64_t> &syms,
-                               const std::vector<Symbol> &ranges,
+                               const std::vector<int64_t> &syms, const std::vector<Symbol> &ranges,
                                const RegionalTraining *training) {
   RegionalPlan plan;
   plan.numNodes = static_cast<int>(g.nodes.size());
@@ -205,7 +203,8 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
         req.exec = exec;
         req.moduleId = moduleId;
         req.label = req.moduleId + " (" + st.name + ")";
-        for (size_t k = 0; k < ns; ++k) req.samples.push_back({std::move(subs[k]), stridesOf(k), symValues[k]});
+        for (size_t k = 0; k < ns; ++k)
+          req.samples.push_back({std::move(subs[k]), stridesOf(k), symValues[k]});
         // a stage reads its symbolic sizes from its own inputs
         req.symbolic.ranges = ranges;
         req.symbolic.findSources = true;
@@ -237,8 +236,8 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
   for (const RegionalStage &s : stages) {
     in.clear();
     for (int id : s.inputs) in.push_back(ptr[id]);
-    std::vector<Tensor> outs = s.training ? s.training->run(in.data(), in.size())
-                                          : s.program->run(in.data(), in.size());
+    std::vector<Tensor> outs =
+        s.training ? s.training->run(in.data(), in.size()) : s.program->run(in.data(), in.size());
     for (size_t o = 0; o < outs.size(); ++o) {
       values[s.outputs[o]] = std::move(outs[o]);
       ptr[s.outputs[o]] = &values[s.outputs[o]];

@@ -23,11 +23,11 @@ namespace rcjit {
 struct RegionalStage {
   std::string name; // region name, or "glue"
   bool region = false;
-  std::shared_ptr<Executable> program;      // an inference stage
-  std::shared_ptr<TrainingPlan> training;   // a training stage: a forward and a backward
-  std::vector<int> inputs;  // graph node ids, in the program's input order
-  std::vector<int> outputs; // graph node ids of the program's outputs
-  bool reused = false;      // the program came from an earlier identical stage
+  std::shared_ptr<Executable> program;    // an inference stage
+  std::shared_ptr<TrainingPlan> training; // a training stage: a forward and a backward
+  std::vector<int> inputs;                // graph node ids, in the program's input order
+  std::vector<int> outputs;               // graph node ids of the program's outputs
+  bool reused = false;                    // the program came from an earlier identical stage
 };
 
 /// A function compiled region by region. Immutable; run() is thread-safe.

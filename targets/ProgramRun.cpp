@@ -42,7 +42,8 @@ std::vector<std::vector<int>> outputsByFirstStep(const Program &p) {
     }
   }
   for (size_t b = 0; b < p.buffers.size(); ++b) {
-    if (p.buffers[b].kind == Buffer::Kind::output && !seen[b]) at.back().push_back(static_cast<int>(b));
+    if (p.buffers[b].kind == Buffer::Kind::output && !seen[b])
+      at.back().push_back(static_cast<int>(b));
   }
   return at;
 }

@@ -116,8 +116,7 @@ TEST(CompiledTraining, RegionalToy64CompilesOneLayerForwardAndBackward) {
   c.seq = 5; // training stages are keyed apart from inference ones (and by shape)
   auto m = tools::findModel("toy64").build(c);
   Tensor x = Tensor::randn({2, 5, 10}, 6), y = Tensor::randn({2, 5, 10}, 7);
-  std::vector<Tensor> want =
-      gradsOf([&] { return mse_loss(m->forward({x}), y); }, m->module());
+  std::vector<Tensor> want = gradsOf([&] { return mse_loss(m->forward({x}), y); }, m->module());
   CompileOptions o;
   o.mode = Mode::regional;
   auto cf = compile([&](const Tensor &t) { return m->forward({t}); }, o);
@@ -130,8 +129,7 @@ TEST(CompiledTraining, RegionalToy64CompilesOneLayerForwardAndBackward) {
     }
   }
   CompileStats st = cf.stats();
-  EXPECT_EQ(st.compiles, 4) << "the glue's and the layer's forward and backward\n"
-                            << cf.explain();
+  EXPECT_EQ(st.compiles, 4) << "the glue's and the layer's forward and backward\n" << cf.explain();
   EXPECT_GE(st.cache_hits, 2 * 63) << "63 layers reuse the forward and the backward";
   EXPECT_EQ(st.recompiles, 0);
 }
@@ -200,7 +198,8 @@ TEST(CompiledTraining, Gpt2AdamWLossCurvesOfEveryModeAgree) {
   std::vector<int64_t> tokens;
   for (int i = 0; i < 4 * 12; ++i) tokens.push_back((i * 11 + 5) % 50);
   Tensor ids = Tensor::from_vector(tokens, {4, 12});
-  Tensor targets = Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {4, 12});
+  Tensor targets =
+      Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {4, 12});
   auto run = [&](int mode) { // 0 eager, 1 full, 2 regional
     auto model = test::tinyGpt2(4, 12);
     auto loss = [&](const Tensor &in, const Tensor &tg) {

@@ -309,8 +309,7 @@ Tensor rms_norm(const Tensor &x, const Tensor &w, double eps) {
 Tensor embedding(const Tensor &weight, const Tensor &ids) {
   return applyOp(OpKind::embedding, {weight, ids}, {});
 }
-Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num,
-                          const Tensor &base) {
+Tensor embedding_backward(const Tensor &grad, const Tensor &ids, int64_t num, const Tensor &base) {
   if (!grad.defined()) return applyOp(OpKind::embedding_backward, {grad, ids}, {});
   if (num < 0) throw Error("embedding_backward: num must be >= 0, got " + std::to_string(num));
   Attrs a;

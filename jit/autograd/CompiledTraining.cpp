@@ -98,8 +98,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   }
   plan->numOutputs_ = forward.outputs.size();
   for (int o : forward.outputs) plan->outputDtypes_.push_back(forward.nodes[o].dtype);
-  const Device device =
-      r.exec.target == Target::cuda ? Device::cuda(r.exec.device) : Device::cpu();
+  const Device device = r.exec.target == Target::cuda ? Device::cuda(r.exec.device) : Device::cpu();
   plan->device_ = device;
   // each sample's joint graph, partitioned as the traced one is
   std::vector<Partition> parts;
@@ -138,7 +137,8 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   // from them
   const Program &fp = plan->forward_->program();
   CompileResult br = compileHalf("_bwd", "backward", true, [&](size_t k) {
-    Program specialized = fp.symbols.empty() ? Program{} : specializeProgram(fp, r.samples[k].syms.data());
+    Program specialized =
+        fp.symbols.empty() ? Program{} : specializeProgram(fp, r.samples[k].syms.data());
     const Program &at = fp.symbols.empty() ? fp : specialized;
     std::vector<Shape> strides;
     for (int id : parts[k].backward.programInputs()) {

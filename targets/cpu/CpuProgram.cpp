@@ -263,11 +263,11 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
   } release{this, arena};
   std::vector<Tensor> outBuffers;
   std::vector<Tensor> dynamic(p.buffers.size()); // eager steps' results, by buffer
-  std::vector<char *> bases =
-      bindBuffers(p, inputs, n, Device::cpu(), arena->data, outBuffers,
-                  [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
+  std::vector<char *> bases = bindBuffers(
+      p, inputs, n, Device::cpu(), arena->data, outBuffers,
+      [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
   auto open = [&](size_t i) { // the output buffers step i writes first (an eager step's
-                               // result buffer: runEager)
+                              // result buffer: runEager)
     for (int b : spec->outputsAt[i]) {
       if (p.steps[i].kind != Step::Kind::kernel && p.steps[i].result >= 0 &&
           p.values[p.steps[i].result].buffer == b && !spec->library[i])
