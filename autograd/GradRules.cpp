@@ -161,7 +161,16 @@ Grads linearGrad(const std::vector<Tensor> &in, const Tensor &g, const std::vect
   if (need[1]) {
     r[1] = matmul(transpose(reshape(g, {-1, w.size(0)}), 0, 1), reshape(x, {-1, w.size(1)}));
   }
-  if (in.size() > 2 && need[2]) r[2] = g; // summed to [out] by the caller
+  if (in.size() > 2 && need[2]) {
+    // the rows of g summed: a GEMV with a row of ones, which walks g row by row, where a
+    // reduction over leading dims would stride down its columns
+    const int64_t out = w.size(0), rows = out ? g.numel() / out : 0;
+    r[2] = g.dim() >= 2 && rows > 1
+               ? reshape(matmul(Tensor::ones({1, rows}, g.dtype(), g.device()),
+                                reshape(g, {rows, out})),
+                         {out})
+               : g; // summed to [out] by the caller
+  }
   return r;
 }
 
