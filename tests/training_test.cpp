@@ -209,6 +209,22 @@ TEST(MemoryStats, OpsWhoseRulesReadNoValuesSaveNone) {
   EXPECT_TRUE(allclose(x.grad(), Tensor::ones({256, 256})));
 }
 
+// A compiled call's arena counts while the call runs; between calls the pooled arena is
+// held like the block cache's blocks and not counted.
+TEST(MemoryStats, CompiledArenasCountWhileInUse) {
+  NoGradGuard noGrad;
+  Tensor x = Tensor::randn({256, 256}, 1), w = Tensor::randn({256, 256}, 2);
+  auto cf = compile([&](const Tensor &a) { return matmul(softmax(matmul(a, w), -1), w); });
+  cf(x); // compiled; the arena is pooled
+  reset_peak_memory_stats();
+  const int64_t base = memory_stats().current_bytes;
+  Tensor y = cf(x);
+  const int64_t out = 256 * 256 * 4;
+  EXPECT_GE(memory_stats().peak_bytes - base, out + 256 * 256 * 4)
+      << "the output and at least one [256, 256] intermediate in the arena";
+  EXPECT_EQ(memory_stats().current_bytes, base + out) << "the idle arena is not counted";
+}
+
 // ---- training ------------------------------------------------------------------------
 
 struct Mlp : nn::Module<Mlp> {

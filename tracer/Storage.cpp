@@ -128,6 +128,15 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   return s;
 }
 
+void countIdle(Device device, int64_t bytes, bool idle) {
+  Counter &c = counterOf(device);
+  if (idle) {
+    c.current.fetch_sub(bytes, std::memory_order_relaxed);
+  } else {
+    countAlloc(c, bytes);
+  }
+}
+
 } // namespace rcjit::detail
 
 namespace rcjit {

@@ -34,6 +34,9 @@ struct Storage {
 /// Allocates `nbytes` on `device` (64-byte aligned on the CPU). Throws rcjit::Error when
 /// the device cannot be used or memory runs out.
 std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device);
+/// Takes `bytes` of live storage on `device` out of memory_stats (`idle`: a block held for
+/// reuse, as the CPU block cache holds freed blocks) or puts it back (updating the peak).
+void countIdle(Device device, int64_t bytes, bool idle);
 
 /// mark_dynamic / mark_static on one dim of a tensor.
 struct DimMark {

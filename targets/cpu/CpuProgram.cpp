@@ -53,10 +53,19 @@ Tensor viewOf(char *base, const Value &v, const std::shared_ptr<detail::Storage>
 
 // Scratch memory of one call: tensor storage, so memory_stats counts it (a compiled step's
 // peak includes its intermediates).
+// A pooled arena between calls is idle: like a block in the storage block cache it is held
+// for reuse but not counted by memory_stats, which counts what calls use.
 struct CpuProgram::Arena {
   std::shared_ptr<detail::Storage> storage;
   char *data = nullptr;
   int64_t bytes = 0;
+  bool idle = false;
+  void setIdle(bool now) {
+    if (storage && idle != now)
+      detail::countIdle(Device::cpu(), static_cast<int64_t>(storage->nbytes), now);
+    idle = now;
+  }
+  ~Arena() { setIdle(false); } // counted again, so that freeing the storage uncounts it
 };
 
 namespace {
@@ -157,6 +166,7 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
     }
   }
   if (!a) a = std::make_unique<Arena>();
+  a->setIdle(false);
   if (a->data && a->bytes >= need) return a;
   a->storage.reset();
   size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
@@ -167,7 +177,7 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
 }
 
 void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
-  if (a->bytes > kPooledArenaMaxBytes) return; // freed: see kPooledArenaMaxBytes
+  a->setIdle(true);
   std::lock_guard<std::mutex> lock(poolMu_);
   pool_.push_back(std::move(a));
 }

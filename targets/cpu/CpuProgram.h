@@ -21,13 +21,11 @@ struct CpuProgramOptions {
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
-/// from a pool, so steady-state calls allocate nothing but their outputs). Arenas over
-/// kPooledArenaMaxBytes are freed after the call instead: a training step's arenas would
-/// otherwise stay allocated between its forward and backward, and between steps. Output
-/// buffers are allocated at the step that first writes them, not when the call starts.
+/// from a pool, so steady-state calls allocate nothing but their outputs; an arena in the
+/// pool is not counted by memory_stats, like the block cache's blocks). Output buffers are
+/// allocated at the step that first writes them, not when the call starts.
 class CpuProgram final : public Executable {
 public:
-  static constexpr int64_t kPooledArenaMaxBytes = int64_t{64} << 20;
 
   /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
   /// module (the object-cache key). Throws rcjit::Error.
