@@ -307,12 +307,16 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
   return res;
 }
 
-SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
-                                      const std::vector<Shape> &strides,
-                                      const std::vector<DynSymbol> &candidates,
-                                      const std::string &idPrefix, const ExecutableOptions &exec,
-                                      const RegionalTraining *training) {
-  SymbolicRegional res;
+namespace {
+
+// chooseSymbols with an attempt that traces the function at the probe values of a symbol
+// set and hands the traces to `build` (traced values, ranges, probes), which makes the
+// result or throws why it cannot.
+template <class Build>
+std::vector<DynSymbol>
+chooseWithProbes(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
+                 const std::vector<DynSymbol> &candidates,
+                 std::vector<logging::StaticDimEvent> &notes, Build &&build) {
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
     std::vector<int64_t> traced;
     std::vector<Symbol> ranges;
@@ -325,16 +329,32 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
       rp[p].syms = probes[p];
     }
     try {
-      res.plan = std::make_shared<RegionalPlan>(
-          buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args), idPrefix, exec, rp,
-                            traced, ranges, training));
+      build(syms, traced, ranges, std::move(rp));
     } catch (const std::exception &e) {
       why = e.what();
       return false;
     }
     return true;
   };
-  res.symbols = chooseSymbols(candidates, attempt, res.notes);
+  return chooseSymbols(candidates, attempt, notes);
+}
+
+} // namespace
+
+SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
+                                      const std::vector<Shape> &strides,
+                                      const std::vector<DynSymbol> &candidates,
+                                      const std::string &idPrefix, const ExecutableOptions &exec,
+                                      const RegionalTraining *training) {
+  SymbolicRegional res;
+  res.symbols =
+      chooseWithProbes(fn, t, strides, candidates, res.notes,
+                       [&](const std::vector<DynSymbol> &syms, const std::vector<int64_t> &traced,
+                           const std::vector<Symbol> &ranges, std::vector<RegionalProbe> probes) {
+                         res.plan = std::make_shared<RegionalPlan>(
+                             buildRegionalPlan(t.graph, loweringStrides(strides, syms, t.args),
+                                               idPrefix, exec, probes, traced, ranges, training));
+                       });
   if (res.symbols.empty()) res.plan.reset();
   return res;
 }
@@ -344,32 +364,22 @@ SymbolicTraining makeSymbolicTraining(const TracedFn &fn, const Trace &t,
                                       const std::vector<DynSymbol> &candidates,
                                       const TrainingRequest &base) {
   SymbolicTraining res;
-  auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
-    std::vector<int64_t> traced;
-    std::vector<Symbol> ranges;
-    std::vector<std::vector<int64_t>> probes;
-    if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
-    TrainingRequest r = base;
-    r.samples[0].strides = loweringStrides(strides, syms, t.args);
-    r.samples[0].syms = traced;
-    for (const std::vector<int64_t> &values : probes) {
-      TrainingSample probe;
-      if (!traceProbe(fn, t, strides, syms, values, probe.graph, probe.strides, why)) return false;
-      probe.syms = values;
-      probe.inputs = base.samples[0].inputs; // the ones whose shape did not change stand
-      r.samples.push_back(std::move(probe));
-    }
-    r.symbolic.ranges = ranges;
-    for (const DynSymbol &s : syms) r.symbolic.sources.push_back(s.sources);
-    try {
-      res.plan = TrainingPlan::create(std::move(r));
-    } catch (const std::exception &e) {
-      why = e.what();
-      return false;
-    }
-    return true;
-  };
-  res.symbols = chooseSymbols(candidates, attempt, res.notes);
+  res.symbols =
+      chooseWithProbes(fn, t, strides, candidates, res.notes,
+                       [&](const std::vector<DynSymbol> &syms, const std::vector<int64_t> &traced,
+                           const std::vector<Symbol> &ranges, std::vector<RegionalProbe> probes) {
+                         TrainingRequest r = base;
+                         r.samples[0].strides = loweringStrides(strides, syms, t.args);
+                         r.samples[0].syms = traced;
+                         for (RegionalProbe &p : probes) {
+                           // the inputs whose shape did not change stand for themselves
+                           r.samples.push_back({std::move(p.graph), std::move(p.inputStrides),
+                                                p.syms, base.samples[0].inputs});
+                         }
+                         r.symbolic.ranges = ranges;
+                         for (const DynSymbol &s : syms) r.symbolic.sources.push_back(s.sources);
+                         res.plan = TrainingPlan::create(std::move(r));
+                       });
   if (res.symbols.empty()) res.plan.reset();
   return res;
 }

@@ -64,13 +64,16 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
                             const std::vector<Shape> &strides,
                             const std::vector<DynSymbol> &candidates, Target target);
 
-/// The regional counterpart: a plan whose stages are symbolic programs (null when no
-/// symbol could be kept).
-struct SymbolicRegional {
+/// A plan made symbolic: the symbols kept, the plan (null when no symbol could be kept), and
+/// why each dropped symbol stays static.
+template <class Plan> struct SymbolicPlan {
   std::vector<DynSymbol> symbols;
-  std::shared_ptr<RegionalPlan> plan;
+  std::shared_ptr<Plan> plan;
   std::vector<logging::StaticDimEvent> notes;
 };
+
+/// The regional counterpart: a plan whose stages are symbolic programs.
+using SymbolicRegional = SymbolicPlan<RegionalPlan>;
 SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
@@ -78,13 +81,9 @@ SymbolicRegional makeSymbolicRegional(const TracedFn &fn, const Trace &t,
                                       const RegionalTraining *training = nullptr);
 
 /// The training counterpart (full mode): a TrainingPlan whose forward and backward are
-/// symbolic programs (null when no symbol could be kept). `base` is the static request
-/// (one sample: t.graph at this call); the samples at other sizes are added here.
-struct SymbolicTraining {
-  std::vector<DynSymbol> symbols;
-  std::shared_ptr<TrainingPlan> plan;
-  std::vector<logging::StaticDimEvent> notes;
-};
+/// symbolic programs. `base` is the static request (one sample: t.graph at this call); the
+/// samples at other sizes are added here.
+using SymbolicTraining = SymbolicPlan<TrainingPlan>;
 SymbolicTraining makeSymbolicTraining(const TracedFn &fn, const Trace &t,
                                       const std::vector<Shape> &strides,
                                       const std::vector<DynSymbol> &candidates,
