@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs rcjit's build dependencies from Debian's packages when any is missing.
+# `deps.sh fuzz` also installs clang 19, its libFuzzer runtime and OpenMP library (scripts/fuzz.sh).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
   libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev)
+if [[ ${1:-} == fuzz ]]; then
+  packages+=(clang-19 libclang-rt-19-dev libomp-19-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

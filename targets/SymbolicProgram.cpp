@@ -101,9 +101,13 @@ std::vector<std::vector<int>> exponentVectors(size_t n) {
     for (int x : e) d += x;
     return d;
   };
-  std::stable_sort(exps.begin(), exps.end(),
-                   [&](const auto &a, const auto &b) { return degree(a) < degree(b); });
-  return exps;
+  // by degree; ties keep their order
+  std::vector<std::pair<int, size_t>> order;
+  for (size_t i = 0; i < exps.size(); ++i) order.emplace_back(degree(exps[i]), i);
+  std::sort(order.begin(), order.end());
+  std::vector<std::vector<int>> sorted;
+  for (const auto &[d, i] : order) sorted.push_back(std::move(exps[i]));
+  return sorted;
 }
 
 int64_t monomial(const std::vector<int> &e, const std::vector<int64_t> &syms) {

@@ -251,6 +251,22 @@ TEST(GraphText, RejectsInvalidGraphs) {
   EXPECT_NO_THROW(parseGraph("graph() {\n" + in0 + "  %1 = exp(%0) : f32[2, 3]\n  return %1\n}"));
 }
 
+// Found by fuzz/graph_parser_fuzzer: input indices with a gap (arg 0, arg 2) parsed, and the
+// IR verifier then refused the graph.
+TEST(GraphText, RejectsInputIndicesThatAreNotDense) {
+  try {
+    parseGraph("graph() {\n  %0 = input arg 0 : f32[2]\n  %1 = input arg 2 : f32[2]\n"
+               "  %2 = add(%0, %1) : f32[2]\n  return %2\n}");
+    ADD_FAILURE() << "parsed";
+  } catch (const Error &e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("graph text: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("has index 2, but its kind's indices must be 0..1, each once"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(GraphText, ErrorsOutsideTheBody) {
   auto messageOf = [](std::string_view text) {
     try {

@@ -18,7 +18,7 @@ namespace rcjit::tools {
 
 namespace {
 
-struct Usage : std::runtime_error {
+struct CacheUsage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -76,7 +76,7 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
     cache::clear();
     out << "cleared " << (cache::dir().empty() ? "the memory cache" : cache::dir()) << "\n";
   } else if (action == "export" || action == "import") {
-    if (file.empty()) throw Usage(action + " needs a FILE");
+    if (file.empty()) throw CacheUsage(action + " needs a FILE");
     if (action == "export") {
       usableDir(false);
       std::vector<uint8_t> blob = cache::save_disk_artifacts();
@@ -96,7 +96,7 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
       out << "imported " << n << " entries into " << d << "\n";
     }
   } else {
-    throw Usage("unknown action '" + action + "' (expected stats, clear, export, import)");
+    throw CacheUsage("unknown action '" + action + "' (expected stats, clear, export, import)");
   }
   return kOk;
 }
@@ -122,7 +122,7 @@ int cacheCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     }
     if (vm.count("dir")) cache::set_dir(dir);
     return run(action, file, out);
-  } catch (const Usage &e) {
+  } catch (const CacheUsage &e) {
     err << "rcjit cache: " << e.what() << "\n";
     return kUsage;
   } catch (const po::error &e) {

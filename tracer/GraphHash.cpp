@@ -156,8 +156,11 @@ public:
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (!visited_[i]) rest.push_back(static_cast<int>(i));
     }
-    std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
-      return hashLess(plainHashes[static_cast<size_t>(a)], plainHashes[static_cast<size_t>(b)]);
+    // ties keep node order (rest is ascending)
+    std::sort(rest.begin(), rest.end(), [&](int a, int b) {
+      const Hash &ha = plainHashes[static_cast<size_t>(a)],
+                 &hb = plainHashes[static_cast<size_t>(b)];
+      return hashLess(ha, hb) || (!hashLess(hb, ha) && a < b);
     });
     for (int r : rest) visit(r);
     return std::move(canon_);

@@ -29,6 +29,7 @@
 
 #include "tracer/CheckedSize.h"
 #include "tracer/GraphIO.h"
+#include "tracer/GraphVerify.h"
 #include "tracer/ShapeInference.h"
 
 namespace rcjit {
@@ -253,6 +254,15 @@ public:
     expectPunct('}');
     if (tok_.kind != Tok::End) fail("expected end of input after '}'");
     checkRegionRanges();
+    // Whole-graph invariants no single line shows (each input kind's indices 0..n-1, once
+    // each, ...) are the verifier's: a graph that parses must verify.
+    if (semantic_) {
+      try {
+        verifyGraph(g_, "parseGraph");
+      } catch (const Error &e) {
+        throw Error(std::string("graph text: ") + e.what());
+      }
+    }
     return std::move(g_);
   }
 

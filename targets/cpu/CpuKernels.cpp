@@ -25,8 +25,7 @@ namespace rcjit::cpu {
 
 namespace {
 
-using llvm::Value;
-using Values = std::vector<Value *>;
+using Values = std::vector<llvm::Value *>;
 
 // A feature set: its canonical name, the LLVM CPU it compiles for ("" = the host) and the
 // host features it needs.
@@ -95,10 +94,11 @@ CpuJit &processJit() {
 // Elementwise kernels: [begin, end) is a flat range over the whole domain. Walk it row by
 // row (one division per row), with the last dim as a counted, unit-step loop that LLVM
 // vectorizes whenever that dim's strides are constant.
-void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, Value *begin, Value *end) {
+void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Value *begin,
+                 llvm::Value *end) {
   const LoopKernel &k = body.kernel();
   int last = static_cast<int>(k.domain.size()) - 1;
-  Value *len = body.size(k.domain[last]);
+  llvm::Value *len = body.size(k.domain[last]);
   llvm::Function *fn = b.GetInsertBlock()->getParent();
   llvm::BasicBlock *pre = b.GetInsertBlock();
   auto *rowBB = llvm::BasicBlock::Create(b.getContext(), "row", fn);
@@ -108,21 +108,21 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, Value *begin, 
   b.SetInsertPoint(rowBB);
   llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
   i->addIncoming(begin, pre);
-  Value *row = b.CreateUDiv(i, len);
-  Value *col = b.CreateSub(i, b.CreateMul(row, len));
-  Value *stop =
+  llvm::Value *row = b.CreateUDiv(i, len);
+  llvm::Value *col = b.CreateSub(i, b.CreateMul(row, len));
+  llvm::Value *stop =
       b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
   Values rowIdx = body.unflatten(row, 0, last);
   codegen::emitCountedLoop(
       b, col, stop, {},
-      [&](Value *j, const Values &) {
+      [&](llvm::Value *j, const Values &) {
         Values idx = rowIdx;
         idx.push_back(j);
         body.emitPoint(idx);
         return Values{};
       },
       "col");
-  Value *next = b.CreateAdd(i, b.CreateSub(stop, col));
+  llvm::Value *next = b.CreateAdd(i, b.CreateSub(stop, col));
   llvm::BasicBlock *latch = b.GetInsertBlock();
   b.CreateCondBr(b.CreateICmpSLT(next, end), rowBB, exitBB);
   i->addIncoming(next, latch);
@@ -133,15 +133,15 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, Value *begin, 
 // nest per outer point. The caller splits [0, outerSize) across threads.
 void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
   const LoopKernel &k = body.kernel();
-  Value *begin = fn->getArg(2);
-  Value *end = fn->getArg(3);
+  llvm::Value *begin = fn->getArg(2);
+  llvm::Value *end = fn->getArg(3);
   if (k.numOuter == static_cast<int>(k.domain.size()) && k.numOuter > 0) {
     emitRowLoop(b, body, begin, end);
     return;
   }
   codegen::emitCountedLoop(
       b, begin, end, {},
-      [&](Value *i, const Values &) {
+      [&](llvm::Value *i, const Values &) {
         body.emitPoint(body.unflatten(i, 0, k.numOuter));
         return Values{};
       },

@@ -102,8 +102,8 @@ std::shared_ptr<dnnl::primitive> runtimeMatmul(bool hasBias, const std::vector<P
   std::shared_ptr<dnnl::primitive> prim;
   try {
     using tag = memory::format_tag;
-    const memory::dim R = DNNL_RUNTIME_DIM_VAL;
-    auto md = [R](bool t) {
+    constexpr memory::dim R = DNNL_RUNTIME_DIM_VAL;
+    auto md = [](bool t) {
       return memory::desc({R, R, R}, memory::data_type::f32, t ? tag::acb : tag::abc);
     };
     memory::desc bias({1, 1, R}, memory::data_type::f32, tag::abc);

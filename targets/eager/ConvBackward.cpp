@@ -10,7 +10,7 @@ namespace rcjit::eager {
 
 namespace {
 
-constexpr int64_t kParallelWork = 1 << 15;
+constexpr int64_t kConvParallelWork = 1 << 15;
 
 // The geometry of conv2d(x [N, C, H, W], w [O, C, KH, KW]) -> g [N, O, OH, OW].
 struct ConvGeom {
@@ -38,7 +38,7 @@ template <class C> C *mptr(const Tensor &t) { return reinterpret_cast<C *>(t.imp
 template <class C> void backwardInput(const C *g, const C *w, C *gx, const ConvGeom &s) {
   const int64_t planes = s.n * s.c;
 #pragma omp parallel for schedule(static) if (planes * s.o * s.oh * s.ow * s.kh * s.kw >           \
-                                              kParallelWork)
+                                              kConvParallelWork)
   for (int64_t p = 0; p < planes; ++p) {
     const int64_t n = p / s.c, c = p % s.c;
     C *out = gx + p * s.h * s.w;
@@ -67,7 +67,7 @@ template <class C> void backwardInput(const C *g, const C *w, C *gx, const ConvG
 template <class C> void backwardWeight(const C *g, const C *x, C *gw, const ConvGeom &s) {
   const int64_t planes = s.o * s.c;
 #pragma omp parallel for schedule(static) if (planes * s.n * s.oh * s.ow * s.kh * s.kw >           \
-                                              kParallelWork)
+                                              kConvParallelWork)
   for (int64_t p = 0; p < planes; ++p) {
     const int64_t o = p / s.c, c = p % s.c;
     C *out = gw + p * s.kh * s.kw;

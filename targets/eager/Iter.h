@@ -240,8 +240,8 @@ template <class C> RCJIT_ALWAYS_INLINE bool isNan(C v) {
 }
 
 /// max/min that propagate NaN (PyTorch's maximum/minimum/amax).
-template <class C> RCJIT_ALWAYS_INLINE C nanMax(C a, C b) { return (a > b) | isNan(a) ? a : b; }
-template <class C> RCJIT_ALWAYS_INLINE C nanMin(C a, C b) { return (a < b) | isNan(a) ? a : b; }
+template <class C> RCJIT_ALWAYS_INLINE C nanMax(C a, C b) { return ((a > b) | isNan(a)) ? a : b; }
+template <class C> RCJIT_ALWAYS_INLINE C nanMin(C a, C b) { return ((a < b) | isNan(a)) ? a : b; }
 
 /// exp(x) in float, branch-free so loops over it vectorize: Cody-Waite reduction and a
 /// degree-6 polynomial (Cephes expf), within 2 ulp, subnormal results included.

@@ -66,7 +66,7 @@ Tensor permutedCopy(const Tensor &x, const std::vector<int64_t> &perm, DType dt)
 }
 
 /// x as a contiguous tensor of dtype `dt` (x itself when it already is one).
-Tensor contiguousAs(const Tensor &x, DType dt) {
+Tensor denseAs(const Tensor &x, DType dt) {
   const TensorImpl &xi = *x.impl();
   if (xi.dtype == dt && detail::isContiguous(xi.shape, xi.strides)) return x;
   std::vector<int64_t> perm(xi.shape.size());
@@ -273,7 +273,7 @@ Tensor argmaxDim(const Tensor &x, int64_t dim, const TensorMeta &out) {
   Tensor result = detail::makeTensor(out.shape, out.dtype);
   assert(out.dtype == DType::i64);
   if (result.numel() == 0) return result;
-  const Tensor src = contiguousAs(x, x.dtype());
+  const Tensor src = denseAs(x, x.dtype());
   const Block3 b = blockAround(src.shape(), dim);
   auto *o = static_cast<int64_t *>(result.data_ptr());
   dispatchDType(src.dtype(), [&]<DType D>() {
@@ -371,7 +371,7 @@ void softmaxTyped(const Tensor &src, const Tensor &result, const Block3 &b, bool
 Tensor softmaxDim(OpKind op, const Tensor &x, int64_t dim, const TensorMeta &out) {
   Tensor result = detail::makeTensor(out.shape, out.dtype);
   if (result.numel() == 0) return result;
-  const Tensor src = contiguousAs(x, out.dtype);
+  const Tensor src = denseAs(x, out.dtype);
   const Block3 b = blockAround(src.shape(), dim);
   const bool log = op == OpKind::log_softmax;
   dispatchDType(out.dtype, [&]<DType D>() { softmaxTyped<D>(src, result, b, log); });

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <sstream>
+#include <tuple>
 
 #include <rcjit/Error.h>
 
@@ -452,6 +453,7 @@ namespace rcjit {
 std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
   struct Line {
     int order;
+    size_t index; // ties keep the order of creation
     std::string text;
   };
   std::vector<Line> lines;
@@ -471,7 +473,7 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
     }
     os << "}\n    opened: " << grp.opened << "\n";
     kernels += 1;
-    lines.push_back({grp.order, os.str()});
+    lines.push_back({grp.order, lines.size(), os.str()});
   }
   for (const FusionCall &c : plan.calls) {
     std::ostringstream os;
@@ -481,10 +483,11 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
     os << (c.library ? " (a library call: oneDNN on the CPU, cuBLAS on cuda)"
                      : " (no kernel covers it: runs as an eager op)")
        << "\n";
-    lines.push_back({c.order, os.str()});
+    lines.push_back({c.order, lines.size(), os.str()});
   }
-  std::stable_sort(lines.begin(), lines.end(),
-                   [](const Line &a, const Line &b) { return a.order < b.order; });
+  std::sort(lines.begin(), lines.end(), [](const Line &a, const Line &b) {
+    return std::tie(a.order, a.index) < std::tie(b.order, b.index);
+  });
   std::ostringstream os;
   os << "fusion: " << kernels << " groups, " << plan.calls.size() << " calls, " << plan.views.size()
      << " views\n";

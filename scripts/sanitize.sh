@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# CI's sanitizer jobs: ASan+UBSan over the library and a fast test subset, TSan over the concurrency tests.
+#
+#   bash scripts/sanitize.sh [asan|tsan|all]      (default: all)
+#
+# Each job builds the library, the CLI and a subset of the tests (RCJIT_TEST_SOURCES_REGEX)
+# with -fsanitize (RCJIT_SANITIZE) at -O1 with asserts on, in a unity build, into
+# build-asan/ or build-tsan/ (ccache makes a rebuild cheap), then runs them with CTest. The
+# first report ends the test process, so any report fails the job. Suppressions, for reports
+# inside uninstrumented third-party code only, live in scripts/sanitizers/.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+jobs="${JOBS:-$(nproc)}"
+supp="$root/scripts/sanitizers"
+
+# The ASan+UBSan subset: parsers and readers of untrusted input (graph text, safetensors,
+# cache entries and artifact blobs, the CLI), tensor sizes, the eager kernels, compile and
+# the loop code generator (including their concurrency tests), symbolic shapes and passes.
+asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events)_test\.cpp$'
+# The TSan subset: the test files holding the tests that start threads; only those run.
+tsan_tests='^(autograd|eager_matmul|codegen|compile)_test\.cpp$'
+tsan_filter='^(Autograd\.GradModeIsPerThread|EagerMatmul\.ConcurrentCallsAgree|CodegenTest\.ConcurrentCompilesAndCalls|Compile\.ConcurrentCalls)$'
+
+build() { # build dir, sanitizers, test-source regex
+  cmake -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_UNITY_BUILD=ON \
+    -DRCJIT_SANITIZE="$2" -DRCJIT_TEST_SOURCES_REGEX="$3" \
+    -DRCJIT_BUILD_BENCH=OFF -DRCJIT_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$1" -j "$jobs" --target rcjit_tests rcjit-cli
+}
+
+asan() {
+  local dir="$root/build-asan"
+  build "$dir" address,undefined "$asan_tests"
+  # allocator_may_return_null: an allocation larger than ASan supports returns null, as
+  # aligned_alloc does without ASan, so the tests of impossible sizes see their rcjit::Error.
+  ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:strict_string_checks=1" \
+  LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp" \
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -LE gpu
+}
+
+tsan() {
+  local dir="$root/build-tsan"
+  build "$dir" thread "$tsan_tests"
+  # libgomp (OpenMP, also under oneDNN) is not TSan-instrumented: its thread pool's
+  # synchronization is invisible to TSan, so OpenMP runs on one thread here.
+  OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "$tsan_filter"
+}
+
+case "${1:-all}" in
+asan) asan ;;
+tsan) tsan ;;
+all) asan && tsan ;;
+*) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;;
+esac
