@@ -421,6 +421,15 @@ TEST(CacheDisk, SignedButDamagedObjectsAreEvictedAndRecompiled) {
                                    });
                                  }),
                       "names a symbol past the symbol table");
+  // Found by fuzz/cache_entry_fuzzer: only the null section header left, which JITLink
+  // crashed on.
+  expectObjectEvicted(p, "no sections",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   elfAt<Elf64_Ehdr>(b, 0).e_shnum = 1;
+                                   elfAt<Elf64_Ehdr>(b, 0).e_shstrndx = 0;
+                                 }),
+                      "no symbol table");
   // Structurally sound but the kernels are gone: linking (the lookup) fails instead.
   expectObjectEvicted(p, "kernel symbols undefined",
                       objectEdit(secret,

@@ -150,6 +150,15 @@ std::string objectProblem(llvm::MemoryBufferRef object, const llvm::Triple &targ
       return "a section has alignment " + std::to_string(s.sh_addralign);
     }
   }
+  // JITLink (LLVM 19) dereferences null linking an object with nothing to allocate (found by
+  // fuzz/cache_entry_fuzzer); every compiled module has code and a symbol table.
+  bool symtab = false, alloc = false;
+  for (const Shdr &s : sections) {
+    symtab |= s.sh_type == llvm::ELF::SHT_SYMTAB;
+    alloc |= (s.sh_flags & llvm::ELF::SHF_ALLOC) && s.sh_size > 0;
+  }
+  if (!symtab) return "no symbol table";
+  if (!alloc) return "no code or data sections";
   for (const Shdr &s : sections) {
     if (s.sh_type == llvm::ELF::SHT_SYMTAB) {
       if (std::string p = checkSymbols(f, s, sections); !p.empty()) return p;
