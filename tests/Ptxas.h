@@ -8,19 +8,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-// GCC 12 reports -Wmaybe-uninitialized inside libstdc++'s regex compiler in sanitized builds
-// (GCC bug 105562, a false positive in the library's code); silenced for that header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <regex>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "support/Regex.h"
 
 #ifndef RCJIT_CUDA_ROOT
 #define RCJIT_CUDA_ROOT "/usr/local/cuda"

@@ -4,20 +4,10 @@
 #include <algorithm>
 #include <bit>
 #include <fstream>
-// GCC 12 reports -Wmaybe-uninitialized inside libstdc++'s regex compiler when the code is
-// instrumented (-fsanitize=address at -O1), a false positive in the library's own code (GCC
-// bug 105562); silenced for that header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <regex>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include <nlohmann/json.hpp>
 
+#include "support/Regex.h"
 #include "tracer/CheckedSize.h"
 
 namespace rcjit::tools {
