@@ -9,6 +9,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/TaskDispatch.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -125,9 +126,17 @@ std::unique_ptr<CpuJit> CpuJit::create(const std::string &cpu) {
   self->avx2_ = avx2;
   self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(jtmb);
   CpuJit *raw = self.get();
+  // Materialize on the thread that asked for the symbol. ORC's default dispatcher is a pool
+  // of detached threads: compiles hop threads for nothing (every lookup waits for its
+  // result), and a worker still exiting when the process does leaks its thread-local state
+  // (OpenSSL's, from signing cache entries) and races the static destructors.
+  auto epc = check("creating the executor process control",
+                   llvm::orc::SelfExecutorProcessControl::Create(
+                       nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>()));
   self->jit_ =
       check("creating LLJIT",
             llvm::orc::LLJITBuilder()
+                .setExecutorProcessControl(std::move(epc))
                 .setJITTargetMachineBuilder(jtmb)
                 .setSupportConcurrentCompilation(true)
                 .setCompileFunctionCreator(
