@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -177,3 +180,87 @@ TEST(Cli, TraceDumpsGraph) {
 }
 
 } // namespace
+
+// Every mode trains a fresh copy of the same model on the same batches: the losses agree
+// step by step, and the table, the progress lines and the JSON say so.
+TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
+  std::string json = testing::TempDir() + "cli_train.json";
+  Result r = run({"train", "--model", "toy64", "--layers", "3", "--batch", "2", "--seq", "8",
+                  "--steps", "4", "--modes", "eager,full,regional", "--optimizer", "sgd", "--lr",
+                  "0.01", "--json",
+                  json.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char *want : {"Baseline (eager)", "Full compilation", "Regional compilation",
+                           "initial step", "initial peak", "training step", "inference",
+                           "first loss", "last loss", "SGD (momentum 0.9) lr 0.01"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("note:"), std::string::npos) << "losses disagree:\n" << r.out;
+  EXPECT_NE(r.err.find("train: toy64 regional step 4/4: loss "), std::string::npos) << r.err;
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["layers"], 3);
+  EXPECT_EQ(j["steps"], 4);
+  ASSERT_EQ(j["results"].size(), 3u);
+  const nlohmann::json &eager = j["results"][0];
+  for (const nlohmann::json &row : j["results"]) {
+    ASSERT_EQ(row["losses"].size(), 4u);
+    ASSERT_EQ(row["step_ms"].size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      double a = eager["losses"][i], b = row["losses"][i];
+      EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << row["mode"] << " step " << i;
+    }
+    EXPECT_GT(row["initial_step_peak_mib"].get<double>(), 0);
+    if (row["mode"] != "eager") {
+      EXPECT_GT(row["compiles"].get<int>(), 0) << row["mode"];
+    }
+  }
+  EXPECT_EQ(eager["compiles"], 0);
+}
+
+// On a token model the synthetic stream is learnable: the loss falls within a few steps.
+TEST(Cli, TrainGpt2LossFalls) {
+  std::string json = testing::TempDir() + "cli_train_gpt2.json";
+  Result r = run({"train", "--model", "gpt2", "--layers", "1", "--batch", "2", "--seq", "32",
+                  "--steps", "8", "--modes", "eager",
+                  "--json", json.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  double first = j["results"][0]["first_loss"], last = j["results"][0]["last_loss"];
+  EXPECT_NEAR(first, std::log(50257.0), 1.0) << "a random GPT-2 starts near uniform";
+  EXPECT_LT(last, first - 1.5) << r.out; // measured: 11.05 -> 8.53
+}
+
+TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
+  struct Case {
+    std::vector<const char *> args;
+    const char *message;
+  };
+  std::vector<Case> cases = {
+      {{"--steps", "1"}, "--steps: 1 is fewer than 2"},
+      {{"--modes", "eager,whole"}, "'whole' (forward, backward and optimizer step as one graph) "
+                                   "is not built yet"},
+      {{"--modes", "fast"}, "unknown mode 'fast'"},
+      {{"--optimizer", "adam"}, "--optimizer: 'adam' is not adamw or sgd"},
+      {{"--lr", "-1"}, "--lr: '-1' is not a positive number"},
+      {{"--lr", "1e-3x"}, "--lr: '1e-3x' is not a positive number"},
+      {{"--dtype", "bf16"}, "mixed-precision training (Autocast"},
+      {{"--layers", "0"}, "--layers: 0 is not a positive number of layers"},
+      {{"--batch", "0"}, "--batch and --seq must be positive"},
+      {{"--model", "nope"}, "unknown model 'nope'"},
+  };
+  for (const Case &c : cases) {
+    std::vector<const char *> args = {"train"};
+    if (std::string(c.args[0]) != "--model") args = {"train", "--model", "toy64"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Result r = run(args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("train: toy64"), std::string::npos) << "it trained before failing";
+  }
+  Result json = run({"train", "--model", "toy64", "--json", "/no/such/dir/x.json"});
+  EXPECT_EQ(json.code, 1);
+  EXPECT_NE(json.err.find("--json: cannot write /no/such/dir/x.json"), std::string::npos);
+  EXPECT_EQ(json.err.find("train: toy64"), std::string::npos) << "it trained before failing";
+}

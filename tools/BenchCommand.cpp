@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -33,19 +34,6 @@ struct Row {
   double firstMs = 0, inferMs = 0;
   CompileStats stats;
 };
-
-std::vector<std::string> splitList(const std::string &s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-double msSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 Mode parseMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
@@ -101,22 +89,6 @@ Row warmRow(const std::string &model, const ModelConfig &c, const std::string &m
   return r;
 }
 
-std::string cpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-// The Hugging Face naming of a built-in model's checkpoints.
-WeightNaming namingFor(const std::string &model) {
-  if (model.rfind("llama", 0) == 0) return WeightNaming::llama();
-  if (model.rfind("vit-gpt2", 0) == 0) return WeightNaming::vitGpt2();
-  if (model.rfind("gpt2", 0) == 0) return WeightNaming::gpt2();
-  return WeightNaming::exact();
-}
-
 // What the table and the JSON call the target: "cpu", or "cuda (<GPU name>)".
 std::string targetLabel(Target target) {
   return target == Target::cuda ? "cuda (" + cuda::DeviceContext::get(0).info().name + ")" : "cpu";
@@ -125,7 +97,7 @@ std::string targetLabel(Target target) {
 Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
            const std::string &weights, Target target) {
   std::unique_ptr<Model> m = info.build(c);
-  if (!weights.empty()) loadWeights(m->module(), weights, namingFor(info.name));
+  if (!weights.empty()) loadWeights(m->module(), weights, WeightNaming::forModel(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
   if (target == Target::cuda) {
     m->to(Device::cuda());
@@ -220,7 +192,7 @@ nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
   j["dtype"] = std::string(dtypeName(c.dtype));
   j["layers"] = c.layers;
   j["reps"] = reps;
-  j["machine"] = {{"cpu", cpuName()},
+  j["machine"] = {{"cpu", hostCpuName()},
                   {"threads", std::thread::hardware_concurrency()},
                   {"target", target},
                   {"rcjit", RCJIT_VERSION_STRING_TOOL}};
@@ -347,13 +319,13 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   c.seq = seq;
   c.layers = layers;
   c.dtype = dtypeFromName(dtype);
-  bool ownDir = cacheDir.empty();
-  if (ownDir) {
-    char tmpl[] = "/tmp/rcjit-bench-XXXXXX";
-    if (!mkdtemp(tmpl)) throw Error("bench: cannot create a temporary cache directory");
-    cacheDir = tmpl;
+  std::optional<TempCacheDir> tmp; // default: a fresh cache, so first calls are cold
+  if (cacheDir.empty()) {
+    tmp.emplace("bench");
+    cacheDir = tmp->path();
+  } else {
+    cache::set_dir(cacheDir);
   }
-  cache::set_dir(cacheDir);
   std::vector<Row> rows;
   std::vector<std::string> tableModes = modeList;
   for (const std::string &mode : modeList) {
@@ -366,7 +338,6 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     }
     if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
-  if (ownDir) std::filesystem::remove_all(cacheDir);
   printTable(out, model, c, reps, tableModes, batchList, rows, label);
   if (!json.empty()) jsonFile << toJson(model, c, reps, rows, label).dump(2) << "\n";
   if (!plot.empty()) writePlot(plot, rows);

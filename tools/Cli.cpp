@@ -5,6 +5,8 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -19,6 +21,7 @@
 #include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
 #include "tools/LogsCommand.h"
+#include "tools/TrainCommand.h"
 #include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -36,6 +39,40 @@ CompileRequest traceRequest(const Trace &t, Target target) {
   for (const Tensor &a : t.captured) strides.push_back(a.strides());
   r.samples.push_back({t.graph, std::move(strides)});
   return r;
+}
+
+std::vector<std::string> splitList(const std::string &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string hostCpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+TempCacheDir::TempCacheDir(const std::string &what) : previous_(cache::dir()) {
+  std::string tmpl = "/tmp/rcjit-" + what + "-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw Error(what + ": cannot create a temporary cache directory");
+  path_ = tmpl;
+  cache::set_dir(path_);
+}
+
+TempCacheDir::~TempCacheDir() {
+  cache::set_dir(previous_);
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 namespace {
@@ -57,6 +94,7 @@ const char *kUsageText =
     "commands:\n"
     "  models                 list the built-in models\n"
     "  bench  --model NAME    time a model (first call and steady-state inference)\n"
+    "  train  --model NAME    train a model per mode (step time, peak memory, loss)\n"
     "  trace  --model NAME    trace a model and print its graph, kernels, LLVM IR, asm or PTX\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
@@ -204,6 +242,7 @@ int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &e
   const std::map<std::string, std::function<int()>> commands = {
       {"models", [&] { return cmdModels(args, out); }},
       {"bench", [&] { return benchCommand(args, out, err); }},
+      {"train", [&] { return trainCommand(args, out, err); }},
       {"trace", [&] { return cmdTrace(args, out); }},
       {"cache", [&] { return cacheCommand(args, out, err); }},
       {"logs", [&] { return logsCommand(args, out, err); }},

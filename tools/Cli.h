@@ -1,6 +1,9 @@
 // The rcjit tool's commands as a library: runCli parses argv and runs one command.
 #pragma once
+#include <chrono>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "jit/CompileGraph.h"
 #include "tracer/Tracer.h"
@@ -15,6 +18,28 @@ enum ExitCode { kOk = 0, kFailure = 1, kUsage = 2 };
 /// request a full-mode compile of that target makes (so --dump ptx shows the program
 /// Target::cuda runs).
 CompileRequest traceRequest(const Trace &t, Target target);
+
+/// The non-empty items of a comma-separated list ("eager,full,,regional" -> 3 items).
+std::vector<std::string> splitList(const std::string &s);
+/// Milliseconds since t0 on the steady clock.
+double msSince(std::chrono::steady_clock::time_point t0);
+/// The host CPU's model name (/proc/cpuinfo), or "unknown".
+std::string hostCpuName();
+
+/// A fresh temporary compile cache directory (/tmp/rcjit-<what>-XXXXXX) made the cache's
+/// directory for this object's lifetime; the destructor restores the previous directory and
+/// deletes the temporary one. Throws rcjit::Error when it cannot be created.
+class TempCacheDir {
+public:
+  explicit TempCacheDir(const std::string &what);
+  ~TempCacheDir();
+  TempCacheDir(const TempCacheDir &) = delete;
+  TempCacheDir &operator=(const TempCacheDir &) = delete;
+  const std::string &path() const { return path_; }
+
+private:
+  std::string path_, previous_;
+};
 
 /// Runs `rcjit <command> [options]`; never throws.
 int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &err);

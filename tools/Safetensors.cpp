@@ -243,6 +243,13 @@ WeightNaming WeightNaming::vitGpt2() {
            "encoder\\.pooler\\..*"}};
 }
 
+WeightNaming WeightNaming::forModel(const std::string &model) {
+  if (model.rfind("llama", 0) == 0) return llama();
+  if (model.rfind("vit-gpt2", 0) == 0) return vitGpt2();
+  if (model.rfind("gpt2", 0) == 0) return gpt2();
+  return exact();
+}
+
 namespace {
 
 // Every parameter slot of m and its descendants, by dotted name, in registration order.

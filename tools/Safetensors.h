@@ -68,6 +68,9 @@ struct WeightNaming {
   static WeightNaming llama();   // LlamaForCausalLM checkpoints
   static WeightNaming gpt2();    // GPT2LMHeadModel or GPT2Model checkpoints
   static WeightNaming vitGpt2(); // VisionEncoderDecoderModel (ViT + GPT-2) checkpoints
+  /// The naming of the built-in model `model`'s checkpoints (llama*, gpt2*, vit-gpt2*; exact
+  /// for the others).
+  static WeightNaming forModel(const std::string &model);
 };
 
 /// What loadWeights did, by parameter name (missing) or file name (the others).

@@ -1,0 +1,371 @@
+// `rcjit train`: per mode, a fresh copy of a built-in model (same seed, same weights) trains
+// for N steps on one deterministic synthetic batch stream; the table has the columns of the
+// published torch.compile training table (initial step time and peak memory, training and
+// inference time per step) plus the first and last loss.
+#include "tools/TrainCommand.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/Cli.h"
+#include "tools/Models.h"
+#include "tools/Safetensors.h"
+
+namespace po = boost::program_options;
+
+namespace rcjit::tools {
+
+namespace {
+
+// Token ids of the synthetic stream stay below this (every built-in token model's vocabulary
+// is larger), so a few steps already show the loss falling.
+constexpr int64_t kStreamVocab = 256;
+
+struct Settings {
+  std::string model, optimizer, weights;
+  int steps = 20, inferReps = 3;
+  double lr = 0;
+  uint64_t seed = 0;
+};
+
+struct TrainRow {
+  std::string mode;
+  double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0;
+  std::vector<double> stepMsAll, losses;
+  CompileStats train, infer;
+};
+
+uint64_t mix(uint64_t x) { // splitmix64's finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One step's batch: the model's inputs and the loss target.
+struct Batch {
+  std::vector<Tensor> inputs;
+  Tensor target;
+  bool tokens = false; // cross_entropy on next tokens; otherwise mse against relu(input)
+};
+
+// The synthetic stream, deterministic in (seed, step). An i64 [batch, seq] input (token ids)
+// holds arithmetic progressions modulo kStreamVocab (random start, stride one of 1, 2, 3, 5, 7),
+// and the target is each position's next token: learnable from the context. Other inputs are
+// seeded normals. A model without token inputs regresses relu of its first input (mse).
+Batch batchAt(const std::vector<Tensor> &templates, uint64_t seed, int step) {
+  static const int64_t strides[] = {1, 2, 3, 5, 7};
+  Batch b;
+  uint64_t base = mix(seed ^ (0x747261696E000000ull + static_cast<uint64_t>(step)));
+  for (size_t i = 0; i < templates.size(); ++i) {
+    const Tensor &t = templates[i];
+    if (t.dtype() == DType::i64 && t.dim() == 2 && !b.tokens) {
+      int64_t rows = t.size(0), seq = t.size(1);
+      std::vector<int64_t> ids(static_cast<size_t>(rows * seq)), next(ids.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        uint64_t h = mix(base + static_cast<uint64_t>(r));
+        int64_t start = static_cast<int64_t>(h % kStreamVocab), stride = strides[(h >> 32) % 5];
+        for (int64_t s = 0; s < seq; ++s) {
+          ids[static_cast<size_t>(r * seq + s)] = (start + s * stride) % kStreamVocab;
+          next[static_cast<size_t>(r * seq + s)] = (start + (s + 1) * stride) % kStreamVocab;
+        }
+      }
+      b.inputs.push_back(Tensor::from_vector(ids, {rows, seq}));
+      b.target = Tensor::from_vector(next, {rows, seq});
+      b.tokens = true;
+    } else if (isFloating(t.dtype())) {
+      b.inputs.push_back(Tensor::randn(t.shape(), mix(base + 1000 + i), t.dtype()));
+    } else {
+      throw Error("rcjit train: input " + std::to_string(i) + " of the model is " +
+                  std::string(dtypeName(t.dtype())) +
+                  "; the synthetic stream makes token ids [batch, seq] and floating inputs");
+    }
+  }
+  if (!b.tokens) b.target = relu(b.inputs.at(0));
+  return b;
+}
+
+Mode parseTrainMode(const std::string &m) {
+  if (m == "eager") return Mode::eager;
+  if (m == "full") return Mode::full;
+  if (m == "regional") return Mode::regional;
+  if (m == "whole") {
+    throw std::invalid_argument("--modes: 'whole' (forward, backward and optimizer step as one "
+                                "graph) is not built yet; use eager, full, regional");
+  }
+  throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
+}
+
+std::string trainModeTitle(const std::string &m) {
+  if (m == "eager") return "Baseline (eager)";
+  if (m == "full") return "Full compilation";
+  return "Regional compilation";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
+                  const Settings &s, std::ostream &err) {
+  cache::clear(); // cold: every mode compiles from scratch
+  std::unique_ptr<Model> m = info.build(c);
+  if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
+  const std::vector<Tensor> templates = m->makeInputs(c);
+  const size_t nIn = templates.size();
+  CompileOptions opts;
+  opts.mode = parseTrainMode(mode);
+  auto lossFn = [&](const std::vector<Tensor> &in) {
+    std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
+    Tensor out = m->forward(inputs);
+    if (in.back().dtype() == DType::i64) return cross_entropy(out, in.back());
+    if (out.shape() != in.back().shape()) {
+      throw Error("rcjit train: " + info.name + " has no token input and its output " +
+                  shapeStr(out.shape()) + " is not shaped like its input " +
+                  shapeStr(in.back().shape()) + ": there is no target to regress");
+    }
+    return mse_loss(out, in.back());
+  };
+  auto loss = compile(lossFn, opts);
+  std::vector<Tensor> params = m->module().parameters();
+  std::optional<optim::AdamW> adamw;
+  std::optional<optim::SGD> sgd;
+  if (s.optimizer == "adamw") {
+    adamw.emplace(params, optim::AdamWOptions{.lr = s.lr});
+  } else {
+    sgd.emplace(params, optim::SGDOptions{.lr = s.lr, .momentum = 0.9});
+  }
+  TrainRow r;
+  r.mode = mode;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < s.steps; ++i) {
+    Batch b = batchAt(templates, s.seed, i);
+    b.inputs.push_back(b.target);
+    if (i == 0) reset_peak_memory_stats();
+    auto t0 = std::chrono::steady_clock::now();
+    adamw ? adamw->zero_grad() : sgd->zero_grad();
+    Tensor l = loss(b.inputs);
+    l.backward();
+    adamw ? adamw->step() : sgd->step();
+    double ms = msSince(t0);
+    if (i == 0) {
+      r.firstStepS = ms / 1e3;
+      r.firstPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
+    }
+    r.stepMsAll.push_back(ms);
+    r.losses.push_back(l.item());
+    char line[200];
+    std::snprintf(line, sizeof line, "train: %s %s step %d/%d: loss %.4f, %.1f ms (%.1f s)\n",
+                  info.name.c_str(), mode.c_str(), i + 1, s.steps, r.losses.back(), ms,
+                  msSince(start) / 1e3);
+    err << line << std::flush;
+  }
+  r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
+  r.train = loss.stats();
+  // inference: the forward alone, no graph recorded, compiled the same way; the first call
+  // (its compile) is not timed
+  NoGradGuard noGrad;
+  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
+  std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
+  forward(in);
+  std::vector<double> times;
+  for (int i = 0; i < s.inferReps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    forward(in);
+    times.push_back(msSince(t0));
+  }
+  r.inferMs = median(times);
+  r.infer = forward.stats();
+  return r;
+}
+
+void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
+                     const Settings &s, const std::vector<TrainRow> &rows) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s - cpu, %.*s, batch %lld, seq %lld, %d steps, %s lr %g\n",
+                model.c_str(), static_cast<int>(dtypeName(c.dtype).size()), dtypeName(c.dtype).data(), static_cast<long long>(c.batch),
+                static_cast<long long>(c.seq), s.steps,
+                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr);
+  out << buf;
+  std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
+                "initial step", "initial peak", "training step", "inference", "vs eager",
+                "first loss", "last loss");
+  out << buf;
+  std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "",
+                "(s)", "(MiB)", "(ms, median)", "(ms)", "(train)", "", "");
+  out << buf;
+  const TrainRow *eager = nullptr;
+  for (const TrainRow &r : rows) {
+    if (r.mode == "eager") eager = &r;
+  }
+  for (const TrainRow &r : rows) {
+    std::string ratio = eager ? "" : "-";
+    if (eager) {
+      char x[32];
+      std::snprintf(x, sizeof x, "%.2fx", eager->stepMs / r.stepMs);
+      ratio = x;
+    }
+    std::snprintf(buf, sizeof buf,
+                  "%-22s| %-13.3f| %-13.1f| %-14.1f| %-12.1f| %-9s| %-10.4f| %-10.4f\n",
+                  trainModeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs,
+                  r.inferMs, ratio.c_str(), r.losses.front(), r.losses.back());
+    out << buf;
+  }
+  for (const TrainRow &r : rows) {
+    if (r.mode == "eager") continue;
+    std::snprintf(buf, sizeof buf,
+                  "  %s: training %d compile%s, %d cache hit%s, %.1f ms tracing+compiling "
+                  "(inside the initial step); inference %d compile%s\n",
+                  r.mode.c_str(), r.train.compiles, r.train.compiles == 1 ? "" : "s",
+                  r.train.cache_hits, r.train.cache_hits == 1 ? "" : "s",
+                  r.train.compile_seconds * 1e3, r.infer.compiles,
+                  r.infer.compiles == 1 ? "" : "s");
+    out << buf;
+    if (eager) { // the modes train the same model on the same batches: their losses agree
+      double a = eager->losses.back(), b = r.losses.back();
+      double rel = std::abs(a - b) / std::max(std::abs(a), 1e-12);
+      if (!(rel <= 1e-2)) {
+        std::snprintf(buf, sizeof buf,
+                      "  note: %s's last loss differs from eager's by %.2f %% (%.6g vs %.6g)\n",
+                      r.mode.c_str(), rel * 100, b, a);
+        out << buf;
+      }
+    }
+  }
+}
+
+nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const Settings &s,
+                         int64_t parameters, const std::vector<TrainRow> &rows) {
+  nlohmann::json j;
+  j["model"] = model;
+  j["batch"] = c.batch;
+  j["seq"] = c.seq;
+  j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
+  j["parameters"] = parameters;
+  j["dtype"] = std::string(dtypeName(c.dtype));
+  j["steps"] = s.steps;
+  j["optimizer"] = s.optimizer;
+  j["lr"] = s.lr;
+  j["seed"] = s.seed;
+  j["machine"] = {{"cpu", hostCpuName()},
+                  {"threads", std::thread::hardware_concurrency()},
+                  {"target", "cpu"},
+                  {"rcjit", RCJIT_VERSION_STRING_TOOL}};
+  for (const TrainRow &r : rows) {
+    j["results"].push_back({{"mode", r.mode},
+                            {"initial_step_s", r.firstStepS},
+                            {"initial_step_peak_mib", r.firstPeakMiB},
+                            {"train_step_ms", r.stepMs},
+                            {"inference_ms", r.inferMs},
+                            {"first_loss", r.losses.front()},
+                            {"last_loss", r.losses.back()},
+                            {"step_ms", r.stepMsAll},
+                            {"losses", r.losses},
+                            {"compiles", r.train.compiles},
+                            {"cache_hits", r.train.cache_hits},
+                            {"compile_seconds", r.train.compile_seconds},
+                            {"inference_compiles", r.infer.compiles}});
+  }
+  return j;
+}
+
+} // namespace
+
+int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
+  po::options_description desc(
+      "rcjit train: train a built-in model per mode on a synthetic batch stream");
+  Settings s;
+  std::string modes, dtype, json, lr;
+  int64_t batch = 4, seq = 128;
+  int layers = -1;
+  desc.add_options()("help,h", "show this help")(
+      "model", po::value(&s.model)->default_value("gpt2"), "model name (see 'rcjit models')")(
+      "modes", po::value(&modes)->default_value("eager,full,regional"),
+      "comma list of modes: eager, full, regional")("batch", po::value(&batch)->default_value(4),
+                                                    "batch size")(
+      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "steps", po::value(&s.steps)->default_value(20), "training steps per mode (at least 2)")(
+      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
+      "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32")(
+      "optimizer", po::value(&s.optimizer)->default_value("adamw"),
+      "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
+      "lr", po::value(&lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
+      "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
+      "json", po::value(&json), "also write every figure, step times and losses to FILE")(
+      "weights", po::value(&s.weights),
+      "start from parameters in FILE.safetensors (Hugging Face names; every shape checked); "
+      "without it the weights are random (seeded)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    out << desc;
+    return kOk;
+  }
+  if (batch <= 0 || seq <= 0) throw std::invalid_argument("--batch and --seq must be positive");
+  if (s.steps < 2) {
+    throw std::invalid_argument("--steps: " + std::to_string(s.steps) +
+                                " is fewer than 2 (the step time is the median after the first)");
+  }
+  if (layers == 0 || layers < -1) {
+    throw std::invalid_argument("--layers: " + std::to_string(layers) +
+                                " is not a positive number of layers (-1: the model's own depth)");
+  }
+  if (dtype == "bf16") {
+    throw std::invalid_argument("--dtype bf16: mixed-precision training (Autocast, f32 master "
+                                "weights) is not built yet; train in f32");
+  }
+  if (dtype != "f32") throw std::invalid_argument("--dtype: f32");
+  if (s.optimizer != "adamw" && s.optimizer != "sgd") {
+    throw std::invalid_argument("--optimizer: '" + s.optimizer + "' is not adamw or sgd");
+  }
+  s.lr = s.optimizer == "adamw" ? 1e-3 : 1e-2;
+  if (vm.count("lr")) {
+    size_t used = 0;
+    try {
+      s.lr = std::stod(lr, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used != lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
+      throw std::invalid_argument("--lr: '" + lr + "' is not a positive number");
+    }
+  }
+  std::vector<std::string> modeList = splitList(modes);
+  if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
+  for (const std::string &m : modeList) parseTrainMode(m);
+  const ModelInfo &info = modelNamed(s.model);
+  std::ofstream jsonFile; // checked before the work starts
+  if (!json.empty()) {
+    jsonFile.open(json);
+    if (!jsonFile) throw Error("--json: cannot write " + json + " (checked before running)");
+  }
+  ModelConfig c;
+  c.batch = batch;
+  c.seq = seq;
+  c.layers = layers;
+  c.seed = s.seed;
+  TempCacheDir tmp("train"); // a fresh cache: every mode's first step is cold
+  std::vector<TrainRow> rows;
+  for (const std::string &mode : modeList) {
+    err << "train: " << s.model << " " << mode << ", " << s.steps << " steps ...\n";
+    rows.push_back(trainOne(info, c, mode, s, err));
+  }
+  printTrainTable(out, s.model, c, s, rows);
+  if (!json.empty()) {
+    jsonFile << trainJson(s.model, c, s, info.countParameters(c), rows).dump(2) << "\n";
+  }
+  return kOk;
+}
+
+} // namespace rcjit::tools
