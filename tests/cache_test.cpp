@@ -421,6 +421,18 @@ TEST(CacheDisk, SignedButDamagedObjectsAreEvictedAndRecompiled) {
                                    });
                                  }),
                       "names a symbol past the symbol table");
+  // Found by fuzz/cache_entry_fuzzer: a relocation against symbol 0, which JITLink
+  // dereferenced null on while reporting it.
+  expectObjectEvicted(p, "relocation naming symbol 0",
+                      objectEdit(secret,
+                                 [](std::vector<uint8_t> &b) {
+                                   forEachSection(b, [&](Elf64_Shdr &s) {
+                                     if (s.sh_type != SHT_RELA || s.sh_size == 0) return;
+                                     auto &r = elfAt<Elf64_Rela>(b, s.sh_offset);
+                                     r.r_info = ELF64_R_INFO(0, R_X86_64_8);
+                                   });
+                                 }),
+                      "names symbol 0 (no symbol)");
   // Found by fuzz/cache_entry_fuzzer: only the null section header left, which JITLink
   // crashed on.
   expectObjectEvicted(p, "no sections",

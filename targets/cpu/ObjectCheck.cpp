@@ -83,6 +83,11 @@ template <class R>
 std::string checkRelocs(llvm::ArrayRef<R> relocs, const Shdr &target, uint64_t nsyms, bool x86) {
   for (const R &r : relocs) {
     if (r.getSymbol(false) >= nsyms) return "a relocation names a symbol past the symbol table";
+    // Symbol 0 is "no symbol": JITLink (LLVM 19) dereferences null building the error for it
+    // (found by fuzz/cache_entry_fuzzer). Compilers emit it only with R_X86_64_NONE.
+    if (r.getSymbol(false) == 0 && !(x86 && r.getType(false) == llvm::ELF::R_X86_64_NONE)) {
+      return "a relocation names symbol 0 (no symbol)";
+    }
     int size = x86 ? x86RelocSize(r.getType(false)) : 0;
     if (size < 0) return "unsupported relocation type " + std::to_string(r.getType(false));
     if (r.r_offset > target.sh_size || static_cast<uint64_t>(size) > target.sh_size - r.r_offset) {
