@@ -33,18 +33,23 @@ void checkDefined(OpKind op, const std::vector<Tensor> &in) {
 }
 
 // The result of `op` in a meta trace: views as the eager target makes them (they touch no
-// data), everything else fresh storage with uninitialized contents.
-Tensor metaResult(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
+// data), everything else fresh: a meta tensor (no memory) unless a segmented run will write
+// values into it.
+Tensor metaResult(const Tracer &tr, OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                   const TensorMeta &meta) {
+  auto fresh = [&](Device d) { // a segmented run fills it: memory; else shape and dtype only
+    return tr.metaStorage() ? makeTensor(meta.shape, meta.dtype, d)
+                            : makeMetaTensor(meta.shape, meta.dtype, d);
+  };
   if (opInfo(op).category != OpCategory::View) {
-    return makeTensor(meta.shape, meta.dtype, in.empty() ? Device::cpu() : in[0].device());
+    return fresh(in.empty() ? Device::cpu() : in[0].device());
   }
   if (op == OpKind::reshape) { // a view where the strides allow one, else a copy
     Shape strides;
     if (computeViewStrides(in[0].shape(), in[0].strides(), meta.shape, strides)) {
       return makeView(in[0], meta.shape, strides, in[0].offset());
     }
-    return makeTensor(meta.shape, meta.dtype, in[0].device());
+    return fresh(in[0].device());
   }
   return eager::run(op, in, a, meta);
 }
@@ -54,7 +59,7 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
   Tracer *tr = Tracer::current();
   Tensor r;
   try {
-    r = tr && tr->meta() ? metaResult(op, in, a, meta) : eager::run(op, in, a, meta);
+    r = tr && tr->meta() ? metaResult(*tr, op, in, a, meta) : eager::run(op, in, a, meta);
   } catch (const AllocationError &e) {
     throw AllocationError(std::string(opName(op)) + ": " + e.what());
   }

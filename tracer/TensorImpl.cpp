@@ -43,6 +43,17 @@ Tensor makeTensor(const Shape &shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+Tensor makeMetaTensor(const Shape &shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>();
+  impl->storage->nbytes = static_cast<size_t>(checkedBytes(shape, dtype, "tensor"));
+  impl->storage->device = device;
+  impl->shape = shape;
+  impl->strides = contiguousStrides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;

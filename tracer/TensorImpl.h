@@ -72,6 +72,10 @@ Shape contiguousStrides(const Shape &shape);
 bool isContiguous(const Shape &shape, const Shape &strides);
 /// A new tensor with fresh contiguous storage on `device` (uninitialised).
 Tensor makeTensor(const Shape &shape, DType dtype, Device device = Device::cpu());
+/// A tensor of `shape` with no memory behind it (null data, not counted by memory_stats):
+/// what a shape-only trace produces. Views of it share its storage; nothing may read or
+/// write its elements (a host read aborts a shape-only trace first).
+Tensor makeMetaTensor(const Shape &shape, DType dtype, Device device);
 /// A view of `base`'s storage with the given geometry.
 Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset);
 /// Normalizes a possibly negative dim for a tensor of rank `rank`; throws an Error naming

@@ -106,6 +106,9 @@ public:
   void hostRead(const char *op, const Tensor &t);
   /// Whether ops should skip computing values (a meta trace).
   bool meta() const { return meta_; }
+  /// Whether results of a meta trace need memory: a segmented run writes each segment's
+  /// values into them; a shape-only trace never reads them.
+  bool metaStorage() const { return flush_ != nullptr; }
 
 private:
   friend Trace traceFunction(const TracedFn &, const std::vector<Tensor> &, bool);
