@@ -58,6 +58,9 @@ TEST(Cli, VersionLayersAndOutputPathsAreCheckedFirst) {
       << json.err;
   EXPECT_EQ(json.err.find("bench: toy64"), std::string::npos) << "it ran before failing";
   EXPECT_EQ(run({"trace", "--model", "nope"}).code, 2);
+  Result traceZero = run({"trace", "--model", "toy64", "--layers", "0"});
+  EXPECT_EQ(traceZero.code, 2);
+  EXPECT_NE(traceZero.err.find("--layers: 0 is not a positive number"), std::string::npos);
 }
 
 TEST(Cli, ModelsListsToy64) {

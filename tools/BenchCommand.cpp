@@ -286,10 +286,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   const Target tgt = target == "cuda" ? Target::cuda : Target::cpu;
   const std::string label = targetLabel(tgt); // a clear Error here when there is no GPU
   if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
-  if (layers == 0 || layers < -1) {
-    throw std::invalid_argument("--layers: " + std::to_string(layers) +
-                                " is not a positive number of layers (-1: the model's own depth)");
-  }
+  checkLayersFlag(layers);
   if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
   std::vector<std::string> modeList = splitList(modes);
   for (const std::string &m : modeList) parseMode(m);
@@ -310,11 +307,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--batch and --modes need a value");
   const ModelInfo &info = modelNamed(model);
   // every output path is checked before the work starts
-  std::ofstream jsonFile;
-  if (!json.empty()) {
-    jsonFile.open(json);
-    if (!jsonFile) throw Error("--json: cannot write " + json + " (checked before running)");
-  }
+  std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
   ModelConfig c;
   c.seq = seq;
   c.layers = layers;

@@ -62,6 +62,21 @@ std::string hostCpuName() {
   return "unknown";
 }
 
+void checkLayersFlag(int layers) {
+  if (layers == 0 || layers < -1) {
+    throw std::invalid_argument("--layers: " + std::to_string(layers) +
+                                " is not a positive number of layers (-1: the model's own depth)");
+  }
+}
+
+std::ofstream openJsonOutput(const std::string &path) {
+  std::ofstream out;
+  if (path.empty()) return out;
+  out.open(path);
+  if (!out) throw Error("--json: cannot write " + path + " (checked before running)");
+  return out;
+}
+
 TempCacheDir::TempCacheDir(const std::string &what) : previous_(cache::dir()) {
   std::string tmpl = "/tmp/rcjit-" + what + "-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw Error(what + ": cannot create a temporary cache directory");
@@ -168,6 +183,7 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   if (target != "cpu" && target != "cuda") {
     throw UsageError("--target: '" + target + "' is not cpu or cuda");
   }
+  checkLayersFlag(layers);
   if ((dump == "llvm" || dump == "asm") && target == "cuda") {
     throw UsageError("--dump " + dump + " shows the CPU target's code; for cuda use --dump ptx");
   }

@@ -1,6 +1,7 @@
 // The rcjit tool's commands as a library: runCli parses argv and runs one command.
 #pragma once
 #include <chrono>
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ std::vector<std::string> splitList(const std::string &s);
 double msSince(std::chrono::steady_clock::time_point t0);
 /// The host CPU's model name (/proc/cpuinfo), or "unknown".
 std::string hostCpuName();
+
+/// Throws std::invalid_argument (a usage error) unless `layers` is positive or -1 (the
+/// model's own depth).
+void checkLayersFlag(int layers);
+/// Opens `path` for the --json output before any work starts: an rcjit::Error naming it when
+/// it cannot be written. An empty path gives a closed stream (no --json).
+std::ofstream openJsonOutput(const std::string &path);
 
 /// A fresh temporary compile cache directory (/tmp/rcjit-<what>-XXXXXX) made the cache's
 /// directory for this object's lifetime; the destructor restores the previous directory and

@@ -317,10 +317,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--steps: " + std::to_string(s.steps) +
                                 " is fewer than 2 (the step time is the median after the first)");
   }
-  if (layers == 0 || layers < -1) {
-    throw std::invalid_argument("--layers: " + std::to_string(layers) +
-                                " is not a positive number of layers (-1: the model's own depth)");
-  }
+  checkLayersFlag(layers);
   if (dtype == "bf16") {
     throw std::invalid_argument("--dtype bf16: mixed-precision training (Autocast, f32 master "
                                 "weights) is not built yet; train in f32");
@@ -345,11 +342,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
   for (const std::string &m : modeList) parseTrainMode(m);
   const ModelInfo &info = modelNamed(s.model);
-  std::ofstream jsonFile; // checked before the work starts
-  if (!json.empty()) {
-    jsonFile.open(json);
-    if (!jsonFile) throw Error("--json: cannot write " + json + " (checked before running)");
-  }
+  std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
   ModelConfig c;
   c.batch = batch;
   c.seq = seq;
