@@ -306,7 +306,6 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   if (batchList.empty() || modeList.empty())
     throw std::invalid_argument("--batch and --modes need a value");
   const ModelInfo &info = modelNamed(model);
-  // every output path is checked before the work starts
   std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
   ModelConfig c;
   c.seq = seq;

@@ -21,8 +21,8 @@
 #include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
 #include "tools/LogsCommand.h"
-#include "tools/TrainCommand.h"
 #include "tools/Models.h"
+#include "tools/TrainCommand.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
 
