@@ -43,16 +43,6 @@ Mode parseMode(const std::string &m) {
                               "' (expected eager, full, dynamic, regional)");
 }
 
-std::string modeTitle(const std::string &m) {
-  if (m == "eager") return "Baseline (eager)";
-  if (m == "full") return "Full compilation";
-  if (m == "full-warm") return "Full, warm start";
-  if (m == "dynamic") return "Full, dynamic seq";
-  if (m == "dynamic-warm") return "Full, dynamic, warm";
-  if (m == "regional-warm") return "Regional, warm start";
-  return "Regional compilation";
-}
-
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
 Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
             const std::string &cacheDir, const std::string &weights, Target target) {
@@ -130,8 +120,7 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
     sync();
     times.push_back(msSince(t1));
   }
-  std::sort(times.begin(), times.end());
-  r.inferMs = times[times.size() / 2];
+  r.inferMs = median(times);
   r.stats = fn.stats();
   return r;
 }

@@ -62,6 +62,22 @@ std::string hostCpuName() {
   return "unknown";
 }
 
+std::string modeTitle(const std::string &m) {
+  if (m == "eager") return "Baseline (eager)";
+  if (m == "full") return "Full compilation";
+  if (m == "full-warm") return "Full, warm start";
+  if (m == "dynamic") return "Full, dynamic seq";
+  if (m == "dynamic-warm") return "Full, dynamic, warm";
+  if (m == "regional-warm") return "Regional, warm start";
+  return "Regional compilation";
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) throw Error("median of no values");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 void checkLayersFlag(int layers) {
   if (layers == 0 || layers < -1) {
     throw std::invalid_argument("--layers: " + std::to_string(layers) +

@@ -27,6 +27,12 @@ double msSince(std::chrono::steady_clock::time_point t0);
 /// The host CPU's model name (/proc/cpuinfo), or "unknown".
 std::string hostCpuName();
 
+/// The table title of a bench or train mode ("full" -> "Full compilation", "regional-warm"
+/// -> "Regional, warm start", ...).
+std::string modeTitle(const std::string &mode);
+/// The upper median of `v` (v[n / 2] once sorted); an rcjit::Error when v is empty.
+double median(std::vector<double> v);
+
 /// Throws std::invalid_argument (a usage error) unless `layers` is positive or -1 (the
 /// model's own depth).
 void checkLayersFlag(int layers);

@@ -13,14 +13,14 @@
 
 namespace rcjit::tools {
 
-namespace {
-
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+namespace {
 
 // Approximately standard normal: four 16-bit uniforms of one splitmix64 output (stream
 // `seed`, counter i), summed and rescaled.

@@ -46,6 +46,9 @@ int64_t availableMemoryBytes();
 void checkMemory(const std::string &model, int64_t parameters, const ModelConfig &c);
 /// "1.24 GB" style rendering of a byte count (decimal units).
 std::string formatBytes(int64_t bytes);
+/// splitmix64's output function: a well-mixed 64-bit hash of x (the seeds of weights,
+/// inputs and token streams).
+uint64_t mix64(uint64_t x);
 /// Token ids [batch, seq] (i64) uniformly in [0, vocab), deterministic in seed.
 Tensor randomTokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed);
 /// [batch, seq, heads * headDim] -> [batch, heads, seq, headDim].

@@ -17,6 +17,7 @@
 #include <rcjit/rcjit.h>
 
 #include "tools/Cli.h"
+#include "tools/ModelCommon.h"
 #include "tools/Models.h"
 #include "tools/Safetensors.h"
 
@@ -44,18 +45,10 @@ struct TrainRow {
   CompileStats train, infer;
 };
 
-uint64_t mix(uint64_t x) { // splitmix64's finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // One step's batch: the model's inputs and the loss target.
 struct Batch {
   std::vector<Tensor> inputs;
-  Tensor target;
-  bool tokens = false; // cross_entropy on next tokens; otherwise mse against relu(input)
+  Tensor target; // i64 next tokens (cross_entropy), or floating relu(input) (mse)
 };
 
 // The synthetic stream, deterministic in (seed, step). An i64 [batch, seq] input (token ids)
@@ -65,14 +58,15 @@ struct Batch {
 Batch batchAt(const std::vector<Tensor> &templates, uint64_t seed, int step) {
   static const int64_t strides[] = {1, 2, 3, 5, 7};
   Batch b;
-  uint64_t base = mix(seed ^ (0x747261696E000000ull + static_cast<uint64_t>(step)));
+  bool tokens = false;
+  uint64_t base = mix64(seed ^ (0x747261696E000000ull + static_cast<uint64_t>(step)));
   for (size_t i = 0; i < templates.size(); ++i) {
     const Tensor &t = templates[i];
-    if (t.dtype() == DType::i64 && t.dim() == 2 && !b.tokens) {
+    if (t.dtype() == DType::i64 && t.dim() == 2 && !tokens) {
       int64_t rows = t.size(0), seq = t.size(1);
       std::vector<int64_t> ids(static_cast<size_t>(rows * seq)), next(ids.size());
       for (int64_t r = 0; r < rows; ++r) {
-        uint64_t h = mix(base + static_cast<uint64_t>(r));
+        uint64_t h = mix64(base + static_cast<uint64_t>(r));
         int64_t start = static_cast<int64_t>(h % kStreamVocab), stride = strides[(h >> 32) % 5];
         for (int64_t s = 0; s < seq; ++s) {
           ids[static_cast<size_t>(r * seq + s)] = (start + s * stride) % kStreamVocab;
@@ -81,16 +75,16 @@ Batch batchAt(const std::vector<Tensor> &templates, uint64_t seed, int step) {
       }
       b.inputs.push_back(Tensor::from_vector(ids, {rows, seq}));
       b.target = Tensor::from_vector(next, {rows, seq});
-      b.tokens = true;
+      tokens = true;
     } else if (isFloating(t.dtype())) {
-      b.inputs.push_back(Tensor::randn(t.shape(), mix(base + 1000 + i), t.dtype()));
+      b.inputs.push_back(Tensor::randn(t.shape(), mix64(base + 1000 + i), t.dtype()));
     } else {
       throw Error("rcjit train: input " + std::to_string(i) + " of the model is " +
                   std::string(dtypeName(t.dtype())) +
                   "; the synthetic stream makes token ids [batch, seq] and floating inputs");
     }
   }
-  if (!b.tokens) b.target = relu(b.inputs.at(0));
+  if (!tokens) b.target = relu(b.inputs.at(0));
   return b;
 }
 
@@ -103,17 +97,6 @@ Mode parseTrainMode(const std::string &m) {
                                 "graph) is not built yet; use eager, full, regional");
   }
   throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
-}
-
-std::string trainModeTitle(const std::string &m) {
-  if (m == "eager") return "Baseline (eager)";
-  if (m == "full") return "Full compilation";
-  return "Regional compilation";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
@@ -217,7 +200,7 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     }
     std::snprintf(buf, sizeof buf,
                   "%-22s| %-13.3f| %-13.1f| %-14.1f| %-12.1f| %-9s| %-10.4f| %-10.4f\n",
-                  trainModeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs,
+                  modeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs,
                   r.inferMs, ratio.c_str(), r.losses.front(), r.losses.back());
     out << buf;
   }
