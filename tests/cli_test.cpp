@@ -51,8 +51,8 @@ TEST(Cli, VersionLayersAndOutputPathsAreCheckedFirst) {
   EXPECT_NE(zero.err.find("--layers: 0 is not a positive number of layers"), std::string::npos)
       << zero.err;
   // a bad --json path fails before any benchmark runs (no progress line printed)
-  Result json = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq",
-                     "4", "--reps", "1", "--json", "/no/such/dir/x.json"});
+  Result json = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
+                     "--reps", "1", "--json", "/no/such/dir/x.json"});
   EXPECT_EQ(json.code, 1);
   EXPECT_NE(json.err.find("--json: cannot write /no/such/dir/x.json"), std::string::npos)
       << json.err;
@@ -182,16 +182,13 @@ TEST(Cli, TraceDumpsGraph) {
   EXPECT_NE(r.out.find("layers.1"), std::string::npos);
 }
 
-} // namespace
-
 // Every mode trains a fresh copy of the same model on the same batches: the losses agree
 // step by step, and the table, the progress lines and the JSON say so.
 TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
   std::string json = testing::TempDir() + "cli_train.json";
   Result r = run({"train", "--model", "toy64", "--layers", "3", "--batch", "2", "--seq", "8",
                   "--steps", "4", "--modes", "eager,full,regional", "--optimizer", "sgd", "--lr",
-                  "0.01", "--json",
-                  json.c_str()});
+                  "0.01", "--json", json.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char *want : {"Baseline (eager)", "Full compilation", "Regional compilation",
                            "initial step", "initial peak", "training step", "inference",
@@ -225,8 +222,7 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
 TEST(Cli, TrainGpt2LossFalls) {
   std::string json = testing::TempDir() + "cli_train_gpt2.json";
   Result r = run({"train", "--model", "gpt2", "--layers", "1", "--batch", "2", "--seq", "32",
-                  "--steps", "8", "--modes", "eager",
-                  "--json", json.c_str()});
+                  "--steps", "8", "--modes", "eager", "--json", json.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
@@ -242,8 +238,9 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
   };
   std::vector<Case> cases = {
       {{"--steps", "1"}, "--steps: 1 is fewer than 2"},
-      {{"--modes", "eager,whole"}, "'whole' (forward, backward and optimizer step as one graph) "
-                                   "is not built yet"},
+      {{"--modes", "eager,whole"},
+       "'whole' (forward, backward and optimizer step as one graph) "
+       "is not built yet"},
       {{"--modes", "fast"}, "unknown mode 'fast'"},
       {{"--optimizer", "adam"}, "--optimizer: 'adam' is not adamw or sgd"},
       {{"--lr", "-1"}, "--lr: '-1' is not a positive number"},
@@ -267,3 +264,5 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
   EXPECT_NE(json.err.find("--json: cannot write /no/such/dir/x.json"), std::string::npos);
   EXPECT_EQ(json.err.find("train: toy64"), std::string::npos) << "it trained before failing";
 }
+
+} // namespace

@@ -176,7 +176,8 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s - cpu, %.*s, batch %lld, seq %lld, %d steps, %s lr %g\n",
-                model.c_str(), static_cast<int>(dtypeName(c.dtype).size()), dtypeName(c.dtype).data(), static_cast<long long>(c.batch),
+                model.c_str(), static_cast<int>(dtypeName(c.dtype).size()),
+                dtypeName(c.dtype).data(), static_cast<long long>(c.batch),
                 static_cast<long long>(c.seq), s.steps,
                 s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr);
   out << buf;
@@ -200,8 +201,8 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     }
     std::snprintf(buf, sizeof buf,
                   "%-22s| %-13.3f| %-13.1f| %-14.1f| %-12.1f| %-9s| %-10.4f| %-10.4f\n",
-                  modeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs,
-                  r.inferMs, ratio.c_str(), r.losses.front(), r.losses.back());
+                  modeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs, r.inferMs,
+                  ratio.c_str(), r.losses.front(), r.losses.back());
     out << buf;
   }
   for (const TrainRow &r : rows) {
@@ -279,9 +280,9 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "seq", po::value(&seq)->default_value(128), "sequence length")(
       "steps", po::value(&s.steps)->default_value(20), "training steps per mode (at least 2)")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
-      "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32")(
-      "optimizer", po::value(&s.optimizer)->default_value("adamw"),
-      "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
+      "dtype", po::value(&dtype)->default_value("f32"),
+      "parameter dtype: f32")("optimizer", po::value(&s.optimizer)->default_value("adamw"),
+                              "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
       "lr", po::value(&lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
       "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
       "json", po::value(&json), "also write every figure, step times and losses to FILE")(
