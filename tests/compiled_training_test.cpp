@@ -251,3 +251,22 @@ TEST(CompiledTraining, TinyGpt2GradientsEqualEager) {
 }
 
 } // namespace
+
+// An input that requires grad but that the function does not use: its gradient is zero (or
+// undefined, as eager autograd leaves it), never another input's or uninitialized memory.
+TEST(CompiledTraining, UnusedInputsGetNoGradient) {
+  Tensor a = Tensor::randn({8}, 1), b = Tensor::randn({8}, 2), c = Tensor::randn({8}, 3);
+  for (Tensor *t : {&a, &b, &c}) t->requires_grad_();
+  auto f = compile([](const Tensor &x, const Tensor &y, const Tensor &z) {
+    (void)x;
+    (void)z;
+    return sum(exp(y));
+  });
+  std::vector<Tensor> g = rcjit::grad({f(a, b, c)}, {a, b, c});
+  for (int i : {0, 2}) {
+    if (g[i].defined()) {
+      EXPECT_TRUE(allclose(g[i], Tensor::zeros({8}))) << "input " << i;
+    }
+  }
+  EXPECT_TRUE(allclose(g[1], exp(b.detach()), 1e-5, 1e-6));
+}

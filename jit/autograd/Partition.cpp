@@ -221,10 +221,9 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
     }
     newId[v] = b.add(std::move(copy));
   };
-  std::vector<std::pair<int, size_t>> pending; // (node, next operand to look at)
-  for (size_t i = 0; i < n; ++i) {
-    if (!backward[i] || newId[i] >= 0) continue;
-    pending.push_back({static_cast<int>(i), 0});
+  // adds `start` with the recomputed values it reads first, depth first
+  auto addWithInputs = [&](int start) {
+    std::vector<std::pair<int, size_t>> pending{{start, 0}}; // (node, next operand to look at)
     while (!pending.empty()) {
       const int v = pending.back().first;
       const size_t k = pending.back().second;
@@ -239,9 +238,20 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
       if (!backward[v]) p.recomputed.push_back(v);
       add(v);
     }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (backward[i] && newId[i] < 0) addWithInputs(static_cast<int>(i));
   }
+  // an output no backward node reads and that depends on no tangent (the zero gradient of
+  // an input the function does not use) is recomputed at the end, unless it is saved
   for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
-    b.outputs.push_back(newId[g.outputs[o]]);
+    const int v = g.outputs[o];
+    if (newId[v] < 0 && recompute[v]) addWithInputs(v);
+    if (newId[v] < 0) {
+      throw Error("partition: backward output " + std::to_string(o) + " (%" + std::to_string(v) +
+                  ") is neither saved nor computed");
+    }
+    b.outputs.push_back(newId[v]);
   }
   return p;
 }
