@@ -63,13 +63,13 @@ GradInput makeGradInput(const In &in, uint64_t seed) {
   return {t, layout, spec.shape};
 }
 
-// sum_i sum(out_i * w_i) over the f64 outputs, with fixed random weights w_i.
-Tensor weightedLoss(const std::vector<Tensor> &outs, uint64_t seed) {
+// sum_i sum(out_i * w_i) over the outputs of dtype `dt`, with fixed random weights w_i.
+Tensor weightedLoss(const std::vector<Tensor> &outs, uint64_t seed, DType dt = DType::f64) {
   Tensor loss;
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor &o = outs[i];
-    if (!o.defined() || o.dtype() != DType::f64) continue;
-    Tensor w = makeInput(In{o.shape()}, DType::f64, seed + 101 * i);
+    if (!o.defined() || o.dtype() != dt) continue;
+    Tensor w = makeInput(In{o.shape()}, dt, seed + 101 * i);
     Tensor term = sum(o * w);
     loss = loss.defined() ? loss + term : term;
   }
@@ -221,6 +221,72 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
   RecordProperty("skipped_kinks", r.skippedKinks);
 }
 
+// The floating leaves as f32 leaves that require grad (the same values); others as they are.
+std::vector<Tensor> f32Leaves(const std::vector<Tensor> &leaves) {
+  std::vector<Tensor> out;
+  for (const Tensor &l : leaves) {
+    if (!isFloating(l.dtype())) {
+      out.push_back(l);
+      continue;
+    }
+    Tensor t = l.detach().to(DType::f32);
+    t.requires_grad_();
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Gradients of `loss` at `leaves` through rcjit::compile (a training entry: forward and
+// backward programs) equal eager autograd's: allclose rtol 1e-4, atol 1e-5 in f32.
+using LossFn = std::function<Tensor(const std::vector<Tensor> &)>;
+
+void expectCompiledGradientsEqualEager(const std::string &what, const LossFn &lossFn,
+                                       const std::vector<Tensor> &leaves) {
+  std::vector<Tensor> wrt;
+  for (const Tensor &l : leaves) {
+    if (l.requires_grad()) wrt.push_back(l);
+  }
+  Tensor eagerLoss = lossFn(leaves);
+  if (!eagerLoss.defined()) GTEST_SKIP() << what << ": no floating output to differentiate";
+  std::vector<Tensor> eager = rcjit::grad({eagerLoss}, wrt);
+  auto compiled = compile([&](const std::vector<Tensor> &ls) { return lossFn(ls); });
+  std::vector<Tensor> got = rcjit::grad({compiled(leaves)}, wrt);
+  EXPECT_GT(compiled.stats().compiles, 0) << what;
+  ASSERT_EQ(got.size(), eager.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    // an input the loss does not use: eager autograd leaves its gradient undefined, the
+    // compiled backward may return zeros
+    Tensor zeros = Tensor::zeros(wrt[i].shape(), wrt[i].dtype());
+    const Tensor &g = got[i].defined() ? got[i] : zeros;
+    const Tensor &e = eager[i].defined() ? eager[i] : zeros;
+    EXPECT_TRUE(allclose(g, e, 1e-4, 1e-5))
+        << what << ": gradient of input " << i << " " << shapeStr(wrt[i].shape()) << " compiled "
+        << (got[i].defined() ? "defined" : "undefined") << ", eager "
+        << (eager[i].defined() ? "defined" : "undefined") << ", compiled sum " << sum(g).item()
+        << ", eager sum " << sum(e).item();
+  }
+}
+
+TEST_P(OpGradient, CompiledEqualsEagerInF32) {
+  const OpCase &c = cases()[GetParam()];
+  std::vector<GradInput> in = inputsOf(c);
+  std::vector<Tensor> leaves64;
+  for (const GradInput &g : in) leaves64.push_back(g.leaf);
+  if (usesOp(forward(c, in, leaves64), GradKind::notImplemented)) {
+    GTEST_SKIP() << c.name << " has no gradient (checked by MatchesFiniteDifferences)";
+  }
+  std::vector<Tensor> leaves = f32Leaves(leaves64);
+  bool anyGrad = false;
+  for (const Tensor &l : leaves) anyGrad = anyGrad || l.requires_grad();
+  if (!anyGrad) GTEST_SKIP() << c.name << " has no floating input";
+  expectCompiledGradientsEqualEager(
+      c.name,
+      [&](const std::vector<Tensor> &ls) {
+        return weightedLoss(forward(c, in, ls), seedOf(c.name), DType::f32);
+      },
+      leaves);
+}
+
 std::string caseName(const ::testing::TestParamInfo<size_t> &info) {
   std::string n = cases()[info.param].name + "_" + std::to_string(info.param);
   for (char &ch : n) {
@@ -289,6 +355,17 @@ TEST_P(DagGradient, MatchesFiniteDifferences) {
   checkAgainstFiniteDifferences(leaves, loss, "DAG seed " + std::to_string(seed),
                                 {.maxPerInput = 32});
   if (HasFailure() && !failedBefore) ADD_FAILURE() << d.str();
+}
+
+TEST_P(DagGradient, CompiledEqualsEagerInF32) {
+  const uint64_t seed = GetParam();
+  const Dag d = generate(seed);
+  std::vector<Tensor> leaves = makeInputs(d, DType::f32, 5);
+  for (Tensor &t : leaves) t.requires_grad_();
+  expectCompiledGradientsEqualEager(
+      "DAG seed " + std::to_string(seed) + "\n" + d.str(),
+      [&](const std::vector<Tensor> &ls) { return weightedLoss(run(d, ls), seed, DType::f32); },
+      leaves);
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomDag, DagGradient, ::testing::Range<uint64_t>(1, 41));
