@@ -132,7 +132,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   for (const Tensor &in : inputs) strides.push_back(in.strides());
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   ExecutableOptions exec = executableOptions(s.opts, inputs);
-  const std::string label = "function " + std::to_string(s.id) + " entry " + std::to_string(e->id);
+  const std::string label = s.label() + " entry " + std::to_string(e->id);
   // training: a joint forward+backward graph, partitioned and compiled in two programs
   // (per stage in regional mode), symbolic where the dims allow
   RegionalTraining regionalTraining{wantGrad, inputs, label};
@@ -206,6 +206,7 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
   if (logging::wanted(logging::Kind::graph)) {
     logging::emit(logging::GraphDumpEvent{
         .function = s.id,
+        .name = s.name,
         .entry = e.id,
         .graph = printGraph(e.graph) + e.fusion +
                  (e.training ? "backward graph:\n" + printGraph(e.training->backwardGraph()) +
@@ -215,21 +216,22 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
                  (e.regional ? e.regional->print() : "")});
   }
   if (e.program && logging::wanted(logging::Kind::output_code)) {
-    logging::emit(
-        logging::OutputCodeEvent{.function = s.id, .entry = e.id, .llvmIr = e.program->llvmIr()});
+    logging::emit(logging::OutputCodeEvent{
+        .function = s.id, .name = s.name, .entry = e.id, .llvmIr = e.program->llvmIr()});
   }
   if (e.training && logging::wanted(logging::Kind::output_code)) {
     logging::emit(logging::OutputCodeEvent{
         .function = s.id,
+        .name = s.name,
         .entry = e.id,
-        .llvmIr = "; function " + std::to_string(s.id) + " entry " + std::to_string(e.id) +
-                  " forward\n" + e.training->forward().llvmIr() + "; function " +
-                  std::to_string(s.id) + " entry " + std::to_string(e.id) + " backward\n" +
-                  e.training->backward().llvmIr()});
+        .llvmIr = "; " + s.label() + " entry " + std::to_string(e.id) + " forward\n" +
+                  e.training->forward().llvmIr() + "; " + s.label() + " entry " +
+                  std::to_string(e.id) + " backward\n" + e.training->backward().llvmIr()});
   }
   if (logging::wanted(logging::Kind::dynamic)) {
     for (size_t i = 0; i < e.symbols.size(); ++i) {
       logging::emit(logging::DynamicSymbolEvent{.function = s.id,
+                                                .name = s.name,
                                                 .entry = e.id,
                                                 .symbol = static_cast<int64_t>(i),
                                                 .dims = dimRefs(e.symbols[i]),
@@ -239,16 +241,18 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
     }
     for (logging::StaticDimEvent note : e.dynamicNotes) {
       note.function = s.id;
+      note.name = s.name;
       note.entry = e.id;
       logging::emit(note);
     }
   }
   if (logging::wanted(logging::Kind::guards)) {
-    logging::emit(
-        logging::GuardsEvent{.function = s.id, .entry = e.id, .guards = e.guards.print()});
+    logging::emit(logging::GuardsEvent{
+        .function = s.id, .name = s.name, .entry = e.id, .guards = e.guards.print()});
   }
   logging::emit(logging::CompileEvent{
       .function = s.id,
+      .name = s.name,
       .entry = e.id,
       .seconds = e.compileSeconds,
       .reason = e.reason,
@@ -288,7 +292,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     allWhy += "  entry " + std::to_string(e->id) + ": " +
               e->guards.allFailures(inputs.data(), inputs.size());
   }
-  std::string fname = "function " + std::to_string(s.id);
+  const std::string fname = s.label();
   if (!entries.empty()) {
     if (s.opts.stance == Stance::fail_on_recompile) {
       throw Error("compiled " + fname +
@@ -304,17 +308,21 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
       }
       if (limit && firstFallback) {
         logging::emit(logging::RecompileLimitEvent{
-            .function = s.id, .limit = s.opts.recompile_limit, .guard = lastWhy});
+            .function = s.id, .name = s.name, .limit = s.opts.recompile_limit, .guard = lastWhy});
         logging::emit(logging::PerfHintEvent{
             .function = s.id,
+            .name = s.name,
             .hint = "falls back to eager: raise recompile_limit, or mark the changing dims "
                     "dynamic (mark_dynamic) so one entry serves them"});
       }
       return fn(args);
     }
-    logging::emit(logging::RecompileEvent{
-        .function = s.id, .entry = static_cast<int64_t>(entries.size()), .guard = lastWhy});
-    logging::emit(logging::FailingGuardsEvent{.function = s.id, .failures = allWhy});
+    logging::emit(logging::RecompileEvent{.function = s.id,
+                                          .name = s.name,
+                                          .entry = static_cast<int64_t>(entries.size()),
+                                          .guard = lastWhy});
+    logging::emit(
+        logging::FailingGuardsEvent{.function = s.id, .name = s.name, .failures = allWhy});
   }
   auto t0 = std::chrono::steady_clock::now();
   // Trace on shapes only (no eager compute), then run the compiled code for this call's
@@ -337,7 +345,8 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
                   " reads a traced value on the host; remove the host read or set fullgraph = "
                   "false");
     }
-    logging::emit(logging::GraphBreakEvent{.function = s.id, .breaks = graphBreaks(t)});
+    logging::emit(
+        logging::GraphBreakEvent{.function = s.id, .name = s.name, .breaks = graphBreaks(t)});
   }
   std::string reason = entries.empty() ? "first call" : lastWhy;
   std::vector<logging::StaticDimEvent> notes;
@@ -389,8 +398,28 @@ void checkMarkedRanges(const std::vector<Tensor> &args) {
 
 } // namespace
 
-CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size_t fnBytes)
-    : opts(o), fnObject(fnObject), fnBytes(fnBytes), id(nextStateId++) {
+namespace {
+// "model.cpp:42": the file's last component, which tells the compile() calls of a program
+// apart without the build's directory layout.
+std::string shortLocation(const std::source_location &where) {
+  std::string_view file = where.file_name();
+  if (size_t slash = file.find_last_of("/\\"); slash != std::string_view::npos)
+    file.remove_prefix(slash + 1);
+  if (file.empty()) return "";
+  return std::string(file) + ":" + std::to_string(where.line());
+}
+
+std::string displayName(const CompileOptions &o, const std::source_location &where) {
+  std::string loc = shortLocation(where);
+  if (o.name.empty()) return loc;
+  return loc.empty() ? o.name : o.name + ", " + loc;
+}
+} // namespace
+
+CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size_t fnBytes,
+                             const std::source_location &where)
+    : opts(o), fnObject(fnObject), fnBytes(fnBytes), id(nextStateId++),
+      name(displayName(o, where)) {
   if (o.recompile_limit < 1) {
     throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
   }
@@ -402,8 +431,9 @@ CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size
 }
 
 std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts, const void *fnObject,
-                                                 size_t fnBytes) {
-  return std::make_shared<CompiledState>(opts, fnObject, fnBytes);
+                                                 size_t fnBytes,
+                                                 const std::source_location &where) {
+  return std::make_shared<CompiledState>(opts, fnObject, fnBytes, where);
 }
 
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
@@ -441,7 +471,7 @@ std::string explainOf(const CompiledState &s) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::ostringstream os;
   const CompileStats &st = s.stats;
-  os << "compiled function " << s.id << ": " << s.entries.size() << " entries, " << st.compiles
+  os << "compiled " << s.label() << ": " << s.entries.size() << " entries, " << st.compiles
      << " compiles, " << st.recompiles << " recompiles, " << st.fallbacks << " eager fallbacks, "
      << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
   for (const auto &e : s.entries) {

@@ -13,6 +13,7 @@
 #include "jit/Regional.h"
 #include "jit/Segments.h"
 #include "jit/autograd/CompiledTraining.h"
+#include "support/Events.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
 
@@ -42,11 +43,15 @@ struct Entry {
 class CompiledState {
 public:
   explicit CompiledState(const CompileOptions &o, const void *fnObject = nullptr,
-                         size_t fnBytes = 0);
+                         size_t fnBytes = 0,
+                         const std::source_location &where = std::source_location::current());
   const CompileOptions opts;
   const void *const fnObject; // the callable, where captured variables are found; may be null
   const size_t fnBytes;
-  const int id;          // process-unique, for module names and logs
+  const int id;           // process-unique, for module names and logs
+  const std::string name; // for logs: CompileOptions::name and/or the compile() call's file:line
+  /// "function 3 (model.cpp:42)": how logs, errors and explain() name this function.
+  std::string label() const { return logging::functionLabel(id, name); }
   mutable std::mutex mu; // entries, stats, history
   std::mutex compileMu;  // one trace+compile at a time per function
   std::vector<std::shared_ptr<const Entry>> entries;

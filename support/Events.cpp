@@ -79,10 +79,12 @@ template <class T> void valueFromJson(const json &j, T &out) {
   }
 }
 
-std::string fn(int64_t function) { return "function " + std::to_string(function); }
+std::string fn(int64_t function, const std::optional<std::string> &name) {
+  return functionLabel(function, name);
+}
 
-std::string fnEntry(int64_t function, int64_t entry) {
-  return fn(function) + " entry " + std::to_string(entry);
+std::string fnEntry(int64_t function, const std::optional<std::string> &name, int64_t entry) {
+  return fn(function, name) + " entry " + std::to_string(entry);
 }
 
 // "rcjit-5fe1866fcc87": enough of a content key to tell entries apart in a log line.
@@ -97,6 +99,11 @@ std::string range(int64_t min, int64_t max) {
 }
 
 } // namespace
+
+std::string functionLabel(int64_t function, const std::optional<std::string> &name) {
+  return "function " + std::to_string(function) +
+         (name && !name->empty() ? " (" + *name + ")" : std::string());
+}
 
 std::string dimsText(const std::vector<DimRef> &dims) {
   if (dims.empty()) return "every dim";
@@ -116,52 +123,52 @@ std::string GraphBreak::text() const {
 std::string CompileEvent::message() const {
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.3f", seconds * 1e3);
-  return fn(function) + " compiled entry " + std::to_string(entry) + " in " + ms + " ms (" +
+  return fn(function, name) + " compiled entry " + std::to_string(entry) + " in " + ms + " ms (" +
          reason + ")";
 }
 
 std::string RecompileEvent::message() const {
-  return fn(function) + ": recompiling because " + guard;
+  return fn(function, name) + ": recompiling because " + guard;
 }
 
 std::string RecompileLimitEvent::message() const {
-  return fn(function) + ": recompile_limit (" + std::to_string(limit) +
+  return fn(function, name) + ": recompile_limit (" + std::to_string(limit) +
          ") reached; running eagerly from now on. Last failing guard: " + guard;
 }
 
 std::string FailingGuardsEvent::message() const {
-  return fn(function) + ": every failing guard:\n" + failures;
+  return fn(function, name) + ": every failing guard:\n" + failures;
 }
 
 std::string GuardsEvent::message() const {
-  return fnEntry(function, entry) + " guards:\n" + guards;
+  return fnEntry(function, name, entry) + " guards:\n" + guards;
 }
 
 std::string GraphDumpEvent::message() const {
-  return fnEntry(function, entry) + " graph:\n" + graph;
+  return fnEntry(function, name, entry) + " graph:\n" + graph;
 }
 
 std::string OutputCodeEvent::message() const {
-  return fnEntry(function, entry) + " LLVM IR:\n" + llvmIr;
+  return fnEntry(function, name, entry) + " LLVM IR:\n" + llvmIr;
 }
 
 std::string GraphBreakEvent::message() const {
   std::string where;
   for (const GraphBreak &b : breaks) where += (where.empty() ? "" : "; ") + b.text();
-  return fn(function) + ": graph break: " + where;
+  return fn(function, name) + ": graph break: " + where;
 }
 
 std::string DynamicSymbolEvent::message() const {
-  return fnEntry(function, entry) + ": " + dimsText(dims) + " -> symbol s" +
+  return fnEntry(function, name, entry) + ": " + dimsText(dims) + " -> symbol s" +
          std::to_string(symbol) + " in " + range(min, max) + " (" + why + ")";
 }
 
 std::string StaticDimEvent::message() const {
-  return fnEntry(function, entry) + ": " + dimsText(dims) + " stays static: " + why;
+  return fnEntry(function, name, entry) + ": " + dimsText(dims) + " stays static: " + why;
 }
 
 std::string PerfHintEvent::message() const {
-  return (function ? fn(*function) + " " : std::string()) + hint;
+  return (function ? fn(*function, name) + " " : std::string()) + hint;
 }
 
 std::string CompileStepEvent::message() const {

@@ -42,6 +42,9 @@ struct DimRef {
 };
 /// "arg 0 dim 1 = arg 1 dim 0"; "every dim" for an empty list.
 std::string dimsText(const std::vector<DimRef> &dims);
+/// "function 3 (model.cpp:42)", "function 3 (attn, model.cpp:42)", or "function 3" for a
+/// function without a name (a trace written before functions had names).
+std::string functionLabel(int64_t function, const std::optional<std::string> &name);
 
 /// One host read that split a trace: "item() on the result of sum (%1)".
 struct GraphBreak {
@@ -61,6 +64,7 @@ struct GraphBreak {
 struct CompileEvent {
   RCJIT_TRACE_EVENT(CompileEvent, compile, "compile");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   double seconds = 0;
   std::string reason; // "first call", or the guard that failed on every older entry
@@ -70,6 +74,7 @@ struct CompileEvent {
   int64_t regionsReused = 0;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("seconds", s.seconds);
     v("reason", s.reason);
@@ -84,10 +89,12 @@ struct CompileEvent {
 struct RecompileEvent {
   RCJIT_TRACE_EVENT(RecompileEvent, recompiles, "recompile");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string guard;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("guard", s.guard);
   }
@@ -97,10 +104,12 @@ struct RecompileEvent {
 struct RecompileLimitEvent {
   RCJIT_TRACE_EVENT(RecompileLimitEvent, recompiles, "recompile_limit");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t limit = 0;
   std::string guard; // the last failing guard
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("limit", s.limit);
     v("guard", s.guard);
   }
@@ -110,9 +119,11 @@ struct RecompileLimitEvent {
 struct FailingGuardsEvent {
   RCJIT_TRACE_EVENT(FailingGuardsEvent, recompiles_verbose, "failing_guards");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   std::string failures;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("failures", s.failures);
   }
 };
@@ -121,10 +132,12 @@ struct FailingGuardsEvent {
 struct GuardsEvent {
   RCJIT_TRACE_EVENT(GuardsEvent, guards, "guards");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string guards;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("guards", s.guards);
   }
@@ -134,10 +147,12 @@ struct GuardsEvent {
 struct GraphDumpEvent {
   RCJIT_TRACE_EVENT(GraphDumpEvent, graph, "graph");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string graph;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("graph", s.graph);
   }
@@ -147,10 +162,12 @@ struct GraphDumpEvent {
 struct OutputCodeEvent {
   RCJIT_TRACE_EVENT(OutputCodeEvent, output_code, "output_code");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string llvmIr;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("llvm_ir", s.llvmIr);
   }
@@ -160,9 +177,11 @@ struct OutputCodeEvent {
 struct GraphBreakEvent {
   RCJIT_TRACE_EVENT(GraphBreakEvent, graph_breaks, "graph_break");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   std::vector<GraphBreak> breaks;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("breaks", s.breaks);
   }
 };
@@ -172,6 +191,7 @@ struct GraphBreakEvent {
 struct DynamicSymbolEvent {
   RCJIT_TRACE_EVENT(DynamicSymbolEvent, dynamic, "dynamic_symbol");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   int64_t symbol = 0;
   std::vector<DimRef> dims; // every dim that shares the symbol
@@ -180,6 +200,7 @@ struct DynamicSymbolEvent {
   std::string why;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("symbol", s.symbol);
     v("dims", s.dims);
@@ -194,11 +215,13 @@ struct DynamicSymbolEvent {
 struct StaticDimEvent {
   RCJIT_TRACE_EVENT(StaticDimEvent, dynamic, "static_dim");
   int64_t function = 0;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::vector<DimRef> dims;
   std::string why;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("entry", s.entry);
     v("dims", s.dims);
     v("why", s.why);
@@ -209,9 +232,11 @@ struct StaticDimEvent {
 struct PerfHintEvent {
   RCJIT_TRACE_EVENT(PerfHintEvent, perf_hints, "perf_hint");
   std::optional<int64_t> function;
+  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   std::string hint;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
+    v("name", s.name);
     v("hint", s.hint);
   }
 };

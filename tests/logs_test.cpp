@@ -74,6 +74,47 @@ TEST(Logs, RecompileLimitLineNamesTheLastGuard) {
   EXPECT_NE(err.find("arg 0 dim 0: expected 2, got 3"), std::string::npos) << err;
 }
 
+// Two lambdas in one program: the recompiles log tells them apart by the line of their
+// compile() call, and a CompileOptions::name is shown next to it; explain() and errors agree.
+TEST(Logs, FunctionsAreNamedByCompileCallAndName) {
+  LogsOff off;
+  set_logs("recompiles");
+  const int firstLine = __LINE__ + 1;
+  auto a = compile([](const Tensor &x) { return x * 2.0; });
+  CompileOptions o;
+  o.name = "attn";
+  o.stance = Stance::normal;
+  auto b = compile([](const Tensor &x) { return x + 1.0; }, o);
+  const int secondLine = __LINE__ - 1;
+  testing::internal::CaptureStderr();
+  a(Tensor::ones({2}));
+  a(Tensor::ones({3}));
+  b(Tensor::ones({2}));
+  b(Tensor::ones({3}));
+  std::string err = testing::internal::GetCapturedStderr();
+  const std::string aWhere = "(logs_test.cpp:" + std::to_string(firstLine) + "): recompiling";
+  const std::string bWhere =
+      "(attn, logs_test.cpp:" + std::to_string(secondLine) + "): recompiling";
+  EXPECT_NE(err.find(aWhere), std::string::npos) << err;
+  EXPECT_NE(err.find(bWhere), std::string::npos) << err;
+  EXPECT_NE(a.explain().find("logs_test.cpp:" + std::to_string(firstLine)), std::string::npos)
+      << a.explain();
+  EXPECT_NE(b.explain().find("(attn, logs_test.cpp:"), std::string::npos) << b.explain();
+
+  CompileOptions strict;
+  strict.name = "decoder";
+  strict.stance = Stance::fail_on_recompile;
+  auto c = compile([](const Tensor &x) { return x - 1.0; }, strict);
+  c(Tensor::ones({2}));
+  try {
+    c(Tensor::ones({3}));
+    FAIL() << "no error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("(decoder, logs_test.cpp:"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Logs, EveryLineOfAMultiLineMessageHasThePrefix) {
   LogsOff off;
   set_logs("guards,graph,recompiles_verbose");
@@ -109,6 +150,8 @@ TEST(Logs, TraceFileGetsOneJsonLinePerEvent) {
       ++compiles;
       EXPECT_TRUE(j.contains("seconds"));
       EXPECT_TRUE(j.contains("function"));
+      EXPECT_NE(j.value("name", "").find(".cpp:"), std::string::npos)
+          << "the compile() call's file:line: " << line;
     }
   }
   EXPECT_GE(lines, 1);

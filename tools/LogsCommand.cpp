@@ -66,6 +66,7 @@ struct DynamicDim {
 
 // What the trace says about one compiled function (the "function" id of its events).
 struct FunctionReport {
+  std::optional<std::string> name; // CompileOptions::name and/or the compile() call's file:line
   std::vector<CompileRow> compiles;
   std::vector<Recompile> recompiles;
   std::vector<LimitHit> limitHits;
@@ -155,7 +156,9 @@ void add(Reader &rd, const logging::CompileEvent &e) {
   }
   rd.compiled.insert(id);
   flushPending(rd, id);
-  rd.function(id).compiles.push_back(c);
+  FunctionReport &f = rd.function(id);
+  if (e.name) f.name = e.name;
+  f.compiles.push_back(c);
 }
 
 void add(Reader &rd, const logging::RecompileEvent &e) {
@@ -281,10 +284,14 @@ std::string plural(int64_t n, const std::string &word, const std::string &words 
   return std::to_string(n) + " " + (n == 1 ? word : words.empty() ? word + "s" : words);
 }
 
-// "function 3", or "run 2 function 3" when several processes appended to the trace.
+// "function 3 (model.cpp:42)", or "run 2 function 3 (model.cpp:42)" when several processes
+// appended to the trace.
 std::string functionName(const Report &r, FunctionKey k) {
   std::string run = r.runs > 1 ? "run " + std::to_string(k.run) + " " : "";
-  return run + (k.id < 0 ? "unknown function" : "function " + std::to_string(k.id));
+  if (k.id < 0) return run + "unknown function";
+  auto it = r.functions.find(k);
+  return run +
+         logging::functionLabel(k.id, it == r.functions.end() ? std::nullopt : it->second.name);
 }
 
 // The generated code of an entry: kernels (full mode) or regions (regional mode).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -26,7 +27,10 @@ struct CompileOptions {
   int recompile_limit = 8;              // compiled variants per function before falling back
   bool fullgraph = false;               // true: a graph break is an Error instead of a split
   Stance stance = Stance::normal;
-  bool cuda_graphs = true; // cuda: replay a static entry's kernels as one CUDA graph
+  bool cuda_graphs = true;   // cuda: replay a static entry's kernels as one CUDA graph
+  bool max_autotune = false; // time candidate implementations on the real shapes, keep the fastest
+  bool reduce_overhead = false; // keep buffers bound between calls (CUDA graphs on cuda)
+  std::string name;             // shown in logs; default: the compile() call's file:line
 };
 
 struct CompileStats {
@@ -52,8 +56,10 @@ using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>
 class CompiledState;
 /// `fnObject`/`fnBytes`: the callable compiled (kept alive by the CompiledFunction), where
 /// captured Tensor variables are looked for so reassigning one is seen (CapturedVariables.h).
+/// `where`: the compile() call's source location, named in logs next to `opts.name`.
 std::shared_ptr<CompiledState>
-makeCompiledState(const CompileOptions &opts, const void *fnObject = nullptr, size_t fnBytes = 0);
+makeCompiledState(const CompileOptions &opts, const void *fnObject = nullptr, size_t fnBytes = 0,
+                  const std::source_location &where = std::source_location::current());
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
                                  const TracedFn &fn);
 CompileStats statsOf(const CompiledState &s);
@@ -74,9 +80,10 @@ template <class R> std::vector<Tensor> toTensors(R &&r) {
 /// stats). Thread-safe.
 template <class F> class CompiledFunction {
 public:
-  CompiledFunction(F fn, const CompileOptions &opts)
+  CompiledFunction(F fn, const CompileOptions &opts,
+                   const std::source_location &where = std::source_location::current())
       : fn_(std::make_shared<F>(std::move(fn))),
-        state_(detail::makeCompiledState(opts, fn_.get(), sizeof(F))) {}
+        state_(detail::makeCompiledState(opts, fn_.get(), sizeof(F), where)) {}
 
   /// Calls with Tensors (each argument a Tensor) or with one std::vector<Tensor>.
   template <class... Args> auto operator()(Args &&...args) const {
@@ -130,19 +137,23 @@ private:
 
 /// Compiles a callable taking Tensors (or one std::vector<Tensor>) and returning a Tensor
 /// or std::vector<Tensor>. The first call traces and compiles; later calls that pass an
-/// entry's guards run its code without calling fn.
+/// entry's guards run its code without calling fn. Logs name the function by `opts.name`
+/// and the file:line of this call.
 template <class F>
 requires(!std::derived_from<std::remove_cvref_t<F>, nn::ModuleBase>)
-    CompiledFunction<std::decay_t<F>> compile(F &&fn, const CompileOptions &opts = {}) {
-  return CompiledFunction<std::decay_t<F>>(std::forward<F>(fn), opts);
+    CompiledFunction<std::decay_t<F>> compile(
+        F &&fn, const CompileOptions &opts = {},
+        const std::source_location &where = std::source_location::current()) {
+  return CompiledFunction<std::decay_t<F>>(std::forward<F>(fn), opts, where);
 }
 
 /// Compiles calls of `module(args...)`; the module must outlive the result.
 template <class M>
 requires std::derived_from<M, nn::ModuleBase>
-auto compile(M &module, const CompileOptions &opts = {}) {
+auto compile(M &module, const CompileOptions &opts = {},
+             const std::source_location &where = std::source_location::current()) {
   auto call = [m = &module](auto &&...args) { return (*m)(std::forward<decltype(args)>(args)...); };
-  return CompiledFunction<decltype(call)>(call, opts);
+  return CompiledFunction<decltype(call)>(call, opts, where);
 }
 
 } // namespace rcjit
