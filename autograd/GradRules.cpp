@@ -1,6 +1,8 @@
 // The gradient rules of every op in Ops.def, written with the public ops (see GradRules.h).
 #include "autograd/GradRules.h"
 
+#include "tracer/Autocast.h"
+
 #include <cassert>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include <rcjit/Ops.h>
 
+#include "tracer/Autocast.h"
 #include "tracer/OpCases.h"
 
 namespace rcjit::autograd {
@@ -165,11 +168,10 @@ Grads linearGrad(const std::vector<Tensor> &in, const Tensor &g, const std::vect
     // the rows of g summed: a GEMV with a row of ones, which walks g row by row, where a
     // reduction over leading dims would stride down its columns
     const int64_t out = w.size(0), rows = out ? g.numel() / out : 0;
-    r[2] = g.dim() >= 2 && rows > 1
-               ? reshape(matmul(Tensor::ones({1, rows}, g.dtype(), g.device()),
-                                reshape(g, {rows, out})),
-                         {out})
-               : g; // summed to [out] by the caller
+    r[2] = g.dim() >= 2 && rows > 1 ? reshape(matmul(Tensor::ones({1, rows}, g.dtype(), g.device()),
+                                                     reshape(g, {rows, out})),
+                                              {out})
+                                    : g; // summed to [out] by the caller
   }
   return r;
 }
@@ -388,6 +390,7 @@ Tensor sumToShape(const Tensor &grad, const Shape &shape) {
 std::vector<Tensor> applyGradRule(OpKind op, const Attrs &attrs, const std::vector<Tensor> &inputs,
                                   const Tensor &output, const Tensor &gradOutput,
                                   const std::vector<bool> &needsGrad) {
+  detail::NoAutocast noAutocast; // the backward computes in the dtypes the forward chose
   std::vector<Tensor> r = rawRule(op, attrs, inputs, output, gradOutput, needsGrad);
   r.resize(inputs.size());
   for (size_t i = 0; i < r.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include <rcjit/Ops.h>
 
+#include "tracer/Autocast.h"
 #include "tracer/Tracer.h"
 
 namespace rcjit {
@@ -25,10 +26,11 @@ void checkTargets(const Tensor &target, int64_t classes, int64_t ignoreIndex) {
 
 } // namespace
 
-Tensor cross_entropy(const Tensor &logits, const Tensor &target, int64_t ignore_index) {
-  if (!logits.defined() || !target.defined()) {
+Tensor cross_entropy(const Tensor &logitsIn, const Tensor &target, int64_t ignore_index) {
+  if (!logitsIn.defined() || !target.defined()) {
     throw Error("cross_entropy: logits and target must be defined Tensors");
   }
+  const Tensor logits = detail::autocastToF32(logitsIn); // a loss is f32 under autocast
   if (logits.dim() < 1 || !isFloating(logits.dtype())) {
     throw Error("cross_entropy: logits must be floating [..., C], got " +
                 std::string(dtypeName(logits.dtype())) + shapeStr(logits.shape()));
@@ -61,7 +63,8 @@ Tensor mse_loss(const Tensor &input, const Tensor &target) {
   if (!input.defined() || !target.defined()) {
     throw Error("mse_loss: input and target must be defined Tensors");
   }
-  Tensor d = input - target;
+  // a loss is f32 under autocast
+  Tensor d = detail::autocastToF32(input) - detail::autocastToF32(target);
   return mean(d * d);
 }
 

@@ -7,13 +7,22 @@
 
 #include <sstream>
 
+#include "tracer/Autocast.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit {
 
+namespace {
+// "bf16" inside an Autocast scope, "off" outside one.
+std::string autocastText(int code) {
+  return code < 0 ? "off" : std::string(dtypeName(static_cast<DType>(code)));
+}
+} // namespace
+
 GuardSet GuardSet::fromInputs(const std::vector<Tensor> &inputs,
                               const std::vector<std::string> &labels, size_t identityFrom) {
   GuardSet g;
+  g.autocast_ = detail::autocastCode();
   g.tensors_.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor &t = inputs[i];
@@ -157,6 +166,12 @@ std::string checkOne(const TensorGuard &g, const Tensor &t, int64_t *symVals,
 
 template <bool explain>
 std::string GuardSet::checkAll(const Tensor *const *inputs, size_t n, bool all) const {
+  if (const int now = detail::autocastCode(); now != autocast_) {
+    if constexpr (explain) {
+      return "autocast: expected " + autocastText(autocast_) + ", got " + autocastText(now);
+    }
+    return "x";
+  }
   if (n != tensors_.size()) {
     if constexpr (explain) {
       return "number of inputs: expected " + std::to_string(tensors_.size()) + ", got " +
@@ -197,6 +212,7 @@ std::string GuardSet::allFailures(const Tensor *const *inputs, size_t n) const {
 
 std::string GuardSet::print() const {
   std::ostringstream os;
+  if (autocast_ >= 0) os << "autocast: " << autocastText(autocast_) << "\n";
   for (const TensorGuard &g : tensors_) {
     os << g.label << ": " << dtypeName(g.dtype) << " " << g.device.str() << " [";
     for (size_t d = 0; d < g.dims.size(); ++d) {

@@ -65,6 +65,8 @@ public:
   const std::vector<TensorGuard> &tensors() const { return tensors_; }
   std::vector<TensorGuard> &mutableTensors() { return tensors_; }
 
+  /// The Autocast dtype the entry was traced under (-1: none); calls must match it.
+  int autocast() const { return autocast_; }
   /// Number of symbols (0 for a static guard set).
   int numSymbols() const { return static_cast<int>(symbolAt_.size()); }
 
@@ -73,6 +75,7 @@ private:
   std::string checkAll(const Tensor *const *inputs, size_t n, bool all) const;
 
   std::vector<TensorGuard> tensors_;
+  int autocast_ = -1; // detail::autocastCode() at trace time
   std::vector<std::string> symbolAt_; // per symbol: "arg 0 dim 1", where it is first read
 };
 

@@ -7,6 +7,7 @@
 
 #include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
+#include "tracer/Autocast.h"
 #include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
 #include "tracer/OpsInternal.h"
@@ -74,6 +75,10 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
 
 Tensor applyOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a) {
   checkDefined(op, in);
+  if (autocastCode() >= 0) { // an Autocast scope: the op may run on cast inputs
+    std::vector<Tensor> cast = in;
+    if (autocastInputs(op, cast)) return applyOp(op, cast, a); // now nothing to cast
+  }
   std::vector<TensorMeta> metas;
   metas.reserve(in.size());
   for (const Tensor &t : in) metas.push_back({t.dtype(), t.shape()});

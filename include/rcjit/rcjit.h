@@ -1,5 +1,6 @@
 // The umbrella header: everything in rcjit's public API (namespace rcjit).
 #pragma once
+#include <rcjit/Autocast.h>
 #include <rcjit/Autograd.h>
 #include <rcjit/Cache.h>
 #include <rcjit/Compile.h>
