@@ -245,7 +245,7 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
       {{"--optimizer", "adam"}, "--optimizer: 'adam' is not adamw or sgd"},
       {{"--lr", "-1"}, "--lr: '-1' is not a positive number"},
       {{"--lr", "1e-3x"}, "--lr: '1e-3x' is not a positive number"},
-      {{"--dtype", "bf16"}, "mixed-precision training (Autocast"},
+      {{"--dtype", "f16"}, "--dtype: 'f16' is not f32 or bf16"},
       {{"--layers", "0"}, "--layers: 0 is not a positive number of layers"},
       {{"--batch", "0"}, "--batch and --seq must be positive"},
       {{"--model", "nope"}, "unknown model 'nope'"},

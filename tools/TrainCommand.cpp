@@ -36,6 +36,7 @@ struct Settings {
   int steps = 20, inferReps = 3;
   double lr = 0;
   uint64_t seed = 0;
+  bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
 };
 
 struct TrainRow {
@@ -137,7 +138,11 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     if (i == 0) reset_peak_memory_stats();
     auto t0 = std::chrono::steady_clock::now();
     adamw ? adamw->zero_grad() : sgd->zero_grad();
-    Tensor l = loss(b.inputs);
+    Tensor l;
+    {
+      Autocast ac(DType::bf16, s.autocast);
+      l = loss(b.inputs);
+    }
     l.backward();
     adamw ? adamw->step() : sgd->step();
     double ms = msSince(t0);
@@ -160,6 +165,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   NoGradGuard noGrad;
   auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
+  Autocast ac(DType::bf16, s.autocast);
   forward(in);
   std::vector<double> times;
   for (int i = 0; i < s.inferReps; ++i) {
@@ -175,11 +181,11 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s - cpu, %.*s, batch %lld, seq %lld, %d steps, %s lr %g\n",
-                model.c_str(), static_cast<int>(dtypeName(c.dtype).size()),
-                dtypeName(c.dtype).data(), static_cast<long long>(c.batch),
-                static_cast<long long>(c.seq), s.steps,
-                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr);
+  std::snprintf(
+      buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g\n", model.c_str(),
+      s.autocast ? "bf16 autocast (f32 parameters)" : std::string(dtypeName(c.dtype)).c_str(),
+      static_cast<long long>(c.batch), static_cast<long long>(c.seq), s.steps,
+      s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr);
   out << buf;
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
                 "initial step", "initial peak", "training step", "inference", "vs eager",
@@ -236,7 +242,9 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
   j["parameters"] = parameters;
-  j["dtype"] = std::string(dtypeName(c.dtype));
+  j["dtype"] = s.autocast ? "bf16" : std::string(dtypeName(c.dtype));
+  j["autocast"] = s.autocast;
+  j["parameter_dtype"] = std::string(dtypeName(c.dtype));
   j["steps"] = s.steps;
   j["optimizer"] = s.optimizer;
   j["lr"] = s.lr;
@@ -281,8 +289,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "steps", po::value(&s.steps)->default_value(20), "training steps per mode (at least 2)")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"),
-      "parameter dtype: f32")("optimizer", po::value(&s.optimizer)->default_value("adamw"),
-                              "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
+      "f32, or bf16: matmul, linear, conv2d and attention under Autocast(bf16) with f32 "
+      "parameters, optimizer state and gradients")(
+      "optimizer", po::value(&s.optimizer)->default_value("adamw"),
+      "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
       "lr", po::value(&lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
       "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
       "json", po::value(&json), "also write every figure, step times and losses to FILE")(
@@ -302,11 +312,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
                                 " is fewer than 2 (the step time is the median after the first)");
   }
   checkLayersFlag(layers);
-  if (dtype == "bf16") {
-    throw std::invalid_argument("--dtype bf16: mixed-precision training (Autocast, f32 master "
-                                "weights) is not built yet; train in f32");
+  if (dtype != "f32" && dtype != "bf16") {
+    throw std::invalid_argument("--dtype: '" + dtype + "' is not f32 or bf16");
   }
-  if (dtype != "f32") throw std::invalid_argument("--dtype: f32");
+  s.autocast = dtype == "bf16";
   if (s.optimizer != "adamw" && s.optimizer != "sgd") {
     throw std::invalid_argument("--optimizer: '" + s.optimizer + "' is not adamw or sgd");
   }
