@@ -73,7 +73,8 @@ std::string describeBreaks(const Trace &t) {
 ExecutableOptions executableOptions(const CompileOptions &o, const std::vector<Tensor> &inputs) {
   ExecutableOptions exec;
   exec.target = o.target;
-  exec.cudaGraphs = o.cuda_graphs;
+  exec.cudaGraphs = o.cuda_graphs || o.reduce_overhead;
+  exec.autotune = o.max_autotune;
   if (o.target != Target::cuda) return exec;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].device().is_cuda()) {

@@ -145,7 +145,8 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
       trains = trains || wantGrad.back();
     }
     std::ostringstream key;
-    key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu") << "/";
+    key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
+        << (exec.autotune ? "+autotune" : "") << "/";
     if (trains) {
       key << "train:";
       for (bool w : wantGrad) key << (w ? '1' : '0');

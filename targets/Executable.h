@@ -42,6 +42,7 @@ struct ExecutableOptions {
   bool keepLlvmIr = false;   // keep the optimized LLVM IR
   bool keepAssembly = false; // cpu: keep the host assembly
   bool cudaGraphs = true;    // cuda: replay static programs as CUDA graphs
+  bool autotune = false;     // cpu: time candidates per step on the first call (max_autotune)
 };
 
 /// Compiles `p` for `o.target`; `moduleId` names the module. Throws rcjit::Error (for

@@ -16,6 +16,7 @@ std::shared_ptr<Executable> compileCpu(Program p, const std::string &moduleId,
   cpu::CpuProgramOptions co;
   co.keepLlvmIr = o.keepLlvmIr;
   co.keepAssembly = o.keepAssembly;
+  co.autotune = o.autotune;
   return cpu::CpuProgram::create(std::move(p), moduleId, co);
 }
 

@@ -37,15 +37,28 @@ struct Row {
 
 Mode parseMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
-  if (m == "full" || m == "dynamic") return Mode::full;
+  if (m == "full" || m == "dynamic" || m == "max-autotune" || m == "reduce-overhead")
+    return Mode::full;
   if (m == "regional") return Mode::regional;
   throw std::invalid_argument("--modes: unknown mode '" + m +
-                              "' (expected eager, full, dynamic, regional)");
+                              "' (expected eager, full, dynamic, regional, max-autotune, "
+                              "reduce-overhead)");
 }
+
+// The options every compiled mode gets (--max-autotune, --reduce-overhead), and the modes
+// named after torch's `mode=` strings: full compilation with that option on.
+struct Tuning {
+  bool maxAutotune = false, reduceOverhead = false;
+  void apply(const std::string &mode, CompileOptions &o) const {
+    o.max_autotune = maxAutotune || mode == "max-autotune";
+    o.reduce_overhead = reduceOverhead || mode == "reduce-overhead";
+  }
+};
 
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
 Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
-            const std::string &cacheDir, const std::string &weights, Target target) {
+            const std::string &cacheDir, const std::string &weights, Target target,
+            const Tuning &tuning) {
   std::error_code ec; // the child writes its figures there, even when nothing was cached
   std::filesystem::create_directories(cacheDir, ec);
   std::string json = cacheDir + "/warm.json";
@@ -64,6 +77,8 @@ Row warmRow(const std::string &model, const ModelConfig &c, const std::string &m
                                    "--cache-dir=" + cacheDir,
                                    "--json=" + json};
   if (!weights.empty()) argv.push_back("--weights=" + weights);
+  if (tuning.maxAutotune) argv.push_back("--max-autotune");
+  if (tuning.reduceOverhead) argv.push_back("--reduce-overhead");
   if (runProgram(argv) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
@@ -85,7 +100,7 @@ std::string targetLabel(Target target) {
 }
 
 Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
-           const std::string &weights, Target target) {
+           const std::string &weights, Target target, const Tuning &tuning) {
   std::unique_ptr<Model> m = info.build(c);
   if (!weights.empty()) loadWeights(m->module(), weights, WeightNaming::forModel(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
@@ -100,6 +115,7 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   CompileOptions opts;
   opts.target = target;
   opts.mode = parseMode(mode);
+  tuning.apply(mode, opts);
   if (mode == "dynamic") { // dim 1 of every input that is [batch, seq, ...]: symbolic
     for (Tensor &t : inputs) {
       if (t.dim() >= 2 && t.size(1) == c.seq) mark_dynamic(t, 1, 2, std::max<int64_t>(2, c.seq));
@@ -174,9 +190,12 @@ void printTable(std::ostream &out, const std::string &model, const ModelConfig &
 }
 
 nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
-                      const std::vector<Row> &rows, const std::string &target) {
+                      const std::vector<Row> &rows, const std::string &target,
+                      const Tuning &tuning) {
   nlohmann::json j;
   j["model"] = model;
+  j["max_autotune"] = tuning.maxAutotune;
+  j["reduce_overhead"] = tuning.reduceOverhead;
   j["seq"] = c.seq;
   j["dtype"] = std::string(dtypeName(c.dtype));
   j["layers"] = c.layers;
@@ -240,15 +259,16 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   po::options_description desc("rcjit bench: time a built-in model per mode and batch");
   std::string model, modes, batches, target, dtype, json, plot, cacheDir, weights;
   bool warm = false, keepCache = false;
+  Tuning tuning;
   int64_t seq = 128;
   int reps = 10, layers = -1;
   desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
                                                  "model name (see 'rcjit models')")(
       "modes", po::value(&modes)->default_value("eager,full,regional"),
       "comma list of modes: eager, full, regional, dynamic (full, with the sequence dim of the "
-      "inputs marked dynamic)")("batch", po::value(&batches)->default_value("1,4"),
-                                "comma list of batch sizes")(
-      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "inputs marked dynamic), max-autotune, reduce-overhead (full with that option)")(
+      "batch", po::value(&batches)->default_value("1,4"),
+      "comma list of batch sizes")("seq", po::value(&seq)->default_value(128), "sequence length")(
       "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
@@ -263,7 +283,10 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
                                                      "do not clear the cache before each run")(
       "weights", po::value(&weights),
       "load parameters from FILE.safetensors (Hugging Face "
-      "names; every shape checked)");
+      "names; every shape checked)")("max-autotune", po::bool_switch(&tuning.maxAutotune),
+                                     "every compiled mode with CompileOptions::max_autotune")(
+      "reduce-overhead", po::bool_switch(&tuning.reduceOverhead),
+      "every compiled mode with CompileOptions::reduce_overhead");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -314,13 +337,14 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
       c.batch = b;
       if (!keepCache) cache::clear(); // cold: empty memory and disk cache
-      rows.push_back(runOne(info, c, mode, reps, weights, tgt));
-      if (warm && mode != "eager") rows.push_back(warmRow(model, c, mode, cacheDir, weights, tgt));
+      rows.push_back(runOne(info, c, mode, reps, weights, tgt, tuning));
+      if (warm && mode != "eager")
+        rows.push_back(warmRow(model, c, mode, cacheDir, weights, tgt, tuning));
     }
     if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
   printTable(out, model, c, reps, tableModes, batchList, rows, label);
-  if (!json.empty()) jsonFile << toJson(model, c, reps, rows, label).dump(2) << "\n";
+  if (!json.empty()) jsonFile << toJson(model, c, reps, rows, label, tuning).dump(2) << "\n";
   if (!plot.empty()) writePlot(plot, rows);
   return kOk;
 }

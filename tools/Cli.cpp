@@ -69,6 +69,10 @@ std::string modeTitle(const std::string &m) {
   if (m == "dynamic") return "Full, dynamic seq";
   if (m == "dynamic-warm") return "Full, dynamic, warm";
   if (m == "regional-warm") return "Regional, warm start";
+  if (m == "max-autotune") return "Full, max-autotune";
+  if (m == "max-autotune-warm") return "Max-autotune, warm";
+  if (m == "reduce-overhead") return "Full, reduce-overhead";
+  if (m == "reduce-overhead-warm") return "Reduce-overhead, warm";
   return "Regional compilation";
 }
 

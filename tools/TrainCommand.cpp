@@ -37,6 +37,7 @@ struct Settings {
   double lr = 0;
   uint64_t seed = 0;
   bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
+  bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
 };
 
 struct TrainRow {
@@ -109,6 +110,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   const size_t nIn = templates.size();
   CompileOptions opts;
   opts.mode = parseTrainMode(mode);
+  opts.max_autotune = s.maxAutotune;
+  opts.reduce_overhead = s.reduceOverhead;
   auto lossFn = [&](const std::vector<Tensor> &in) {
     std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
     Tensor out = m->forward(inputs);
@@ -181,11 +184,13 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
-  std::snprintf(
-      buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g\n", model.c_str(),
-      s.autocast ? "bf16 autocast (f32 parameters)" : std::string(dtypeName(c.dtype)).c_str(),
-      static_cast<long long>(c.batch), static_cast<long long>(c.seq), s.steps,
-      s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr);
+  std::snprintf(buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s\n",
+                model.c_str(),
+                s.autocast ? "bf16 autocast (f32 parameters)"
+                           : std::string(dtypeName(c.dtype)).c_str(),
+                static_cast<long long>(c.batch), static_cast<long long>(c.seq), s.steps,
+                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
+                s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
                 "initial step", "initial peak", "training step", "inference", "vs eager",
@@ -246,6 +251,8 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["autocast"] = s.autocast;
   j["parameter_dtype"] = std::string(dtypeName(c.dtype));
   j["steps"] = s.steps;
+  j["max_autotune"] = s.maxAutotune;
+  j["reduce_overhead"] = s.reduceOverhead;
   j["optimizer"] = s.optimizer;
   j["lr"] = s.lr;
   j["seed"] = s.seed;
@@ -298,7 +305,11 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "json", po::value(&json), "also write every figure, step times and losses to FILE")(
       "weights", po::value(&s.weights),
       "start from parameters in FILE.safetensors (Hugging Face names; every shape checked); "
-      "without it the weights are random (seeded)");
+      "without it the weights are random (seeded)")(
+      "max-autotune", po::bool_switch(&s.maxAutotune),
+      "compiled modes with CompileOptions::max_autotune")(
+      "reduce-overhead", po::bool_switch(&s.reduceOverhead),
+      "compiled modes with CompileOptions::reduce_overhead");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);

@@ -4,13 +4,19 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <limits>
+#include <optional>
+#include <sstream>
 #include <unordered_map>
 
 #include <rcjit/Cache.h>
 
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
+#include "cache/ObjectStore.h"
+#include "support/Events.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
@@ -134,6 +140,8 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     cp->assembly_ = std::move(ck.assembly);
   }
   cp->program_ = std::move(p);
+  cp->moduleId_ = moduleId;
+  cp->autotune_ = opts.autotune;
   const Program &prog = cp->program_;
   cp->specs_ = std::make_unique<SpecTable<Spec>>(
       prog, [&prog](const int64_t *syms) { return makeSpec(prog, syms); });
@@ -183,7 +191,7 @@ void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
 }
 
 void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *bases,
-                           const int64_t *syms) const {
+                           const int64_t *syms, int threads) const {
   const LoopKernel &k = program_.kernels[s.kernel];
   char *ptrs[64];
   std::vector<char *> heap;
@@ -195,9 +203,12 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
   for (size_t i = 0; i < s.operands.size(); ++i) pp[i] = valueAddress(layout, bases, s.operands[i]);
   KernelFn fn = kernels_[s.kernel];
   int64_t outer = k.outerSize(syms);
-  int64_t work = outer * innerSize(k, syms);
-  int threads = omp_get_max_threads();
-  if (work < kParallelWork || outer < 2 || threads < 2) {
+  if (threads <= 0) {
+    int64_t work = outer * innerSize(k, syms);
+    threads = work < kParallelWork ? 1 : omp_get_max_threads();
+  }
+  threads = static_cast<int>(std::min<int64_t>(threads, outer));
+  if (threads < 2) {
     fn(pp, syms, 0, outer);
     return;
   }
@@ -208,6 +219,129 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     if (begin < end) fn(pp, syms, begin, end);
   }
 }
+
+namespace {
+// omp's thread count for this thread while it lives (oneDNN sizes its parallel regions and
+// its primitives by it)
+struct OmpThreads {
+  int prev;
+  explicit OmpThreads(int n) : prev(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(prev); }
+};
+} // namespace
+
+void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
+                            int threads) const {
+  if (threads == 1 && spec.serialLibrary[i]) {
+    OmpThreads one(1);
+    spec.serialLibrary[i]->run(operands, result);
+    return;
+  }
+  spec.library[i]->run(operands, result);
+}
+
+// max_autotune's record: "rcjit-autotune 1 <steps> <threads per step>...".
+std::string CpuProgram::tuningKey(const Spec &spec) const {
+  std::string kernels;
+  for (const LoopKernel &k : program_.kernels) {
+    LoopKernel anon = k;
+    anon.name = "k";
+    kernels += printKernel(anon);
+  }
+  std::string sizes; // a symbolic program's sizes at this spec
+  for (int64_t v : spec.syms) sizes += std::to_string(v) + ",";
+  return cache::contentKey({"cpu-autotune-1", printProgram(spec.layout), kernels, sizes,
+                            cpuFeatures(), std::to_string(omp_get_max_threads())});
+}
+
+bool CpuProgram::loadTuning(const Spec &spec) const {
+  cache::ObjectStore &store = cache::ObjectStore::instance();
+  const std::string key = tuningKey(spec);
+  cache::Bytes b = store.lookup(key, moduleId_ + " autotune");
+  if (!b) return false;
+  std::istringstream in(std::string(b->begin(), b->end()));
+  std::string magic;
+  int version = 0;
+  size_t n = 0;
+  std::vector<int> threads;
+  bool ok = static_cast<bool>(in >> magic >> version >> n) && magic == "rcjit-autotune" &&
+            version == 1 && n == spec.layout.steps.size();
+  for (size_t i = 0; ok && i < n; ++i) {
+    int t = -1;
+    ok = static_cast<bool>(in >> t) && t >= 0 && t <= 4096 &&
+         (t == 0 || spec.layout.steps[i].kind != Step::Kind::eager);
+    threads.push_back(t);
+  }
+  if (!ok || !(in >> std::ws).eof()) {
+    store.evict(key, "not a well-formed autotune record for this program");
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (threads[i] == 1 && spec.library[i]) {
+      OmpThreads one(1);
+      spec.serialLibrary[i] = LibraryStep::create(spec.layout, spec.layout.steps[i], false);
+    }
+  }
+  spec.threads = std::move(threads);
+  return true;
+}
+
+// The first call of an autotuned program at some sizes: each kernel and oneDNN step runs
+// under every candidate on the call's inputs (steps are pure: they write only their
+// result, which no operand aliases, so running one again changes nothing), and the
+// fastest candidate per step is kept.
+struct CpuProgram::Tuner {
+  const CpuProgram &prog;
+  const Spec &spec;
+  std::vector<int> threads;
+  std::string summary;
+  int considered = 0;
+
+  Tuner(const CpuProgram &p, const Spec &s) : prog(p), spec(s), threads(s.layout.steps.size(), 0) {}
+
+  // the best of a few runs after a warm-up run (more runs while they total under 2 ms)
+  template <class F> static double bestSeconds(F &&f) {
+    f();
+    double best = std::numeric_limits<double>::infinity(), total = 0;
+    for (int r = 0; r < 5 && (r < 1 || total < 2e-3); ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      f();
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::min(best, dt);
+      total += dt;
+    }
+    return best;
+  }
+
+  // `run(n)` runs step i on n threads; candidates 1 and all threads
+  template <class F> void choose(size_t i, const char *what, F &&run) {
+    const int all = omp_get_max_threads();
+    if (all < 2) return;
+    double one = bestSeconds([&] { run(1); }), many = bestSeconds([&] { run(all); });
+    threads[i] = one <= many ? 1 : all;
+    ++considered;
+    char line[160];
+    std::snprintf(line, sizeof line, "\n  step %zu (%s): %s (%.3f ms on 1 thread, %.3f ms on %d)",
+                  i, what, one <= many ? "1 thread" : "all threads", one * 1e3, many * 1e3, all);
+    summary += line;
+  }
+
+  void finish(double seconds) {
+    spec.threads = threads;
+    std::ostringstream rec;
+    rec << "rcjit-autotune 1 " << threads.size();
+    for (int t : threads) rec << " " << t;
+    const std::string text = rec.str();
+    cache::ObjectStore::instance().store(
+        prog.tuningKey(spec), {reinterpret_cast<const uint8_t *>(text.data()), text.size()},
+        prog.moduleId_ + " autotune");
+    logging::emit(
+        logging::CompileStepEvent{.graph = prog.moduleId_,
+                                  .step = "autotune",
+                                  .seconds = seconds,
+                                  .result = std::to_string(considered) + " steps timed" + summary});
+  }
+};
 
 void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
                           std::vector<Tensor> &dynamic, std::vector<Tensor> &outBuffers,
@@ -265,6 +399,31 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
   const int64_t *syms = callSyms.data();
   std::shared_ptr<const Spec> spec = specs_->get(syms);
   const Program &p = spec->layout;
+  // max_autotune: the first call at these sizes times the candidates (one call at a time;
+  // calls meanwhile use the defaults), unless the cache remembers the choice
+  std::unique_lock<std::mutex> tuneLock;
+  std::optional<Tuner> tuner;
+  auto tuneStart = std::chrono::steady_clock::now();
+  if (autotune_ && !spec->tuned.load(std::memory_order_acquire)) {
+    tuneLock = std::unique_lock<std::mutex>(spec->tuneMu, std::try_to_lock);
+    if (tuneLock.owns_lock() && !spec->tuned.load(std::memory_order_relaxed)) {
+      spec->serialLibrary.resize(p.steps.size());
+      if (loadTuning(*spec)) {
+        spec->tuned.store(true, std::memory_order_release);
+        logging::emit(logging::CompileStepEvent{
+            .graph = moduleId_,
+            .step = "autotune",
+            .seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - tuneStart).count(),
+            .result = "the choices of an earlier tuning, from the cache"});
+      } else {
+        tuner.emplace(*this, *spec);
+      }
+    }
+  }
+  const std::vector<int> *chosen =
+      spec->tuned.load(std::memory_order_acquire) ? &spec->threads : nullptr;
+  auto threadsOf = [&](size_t i) { return chosen ? (*chosen)[i] : 0; };
   std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
   struct Release {
     const CpuProgram *self;
@@ -299,7 +458,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
       p,
       [&](size_t i, const Step &s) {
         open(i);
-        runKernel(s, p, bases.data(), syms);
+        if (tuner && program_.kernels[s.kernel].outerSize(syms) >= 2) {
+          tuner->choose(i, program_.kernels[s.kernel].name.c_str(),
+                        [&](int t) { runKernel(s, p, bases.data(), syms, t); });
+        } else {
+          runKernel(s, p, bases.data(), syms, threadsOf(i));
+        }
         done(i);
       },
       [&](size_t i, const Step &s) {
@@ -308,10 +472,28 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
         char *ops[3];
         for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
           ops[j] = valueAddress(p, bases.data(), s.operands[j]);
-        spec->library[i]->run(ops, valueAddress(p, bases.data(), s.result));
+        char *result = valueAddress(p, bases.data(), s.result);
+        if (tuner) {
+          if (!spec->serialLibrary[i]) {
+            OmpThreads one(1); // a primitive made for one thread
+            spec->serialLibrary[i] = LibraryStep::create(p, s, false);
+          }
+          if (spec->serialLibrary[i]) {
+            tuner->choose(i, std::string(opName(s.op)).c_str(),
+                          [&](int t) { runLibrary(*spec, i, ops, result, t); });
+            done(i);
+            return;
+          }
+        }
+        runLibrary(*spec, i, ops, result, threadsOf(i));
         done(i);
       },
       runEagerStep);
+  if (tuner) {
+    tuner->finish(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - tuneStart).count());
+    spec->tuned.store(true, std::memory_order_release);
+  }
   for (int b : spec->outputsAt.back()) { // outputs no step writes (zero-sized ones)
     outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
   }

@@ -1,6 +1,7 @@
 // A Program compiled for the CPU: JIT-compiled kernels, prepared oneDNN calls, and the
 // executor that runs the steps over a reusable scratch arena.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,12 @@ namespace rcjit::cpu {
 struct CpuProgramOptions {
   bool keepLlvmIr = false;   // keep the optimized LLVM IR (output_code log, --dump llvm)
   bool keepAssembly = false; // keep the host assembly (--dump asm)
+  /// max_autotune: the first call at each set of sizes times every kernel on one thread and
+  /// on all, and every oneDNN step with a primitive made for all threads and one made for
+  /// one, on the call's real inputs, and keeps the fastest per step; the choice is stored
+  /// in the cache (memory and disk) under the program's text, sizes and host, so a later
+  /// compile of the same program skips the timing.
+  bool autotune = false;
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
@@ -26,7 +33,6 @@ struct CpuProgramOptions {
 /// allocated at the step that first writes them, not when the call starts.
 class CpuProgram final : public Executable {
 public:
-
   /// Compiles `p`'s kernels and prepares its library calls. `moduleId` names the LLVM
   /// module (the object-cache key). Throws rcjit::Error.
   static std::shared_ptr<CpuProgram> create(Program p, const std::string &moduleId,
@@ -53,18 +59,33 @@ private:
     std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
     std::vector<std::vector<int>> outputsAt;           // per step: output buffers it opens
     std::vector<std::vector<int>> inputsDone;          // per step: inputs used last there
+    // max_autotune's choice per step: 0 the default heuristic, 1 one thread, n n threads;
+    // written once (under tuneMu) before `tuned` is set, read-only after
+    mutable std::mutex tuneMu;
+    mutable std::atomic<bool> tuned{false};
+    mutable std::vector<int> threads;
+    mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
   };
+  struct Tuner;
   // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
   std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed) const;
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
-  void runKernel(const Step &s, const Program &layout, char *const *bases,
-                 const int64_t *syms) const;
+  // `threads`: 0 the default heuristic, else that many threads (at most the outer size)
+  void runKernel(const Step &s, const Program &layout, char *const *bases, const int64_t *syms,
+                 int threads = 0) const;
+  void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
+                  int threads) const;
+  // max_autotune: the cache key of `spec`'s choices, and reading them back
+  std::string tuningKey(const Spec &spec) const;
+  bool loadTuning(const Spec &spec) const;
   void runEager(const Step &s, const Program &layout, char **bases, std::vector<Tensor> &dynamic,
                 std::vector<Tensor> &outBuffers, const Tensor *const *inputs) const;
 
   Program program_;
+  std::string moduleId_;
+  bool autotune_ = false;
   std::vector<KernelFn> kernels_;
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;

@@ -1,0 +1,120 @@
+// CompileOptions::max_autotune on the CPU: the first call at each set of sizes times every
+// kernel and oneDNN step on one thread and on all, keeps the faster, and stores the choice in
+// the cache; results equal the default compile's. reduce_overhead is accepted everywhere.
+#include <gtest/gtest.h>
+
+#include "tests/AutogradTestUtil.h"
+#include "tests/TestUtil.h"
+
+#include <string>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+using namespace rcjit;
+
+namespace {
+
+struct LogsOff {
+  ~LogsOff() { set_logs(""); }
+};
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(MaxAutotune, ResultsEqualTheDefaultAndTheChoiceIsTimedOnceThenRemembered) {
+  LogsOff off;
+  cache::clear();
+  Tensor w = Tensor::randn({64, 48}, 1), b = Tensor::randn({48}, 2);
+  auto fn = [&](const Tensor &x) { return softmax(relu(matmul(x, w) + b) * 2.0, -1); };
+  CompileOptions tuned;
+  tuned.max_autotune = true;
+  Tensor x = Tensor::randn({8, 64}, 3);
+  Tensor want = compile(fn)(x);
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  auto a = compile(fn, tuned);
+  Tensor first = a(x), second = a(x);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(second, want, 1e-4, 1e-5));
+  EXPECT_EQ(count(log, "steps timed"), 1u) << "timed on the first call only:\n" << log;
+  EXPECT_NE(log.find("(matmul): "), std::string::npos) << log;
+  EXPECT_NE(log.find("ms on 1 thread"), std::string::npos) << log;
+
+  // the same program compiled again (another function object): the cache has the choice
+  testing::internal::CaptureStderr();
+  auto again = compile(fn, tuned);
+  Tensor third = again(x);
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(allclose(third, want, 1e-4, 1e-5));
+  EXPECT_EQ(count(log, "steps timed"), 0u) << log;
+  EXPECT_NE(log.find("the choices of an earlier tuning, from the cache"), std::string::npos) << log;
+
+  // without max_autotune nothing is timed
+  testing::internal::CaptureStderr();
+  compile(fn)(x);
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find(": autotune ("), std::string::npos) << log;
+}
+
+// A symbolic entry is tuned per set of sizes it runs at.
+TEST(MaxAutotune, EverySizeOfADynamicEntryIsTunedOnItsFirstCall) {
+  LogsOff off;
+  cache::clear();
+  CompileOptions o;
+  o.max_autotune = true;
+  o.dynamic = Dynamic::always;
+  auto f = compile([](const Tensor &x) { return tanh(x * 3.0) + 1.0; }, o);
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  Tensor a = Tensor::randn({4, 32}, 1), b = Tensor::randn({4, 4096}, 2);
+  Tensor ra = f(a), rb = f(b), ra2 = f(a);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(count(log, "steps timed"), 2u) << log;
+  EXPECT_TRUE(allclose(ra, tanh(a * 3.0) + 1.0, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(rb, tanh(b * 3.0) + 1.0, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(ra2, ra, 0, 0));
+}
+
+// Training (full and regional) with max_autotune and reduce_overhead: the same losses as
+// the default compile.
+TEST(MaxAutotune, TrainingWithTheModeOptionsMatchesTheDefault) {
+  std::vector<int64_t> tokens;
+  for (int i = 0; i < 2 * 8; ++i) tokens.push_back((i * 7 + 3) % 50);
+  Tensor ids = Tensor::from_vector(tokens, {2, 8});
+  Tensor targets =
+      Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {2, 8});
+  auto run = [&](Mode mode, bool options) {
+    auto model = test::tinyGpt2(2, 8);
+    auto loss = [&](const Tensor &in, const Tensor &tg) {
+      return cross_entropy(model->forward({in}), tg);
+    };
+    CompileOptions o;
+    o.mode = mode;
+    o.max_autotune = options;
+    o.reduce_overhead = options;
+    auto cf = compile(loss, o);
+    optim::AdamW opt(model->module().parameters(), {.lr = 3e-3});
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      Tensor l = cf(ids, targets);
+      l.backward();
+      opt.step();
+      losses.push_back(l.item());
+    }
+    return losses;
+  };
+  for (Mode mode : {Mode::full, Mode::regional}) {
+    std::vector<double> def = run(mode, false), opt = run(mode, true);
+    for (size_t i = 0; i < def.size(); ++i)
+      EXPECT_NEAR(opt[i], def[i], 1e-4 * std::abs(def[i])) << "step " << i;
+  }
+}
+
+} // namespace
