@@ -12,6 +12,7 @@
 
 #include "autograd/GradRules.h"
 #include "tracer/TensorImpl.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::autograd {
 
@@ -172,6 +173,8 @@ void setGrad(const Tensor &leaf, const Tensor &grad) {
     leaf.impl()->autograd = std::make_shared<AutogradMeta>();
     m = leaf.impl()->autograd.get();
   }
+  if (Tracer *tr = Tracer::current(); tr && tr->recordsAutograd())
+    tr->gradAccess(leaf, m, /*reads=*/false);
   m->grad = grad;
 }
 
@@ -219,6 +222,16 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
                                 const std::vector<Tensor> &rootGrads, bool retainGraph,
                                 const std::vector<Tensor> *inputs, const char *caller) {
   if (roots.empty()) throw Error(std::string(caller) + ": no outputs to differentiate");
+  if (Tracer *tr = Tracer::current()) {
+    if (!tr->recordsAutograd()) {
+      throw Error(std::string(caller) +
+                  " inside a trace that keeps no autograd tape (a function with graph breaks, "
+                  "or a graph being replayed): compute the loss in the compiled function and "
+                  "call " +
+                  caller + " outside it, or remove the host reads");
+    }
+    tr->noteBackward();
+  }
   if (!rootGrads.empty() && rootGrads.size() != roots.size()) {
     throw Error(std::string(caller) + ": " + std::to_string(rootGrads.size()) +
                 " gradients given for " + std::to_string(roots.size()) + " outputs");
@@ -326,6 +339,8 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
   }
   if (!inputs) {
     for (auto &[m, g] : leafGrads) {
+      if (Tracer *tr = Tracer::current(); tr && tr->recordsAutograd())
+        tr->gradAccess(Tensor(), m, /*reads=*/true); // accumulates into grad()
       if (m->grad.defined()) {
         m->grad = m->grad + g;
       } else {
@@ -407,7 +422,9 @@ bool Tensor::is_leaf() const {
 }
 
 Tensor Tensor::grad() const {
-  const autograd::AutogradMeta *m = autograd::metaOf(*this);
+  autograd::AutogradMeta *m = autograd::metaOf(*this);
+  if (Tracer *tr = Tracer::current(); tr && m && tr->recordsAutograd())
+    tr->gradAccess(*this, m, /*reads=*/true);
   return m ? m->grad : Tensor();
 }
 

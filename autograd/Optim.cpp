@@ -11,6 +11,7 @@
 #include "autograd/Autograd.h"
 #include "targets/eager/Iter.h"
 #include "tracer/TensorImpl.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::optim {
 
@@ -60,14 +61,40 @@ void adamwFused(float *w, const float *g, float *m, float *v, int64_t n, const A
   });
 }
 
+// A real (untraced) tensor, even when called inside a trace: optimizer state made on
+// the first step, which a compiled step then reads and writes back.
+Tensor realZeros(const Shape &shape, DType dtype, Device device) {
+  TracerPause pause;
+  NoGradGuard noGrad;
+  return Tensor::zeros(shape, dtype, device);
+}
+
+Tensor scalarTensor(double v) {
+  TracerPause pause;
+  return Tensor::full({}, v);
+}
+
+void setScalar(Tensor &t, double v) {
+  TracerPause pause;
+  t.copy_(Tensor::full({}, v, t.dtype(), t.device()));
+}
+
 } // namespace
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : params_(std::move(params)), momentum_(params_.size()), options_(options) {
+    : params_(std::move(params)), momentum_(params_.size()), options_(options),
+      lr_(scalarTensor(options.lr)) {
   checkParams(params_, "SGD");
 }
 
-void SGD::step() {
+void SGD::set_lr(double lr) {
+  options_.lr = lr;
+  setScalar(lr_, lr);
+}
+
+// The update written with the public ops on traced values: buffers and parameters are
+// written in place (copy_), which the trace records as writes back.
+void SGD::tracedStep() {
   NoGradGuard noGrad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor &p = params_[i];
@@ -76,7 +103,32 @@ void SGD::step() {
     if (options_.weight_decay != 0) g = g + options_.weight_decay * p;
     if (options_.momentum != 0) {
       Tensor &buf = momentum_[i];
-      buf = buf.defined() ? options_.momentum * buf + g : g.clone();
+      if (!buf.defined()) { // the first step's buffer is g: momentum * 0 + g
+        buf = realZeros(p.shape(), g.dtype(), p.device());
+      }
+      Tensor next = options_.momentum * buf + g;
+      buf.copy_(next);
+      g = next;
+    }
+    p.copy_(p - lr_.to(p.dtype()) * g);
+  }
+}
+
+void SGD::step() {
+  if (Tracer::current()) return tracedStep();
+  NoGradGuard noGrad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor &p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (options_.weight_decay != 0) g = g + options_.weight_decay * p;
+    if (options_.momentum != 0) {
+      Tensor &buf = momentum_[i];
+      if (buf.defined()) {
+        buf.copy_(options_.momentum * buf + g); // in place: compiled steps hold buf
+      } else {
+        buf = g.clone();
+      }
       g = buf;
     }
     p.copy_(p - options_.lr * g);
@@ -86,11 +138,49 @@ void SGD::step() {
 void SGD::zero_grad() { clearGrads(params_); }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : params_(std::move(params)), state_(params_.size()), options_(options) {
+    : params_(std::move(params)), state_(params_.size()), options_(options),
+      lr_(scalarTensor(options.lr)) {
   checkParams(params_, "AdamW");
 }
 
+void AdamW::set_lr(double lr) {
+  options_.lr = lr;
+  setScalar(lr_, lr);
+}
+
+// The update written with the public ops on traced values, with the step count and the
+// learning rate as tensors (so a compiled step serves every step): m, v, the count and
+// the parameter are written in place (copy_), which the trace records as writes back.
+void AdamW::tracedStep() {
+  NoGradGuard noGrad;
+  const AdamWOptions &o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor &p = params_[i];
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    State &s = state_[i];
+    const DType dt = stateDtype(p);
+    if (!s.m.defined()) {
+      s.m = realZeros(p.shape(), dt, p.device());
+      s.v = realZeros(p.shape(), dt, p.device());
+    }
+    if (!s.steps.defined()) s.steps = scalarTensor(0);
+    Tensor t = s.steps + 1.0;
+    Tensor g = grad.to(dt), w = p.to(dt), lr = lr_.to(dt);
+    Tensor m = o.beta1 * s.m + (1 - o.beta1) * g;
+    Tensor v = o.beta2 * s.v + (1 - o.beta2) * (g * g);
+    Tensor bc1 = 1.0 - pow(o.beta1, t.to(dt)), bc2 = 1.0 - pow(o.beta2, t.to(dt));
+    Tensor denom = sqrt(v) / sqrt(bc2) + o.eps;
+    Tensor updated = w * (1.0 - lr * o.weight_decay) - (lr / bc1) * m / denom;
+    s.m.copy_(m);
+    s.v.copy_(v);
+    s.steps.copy_(t);
+    p.copy_(updated);
+  }
+}
+
 void AdamW::step() {
+  if (Tracer::current()) return tracedStep();
   NoGradGuard noGrad;
   const AdamWOptions &o = options_;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -103,7 +193,9 @@ void AdamW::step() {
       s.m = Tensor::zeros(p.shape(), dt, p.device());
       s.v = Tensor::zeros(p.shape(), dt, p.device());
     }
-    const double t = static_cast<double>(++s.steps);
+    if (!s.steps.defined()) s.steps = scalarTensor(0);
+    const double t = s.steps.item() + 1;
+    setScalar(s.steps, t);
     if (fusable(p, grad)) {
       const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
       adamwFused(static_cast<float *>(p.data_ptr()), static_cast<const float *>(grad.data_ptr()),
@@ -113,8 +205,8 @@ void AdamW::step() {
       continue;
     }
     Tensor g = grad.to(dt), w = p.to(dt);
-    s.m = o.beta1 * s.m + (1 - o.beta1) * g;
-    s.v = o.beta2 * s.v + (1 - o.beta2) * (g * g);
+    s.m.copy_(o.beta1 * s.m + (1 - o.beta1) * g); // in place: compiled steps hold s.m
+    s.v.copy_(o.beta2 * s.v + (1 - o.beta2) * (g * g));
     const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
     Tensor denom = sqrt(s.v) / std::sqrt(bc2) + o.eps;
     Tensor updated = w * (1 - o.lr * o.weight_decay) - (o.lr / bc1) * s.m / denom;

@@ -7,6 +7,7 @@
 
 #include <rcjit/Compile.h>
 
+#include "autograd/Autograd.h"
 #include "jit/CapturedVariables.h"
 #include "jit/CompileGraph.h"
 #include "jit/CompiledState.h"
@@ -33,6 +34,66 @@ void gatherInputs(const Entry &e, const std::vector<Tensor> &args,
   for (size_t j = 0; j < e.captured.size(); ++j) {
     out.push_back(e.slots[j] ? e.slots[j] : &e.captured[j]);
   }
+  for (const GradGuard &g : e.gradGuards) { // a grad() the step accumulates into: the current one
+    autograd::AutogradMeta *m = autograd::metaOf(g.leaf);
+    if (g.captured >= 0 && m && m->grad.defined()) out[args.size() + g.captured] = &m->grad;
+  }
+}
+
+// Whether each leaf's grad() is defined as it was when the whole step was traced; else why not.
+std::string gradGuardFailure(const Entry &e) {
+  for (const GradGuard &g : e.gradGuards) {
+    autograd::AutogradMeta *m = autograd::metaOf(g.leaf);
+    const bool defined = m && m->grad.defined();
+    if (defined != g.defined) {
+      return "grad() of a " + std::string(dtypeName(g.leaf.dtype())) + shapeStr(g.leaf.shape()) +
+             " parameter: expected " + (g.defined ? "defined" : "undefined") + ", got " +
+             (defined ? "defined" : "undefined") + " (the step accumulates into it)";
+    }
+  }
+  return "";
+}
+
+bool entryMatches(const Entry &e, const std::vector<const Tensor *> &inputs) {
+  if (!e.gradGuards.empty() && !gradGuardFailure(e).empty()) return false;
+  return e.guards.check(inputs.data(), inputs.size());
+}
+
+// A whole step's write of `value` into `target`: adopts value's storage when each is the
+// only owner of its whole storage (no copy), else copies.
+void writeBack(const Tensor &target, const Tensor &value) {
+  TensorImpl &ti = *target.impl();
+  const TensorImpl &vi = *value.impl();
+  if (ti.storage.use_count() == 1 && vi.storage.use_count() == 1 && ti.offset == 0 &&
+      vi.offset == 0 && target.is_contiguous() && value.is_contiguous() && ti.dtype == vi.dtype &&
+      ti.shape == vi.shape && ti.storage->device == vi.storage->device &&
+      ti.storage->nbytes == vi.storage->nbytes) {
+    ti.storage = vi.storage;
+    return;
+  }
+  Tensor(target).copy_(value);
+}
+
+std::vector<Tensor> applyWrites(const Entry &e, std::vector<Tensor> outs) {
+  for (const Entry::WriteBack &w : e.writes) {
+    const Tensor &target = w.captured >= 0 && e.slots[w.captured] ? *e.slots[w.captured] : w.target;
+    if (w.kind == Mutation::Kind::data) {
+      writeBack(target, outs.at(w.output));
+      continue;
+    }
+    if (w.output < 0) {
+      autograd::setGrad(target, Tensor());
+      continue;
+    }
+    autograd::AutogradMeta *m = autograd::metaOf(target);
+    if (w.inPlace && m && m->grad.defined()) {
+      writeBack(m->grad, outs.at(w.output));
+    } else {
+      autograd::setGrad(target, outs.at(w.output));
+    }
+  }
+  outs.resize(e.userOutputs);
+  return outs;
 }
 
 std::vector<std::string> inputLabels(const Trace &t) {
@@ -116,6 +177,23 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     wantGrad.push_back(g.requiresGrad);
     training = training || g.requiresGrad;
   }
+  if (t.mutates()) { // a whole step: backward and updates are in the graph already
+    training = false;
+    e->wholeStep = true;
+    e->userOutputs = t.outputs.size();
+    e->gradGuards = t.gradGuards;
+    for (const Mutation &m : t.mutations) {
+      Entry::WriteBack w{m.kind, m.target, -1, m.output, false};
+      for (size_t j = 0; j < t.captured.size(); ++j) {
+        if (t.captured[j].impl() == m.target.impl()) w.captured = static_cast<int>(j);
+      }
+      for (const GradGuard &g : t.gradGuards) {
+        if (m.kind == Mutation::Kind::grad && g.leaf.impl() == m.target.impl())
+          w.inPlace = g.captured >= 0;
+      }
+      e->writes.push_back(std::move(w));
+    }
+  }
   if (!t.breaks.empty()) {
     // graph breaks: the C++ runs on every call; the work between host reads runs as
     // compiled segments looked up by structural hash and input layouts (training: each
@@ -138,7 +216,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   // (per stage in regional mode), symbolic where the dims allow
   RegionalTraining regionalTraining{wantGrad, inputs, label};
   if (training) exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  if (s.opts.mode == Mode::regional) {
+  if (s.opts.mode == Mode::regional && !e->wholeStep) {
     e->graph = t.graph;
     const RegionalTraining *rt = training ? &regionalTraining : nullptr;
     if (!dynamic.empty()) {
@@ -272,6 +350,7 @@ std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &
     return runSegmented(fn, args, [&table](Segment &seg) { table.run(seg); });
   }
   if (!e.program) return fn(args);
+  if (e.wholeStep) return applyWrites(e, e.program->run(inputs.data(), inputs.size()));
   return e.program->run(inputs.data(), inputs.size());
 }
 
@@ -287,8 +366,13 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   }
   for (const auto &e : entries) { // another thread may have compiled meanwhile
     gatherInputs(*e, args, inputs);
-    if (e->guards.check(inputs.data(), inputs.size())) return runEntry(*e, inputs, args, fn);
+    if (entryMatches(*e, inputs)) return runEntry(*e, inputs, args, fn);
     // the newest entry's failure explains best (automatic dynamic makes it the most general)
+    if (std::string why = gradGuardFailure(*e); !why.empty()) {
+      lastWhy = why;
+      allWhy += "  entry " + std::to_string(e->id) + ": " + why + "\n";
+      continue;
+    }
     lastWhy = e->guards.firstFailure(inputs.data(), inputs.size());
     allWhy += "  entry " + std::to_string(e->id) + ": " +
               e->guards.allFailures(inputs.data(), inputs.size());
@@ -331,13 +415,21 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   bool meta = true;
   Trace t;
   try {
-    t = traceFunction(fn, args, true);
+    t = traceFunction(fn, args, true, /*autograd=*/true);
   } catch (const MetaTraceAbort &) {
     meta = false;
   }
   if (!meta || !t.breaks.empty()) {
     meta = false;
-    t = traceFunction(fn, args, false);
+    t = traceFunction(fn, args, false, /*autograd=*/true);
+  }
+  if (t.mutates() && !t.breaks.empty()) {
+    throw Error("compiled " + fname +
+                " is a whole step (it calls backward(), an optimizer step or copy_) and reads "
+                "traced values on the host (" +
+                describeBreaks(t) +
+                "): a whole step compiles as one graph; move the host reads (item(), "
+                "clip_grad_norm_) out of the compiled function");
   }
   if (!t.breaks.empty()) {
     std::string where = describeBreaks(t);
@@ -352,6 +444,11 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   std::string reason = entries.empty() ? "first call" : lastWhy;
   std::vector<logging::StaticDimEvent> notes;
   std::vector<DynSymbol> dynamic = dynamicCandidates(s.opts, args, entries, notes);
+  if (t.mutates() && !dynamic.empty()) { // its probe traces would run the step again
+    dynamic.clear();
+    notes.push_back({.why = "a whole step (backward() or an optimizer step inside) compiles "
+                            "for static shapes"});
+  }
   std::shared_ptr<Entry> e = buildEntry(s, t, reason, fn, dynamic);
   e->dynamicNotes.insert(e->dynamicNotes.begin(), notes.begin(), notes.end());
   e->compileSeconds = secondsSince(t0);
@@ -447,7 +544,7 @@ std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &ar
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto &e : s.entries) {
       gatherInputs(*e, args, inputs);
-      if (e->guards.check(inputs.data(), inputs.size())) {
+      if (entryMatches(*e, inputs)) {
         hit = e;
         break;
       }

@@ -16,6 +16,7 @@
 #include "support/Events.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::detail {
 
@@ -36,6 +37,19 @@ struct Entry {
   double compileSeconds = 0;
   int graphBreaks = 0;
   std::vector<DynSymbol> symbols; // symbolic dims (symbol i = SizeExpr sym i)
+  // A whole step (the function wrote tensors it did not create: backward(), opt.step(),
+  // copy_): the program's outputs past `userOutputs` are written back after each call.
+  struct WriteBack {
+    Mutation::Kind kind = Mutation::Kind::data;
+    Tensor target;        // as traced
+    int captured = -1;    // the captured input it is (its current value is written), or -1
+    int output = -1;      // program output; -1: grad() becomes undefined
+    bool inPlace = false; // grad: written into the current grad() (the trace read it)
+  };
+  std::vector<WriteBack> writes;
+  std::vector<GradGuard> gradGuards;
+  size_t userOutputs = 0;
+  bool wholeStep = false;
   // candidate dims that stayed static, and why
   std::vector<logging::StaticDimEvent> dynamicNotes;
 };

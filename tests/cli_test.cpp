@@ -238,9 +238,6 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
   };
   std::vector<Case> cases = {
       {{"--steps", "1"}, "--steps: 1 is fewer than 2"},
-      {{"--modes", "eager,whole"},
-       "'whole' (forward, backward and optimizer step as one graph) "
-       "is not built yet"},
       {{"--modes", "fast"}, "unknown mode 'fast'"},
       {{"--optimizer", "adam"}, "--optimizer: 'adam' is not adamw or sgd"},
       {{"--lr", "-1"}, "--lr: '-1' is not a positive number"},

@@ -69,6 +69,7 @@ std::string modeTitle(const std::string &m) {
   if (m == "dynamic") return "Full, dynamic seq";
   if (m == "dynamic-warm") return "Full, dynamic, warm";
   if (m == "regional-warm") return "Regional, warm start";
+  if (m == "whole") return "Whole step";
   if (m == "max-autotune") return "Full, max-autotune";
   if (m == "max-autotune-warm") return "Max-autotune, warm";
   if (m == "reduce-overhead") return "Full, reduce-overhead";

@@ -94,11 +94,9 @@ Mode parseTrainMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
   if (m == "full") return Mode::full;
   if (m == "regional") return Mode::regional;
-  if (m == "whole") {
-    throw std::invalid_argument("--modes: 'whole' (forward, backward and optimizer step as one "
-                                "graph) is not built yet; use eager, full, regional");
-  }
-  throw std::invalid_argument("--modes: unknown mode '" + m + "' (expected eager, full, regional)");
+  if (m == "whole") return Mode::full; // the whole step (forward, backward, update) compiled
+  throw std::invalid_argument("--modes: unknown mode '" + m +
+                              "' (expected eager, full, regional, whole)");
 }
 
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
@@ -132,6 +130,17 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   } else {
     sgd.emplace(params, optim::SGDOptions{.lr = s.lr, .momentum = 0.9});
   }
+  // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
+  // they are one graph; the others compile the loss and run backward and the step outside
+  const bool whole = mode == "whole";
+  auto step = [&](const std::vector<Tensor> &in) {
+    adamw ? adamw->zero_grad() : sgd->zero_grad();
+    Tensor l = lossFn(in);
+    l.backward();
+    adamw ? adamw->step() : sgd->step();
+    return l.detach();
+  };
+  auto wholeStep = compile(step, opts);
   TrainRow r;
   r.mode = mode;
   auto start = std::chrono::steady_clock::now();
@@ -140,14 +149,19 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     b.inputs.push_back(b.target);
     if (i == 0) reset_peak_memory_stats();
     auto t0 = std::chrono::steady_clock::now();
-    adamw ? adamw->zero_grad() : sgd->zero_grad();
     Tensor l;
-    {
+    if (whole) {
       Autocast ac(DType::bf16, s.autocast);
-      l = loss(b.inputs);
+      l = wholeStep(b.inputs);
+    } else {
+      adamw ? adamw->zero_grad() : sgd->zero_grad();
+      {
+        Autocast ac(DType::bf16, s.autocast);
+        l = loss(b.inputs);
+      }
+      l.backward();
+      adamw ? adamw->step() : sgd->step();
     }
-    l.backward();
-    adamw ? adamw->step() : sgd->step();
     double ms = msSince(t0);
     if (i == 0) {
       r.firstStepS = ms / 1e3;
@@ -162,7 +176,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     err << line << std::flush;
   }
   r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
-  r.train = loss.stats();
+  r.train = whole ? wholeStep.stats() : loss.stats();
   // inference: the forward alone, no graph recorded, compiled the same way; the first call
   // (its compile) is not timed
   NoGradGuard noGrad;
@@ -290,8 +304,8 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&s.model)->default_value("gpt2"), "model name (see 'rcjit models')")(
       "modes", po::value(&modes)->default_value("eager,full,regional"),
-      "comma list of modes: eager, full, regional")("batch", po::value(&batch)->default_value(4),
-                                                    "batch size")(
+      "comma list of modes: eager, full, regional, whole (forward, backward and optimizer "
+      "step compiled as one graph)")("batch", po::value(&batch)->default_value(4), "batch size")(
       "seq", po::value(&seq)->default_value(128), "sequence length")(
       "steps", po::value(&s.steps)->default_value(20), "training steps per mode (at least 2)")(
       "layers", po::value(&layers)->default_value(-1), "override the number of layers")(

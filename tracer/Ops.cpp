@@ -65,7 +65,10 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
     throw AllocationError(std::string(opName(op)) + ": " + e.what());
   }
   if (tr) {
-    tr->record(op, in, a, r); // a traced function records no autograd nodes
+    tr->record(op, in, a, r);
+    // an autograd trace (a compiled function) also keeps a tape, for backward() inside it
+    if (tr->recordsAutograd() && autograd::gradEnabled() && autograd::anyRequiresGrad(in))
+      autograd::record(op, in, a, r);
   } else if (autograd::gradEnabled() && autograd::anyRequiresGrad(in)) {
     autograd::record(op, in, a, r);
   }

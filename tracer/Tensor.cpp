@@ -8,9 +8,9 @@
 #include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
 #include "tracer/CheckedSize.h"
+#include "tracer/DeviceBackend.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
-#include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 
@@ -210,6 +210,11 @@ Tensor Tensor::contiguous() const { return rcjit::contiguous(*this); }
 Tensor Tensor::reshape(Dims shape) const { return rcjit::reshape(*this, std::move(shape)); }
 
 Tensor Tensor::clone() const {
+  // traced: a recorded copy (a value of the graph, not a constant the trace would capture)
+  // a value of the trace: a recorded copy (not a constant the trace would capture); a
+  // tensor the trace has not seen (made on the host inside the function) is copied eagerly
+  if (Tracer *tr = Tracer::current(); tr && tr->knows(*this))
+    return detail::applyOp(OpKind::contiguous, {*this}, {});
   Tensor out = cloneData();
   if (!Tracer::current() && autograd::gradEnabled() && autograd::anyRequiresGrad({*this})) {
     autograd::record(OpKind::contiguous, {*this}, {}, out); // differentiable, like PyTorch
@@ -236,6 +241,10 @@ void Tensor::copy_(const Tensor &src) {
     Shape b = src.shape();
     throw Error("copy_: source shape " + shapeStr(b) + " does not match destination shape " +
                 shapeStr(shape()));
+  }
+  if (Tracer *tr = Tracer::current()) { // inside a compiled function: a recorded write
+    tr->mutate(*this, src);
+    return;
   }
   impl_->storage->version.fetch_add(1, std::memory_order_relaxed); // saved values go stale
   if (device().is_cpu()) {

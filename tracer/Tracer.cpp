@@ -4,6 +4,9 @@
 #include <rcjit/Region.h>
 #include <rcjit/nn.h>
 
+#include "autograd/Autograd.h"
+#include "targets/eager/Eager.h"
+#include "tracer/OpsInternal.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit {
@@ -40,9 +43,10 @@ private:
 };
 } // namespace
 
-Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta) {
+Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta, bool autograd) {
   Tracer tracer;
   tracer.meta_ = meta;
+  tracer.autograd_ = autograd;
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].defined()) {
       throw Error("trace: argument " + std::to_string(i) + " is an undefined Tensor");
@@ -53,24 +57,160 @@ Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool me
     int id = tracer.trace_.graph.add(std::move(n));
     tracer.ids_[args[i].impl().get()] = id;
     tracer.keepAlive_.push_back(args[i]);
+    tracer.remember(args[i], id);
   }
   tracer.trace_.args = args;
   std::vector<Tensor> outs;
   {
     ActiveTracer on(&tracer);
+    struct RestoreGrads { // every leaf's grad() as before, even when fn throws
+      Tracer &t;
+      ~RestoreGrads() {
+        for (auto &[m, st] : t.grads_) m->grad = st.original;
+      }
+    } restore{tracer};
     outs = fn(args);
-  }
-  for (const Tensor &o : outs) {
-    if (!o.defined()) throw Error("trace: the traced function returned an undefined Tensor");
-    tracer.trace_.graph.outputs.push_back(tracer.valueOf(o));
+    for (const Tensor &o : outs) {
+      if (!o.defined()) throw Error("trace: the traced function returned an undefined Tensor");
+      tracer.trace_.graph.outputs.push_back(tracer.valueOf(o));
+    }
+    if (autograd) tracer.finishMutations();
   }
   tracer.trace_.outputs = std::move(outs);
   return std::move(tracer.trace_);
 }
 
+namespace {
+// Whether `t` covers all of its storage (so writing it back cannot miss an alias).
+bool wholeTensor(const Tensor &t) {
+  const auto &impl = *t.impl();
+  return t.is_contiguous() && impl.offset == 0 &&
+         static_cast<size_t>(t.numel()) * dtypeSize(t.dtype()) == impl.storage->nbytes;
+}
+} // namespace
+
+void Tracer::mutate(const Tensor &target, const Tensor &value) {
+  if (flush_) {
+    throw Error("copy_: a function with graph breaks writes a tensor it did not create; "
+                "compiled functions that write tensors (copy_, optimizer steps) must not read "
+                "values on the host (item(), to_vector())");
+  }
+  if (!autograd_) {
+    throw Error("copy_: a tensor is written inside a trace that cannot write it back (a "
+                "region or a replayed graph); call copy_ outside it");
+  }
+  Tensor v = value.dtype() == target.dtype() ? value : detail::castTo(value, target.dtype());
+  auto it = ids_.find(target.impl().get());
+  const bool created = it != ids_.end() && trace_.graph.nodes[it->second].op != OpKind::input;
+  if (it != ids_.end() && !created && trace_.graph.nodes[it->second].inputKind == InputKind::arg) {
+    throw Error("copy_: argument " + std::to_string(trace_.graph.nodes[it->second].inputIndex) +
+                " of a compiled function is written; write a tensor the function captures "
+                "instead (its writes are written back after each call)");
+  }
+  bool viewOfReal = false; // a view the trace made of a real tensor: writing it writes that
+  for (const std::vector<Tensor> *list : {&trace_.args, &trace_.captured}) {
+    for (const Tensor &t : *list) viewOfReal = viewOfReal || (created && target.sharesStorage(t));
+  }
+  if (viewOfReal || (!created && !wholeTensor(target))) {
+    throw Error("copy_: the destination " + std::string(dtypeName(target.dtype())) +
+                shapeStr(target.shape()) +
+                " is a view of a larger tensor; inside a compiled function only whole "
+                "tensors can be written (write the base tensor)");
+  }
+  const int node = valueOf(v);
+  if (created) {
+    if (!meta_) eager::copyInto(target, v); // a real trace keeps real values
+  } else {
+    bool found = false;
+    for (auto &[t, n] : dataWrites_) {
+      if (t.impl() == target.impl()) {
+        n = node;
+        found = true;
+      }
+    }
+    if (!found) dataWrites_.push_back({target, node});
+  }
+  ids_[target.impl().get()] = node;
+}
+
+void Tracer::gradAccess(const Tensor &leaf, autograd::AutogradMeta *m, bool reads) {
+  for (const auto &[mm, st] : grads_) {
+    if (mm == m) return; // only the first access decides what the trace assumed
+  }
+  GradState st;
+  st.leaf = leaf;
+  if (!st.leaf.defined()) {
+    for (const std::vector<Tensor> *list : {&trace_.args, &trace_.captured}) {
+      for (const Tensor &t : *list) {
+        if (t.impl()->autograd.get() == m) st.leaf = t;
+      }
+    }
+  }
+  if (!st.leaf.defined()) {
+    throw Error("backward: inside a compiled function, a gradient reached a leaf that is "
+                "neither an argument nor a tensor the function read");
+  }
+  st.original = m->grad;
+  st.firstRead = reads;
+  grads_.push_back({m, std::move(st)});
+}
+
+void Tracer::finishMutations() {
+  Graph &g = trace_.graph;
+  auto argIndex = [&](const Tensor &t) {
+    for (size_t i = 0; i < trace_.args.size(); ++i) {
+      if (trace_.args[i].impl() == t.impl()) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  for (const auto &[target, node] : dataWrites_) {
+    g.outputs.push_back(node);
+    trace_.mutations.push_back(
+        {Mutation::Kind::data, target, static_cast<int>(g.outputs.size()) - 1});
+  }
+  for (auto &[m, st] : grads_) {
+    Tensor now = m->grad;
+    m->grad = st.original;
+    if (st.firstRead) {
+      GradGuard gg{st.leaf, st.original.defined(), -1};
+      for (size_t j = 0; st.original.defined() && j < trace_.captured.size(); ++j) {
+        if (trace_.captured[j].impl() == st.original.impl()) gg.captured = static_cast<int>(j);
+      }
+      trace_.gradGuards.push_back(std::move(gg));
+    }
+    if (now.impl() == st.original.impl()) continue; // read only
+    if (argIndex(st.leaf) >= 0) {
+      throw Error("backward: argument " + std::to_string(argIndex(st.leaf)) +
+                  " of a compiled function gets a gradient in grad(); a compiled function "
+                  "writes grad() only of tensors it captures (parameters)");
+    }
+    int out = -1;
+    if (now.defined()) {
+      g.outputs.push_back(valueOf(now));
+      out = static_cast<int>(g.outputs.size()) - 1;
+    }
+    trace_.mutations.push_back({Mutation::Kind::grad, st.leaf, out});
+  }
+}
+
+void Tracer::remember(const Tensor &t, int node) {
+  if (autograd_) byStorage_.emplace(t.impl()->storage.get(), std::make_pair(node, t));
+}
+
 int Tracer::valueOf(const Tensor &t) {
   auto it = ids_.find(t.impl().get());
   if (it != ids_.end()) return it->second;
+  // another handle on a value seen (a detached handle the autograd tape saved)
+  auto [b, e] = byStorage_.equal_range(t.impl()->storage.get());
+  for (; b != e; ++b) {
+    const Tensor &k = b->second.second;
+    if (k.shape() == t.shape() && k.strides() == t.strides() && k.offset() == t.offset() &&
+        k.dtype() == t.dtype()) {
+      ids_[t.impl().get()] = b->second.first;
+      keepAlive_.push_back(t);
+      return b->second.first;
+    }
+  }
   Node n = valueNode(OpKind::input, t, regionStack_.empty() ? -1 : regionStack_.back());
   n.inputKind = InputKind::captured;
   n.inputIndex = static_cast<int>(trace_.captured.size());
@@ -79,6 +219,7 @@ int Tracer::valueOf(const Tensor &t) {
   int id = trace_.graph.add(std::move(n));
   ids_[t.impl().get()] = id;
   keepAlive_.push_back(t);
+  remember(t, id);
   trace_.captured.push_back(t);
   trace_.capturedSlots.push_back(slot);
   return id;
@@ -105,8 +246,10 @@ void Tracer::record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, co
   Node n = valueNode(op, out, regionStack_.empty() ? -1 : regionStack_.back());
   n.inputs = std::move(inputs);
   n.attrs = a;
-  ids_[out.impl().get()] = trace_.graph.add(std::move(n));
+  const int id = trace_.graph.add(std::move(n));
+  ids_[out.impl().get()] = id;
   keepAlive_.push_back(out);
+  remember(out, id);
 }
 
 void Tracer::recordSource(OpKind op, const Attrs &a, const Tensor &out) { record(op, {}, a, out); }

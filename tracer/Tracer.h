@@ -28,6 +28,29 @@ struct GraphBreak {
   int node = -1;  // the value read
 };
 
+namespace autograd {
+struct AutogradMeta;
+}
+
+/// A write the traced function made to a tensor it did not create: Tensor::copy_ (an
+/// optimizer step's update of a parameter or of its state), or backward() (and zero_grad)
+/// setting a leaf's grad(). Compiled code computes the new value as an extra output, and
+/// each call writes it back.
+struct Mutation {
+  enum class Kind { data, grad };
+  Kind kind = Kind::data;
+  Tensor target;   // the real tensor written (data), or the leaf whose grad() is set (grad)
+  int output = -1; // index into graph.outputs; -1: grad() becomes undefined (zero_grad)
+};
+
+/// A leaf whose grad() the traced function read before setting it (accumulation): whether
+/// it was defined then is part of what the trace assumed.
+struct GradGuard {
+  Tensor leaf;
+  bool defined = false;
+  int captured = -1; // the captured input that is that grad (when defined), or -1
+};
+
 /// The result of tracing a function.
 struct Trace {
   Graph graph;
@@ -36,8 +59,15 @@ struct Trace {
   /// For each captured tensor, the registered module parameter it was read from (so later
   /// calls can read the parameter's current value), or nullptr.
   std::vector<Tensor *> capturedSlots;
-  std::vector<Tensor> outputs; // the eager values of graph.outputs
+  std::vector<Tensor> outputs; // the eager values of the function's outputs
   std::vector<GraphBreak> breaks;
+  /// Writes to tensors the function did not create (their values are the graph outputs
+  /// after the function's own, outputs.size() of them) and what they assumed.
+  std::vector<Mutation> mutations;
+  std::vector<GradGuard> gradGuards;
+  bool backward = false; // backward() or grad() ran inside the function
+  /// A whole training step (or any function that writes tensors it did not create).
+  bool mutates() const { return backward || !mutations.empty(); }
 };
 
 using TracedFn = std::function<std::vector<Tensor>(const std::vector<Tensor> &)>;
@@ -51,8 +81,12 @@ struct MetaTraceAbort {
 /// Traces fn(args). With `meta`, ops compute only dtypes and shapes (their results have
 /// storage but uninitialized contents), which makes tracing nearly free; the outputs are
 /// then not values, and a host read of a traced value throws MetaTraceAbort. Exceptions
-/// from fn propagate after tracing is switched off.
-Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta = false);
+/// from fn propagate after tracing is switched off. With `autograd`, ops on values that
+/// require grad also record autograd nodes (with grad mode on), so that backward() inside
+/// fn traces the backward into the same graph, and writes to tensors fn did not create
+/// (copy_, a leaf's grad) become Trace::mutations; every leaf's grad() is restored after.
+Trace traceFunction(const TracedFn &fn, const std::vector<Tensor> &args, bool meta = false,
+                    bool autograd = false);
 
 class Tracer;
 
@@ -109,9 +143,22 @@ public:
   /// Whether results of a meta trace need memory: a segmented run writes each segment's
   /// values into them; a shape-only trace never reads them.
   bool metaStorage() const { return flush_ != nullptr; }
+  /// Whether ops record autograd nodes too (traceFunction's `autograd`).
+  bool recordsAutograd() const { return autograd_; }
+  /// `target.copy_(value)` inside the trace: later reads of target see value, and (for a
+  /// tensor the function did not create) the write becomes a Mutation. Throws rcjit::Error
+  /// for a destination it cannot write back (an argument, a view, a segmented run).
+  void mutate(const Tensor &target, const Tensor &value);
+  /// A leaf's grad() is about to be read (`reads`) or set by autograd inside the trace;
+  /// `leaf` may be undefined when only its autograd state `m` is known.
+  void gradAccess(const Tensor &leaf, autograd::AutogradMeta *m, bool reads);
+  /// Whether `t` is a value of this trace (an input or an op's result).
+  bool knows(const Tensor &t) const { return ids_.count(t.impl().get()) > 0; }
+  /// backward() or grad() ran inside the trace.
+  void noteBackward() { trace_.backward = true; }
 
 private:
-  friend Trace traceFunction(const TracedFn &, const std::vector<Tensor> &, bool);
+  friend Trace traceFunction(const TracedFn &, const std::vector<Tensor> &, bool, bool);
   friend std::vector<Tensor> runSegmented(const TracedFn &, const std::vector<Tensor> &,
                                           const SegmentFlush &);
   /// Ends the current segment: its graph, with every pending result still referenced
@@ -119,6 +166,14 @@ private:
   Segment takeSegment(const std::vector<Tensor> &mustOutput);
   int valueOf(const Tensor &t); // the node of t, adding a captured input when unknown
   std::string parameterName(const Tensor &t, Tensor **slot) const;
+  // Ends an autograd trace: the mutations' values become outputs, grads are restored.
+  void finishMutations();
+
+  struct GradState {
+    Tensor leaf;
+    Tensor original;        // grad() before the trace, restored after
+    bool firstRead = false; // read before anything in the trace set it
+  };
 
   Trace trace_;
   std::unordered_map<const void *, int> ids_; // TensorImpl* -> node
@@ -126,7 +181,14 @@ private:
   std::vector<int> regionStack_;
   std::vector<const nn::ModuleBase *> moduleStack_;
   bool meta_ = false;
-  const SegmentFlush *flush_ = nullptr; // segmented runs only
+  bool autograd_ = false;
+  const SegmentFlush *flush_ = nullptr;            // segmented runs only
+  std::vector<std::pair<Tensor, int>> dataWrites_; // written real tensor -> node of its value
+  // storage -> (node, tensor) of every value seen: another handle on the same storage with
+  // the same geometry (autograd's saved, detached handles) is the same value
+  std::unordered_multimap<const void *, std::pair<int, Tensor>> byStorage_;
+  void remember(const Tensor &t, int node);
+  std::vector<std::pair<autograd::AutogradMeta *, GradState>> grads_; // in first-touch order
 };
 
 } // namespace rcjit

@@ -3,6 +3,11 @@
 // An optimizer keeps handles to its parameters (leaves that require grad) and updates
 // their storage in place without recording gradients; parameters whose grad() is
 // undefined are skipped. Not thread-safe: one thread steps an optimizer at a time.
+//
+// step() inside a compiled function (rcjit::compile) is traced: the update of every
+// parameter and of its state becomes generated code, written back after each call, and
+// the learning rate and step count are tensors the compiled code reads (set_lr does not
+// recompile).
 #pragma once
 #include <vector>
 
@@ -22,13 +27,15 @@ public:
   void step();
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
   void zero_grad();
-  void set_lr(double lr) { options_.lr = lr; }
+  void set_lr(double lr);
   const SGDOptions &options() const { return options_; }
 
 private:
+  void tracedStep();
   std::vector<Tensor> params_;
   std::vector<Tensor> momentum_; // per parameter; undefined until its first step
   SGDOptions options_;
+  Tensor lr_; // f32 scalar: options_.lr, read by compiled steps
 };
 
 struct AdamWOptions {
@@ -44,17 +51,19 @@ public:
   void step();
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
   void zero_grad();
-  void set_lr(double lr) { options_.lr = lr; }
+  void set_lr(double lr);
   const AdamWOptions &options() const { return options_; }
 
 private:
   struct State {
-    Tensor m, v; // f32 (f64 for f64 parameters); undefined until the first step
-    int64_t steps = 0;
+    Tensor m, v;  // f32 (f64 for f64 parameters); undefined until the first step
+    Tensor steps; // f32 scalar: the parameter's step count t (exact up to 2^24)
   };
+  void tracedStep();
   std::vector<Tensor> params_;
   std::vector<State> state_;
   AdamWOptions options_;
+  Tensor lr_; // f32 scalar: options_.lr, read by compiled steps
 };
 
 } // namespace rcjit::optim
