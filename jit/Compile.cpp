@@ -64,6 +64,8 @@ bool entryMatches(const Entry &e, const std::vector<const Tensor *> &inputs) {
 void writeBack(const Tensor &target, const Tensor &value) {
   TensorImpl &ti = *target.impl();
   const TensorImpl &vi = *value.impl();
+  if (ti.storage == vi.storage && ti.offset == vi.offset && ti.strides == vi.strides)
+    return; // the program wrote it in place (runInto)
   if (ti.storage.use_count() == 1 && vi.storage.use_count() == 1 && ti.offset == 0 &&
       vi.offset == 0 && target.is_contiguous() && value.is_contiguous() && ti.dtype == vi.dtype &&
       ti.shape == vi.shape && ti.storage->device == vi.storage->device &&
@@ -191,6 +193,9 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
         if (m.kind == Mutation::Kind::grad && g.leaf.impl() == m.target.impl())
           w.inPlace = g.captured >= 0;
       }
+      // a data write into a captured input: the program may write it in place
+      if (w.kind == Mutation::Kind::data && w.captured >= 0)
+        e->into.push_back({w.output, static_cast<int>(t.args.size()) + w.captured});
       e->writes.push_back(std::move(w));
     }
   }
@@ -350,7 +355,7 @@ std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &
     return runSegmented(fn, args, [&table](Segment &seg) { table.run(seg); });
   }
   if (!e.program) return fn(args);
-  if (e.wholeStep) return applyWrites(e, e.program->run(inputs.data(), inputs.size()));
+  if (e.wholeStep) return applyWrites(e, e.program->runInto(inputs.data(), inputs.size(), e.into));
   return e.program->run(inputs.data(), inputs.size());
 }
 

@@ -47,6 +47,7 @@ struct Entry {
     bool inPlace = false; // grad: written into the current grad() (the trace read it)
   };
   std::vector<WriteBack> writes;
+  std::vector<std::pair<int, int>> into; // (program output, program input) written in place
   std::vector<GradGuard> gradGuards;
   size_t userOutputs = 0;
   bool wholeStep = false;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rcjit/Compile.h>
@@ -27,6 +28,15 @@ public:
     std::vector<const Tensor *> ptrs;
     for (const Tensor &t : inputs) ptrs.push_back(&t);
     return run(ptrs.data(), ptrs.size());
+  }
+  /// Runs like run(), except that each (output, input) pair of `into` asks for that output
+  /// to be written straight into that input's storage (a whole step's update of a
+  /// parameter or optimizer state), where the target can do so safely; the returned output
+  /// then views the input's storage. By default it only runs.
+  virtual std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
+                                      const std::vector<std::pair<int, int>> &into) const {
+    (void)into;
+    return run(inputs, n);
   }
   virtual const Program &program() const = 0;
   /// The optimized LLVM IR when it was kept (output_code log, --dump llvm), else "".

@@ -151,6 +151,27 @@ TEST(Cli, TraceDumpsEveryStage) {
 }
 
 // PTX needs no GPU; what it prints must assemble.
+// --mode regional: the stages rcjit::compile's regional mode builds, and their LLVM IR.
+TEST(Cli, TraceRegionalDumpsTheStagesAndTheirCode) {
+  Result p = run({"trace", "--model", "toy64", "--mode", "regional", "--dump", "program",
+                  "--layers", "3", "--seq", "4"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("regional: 4 stages, 2 compiled, 2 reused"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("layers.2 (reused)"), std::string::npos) << p.out;
+  Result ir = run({"trace", "--model", "gpt2", "--mode", "regional", "--dump", "llvm", "--layers",
+                   "2", "--seq", "8"});
+  ASSERT_EQ(ir.code, 0) << ir.err;
+  EXPECT_NE(ir.out.find("; stage transformer.h.0\n"), std::string::npos) << ir.out.substr(0, 2000);
+  EXPECT_EQ(ir.out.find("; stage transformer.h.1"), std::string::npos) << "a reused stage";
+  EXPECT_NE(ir.out.find("define void @k0"), std::string::npos);
+  Result bad = run({"trace", "--model", "toy64", "--mode", "regional", "--dump", "asm"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--mode regional dumps graph, program or llvm"), std::string::npos);
+  Result badMode = run({"trace", "--model", "toy64", "--mode", "whole"});
+  EXPECT_EQ(badMode.code, 2);
+  EXPECT_NE(badMode.err.find("--mode: 'whole' is not full or regional"), std::string::npos);
+}
+
 TEST(Cli, TraceDumpsPtx) {
   for (const char *arch : {"sm_80", "sm_90"}) {
     std::vector<const char *> args = {"trace", "--model", "toy64",  "--layers", "2",

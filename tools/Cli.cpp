@@ -16,6 +16,7 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/CompileGraph.h"
+#include "jit/Regional.h"
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/PtxCodegen.h"
 #include "tools/BenchCommand.h"
@@ -174,7 +175,7 @@ int printPtx(const Program &p, const std::string &model, const std::string &arch
 
 int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit trace: trace a built-in model and print what it became");
-  std::string model, dump, arch, target;
+  std::string model, dump, arch, target, mode;
   int64_t batch = 1, seq = 128;
   int layers = -1;
   desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
@@ -189,7 +190,10 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
                                       "GPU architecture of --dump ptx (sm_80, sm_90, ...)")(
       "batch", po::value(&batch)->default_value(1),
       "batch size")("seq", po::value(&seq)->default_value(128), "sequence length")(
-      "layers", po::value(&layers)->default_value(-1), "override the number of layers");
+      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
+      "mode", po::value(&mode)->default_value("full"),
+      "full (one program) or regional (each distinct region compiled once: program prints "
+      "the stages and which are reused, llvm each compiled stage's IR)");
   po::variables_map vm = parse(desc, args);
   if (vm.count("help")) {
     out << desc;
@@ -205,6 +209,13 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
     throw UsageError("--target: '" + target + "' is not cpu or cuda");
   }
   checkLayersFlag(layers);
+  if (mode != "full" && mode != "regional") {
+    throw UsageError("--mode: '" + mode + "' is not full or regional");
+  }
+  if (mode == "regional" &&
+      (target == "cuda" || (dump != "graph" && dump != "program" && dump != "llvm"))) {
+    throw UsageError("--mode regional dumps graph, program or llvm for the cpu target");
+  }
   if ((dump == "llvm" || dump == "asm") && target == "cuda") {
     throw UsageError("--dump " + dump + " shows the CPU target's code; for cuda use --dump ptx");
   }
@@ -223,6 +234,23 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
       m->makeInputs(c));
   if (dump == "graph") {
     out << printGraph(t.graph);
+    return kOk;
+  }
+  if (mode == "regional") { // the stages as rcjit::compile's regional mode builds them
+    std::vector<Shape> strides;
+    for (const Tensor &a : t.args) strides.push_back(a.strides());
+    for (const Tensor &a : t.captured) strides.push_back(a.strides());
+    ExecutableOptions exec;
+    exec.keepLlvmIr = dump == "llvm";
+    RegionalPlan plan = buildRegionalPlan(t.graph, strides, "rcjit_trace_" + model, exec);
+    if (dump == "program") {
+      out << plan.print();
+      return kOk;
+    }
+    for (const RegionalStage &st : plan.stages) {
+      if (st.reused || !st.program) continue;
+      out << "; stage " << st.name << "\n" << st.program->llvmIr();
+    }
     return kOk;
   }
   CompileRequest r =

@@ -393,8 +393,91 @@ std::vector<Tensor> CpuProgram::runConsuming(std::vector<Tensor> &inputs) const 
   return runImpl(ptrs.data(), ptrs.size(), inputs.data());
 }
 
-std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
-                                        Tensor *consumed) const {
+namespace {
+// Per buffer of `p`, the program input whose storage an output buffer may be (see runInto).
+std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> &kernels,
+                                const std::vector<std::pair<int, int>> &into) {
+  std::vector<int> alias(p.buffers.size(), -1);
+  if (!p.symbols.empty()) return alias;
+  std::vector<int> lastUse(p.buffers.size(), -1);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (int v : p.steps[s].operands) lastUse[p.values[v].buffer] = static_cast<int>(s);
+    if (p.steps[s].result >= 0) lastUse[p.values[p.steps[s].result].buffer] = static_cast<int>(s);
+  }
+  for (const auto &[k, j] : into) {
+    if (k < 0 || k >= static_cast<int>(p.outputs.size()) || j < 0 || j >= p.numInputs) continue;
+    const Value &ov = p.values[p.outputs[k]];
+    const Buffer &ob = p.buffers[ov.buffer];
+    if (ob.kind != Buffer::Kind::output || alias[ov.buffer] >= 0 || ov.offset != 0 ||
+        ov.shape != ob.shape || ov.dtype != ob.dtype ||
+        ov.strides != detail::contiguousStrides(ov.shape))
+      continue;
+    int uses = 0; // outputs on this buffer
+    for (int o : p.outputs) uses += p.values[o].buffer == ov.buffer;
+    int ib = -1;
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (p.buffers[b].kind == Buffer::Kind::input && p.buffers[b].index == j)
+        ib = static_cast<int>(b);
+    }
+    if (uses != 1 || ib < 0 || std::count(alias.begin(), alias.end(), j) > 0) continue;
+    // the kernel step that writes the output
+    int step = -1, tOut = -1;
+    for (size_t s = 0; s < p.steps.size() && step < 0; ++s) {
+      const Step &st = p.steps[s];
+      if (st.kind != Step::Kind::kernel) continue;
+      for (size_t t = 0; t < st.operands.size(); ++t) {
+        if (p.values[st.operands[t]].buffer == ov.buffer && kernels[st.kernel].tensors[t].output) {
+          step = static_cast<int>(s);
+          tOut = static_cast<int>(t);
+        }
+      }
+    }
+    if (step < 0 || lastUse[ib] > step) continue; // written by a library call, or read later
+    const Step &st = p.steps[step];
+    const LoopKernel &kern = kernels[st.kernel];
+    if (kern.numOuter != static_cast<int>(kern.domain.size())) continue; // reduction passes
+    int store = -1;
+    for (size_t i = 0; i < kern.stmts.size() && store < 0; ++i) {
+      if (kern.stmts[i].kind == KernelStmt::Kind::store && kern.stmts[i].tensor == tOut)
+        store = static_cast<int>(i);
+    }
+    bool ok = store >= 0;
+    for (size_t t = 0; ok && t < st.operands.size(); ++t) {
+      const Value &iv = p.values[st.operands[t]];
+      if (iv.buffer != ib) continue;
+      ok = iv.offset == 0 && kern.tensors[t].strides == kern.tensors[tOut].strides &&
+           kern.tensors[t].dtype == kern.tensors[tOut].dtype;
+      for (size_t i = 0; ok && i < kern.stmts.size(); ++i) {
+        const KernelStmt &ks = kern.stmts[i];
+        if (ks.tensor == static_cast<int>(t) && ks.kind == KernelStmt::Kind::load)
+          ok = static_cast<int>(i) < store;
+      }
+    }
+    if (ok) alias[ov.buffer] = j;
+  }
+  return alias;
+}
+} // namespace
+
+std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
+                                        const std::vector<std::pair<int, int>> &into) const {
+  CallSymbols callSyms(program_, inputs, n);
+  std::shared_ptr<const Spec> spec = specs_->get(callSyms.data());
+  std::shared_ptr<const std::vector<int>> alias;
+  {
+    std::lock_guard<std::mutex> lock(spec->intoMu);
+    if (!spec->intoAlias || spec->intoKey != into) {
+      spec->intoAlias = std::make_shared<const std::vector<int>>(
+          inPlaceBuffers(spec->layout, program_.kernels, into));
+      spec->intoKey = into;
+    }
+    alias = spec->intoAlias;
+  }
+  return runImpl(inputs, n, nullptr, alias.get());
+}
+
+std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
+                                        const std::vector<int> *alias) const {
   CallSymbols callSyms(program_, inputs, n);
   const int64_t *syms = callSyms.data();
   std::shared_ptr<const Spec> spec = specs_->get(syms);
@@ -441,6 +524,16 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n,
       if (p.steps[i].kind != Step::Kind::kernel && p.steps[i].result >= 0 &&
           p.values[p.steps[i].result].buffer == b && !spec->library[i])
         continue;
+      if (alias && (*alias)[b] >= 0) { // runInto: written in place of an input
+        const Tensor &in = *inputs[(*alias)[b]];
+        if (in.is_contiguous() && in.offset() == 0 && in.dtype() == p.buffers[b].dtype &&
+            in.shape() == p.buffers[b].shape) {
+          in.impl()->storage->version.fetch_add(1, std::memory_order_relaxed); // as copy_
+          outBuffers[b] = in;
+          bases[b] = static_cast<char *>(in.data_ptr());
+          continue;
+        }
+      }
       outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
       bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
     }

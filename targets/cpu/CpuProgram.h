@@ -43,6 +43,11 @@ public:
   /// arena plan, oneDNN primitives), made on first use and kept for later calls.
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override;
   std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const override;
+  /// An output of `into` is written in place of its input when it is the whole of its own
+  /// output buffer, written by a purely elementwise kernel that reads the input only at the
+  /// index it writes and loads it before storing, and no later step reads the input.
+  std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
+                              const std::vector<std::pair<int, int>> &into) const override;
 
   const Program &program() const override { return program_; }
   const std::string &llvmIr() const override { return llvmIr_; }
@@ -65,10 +70,17 @@ private:
     mutable std::atomic<bool> tuned{false};
     mutable std::vector<int> threads;
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
+    // runInto: per buffer, the input an output buffer is written into (-1: none), for the
+    // `into` list it was computed for
+    mutable std::mutex intoMu;
+    mutable std::vector<std::pair<int, int>> intoKey;
+    mutable std::shared_ptr<const std::vector<int>> intoAlias;
   };
   struct Tuner;
   // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
-  std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed) const;
+  // `alias`: per buffer, the input whose storage an output buffer is (runInto), or null
+  std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
+                              const std::vector<int> *alias = nullptr) const;
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
