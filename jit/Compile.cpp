@@ -463,9 +463,11 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     e->id = static_cast<int>(s.entries.size());
     s.entries.push_back(e);
     s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : e->training ? 2 : 0;
-    s.stats.cache_hits += e->regional  ? e->regional->reused
-                          : e->program ? e->program->cacheHits()
-                                       : 0;
+    s.stats.cache_hits +=
+        e->regional   ? e->regional->reused
+        : e->program  ? e->program->cacheHits()
+        : e->training ? e->training->forward().cacheHits() + e->training->backward().cacheHits()
+                      : 0;
     s.stats.recompiles += !entries.empty() && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;

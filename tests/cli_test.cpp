@@ -252,6 +252,38 @@ TEST(Cli, TrainGpt2LossFalls) {
   EXPECT_LT(last, first - 1.5) << r.out; // measured: 11.05 -> 8.53
 }
 
+// The captioning workflow: every strategy trains the same batches to eager's loss; the
+// dynamic strategies stay within the recompile limit; the warm start hits the artifacts.
+TEST(Cli, TrainCaptioningStrategiesAgreeWithEager) {
+  std::string json = testing::TempDir() + "rcjit_caption.json";
+  Result r = run({"train", "--model", "vit-gpt2", "--strategy",
+                  "pad-longest,mark-dynamic,buckets,modular,regional,warm", "--steps", "6",
+                  "--json", json.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("pad to longest, mark_dynamic"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["results"].size(), 7u) << "eager first, then the six";
+  EXPECT_EQ(j["results"][0]["strategy"], "eager");
+  for (const auto &row : j["results"]) {
+    const std::string name = row["strategy"];
+    EXPECT_LT(row["last_loss_rel_diff_vs_eager"].get<double>(), 1e-3) << name;
+    EXPECT_EQ(row["fallbacks"], 0) << name << ": within the recompile limit";
+    if (name == "mark-dynamic" || name == "regional" || name == "warm") {
+      EXPECT_EQ(row["recompiles"], 0) << name << ": one symbolic entry serves every length";
+    }
+    if (name == "warm") {
+      EXPECT_GT(row["cache_hits"].get<int>(), 0) << "the artifacts served the compiles";
+    }
+  }
+  Result bad = run({"train", "--model", "vit-gpt2", "--strategy", "pad-min"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown strategy 'pad-min'"), std::string::npos) << bad.err;
+  Result wrongModel = run({"train", "--model", "gpt2", "--strategy", "buckets"});
+  EXPECT_EQ(wrongModel.code, 2);
+  EXPECT_NE(wrongModel.err.find("trains vit-gpt2"), std::string::npos) << wrongModel.err;
+}
+
 TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
   struct Case {
     std::vector<const char *> args;

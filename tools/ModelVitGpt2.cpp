@@ -108,7 +108,7 @@ struct VisionEncoderDecoder : nn::Module<VisionEncoderDecoder> {
   Tensor forward(const Tensor &pixels, const Tensor &ids) { return decoder(ids, encoder(pixels)); }
 };
 
-class VitGpt2 : public Model {
+class VitGpt2 : public EncoderDecoderModel {
 public:
   VitGpt2(const VitGpt2Config &cfg, ParamInit init) : cfg_(cfg), net_(cfg, init) {}
   std::vector<Tensor> makeInputs(const ModelConfig &c) const override {
@@ -121,6 +121,10 @@ public:
     return net_(inputs[0], inputs[1]);
   }
   nn::ModuleBase &module() override { return net_; }
+  Tensor encode(const Tensor &pixels) override { return net_.encoder(pixels); }
+  Tensor decode(const Tensor &ids, const Tensor &encoded) override {
+    return net_.decoder(ids, encoded);
+  }
 
 private:
   VitGpt2Config cfg_;
@@ -157,6 +161,10 @@ int64_t vitGpt2ParameterCount(const VitGpt2Config &cfg) {
 }
 
 std::unique_ptr<Model> buildVitGpt2(VitGpt2Config cfg, const ModelConfig &c) {
+  return buildVitGpt2Parts(std::move(cfg), c);
+}
+
+std::unique_ptr<EncoderDecoderModel> buildVitGpt2Parts(VitGpt2Config cfg, const ModelConfig &c) {
   if (c.layers >= 0) cfg.encoder.layers = cfg.decoder.layers = c.layers;
   validate(cfg);
   ParamInit init(c.seed, c.dtype);

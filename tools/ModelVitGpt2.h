@@ -40,4 +40,14 @@ int64_t vitGpt2ParameterCount(const VitGpt2Config &cfg);
 /// allocating, when the parameters do not fit in memory.
 std::unique_ptr<Model> buildVitGpt2(VitGpt2Config cfg, const ModelConfig &c);
 
+/// A vit-gpt2 whose halves can be called (and compiled) apart: forward(pixels, ids) is
+/// decode(ids, encode(pixels)), each through its module (so regions stay visible).
+class EncoderDecoderModel : public Model {
+public:
+  virtual Tensor encode(const Tensor &pixels) = 0; // [batch, patches + 1, hidden]
+  virtual Tensor decode(const Tensor &ids, const Tensor &encoded) = 0; // logits
+};
+/// buildVitGpt2 with the halves exposed.
+std::unique_ptr<EncoderDecoderModel> buildVitGpt2Parts(VitGpt2Config cfg, const ModelConfig &c);
+
 } // namespace rcjit::tools

@@ -4,6 +4,8 @@
 // inference time per step) plus the first and last loss.
 #include "tools/TrainCommand.h"
 
+#include "tools/CaptionTraining.h"
+
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -298,7 +300,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   po::options_description desc(
       "rcjit train: train a built-in model per mode on a synthetic batch stream");
   Settings s;
-  std::string modes, dtype, json, lr;
+  std::string modes, dtype, json, lr, strategies;
   int64_t batch = 4, seq = 128;
   int layers = -1;
   desc.add_options()("help,h", "show this help")(
@@ -320,6 +322,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "weights", po::value(&s.weights),
       "start from parameters in FILE.safetensors (Hugging Face names; every shape checked); "
       "without it the weights are random (seeded)")(
+      "strategy", po::value(&strategies),
+      "vit-gpt2 only: the captioning workflow at CPU sizes under these comma-separated "
+      "dynamic-shape strategies (pad-max, pad-longest, mark-dynamic, buckets, modular, "
+      "regional, warm; or all), each against eager on the same batches")(
       "max-autotune", po::bool_switch(&s.maxAutotune),
       "compiled modes with CompileOptions::max_autotune")(
       "reduce-overhead", po::bool_switch(&s.reduceOverhead),
@@ -355,6 +361,42 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     if (used != lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
       throw std::invalid_argument("--lr: '" + lr + "' is not a positive number");
     }
+  }
+  if (vm.count("strategy")) { // the captioning workflow
+    if (s.model != "vit-gpt2") {
+      throw std::invalid_argument("--strategy: the captioning workflow trains vit-gpt2 (use "
+                                  "--model vit-gpt2), not " +
+                                  s.model);
+    }
+    if (dtype != "f32" || vm.count("weights") || !vm["layers"].defaulted() || s.maxAutotune ||
+        s.reduceOverhead || s.optimizer != "adamw") {
+      throw std::invalid_argument("--strategy: the captioning workflow trains f32 with AdamW "
+                                  "at its own CPU size (no --dtype, --weights, --layers, "
+                                  "--optimizer, --max-autotune, --reduce-overhead)");
+    }
+    CaptionSettings cs;
+    for (const std::string &name : splitList(strategies)) {
+      if (name == "all") {
+        cs.strategies = captionStrategies();
+        continue;
+      }
+      const auto &known = captionStrategies();
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        throw std::invalid_argument("--strategy: unknown strategy '" + name +
+                                    "' (expected pad-max, pad-longest, mark-dynamic, buckets, "
+                                    "modular, regional, warm, eager or all)");
+      }
+      cs.strategies.push_back(name);
+    }
+    if (cs.strategies.empty()) throw std::invalid_argument("--strategy needs a value");
+    cs.steps = s.steps;
+    cs.warmupSteps = std::min(20, s.steps);
+    cs.batch = vm["batch"].defaulted() ? 8 : batch;
+    cs.lr = s.lr;
+    cs.seed = s.seed;
+    cs.json = json;
+    captionTrain(cs, out, err);
+    return kOk;
   }
   std::vector<std::string> modeList = splitList(modes);
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
