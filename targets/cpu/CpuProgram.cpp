@@ -28,6 +28,18 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
+// Below this many multiply-adds a oneDNN matmul runs on the calling thread: starting a
+// parallel region costs more than such a product, and far more when another process holds
+// the other cores (measured: 0.003 ms on one thread, 8 ms on two, with a build running).
+constexpr double kParallelMacs = 1 << 20;
+
+// omp's thread count for this thread while it lives (oneDNN sizes its parallel regions and
+// its primitives by it)
+struct OmpThreads {
+  int prev;
+  explicit OmpThreads(int n) : prev(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(prev); }
+};
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;
@@ -143,21 +155,33 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   cp->moduleId_ = moduleId;
   cp->autotune_ = opts.autotune;
   const Program &prog = cp->program_;
+  const bool costModel = !opts.autotune;
   cp->specs_ = std::make_unique<SpecTable<Spec>>(
-      prog, [&prog](const int64_t *syms) { return makeSpec(prog, syms); });
+      prog, [&prog, costModel](const int64_t *syms) { return makeSpec(prog, syms, costModel); });
   return cp;
 }
 
-std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p,
-                                                             const int64_t *syms) {
+std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, const int64_t *syms,
+                                                             bool costModel) {
   auto spec = std::make_shared<Spec>();
   spec->syms.assign(syms, syms + p.symbols.ranges.size());
   spec->layout = specializeProgram(p, syms);
   const Program &l = spec->layout;
   spec->library.resize(l.steps.size());
+  spec->serialLibrary.resize(l.steps.size());
+  spec->defaultThreads.assign(l.steps.size(), 0);
+  const bool symbolic = !p.symbols.ranges.empty();
   for (size_t i = 0; i < l.steps.size(); ++i) {
-    if (l.steps[i].kind == Step::Kind::library)
-      spec->library[i] = LibraryStep::create(l, l.steps[i], !p.symbols.ranges.empty());
+    if (l.steps[i].kind != Step::Kind::library) continue;
+    spec->library[i] = LibraryStep::create(l, l.steps[i], symbolic);
+    // a static program's small product: a primitive made for one thread, run on this one
+    // (a symbolic program's small products share one runtime-dims primitive instead)
+    if (costModel && !symbolic && spec->library[i] && spec->library[i]->macs() < kParallelMacs &&
+        omp_get_max_threads() > 1) {
+      OmpThreads one(1);
+      spec->serialLibrary[i] = LibraryStep::create(l, l.steps[i], false);
+      if (spec->serialLibrary[i]) spec->defaultThreads[i] = 1;
+    }
   }
   spec->outputsAt = outputsByFirstStep(l);
   spec->inputsDone = inputsDoneAt(l);
@@ -219,16 +243,6 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     if (begin < end) fn(pp, syms, begin, end);
   }
 }
-
-namespace {
-// omp's thread count for this thread while it lives (oneDNN sizes its parallel regions and
-// its primitives by it)
-struct OmpThreads {
-  int prev;
-  explicit OmpThreads(int n) : prev(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(prev); }
-};
-} // namespace
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
                             int threads) const {
@@ -490,7 +504,6 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   if (autotune_ && !spec->tuned.load(std::memory_order_acquire)) {
     tuneLock = std::unique_lock<std::mutex>(spec->tuneMu, std::try_to_lock);
     if (tuneLock.owns_lock() && !spec->tuned.load(std::memory_order_relaxed)) {
-      spec->serialLibrary.resize(p.steps.size());
       if (loadTuning(*spec)) {
         spec->tuned.store(true, std::memory_order_release);
         logging::emit(logging::CompileStepEvent{
@@ -506,7 +519,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   }
   const std::vector<int> *chosen =
       spec->tuned.load(std::memory_order_acquire) ? &spec->threads : nullptr;
-  auto threadsOf = [&](size_t i) { return chosen ? (*chosen)[i] : 0; };
+  auto threadsOf = [&](size_t i) { return chosen ? (*chosen)[i] : spec->defaultThreads[i]; };
   std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
   struct Release {
     const CpuProgram *self;

@@ -70,6 +70,7 @@ private:
     mutable std::atomic<bool> tuned{false};
     mutable std::vector<int> threads;
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
+    std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
     mutable std::mutex intoMu;
@@ -81,7 +82,10 @@ private:
   // `alias`: per buffer, the input whose storage an output buffer is (runInto), or null
   std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
                               const std::vector<int> *alias = nullptr) const;
-  static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms);
+  // `costModel`: small oneDNN steps get a one-thread primitive and run on the calling
+  // thread (max_autotune measures instead)
+  static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms,
+                                              bool costModel);
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
   // `threads`: 0 the default heuristic, else that many threads (at most the outer size)

@@ -140,6 +140,11 @@ public:
       : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias),
         shared_(std::move(shared)) {}
 
+  double macs() const override {
+    return static_cast<double>(dst_.dims()[0]) * static_cast<double>(dst_.dims()[1]) *
+           static_cast<double>(dst_.dims()[2]) * static_cast<double>(src_.dims()[2]);
+  }
+
   void run(char *const *operands, char *result) const override {
     auto &ctx = eager::DnnlContext::instance();
     std::unique_ptr<Mems> m = acquire();

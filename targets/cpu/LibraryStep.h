@@ -15,6 +15,8 @@ public:
   virtual ~LibraryStep() = default;
   /// Runs with the addresses of the step's operands (in op order) and its result.
   virtual void run(char *const *operands, char *result) const = 0;
+  /// Multiply-adds of one run (the executor's cost model for threads).
+  virtual double macs() const = 0;
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
   /// then runs it through the eager target). `sizeFree`: the program is specialized per
