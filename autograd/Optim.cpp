@@ -148,6 +148,16 @@ void AdamW::set_lr(double lr) {
   setScalar(lr_, lr);
 }
 
+// A parameter's state before its first step: zero moments and a zero count, real tensors
+// even inside a trace (a compiled step reads and writes them back).
+void AdamW::initState(State &s, const Tensor &p) {
+  if (!s.m.defined()) {
+    s.m = realZeros(p.shape(), stateDtype(p), p.device());
+    s.v = realZeros(p.shape(), stateDtype(p), p.device());
+  }
+  if (!s.steps.defined()) s.steps = scalarTensor(0);
+}
+
 // The update written with the public ops on traced values, with the step count and the
 // learning rate as tensors (so a compiled step serves every step): m, v, the count and
 // the parameter are written in place (copy_), which the trace records as writes back.
@@ -160,11 +170,7 @@ void AdamW::tracedStep() {
     if (!grad.defined()) continue;
     State &s = state_[i];
     const DType dt = stateDtype(p);
-    if (!s.m.defined()) {
-      s.m = realZeros(p.shape(), dt, p.device());
-      s.v = realZeros(p.shape(), dt, p.device());
-    }
-    if (!s.steps.defined()) s.steps = scalarTensor(0);
+    initState(s, p);
     Tensor t = s.steps + 1.0;
     Tensor g = grad.to(dt), w = p.to(dt), lr = lr_.to(dt);
     Tensor m = o.beta1 * s.m + (1 - o.beta1) * g;
@@ -189,11 +195,7 @@ void AdamW::step() {
     if (!grad.defined()) continue;
     State &s = state_[i];
     const DType dt = stateDtype(p);
-    if (!s.m.defined()) {
-      s.m = Tensor::zeros(p.shape(), dt, p.device());
-      s.v = Tensor::zeros(p.shape(), dt, p.device());
-    }
-    if (!s.steps.defined()) s.steps = scalarTensor(0);
+    initState(s, p);
     const double t = s.steps.item() + 1;
     setScalar(s.steps, t);
     if (fusable(p, grad)) {

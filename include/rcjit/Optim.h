@@ -59,6 +59,7 @@ private:
     Tensor m, v;  // f32 (f64 for f64 parameters); undefined until the first step
     Tensor steps; // f32 scalar: the parameter's step count t (exact up to 2^24)
   };
+  static void initState(State &s, const Tensor &p);
   void tracedStep();
   std::vector<Tensor> params_;
   std::vector<State> state_;
