@@ -17,6 +17,7 @@
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
 #include "support/Events.h"
+#include "support/Threads.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
@@ -28,18 +29,6 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
-// Below this many multiply-adds a oneDNN matmul runs on the calling thread: starting a
-// parallel region costs more than such a product, and far more when another process holds
-// the other cores (measured: 0.003 ms on one thread, 8 ms on two, with a build running).
-constexpr double kParallelMacs = 1 << 20;
-
-// omp's thread count for this thread while it lives (oneDNN sizes its parallel regions and
-// its primitives by it)
-struct OmpThreads {
-  int prev;
-  explicit OmpThreads(int n) : prev(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(prev); }
-};
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;

@@ -5,10 +5,12 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include <rcjit/Error.h>
 
+#include "support/Threads.h"
 #include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
 
@@ -273,7 +275,13 @@ DnnlPrimitive createMatmul(const MatmulGeometry &g, Dt dt) {
 bool tryMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const Tensor &out) {
   Dt dt = dnnlType(out.dtype());
   MatmulGeometry g = matmulGeometry(a, b, bias, out);
-  DnnlContext::Key key{kMatmulKey, static_cast<int64_t>(dt), g.hasBias};
+  // a small product runs on this thread, with a primitive made for one thread
+  const bool serial =
+      static_cast<double>(out.numel()) * static_cast<double>(a.size(-1)) < kParallelMacs &&
+      omp_get_max_threads() > 1;
+  std::optional<OmpThreads> one;
+  if (serial) one.emplace(1);
+  DnnlContext::Key key{kMatmulKey, static_cast<int64_t>(dt), g.hasBias, serial};
   appendKey(key, g.a);
   appendKey(key, g.b);
   appendKey(key, g.out);
