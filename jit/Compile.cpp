@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include <rcjit/Compile.h>
@@ -13,6 +14,7 @@
 #include "jit/CompiledState.h"
 #include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
+#include "support/Profiler.h"
 #include "targets/cuda/CudaDriver.h"
 #include "tracer/GraphIO.h"
 #include "tracer/TensorImpl.h"
@@ -415,6 +417,8 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
         logging::FailingGuardsEvent{.function = s.id, .name = s.name, .failures = allWhy});
   }
   auto t0 = std::chrono::steady_clock::now();
+  std::optional<profiler::Scope<std::function<std::string()>>> compileEvent;
+  compileEvent.emplace("compile", [&s] { return s.label(); });
   // Trace on shapes only (no eager compute), then run the compiled code for this call's
   // values. A host read needs real values: trace again eagerly.
   bool meta = true;
@@ -457,6 +461,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   std::shared_ptr<Entry> e = buildEntry(s, t, reason, fn, dynamic);
   e->dynamicNotes.insert(e->dynamicNotes.begin(), notes.begin(), notes.end());
   e->compileSeconds = secondsSince(t0);
+  compileEvent.reset(); // the compile's event ends here; the first run is the call's
   logNewEntry(s, *e);
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -543,6 +548,7 @@ std::shared_ptr<CompiledState> makeCompiledState(const CompileOptions &opts, con
 
 std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &args,
                                  const TracedFn &fn) {
+  profiler::Scope scope("call", [&s] { return s.label(); });
   if (s.opts.mode == Mode::eager || s.opts.stance == Stance::force_eager) return fn(args);
   checkMarkedRanges(args);
   thread_local std::vector<const Tensor *> inputs;

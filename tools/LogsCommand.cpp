@@ -1,6 +1,8 @@
 // The logs command: reads a trace's typed events (support/Events.h), prints a text/HTML report.
 #include "tools/LogsCommand.h"
 
+#include "tools/ProfileSummary.h"
+
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
@@ -589,7 +591,8 @@ int run(const std::string &file, const std::string &html, std::ostream &out, std
 } // namespace
 
 int logsCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
-  po::options_description desc("rcjit logs FILE [--html OUT]: summarize a RCJIT_TRACE_FILE");
+  po::options_description desc("rcjit logs FILE [--html OUT]: summarize a RCJIT_TRACE_FILE, "
+                               "or a RCJIT_PROFILE profile");
   std::string file, html;
   desc.add_options()("help,h", "show this help")(
       "html", po::value(&html), "also write the report as a self-contained HTML page")(
@@ -606,6 +609,11 @@ int logsCommand(const std::vector<std::string> &args, std::ostream &out, std::os
     }
     if (file.empty()) throw Usage("missing the trace FILE");
     if (vm.count("html") && html.empty()) throw Usage("--html needs a file name");
+    if (isChromeTrace(file)) { // a profile (RCJIT_PROFILE), not a log trace
+      if (!html.empty()) throw Usage("--html is for log traces, not profiles");
+      summarizeProfile(file, out);
+      return kOk;
+    }
     return run(file, html, out, err);
   } catch (const Usage &e) {
     err << "rcjit logs: " << e.what() << "\n" << desc;

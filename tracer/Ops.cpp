@@ -6,6 +6,7 @@
 #include <rcjit/Ops.h>
 
 #include "autograd/Autograd.h"
+#include "support/Profiler.h"
 #include "targets/eager/Eager.h"
 #include "tracer/Autocast.h"
 #include "tracer/CheckedSize.h"
@@ -60,7 +61,12 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
   Tracer *tr = Tracer::current();
   Tensor r;
   try {
-    r = tr && tr->meta() ? metaResult(*tr, op, in, a, meta) : eager::run(op, in, a, meta);
+    if (tr && tr->meta()) {
+      r = metaResult(*tr, op, in, a, meta);
+    } else {
+      profiler::Scope scope("eager op", [op] { return std::string(opName(op)); });
+      r = eager::run(op, in, a, meta);
+    }
   } catch (const AllocationError &e) {
     throw AllocationError(std::string(opName(op)) + ": " + e.what());
   }

@@ -11,6 +11,7 @@
 #include <rcjit/Ops.h>
 #include <rcjit/Optim.h>
 #include <rcjit/Passes.h>
+#include <rcjit/Profile.h>
 #include <rcjit/Region.h>
 #include <rcjit/Tensor.h>
 #include <rcjit/Types.h>

@@ -17,6 +17,7 @@
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
 #include "support/Events.h"
+#include "support/Profiler.h"
 #include "support/Threads.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
@@ -545,13 +546,23 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     for (int in : spec->inputsDone[i]) consumed[in] = Tensor();
   };
   auto runEagerStep = [&](size_t i, const Step &s) {
+    profiler::Scope scope("eager step", [&s] { return std::string(opName(s.op)); });
     open(i);
     runEager(s, p, bases.data(), dynamic, outBuffers, inputs);
     done(i);
   };
+  auto stepName = [this, &p](size_t i) {
+    return [this, &p, i] {
+      const Step &s = p.steps[i];
+      std::string name = s.kind == Step::Kind::kernel ? program_.kernels[s.kernel].name
+                                                      : std::string(opName(s.op));
+      return s.note.empty() ? name : name + ": " + s.note;
+    };
+  };
   forEachStep(
       p,
       [&](size_t i, const Step &s) {
+        profiler::Scope scope("kernel", stepName(i));
         open(i);
         if (tuner && program_.kernels[s.kernel].outerSize(syms) >= 2) {
           tuner->choose(i, program_.kernels[s.kernel].name.c_str(),
@@ -562,6 +573,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         done(i);
       },
       [&](size_t i, const Step &s) {
+        profiler::Scope scope("library", stepName(i));
         if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
         open(i);
         char *ops[3];
