@@ -1,6 +1,8 @@
 // Logs: set_logs parsing, the graph/output_code/guards/recompiles lines, the JSON trace file.
 #include <gtest/gtest.h>
 
+#include "tests/TestUtil.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -113,6 +115,37 @@ TEST(Logs, FunctionsAreNamedByCompileCallAndName) {
     EXPECT_NE(std::string(e.what()).find("(decoder, logs_test.cpp:"), std::string::npos)
         << e.what();
   }
+}
+
+struct Fc : nn::Module<Fc> {
+  nn::Linear fc{64, 64};
+  Fc() { register_module("fc", fc); }
+  Tensor forward(const Tensor &x) { return relu(fc(x)); }
+};
+struct Stack : nn::Module<Stack> {
+  nn::ModuleList<Fc> blocks;
+  Stack() {
+    for (int i = 0; i < 2; ++i) blocks.emplace_back();
+    register_module("blocks", blocks);
+  }
+  Tensor forward(Tensor x) {
+    for (auto &b : blocks) x = b(x);
+    return x;
+  }
+};
+
+// An op error inside a module names the innermost module, eagerly and while compiling.
+TEST(Logs, AnOpErrorInsideAModuleNamesTheModule) {
+  Stack net;
+  Tensor bad = Tensor::randn({4, 64}, 1, DType::f64);
+  const std::string where = "(in module blocks.0.fc, rcjit::nn::Linear)";
+  std::string eager = rcjit::test::errorOf([&] { net(bad); });
+  EXPECT_NE(eager.find("linear: expected operands of one dtype"), std::string::npos) << eager;
+  EXPECT_NE(eager.find(where), std::string::npos) << eager;
+  EXPECT_EQ(eager.find(where), eager.rfind("(in module")) << "named once: " << eager;
+  auto cf = compile(net);
+  std::string compiled = rcjit::test::errorOf([&] { cf(bad); });
+  EXPECT_NE(compiled.find(where), std::string::npos) << compiled;
 }
 
 TEST(Logs, EveryLineOfAMultiLineMessageHasThePrefix) {

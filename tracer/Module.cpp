@@ -104,6 +104,19 @@ std::string ModuleBase::path() const {
   return p;
 }
 
+namespace detail {
+void rethrowInModule(const ModuleBase &m) {
+  try {
+    throw;
+  } catch (const Error &e) {
+    const std::string what = e.what();
+    if (typeid(e) != typeid(Error) || what.find(" (in module ") != std::string::npos) throw;
+    const std::string path = m.path();
+    throw Error(what + " (in module " + (path.empty() ? "" : path + ", ") + m.typeName() + ")");
+  }
+}
+} // namespace detail
+
 std::string ModuleBase::typeName() const {
   const char *mangled = typeid(*this).name();
   int status = 0;

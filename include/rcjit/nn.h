@@ -73,14 +73,24 @@ public:
 private:
   bool active_;
 };
+
+/// Called in a catch block around a module's forward: rethrows an rcjit::Error (the exact
+/// type) with the module named, "... (in module blocks.3.fc, rcjit::nn::Linear)", unless an
+/// inner module already named itself; any other exception unchanged.
+[[noreturn]] void rethrowInModule(const ModuleBase &m);
 } // namespace detail
 
-/// CRTP base: `module(args...)` calls `Derived::forward(args...)` inside a trace region.
+/// CRTP base: `module(args...)` calls `Derived::forward(args...)` inside a trace region; an
+/// rcjit::Error from inside names the innermost module it came from.
 template <class Derived> class Module : public ModuleBase {
 public:
   template <class... Args> decltype(auto) operator()(Args &&...args) {
     detail::ModuleCallScope scope(*this);
-    return static_cast<Derived &>(*this).forward(std::forward<Args>(args)...);
+    try {
+      return static_cast<Derived &>(*this).forward(std::forward<Args>(args)...);
+    } catch (...) {
+      detail::rethrowInModule(*this);
+    }
   }
 };
 
