@@ -117,8 +117,14 @@ std::vector<std::string> inputLabels(const Trace &t) {
 std::vector<logging::GraphBreak> graphBreaks(const Trace &t) {
   std::vector<logging::GraphBreak> out;
   for (const GraphBreak &b : t.breaks) {
+    const Node &n = t.graph.nodes[b.node];
+    std::optional<std::string> module;
+    if (n.region >= 0) {
+      const Region &r = t.graph.regions[n.region];
+      module = (r.name.empty() ? std::string("<root>") : r.name) + " (" + r.type + ")";
+    }
     out.push_back(
-        {.op = b.op, .producer = std::string(opName(t.graph.nodes[b.node].op)), .node = b.node});
+        {.op = b.op, .producer = std::string(opName(n.op)), .node = b.node, .module = module});
   }
   return out;
 }

@@ -115,7 +115,8 @@ std::string dimsText(const std::vector<DimRef> &dims) {
 }
 
 std::string GraphBreak::text() const {
-  return op + "() on the result of " + producer + " (%" + std::to_string(node) + ")";
+  return op + "() on the result of " + producer + " (%" + std::to_string(node) + ")" +
+         (module && !module->empty() ? " in module " + *module : std::string());
 }
 
 // ---- messages -----------------------------------------------------------------------------
@@ -155,7 +156,11 @@ std::string OutputCodeEvent::message() const {
 std::string GraphBreakEvent::message() const {
   std::string where;
   for (const GraphBreak &b : breaks) where += (where.empty() ? "" : "; ") + b.text();
-  return fn(function, name) + ": graph break: " + where;
+  return fn(function, name) + ": graph break: " + where +
+         ". The function's C++ runs on every call and the work between host reads runs as "
+         "compiled segments; to get one graph, keep the value a tensor (where() instead of "
+         "branching on it) or read it outside the compiled function (fullgraph = true makes "
+         "a break an Error)";
 }
 
 std::string DynamicSymbolEvent::message() const {

@@ -48,13 +48,15 @@ std::string functionLabel(int64_t function, const std::optional<std::string> &na
 
 /// One host read that split a trace: "item() on the result of sum (%1)".
 struct GraphBreak {
-  std::string op;       // the host read: item, to_vector, ...
-  std::string producer; // the op of the node it read
-  int64_t node = 0;     // that node's id in the traced graph
+  std::string op;                    // the host read: item, to_vector, ...
+  std::string producer;              // the op of the node it read
+  int64_t node = 0;                  // that node's id in the traced graph
+  std::optional<std::string> module; // the module the value was computed in ("blocks.0 (Block)")
   template <class V, class S> static void fields(V &&v, S &s) {
     v("op", s.op);
     v("producer", s.producer);
     v("node", s.node);
+    v("module", s.module);
   }
   bool operator==(const GraphBreak &) const = default;
   std::string text() const;

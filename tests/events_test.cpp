@@ -44,7 +44,9 @@ std::vector<Event> samples() {
                      .dims = {{.arg = 0, .dim = 1}},
                      .why = "the function fails at s0=5: reshape: ..."},
       PerfHintEvent{.function = 2, .hint = "falls back to eager: raise recompile_limit"},
-      CompileStepEvent{.graph = "function 3 entry 0", .step = "fuse", .seconds = 0.002,
+      CompileStepEvent{.graph = "function 3 entry 0",
+                       .step = "fuse",
+                       .seconds = 0.002,
                        .result = "fusion: 1 groups, 0 calls, 0 views\n"},
       CacheHitEvent{.where = "disk", .key = "rcjit-0123456789abcdef", .name = "rcjit_f0_e1"},
       CacheMissEvent{.where = "memory", .key = "rcjit-fedcba9876543210", .name = "rcjit_f1_e0"},
@@ -114,9 +116,17 @@ TEST(Events, EveryFieldIsInTheJson) {
 TEST(Events, MessagesAreDerivedFromTheFields) {
   RecompileEvent recompile{.function = 3, .entry = 1, .guard = "arg 0 dim 1: expected 8, got 9"};
   EXPECT_EQ(recompile.message(), "function 3: recompiling because arg 0 dim 1: expected 8, got 9");
-  GraphBreakEvent graphBreak{.function = 1,
-                             .breaks = {{.op = "item", .producer = "sum", .node = 1}}};
-  EXPECT_EQ(graphBreak.message(), "function 1: graph break: item() on the result of sum (%1)");
+  GraphBreakEvent graphBreak{
+      .function = 1,
+      .name = "model.cpp:42",
+      .breaks = {{.op = "item", .producer = "sum", .node = 1, .module = "blocks.0 (Block)"}}};
+  EXPECT_EQ(graphBreak.message().rfind("function 1 (model.cpp:42): graph break: item() on the "
+                                       "result of sum (%1) in module blocks.0 (Block). ",
+                                       0),
+            0u)
+      << graphBreak.message();
+  EXPECT_NE(graphBreak.message().find("keep the value a tensor"), std::string::npos)
+      << "what to do about it";
   DynamicSymbolEvent symbol{.function = 0,
                             .entry = 1,
                             .symbol = 0,
