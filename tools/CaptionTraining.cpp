@@ -28,7 +28,7 @@ constexpr int64_t kBucket = 32; // buckets: multiples of this
 
 // The guide's model at CPU sizes: ViT on 32x32 images (16 patches of 8x8) and a GPT-2
 // decoder with cross-attention, hidden 64, 2 layers each.
-VitGpt2Config smallConfig() {
+VitGpt2Config captionModelConfig() {
   VitGpt2Config c;
   c.name = "vit-gpt2";
   c.encoder.image = 32;
@@ -48,7 +48,7 @@ VitGpt2Config smallConfig() {
 
 // One step's data: images and, per caption, the tokens it predicts (ids = tokens[0..L-1],
 // labels = tokens[1..L]).
-struct Batch {
+struct CaptionBatch {
   Tensor pixels;
   std::vector<std::vector<int64_t>> captions; // L + 1 tokens each
   int64_t longest = 0;                        // the largest L
@@ -63,8 +63,8 @@ int64_t captionLength(uint64_t r) {
 }
 
 // Learnable captions: arithmetic progressions (a start and a stride per caption).
-Batch batchAt(const CaptionSettings &s, int step) {
-  Batch b;
+CaptionBatch captionBatchAt(const CaptionSettings &s, int step) {
+  CaptionBatch b;
   const uint64_t base = mix64(s.seed * 1000003 + static_cast<uint64_t>(step));
   b.pixels = Tensor::randn({s.batch, 3, 32, 32}, base);
   for (int64_t i = 0; i < s.batch; ++i) {
@@ -80,16 +80,16 @@ Batch batchAt(const CaptionSettings &s, int step) {
   return b;
 }
 
-int64_t roundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+int64_t roundUpTo(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // The padded length a strategy trains this batch at.
-int64_t paddedLength(const std::string &strategy, int64_t longest) {
+int64_t captionPaddedLength(const std::string &strategy, int64_t longest) {
   if (strategy == "pad-max") return kContext;
-  if (strategy == "buckets") return roundUp(longest, kBucket);
-  return roundUp(longest, kAlign);
+  if (strategy == "buckets") return roundUpTo(longest, kBucket);
+  return roundUpTo(longest, kAlign);
 }
 
-struct RunResult {
+struct CaptionRun {
   std::string strategy;
   double warmupS = 0, stepsPerS = 0, totalS = 0;
   std::vector<double> losses, stepMs;
@@ -99,7 +99,7 @@ struct RunResult {
   int distinctLengths = 0;
 };
 
-void addStats(RunResult &r, const CompileStats &st) {
+void addCaptionStats(CaptionRun &r, const CompileStats &st) {
   r.compiles += st.compiles;
   r.recompiles += st.recompiles;
   r.fallbacks += st.fallbacks;
@@ -107,14 +107,14 @@ void addStats(RunResult &r, const CompileStats &st) {
   r.compileS += st.compile_seconds;
 }
 
-RunResult runStrategy(const std::string &strategy, const CaptionSettings &s,
-                      const std::vector<uint8_t> *artifacts, std::ostream &err) {
+CaptionRun runCaptionStrategy(const std::string &strategy, const CaptionSettings &s,
+                              const std::vector<uint8_t> *artifacts, std::ostream &err) {
   cache::clear(); // cold: memory and disk
   if (artifacts) cache::load_artifacts(*artifacts);
   ModelConfig mc;
   mc.batch = s.batch;
   mc.seed = s.seed;
-  std::unique_ptr<EncoderDecoderModel> model = buildVitGpt2Parts(smallConfig(), mc);
+  std::unique_ptr<EncoderDecoderModel> model = buildVitGpt2Parts(captionModelConfig(), mc);
   optim::AdamW opt(model->module().parameters(), {.lr = s.lr});
   const bool mark = strategy == "mark-dynamic" || strategy == "modular" || strategy == "regional" ||
                     strategy == "warm";
@@ -134,12 +134,12 @@ RunResult runStrategy(const std::string &strategy, const CaptionSettings &s,
       compile([&](const Tensor &ids, const Tensor &enc,
                   const Tensor &labels) { return cross_entropy(model->decode(ids, enc), labels); },
               half);
-  RunResult r;
+  CaptionRun r;
   r.strategy = strategy;
   std::vector<int64_t> seen;
   for (int step = 0; step < s.steps; ++step) {
-    Batch b = batchAt(s, step);
-    const int64_t len = paddedLength(strategy, b.longest);
+    CaptionBatch b = captionBatchAt(s, step);
+    const int64_t len = captionPaddedLength(strategy, b.longest);
     std::vector<int64_t> ids(static_cast<size_t>(s.batch * len), 0);
     std::vector<int64_t> labels(ids.size(), -100);
     for (int64_t i = 0; i < s.batch; ++i) {
@@ -180,11 +180,12 @@ RunResult runStrategy(const std::string &strategy, const CaptionSettings &s,
   r.stepsPerS = after > 0 ? static_cast<double>(after) / r.totalS : 0;
   r.totalS += r.warmupS;
   r.distinctLengths = static_cast<int>(seen.size());
-  for (const CompileStats &st : {whole.stats(), encoder.stats(), decoder.stats()}) addStats(r, st);
+  for (const CompileStats &st : {whole.stats(), encoder.stats(), decoder.stats()})
+    addCaptionStats(r, st);
   return r;
 }
 
-std::string title(const std::string &strategy) {
+std::string strategyTitle(const std::string &strategy) {
   if (strategy == "eager") return "eager (pad to longest)";
   if (strategy == "pad-max") return "pad to max (256)";
   if (strategy == "pad-longest") return "pad to longest, automatic";
@@ -219,14 +220,14 @@ void captionTrain(const CaptionSettings &s, std::ostream &out, std::ostream &err
       order.push_back(name);
     }
   }
-  std::vector<RunResult> rows;
+  std::vector<CaptionRun> rows;
   std::optional<std::vector<uint8_t>> artifacts;
   for (const std::string &name : order) {
     err << "train: vit-gpt2 strategy " << name << ", " << s.steps << " steps ...\n";
-    rows.push_back(runStrategy(name, s, name == "warm" ? &*artifacts : nullptr, err));
+    rows.push_back(runCaptionStrategy(name, s, name == "warm" ? &*artifacts : nullptr, err));
     if (name == "mark-dynamic") artifacts = cache::save_artifacts();
   }
-  const RunResult &eager = rows.front();
+  const CaptionRun &eager = rows.front();
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "vit-gpt2 captioning (CPU size: ViT 32x32/8 + GPT-2 decoder, hidden 64, 2+2 "
@@ -249,13 +250,13 @@ void captionTrain(const CaptionSettings &s, std::ostream &out, std::ostream &err
   j["lr"] = s.lr;
   j["seed"] = s.seed;
   j["machine"] = {{"cpu", hostCpuName()}, {"threads", std::thread::hardware_concurrency()}};
-  for (const RunResult &r : rows) {
+  for (const CaptionRun &r : rows) {
     const double rel = std::abs(r.losses.back() - eager.losses.back()) /
                        std::max(std::abs(eager.losses.back()), 1e-12);
     std::snprintf(buf, sizeof buf,
                   "%-30s| %-9.2f| %-10.2f| %-8d| %-9d| %-10d| %-8d| %-10.4f| %-10.1e\n",
-                  title(r.strategy).c_str(), r.stepsPerS, r.warmupS, r.compiles, r.recompiles,
-                  r.fallbacks, r.distinctLengths, r.losses.back(), rel);
+                  strategyTitle(r.strategy).c_str(), r.stepsPerS, r.warmupS, r.compiles,
+                  r.recompiles, r.fallbacks, r.distinctLengths, r.losses.back(), rel);
     out << buf;
     j["results"].push_back({{"strategy", r.strategy},
                             {"steps_per_s", r.stepsPerS},

@@ -14,18 +14,18 @@ namespace rcjit::tools {
 
 namespace {
 
-struct Total {
+struct ProfileTotal {
   int count = 0;
   double us = 0;
 };
 
-struct Ev {
+struct ProfileEvent {
   std::string name, cat;
   double ts = 0, dur = 0;
   int64_t tid = 0;
 };
 
-std::vector<Ev> readEvents(const std::string &path) {
+std::vector<ProfileEvent> readProfileEvents(const std::string &path) {
   std::ifstream in(path);
   if (!in) throw Error("cannot read " + path);
   nlohmann::json j;
@@ -36,7 +36,7 @@ std::vector<Ev> readEvents(const std::string &path) {
   }
   if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
     throw Error(path + " has no \"traceEvents\" array");
-  std::vector<Ev> out;
+  std::vector<ProfileEvent> out;
   for (const auto &e : j["traceEvents"]) {
     if (!e.is_object() || e.value("ph", "") != "X") continue;
     try {
@@ -49,9 +49,9 @@ std::vector<Ev> readEvents(const std::string &path) {
   return out;
 }
 
-void printTop(std::ostream &out, const char *title, const std::map<std::string, Total> &m,
-              double callUs, int top) {
-  std::vector<std::pair<std::string, Total>> rows(m.begin(), m.end());
+void printTopTotals(std::ostream &out, const char *title,
+                    const std::map<std::string, ProfileTotal> &m, double callUs, int top) {
+  std::vector<std::pair<std::string, ProfileTotal>> rows(m.begin(), m.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto &a, const auto &b) { return a.second.us > b.second.us; });
   out << title << "\n";
@@ -82,11 +82,11 @@ bool isChromeTrace(const std::string &path) {
 }
 
 void summarizeProfile(const std::string &path, std::ostream &out, int top) {
-  std::vector<Ev> events = readEvents(path);
-  std::map<std::string, Total> byCat, calls, steps, ops;
-  std::vector<const Ev *> callEvents, compileEvents, stepEvents;
-  for (const Ev &e : events) {
-    Total &c = byCat[e.cat];
+  std::vector<ProfileEvent> events = readProfileEvents(path);
+  std::map<std::string, ProfileTotal> byCat, calls, steps, ops;
+  std::vector<const ProfileEvent *> callEvents, compileEvents, stepEvents;
+  for (const ProfileEvent &e : events) {
+    ProfileTotal &c = byCat[e.cat];
     ++c.count;
     c.us += e.dur;
     if (e.cat == "call") callEvents.push_back(&e);
@@ -95,31 +95,31 @@ void summarizeProfile(const std::string &path, std::ostream &out, int top) {
     if (e.cat == "kernel" || e.cat == "library" || e.cat == "eager step" || e.cat == "eager op")
       stepEvents.push_back(&e);
     if (e.cat == "eager op") {
-      Total &t = ops[e.name];
+      ProfileTotal &t = ops[e.name];
       ++t.count;
       t.us += e.dur;
     }
   }
-  auto within = [](const Ev *inner, const Ev *outer) {
+  auto within = [](const ProfileEvent *inner, const ProfileEvent *outer) {
     return inner->tid == outer->tid && inner->ts >= outer->ts &&
            inner->ts + inner->dur <= outer->ts + outer->dur + 1e-3;
   };
   // steady calls (no compile inside): their time, and the steps they ran
   double callUs = 0, covered = 0;
   int steady = 0;
-  for (const Ev *c : callEvents) {
-    Total &ct = calls[c->name];
+  for (const ProfileEvent *c : callEvents) {
+    ProfileTotal &ct = calls[c->name];
     ++ct.count;
     ct.us += c->dur;
     bool compiled = false;
-    for (const Ev *k : compileEvents) compiled = compiled || within(k, c);
+    for (const ProfileEvent *k : compileEvents) compiled = compiled || within(k, c);
     if (compiled) continue;
     ++steady;
     callUs += c->dur;
-    for (const Ev *st : stepEvents) {
+    for (const ProfileEvent *st : stepEvents) {
       if (!within(st, c)) continue;
       covered += st->dur;
-      Total &t = steps[st->name];
+      ProfileTotal &t = steps[st->name];
       ++t.count;
       t.us += st->dur;
     }
@@ -139,11 +139,12 @@ void summarizeProfile(const std::string &path, std::ostream &out, int top) {
                   steady, callUs / 1e3, covered / 1e3, 100 * covered / callUs);
     out << line;
   }
-  printTop(out, "calls by total time (first calls include their compile):", calls, 0, top);
+  printTopTotals(out, "calls by total time (first calls include their compile):", calls, 0, top);
   if (!steps.empty())
-    printTop(out, "steps and eager ops of those calls by total time (% of their time):", steps,
-             callUs, top);
-  if (!ops.empty()) printTop(out, "eager ops by total time:", ops, 0, top);
+    printTopTotals(out,
+                   "steps and eager ops of those calls by total time (% of their time):", steps,
+                   callUs, top);
+  if (!ops.empty()) printTopTotals(out, "eager ops by total time:", ops, 0, top);
 }
 
 } // namespace rcjit::tools
