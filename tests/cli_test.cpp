@@ -299,6 +299,9 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
       {{"--layers", "0"}, "--layers: 0 is not a positive number of layers"},
       {{"--batch", "0"}, "--batch and --seq must be positive"},
       {{"--model", "nope"}, "unknown model 'nope'"},
+      {{"--dist", "zero3"}, "--dist zero3: ZeRO sharding"},
+      {{"--dist", "fsdp"}, "--dist: unknown mode 'fsdp'"},
+      {{"--bucket-mb", "0"}, "--bucket-mb: 0 is not a positive number of MiB"},
   };
   for (const Case &c : cases) {
     std::vector<const char *> args = {"train"};

@@ -1,7 +1,9 @@
 // `rcjit train`: per mode, a fresh copy of a built-in model (same seed, same weights) trains
 // for N steps on one deterministic synthetic batch stream; the table has the columns of the
 // published torch.compile training table (initial step time and peak memory, training and
-// inference time per step) plus the first and last loss.
+// inference time per step) plus the first and last loss. With `--dist ddp` under mpirun,
+// every rank trains on its slice of the global batch and the gradients are averaged over
+// the ranks (rcjit::dist); rank 0 prints.
 #include "tools/TrainCommand.h"
 
 #include "tools/CaptionTraining.h"
@@ -40,12 +42,18 @@ struct Settings {
   uint64_t seed = 0;
   bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
   bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
+  bool ddp = false;                                 // --dist ddp
+  int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
+  int64_t bucketBytes = int64_t{25} << 20;
 };
 
 struct TrainRow {
   std::string mode;
   double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0;
   std::vector<double> stepMsAll, losses;
+  std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
+  double commMs = 0;             // median of commMsAll after the first step
+  double tokensPerS = 0;         // global batch * seq per median training step
   CompileStats train, infer;
 };
 
@@ -92,6 +100,18 @@ Batch batchAt(const std::vector<Tensor> &templates, uint64_t seed, int step) {
   return b;
 }
 
+// Rank `rank`'s rows of a global batch: `world` equal slices along dim 0.
+Batch sliceOfBatch(const Batch &global, int rank, int world) {
+  auto rows = [&](const Tensor &t) {
+    const int64_t n = t.size(0) / world;
+    return slice(t, 0, rank * n, (rank + 1) * n).contiguous();
+  };
+  Batch b;
+  for (const Tensor &t : global.inputs) b.inputs.push_back(rows(t));
+  b.target = rows(global.target);
+  return b;
+}
+
 Mode parseTrainMode(const std::string &m) {
   if (m == "eager") return Mode::eager;
   if (m == "full") return Mode::full;
@@ -108,6 +128,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
   const std::vector<Tensor> templates = m->makeInputs(c);
   const size_t nIn = templates.size();
+  ModelConfig global = c; // ddp: the stream makes the global batch; each rank takes its rows
+  global.batch = c.batch * s.world;
+  const std::vector<Tensor> globalTemplates = m->makeInputs(global);
   CompileOptions opts;
   opts.mode = parseTrainMode(mode);
   opts.max_autotune = s.maxAutotune;
@@ -125,6 +148,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   };
   auto loss = compile(lossFn, opts);
   std::vector<Tensor> params = m->module().parameters();
+  if (s.ddp) dist::broadcast_parameters(params); // every rank starts from rank 0's weights
   std::optional<optim::AdamW> adamw;
   std::optional<optim::SGD> sgd;
   if (s.optimizer == "adamw") {
@@ -147,7 +171,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   r.mode = mode;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < s.steps; ++i) {
-    Batch b = batchAt(templates, s.seed, i);
+    Batch b = batchAt(globalTemplates, s.seed, i);
+    if (s.ddp) b = sliceOfBatch(b, s.rank, s.world);
     b.inputs.push_back(b.target);
     if (i == 0) reset_peak_memory_stats();
     auto t0 = std::chrono::steady_clock::now();
@@ -162,15 +187,24 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
         l = loss(b.inputs);
       }
       l.backward();
+      if (s.ddp) { // each rank's loss is the mean over its equal slice: average the gradients
+        r.commMsAll.push_back(dist::all_reduce_gradients(params, s.bucketBytes).waitSeconds * 1e3);
+      }
       adamw ? adamw->step() : sgd->step();
     }
     double ms = msSince(t0);
+    double lossValue = l.item();
+    if (s.ddp) { // the global batch's mean loss
+      Tensor mean = Tensor::full({}, lossValue, DType::f64);
+      dist::all_reduce(mean, dist::ReduceOp::mean);
+      lossValue = mean.item();
+    }
     if (i == 0) {
       r.firstStepS = ms / 1e3;
       r.firstPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
     }
     r.stepMsAll.push_back(ms);
-    r.losses.push_back(l.item());
+    r.losses.push_back(lossValue);
     char line[200];
     std::snprintf(line, sizeof line, "train: %s %s step %d/%d: loss %.4f, %.1f ms (%.1f s)\n",
                   info.name.c_str(), mode.c_str(), i + 1, s.steps, r.losses.back(), ms,
@@ -178,6 +212,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     err << line << std::flush;
   }
   r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
+  r.tokensPerS = static_cast<double>(global.batch * c.seq) / (r.stepMs / 1e3);
+  if (s.ddp) r.commMs = median(std::vector<double>(r.commMsAll.begin() + 1, r.commMsAll.end()));
   r.train = whole ? wholeStep.stats() : loss.stats();
   // inference: the forward alone, no graph recorded, compiled the same way; the first call
   // (its compile) is not timed
@@ -200,14 +236,19 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s\n",
-                model.c_str(),
-                s.autocast ? "bf16 autocast (f32 parameters)"
-                           : std::string(dtypeName(c.dtype)).c_str(),
-                static_cast<long long>(c.batch), static_cast<long long>(c.seq), s.steps,
-                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
-                s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
+  std::snprintf(
+      buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s", model.c_str(),
+      s.autocast ? "bf16 autocast (f32 parameters)" : std::string(dtypeName(c.dtype)).c_str(),
+      static_cast<long long>(c.batch * s.world), static_cast<long long>(c.seq), s.steps,
+      s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
+      s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
+  if (s.ddp) {
+    std::snprintf(buf, sizeof buf, ", ddp on %d rank%s (%lld rows each)", s.world,
+                  s.world == 1 ? "" : "s", static_cast<long long>(c.batch));
+    out << buf;
+  }
+  out << "\n";
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
                 "initial step", "initial peak", "training step", "inference", "vs eager",
                 "first loss", "last loss");
@@ -231,6 +272,19 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   modeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs, r.inferMs,
                   ratio.c_str(), r.losses.front(), r.losses.back());
     out << buf;
+  }
+  for (const TrainRow &r : rows) {
+    std::snprintf(buf, sizeof buf, "  %s: %.0f tokens/s (median step)", r.mode.c_str(),
+                  r.tokensPerS);
+    out << buf;
+    if (s.ddp) {
+      std::snprintf(buf, sizeof buf,
+                    "; waiting on the gradients' all_reduce %.1f ms per step (median, %.0f %% of "
+                    "the step)",
+                    r.commMs, 100 * r.commMs / r.stepMs);
+      out << buf;
+    }
+    out << "\n";
   }
   for (const TrainRow &r : rows) {
     if (r.mode == "eager") continue;
@@ -259,7 +313,9 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                          int64_t parameters, const std::vector<TrainRow> &rows) {
   nlohmann::json j;
   j["model"] = model;
-  j["batch"] = c.batch;
+  j["batch"] = c.batch * s.world;
+  j["dist"] = s.ddp ? "ddp" : "none";
+  j["world_size"] = s.world;
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
   j["parameters"] = parameters;
@@ -289,7 +345,10 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"compiles", r.train.compiles},
                             {"cache_hits", r.train.cache_hits},
                             {"compile_seconds", r.train.compile_seconds},
-                            {"inference_compiles", r.infer.compiles}});
+                            {"inference_compiles", r.infer.compiles},
+                            {"tokens_per_s", r.tokensPerS},
+                            {"comm_wait_ms", r.commMs},
+                            {"comm_wait_ms_steps", r.commMsAll}});
   }
   return j;
 }
@@ -300,8 +359,9 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   po::options_description desc(
       "rcjit train: train a built-in model per mode on a synthetic batch stream");
   Settings s;
-  std::string modes, dtype, json, lr, strategies;
+  std::string modes, dtype, json, lr, strategies, distMode;
   int64_t batch = 4, seq = 128;
+  double bucketMiB = 25;
   int layers = -1;
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&s.model)->default_value("gpt2"), "model name (see 'rcjit models')")(
@@ -329,7 +389,11 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "max-autotune", po::bool_switch(&s.maxAutotune),
       "compiled modes with CompileOptions::max_autotune")(
       "reduce-overhead", po::bool_switch(&s.reduceOverhead),
-      "compiled modes with CompileOptions::reduce_overhead");
+      "compiled modes with CompileOptions::reduce_overhead")(
+      "dist", po::value(&distMode)->default_value("none"),
+      "none, or ddp: data parallel over the ranks mpirun starts (--batch is the global batch)")(
+      "bucket-mb", po::value(&bucketMiB)->default_value(25),
+      "ddp: MiB of gradients per non-blocking all_reduce");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -361,6 +425,25 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     if (used != lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
       throw std::invalid_argument("--lr: '" + lr + "' is not a positive number");
     }
+  }
+  if (distMode == "zero1" || distMode == "zero2" || distMode == "zero3") {
+    throw std::invalid_argument("--dist " + distMode +
+                                ": ZeRO sharding (optimizer state, gradients, parameters) is not "
+                                "built yet; use ddp or none");
+  }
+  if (distMode != "none" && distMode != "ddp") {
+    throw std::invalid_argument("--dist: unknown mode '" + distMode + "' (expected none or ddp)");
+  }
+  if (!(bucketMiB > 0) || !std::isfinite(bucketMiB)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", bucketMiB);
+    throw std::invalid_argument("--bucket-mb: " + std::string(value) +
+                                " is not a positive number of MiB");
+  }
+  s.bucketBytes = std::max<int64_t>(1, static_cast<int64_t>(bucketMiB * (1 << 20)));
+  if (distMode != "none" && vm.count("strategy")) {
+    throw std::invalid_argument("--strategy: the captioning workflow runs in one process "
+                                "(no --dist)");
   }
   if (vm.count("strategy")) { // the captioning workflow
     if (s.model != "vit-gpt2") {
@@ -401,20 +484,41 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   std::vector<std::string> modeList = splitList(modes);
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
   for (const std::string &m : modeList) parseTrainMode(m);
+  if (distMode == "ddp" && std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
+    throw std::invalid_argument("--modes whole with --dist ddp is not built yet: the gradients' "
+                                "all_reduce would have to be in the step's graph (collectives "
+                                "as ops of the IR)");
+  }
   const ModelInfo &info = modelNamed(s.model);
+  if (distMode == "ddp") {
+    dist::init(); // the launcher's ranks; a world of 1 without mpirun
+    s.ddp = true;
+    s.rank = dist::rank();
+    s.world = dist::world_size();
+    if (batch % s.world != 0) {
+      throw std::invalid_argument("--batch " + std::to_string(batch) +
+                                  " is the global batch: it must be divisible by the " +
+                                  std::to_string(s.world) + " ranks");
+    }
+  }
+  // ddp: rank 0 prints and writes the JSON; the others train silently
+  std::ostream silent(nullptr); // no buffer: discards what it is given
+  std::ostream &shown = s.rank == 0 ? out : silent;
+  std::ostream &progress = s.rank == 0 ? err : silent;
+  if (s.rank != 0) json.clear();
   std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
   ModelConfig c;
-  c.batch = batch;
+  c.batch = batch / s.world;
   c.seq = seq;
   c.layers = layers;
   c.seed = s.seed;
   TempCacheDir tmp("train"); // a fresh cache: every mode's first step is cold
   std::vector<TrainRow> rows;
   for (const std::string &mode : modeList) {
-    err << "train: " << s.model << " " << mode << ", " << s.steps << " steps ...\n";
-    rows.push_back(trainOne(info, c, mode, s, err));
+    progress << "train: " << s.model << " " << mode << ", " << s.steps << " steps ...\n";
+    rows.push_back(trainOne(info, c, mode, s, progress));
   }
-  printTrainTable(out, s.model, c, s, rows);
+  printTrainTable(shown, s.model, c, s, rows);
   if (!json.empty()) {
     jsonFile << trainJson(s.model, c, s, info.countParameters(c), rows).dump(2) << "\n";
   }

@@ -5,6 +5,7 @@
 #include <rcjit/Cache.h>
 #include <rcjit/Compile.h>
 #include <rcjit/Cuda.h>
+#include <rcjit/Dist.h>
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
 #include <rcjit/Memory.h>

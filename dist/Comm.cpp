@@ -1,0 +1,116 @@
+// MPI initialization and finalization, the serializing lock, MPI error conversion.
+#include "dist/Comm.h"
+
+#include <cstdlib>
+
+#include <rcjit/Dist.h>
+#include <rcjit/Error.h>
+
+namespace rcjit::dist::detail {
+
+namespace {
+
+std::mutex mpiMutex;
+Comm world;
+bool ready = false;
+bool ownsMpi = false; // rcjit called MPI_Init, so it calls MPI_Finalize
+
+std::string mpiMessage(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+void finalizeAtExit() {
+  std::lock_guard<std::mutex> lock(mpiMutex);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!ready || finalized) return;
+  MPI_Comm_free(&world.comm);
+  ready = false;
+  if (ownsMpi) MPI_Finalize();
+}
+
+} // namespace
+
+std::unique_lock<std::mutex> lockMpi() { return std::unique_lock<std::mutex>(mpiMutex); }
+
+void checkMpi(int rc, const char *what, const std::string &context) {
+  if (rc != MPI_SUCCESS) throw Error(context + ": " + what + " failed: " + mpiMessage(rc));
+}
+
+const Comm &commLocked() {
+  if (ready) return world;
+  int finalized = 0, initialized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw Error("dist::init: MPI was already finalized in this process");
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Reads the launcher's environment (mpirun); without one, Open MPI starts a world of 1.
+    int provided = 0;
+    checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
+             "dist::init");
+    ownsMpi = true;
+    std::atexit(finalizeAtExit);
+  }
+  const std::string ctx = "dist::init";
+  checkMpi(MPI_Comm_dup(MPI_COMM_WORLD, &world.comm), "MPI_Comm_dup", ctx);
+  checkMpi(MPI_Comm_set_errhandler(world.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", ctx);
+  checkMpi(MPI_Comm_rank(world.comm, &world.rank), "MPI_Comm_rank", ctx);
+  checkMpi(MPI_Comm_size(world.comm, &world.size), "MPI_Comm_size", ctx);
+  ready = true;
+  return world;
+}
+
+MPI_Datatype reduceType(DType t) {
+  switch (t) {
+  case DType::f32:
+    return MPI_FLOAT;
+  case DType::f64:
+    return MPI_DOUBLE;
+  case DType::i32:
+    return MPI_INT32_T;
+  case DType::i64:
+    return MPI_INT64_T;
+  case DType::f16:
+  case DType::bf16:
+  case DType::boolean:
+    return MPI_DATATYPE_NULL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Datatype moveType(DType t) {
+  switch (dtypeSize(t)) {
+  case 1:
+    return MPI_UINT8_T;
+  case 2:
+    return MPI_UINT16_T;
+  case 4:
+    return MPI_UINT32_T;
+  default:
+    return MPI_UINT64_T;
+  }
+}
+
+} // namespace rcjit::dist::detail
+
+namespace rcjit::dist {
+
+void init() {
+  auto lock = detail::lockMpi();
+  detail::commLocked();
+}
+
+int rank() {
+  auto lock = detail::lockMpi();
+  return detail::commLocked().rank;
+}
+
+int world_size() {
+  auto lock = detail::lockMpi();
+  return detail::commLocked().size;
+}
+
+} // namespace rcjit::dist
