@@ -160,6 +160,11 @@ TEST(BenchStats, QuartilesAndSpreadWarnings) {
   EXPECT_EQ(spreadProblem(summarize({1, 1, 2, 2, 7})),
             "IQR 50 % of the median, max 3.5x the median");
   EXPECT_THROW(summarize({}), rcjit::Error);
+  EXPECT_EQ(rcjit::tools::spreadWarning("Full compilation b=1x128", summarize({1, 1, 1, 4})),
+            "warning: Full compilation b=1x128: the calls' times spread widely (IQR 75 % of the "
+            "median, max 4.0x the median): the median may not be typical; a busy machine? rerun "
+            "with more --reps\n");
+  EXPECT_EQ(rcjit::tools::spreadWarning("Baseline (eager) b=1x4", summarize({1, 1, 1})), "");
 }
 
 TEST(Cli, NumbersAndCountsReadWell) {

@@ -236,12 +236,7 @@ void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std:
         << plural(r.stats.compiles, "compile") << ", " << plural(r.stats.cache_hits, "cache hit")
         << "\n";
   }
-  for (const Row &r : rows) {
-    if (std::string why = spreadProblem(r.spread()); !why.empty()) {
-      out << "warning: " << rowName(r, seq) << ": the calls' times spread widely (" << why
-          << "): the median may not be typical; a busy machine? rerun with more --reps\n";
-    }
-  }
+  for (const Row &r : rows) out << spreadWarning(rowName(r, seq), r.spread());
 }
 
 nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const Tuning &tuning) {

@@ -49,4 +49,11 @@ std::string spreadProblem(const Spread &s) {
   return why;
 }
 
+std::string spreadWarning(const std::string &row, const Spread &s) {
+  const std::string why = spreadProblem(s);
+  if (why.empty()) return "";
+  return "warning: " + row + ": the calls' times spread widely (" + why +
+         "): the median may not be typical; a busy machine? rerun with more --reps\n";
+}
+
 } // namespace rcjit::tools

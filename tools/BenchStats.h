@@ -22,4 +22,8 @@ Spread summarize(std::vector<double> samples);
 /// than 3x the median ("max 4.1x the median"), joined by ", ".
 std::string spreadProblem(const Spread &s);
 
+/// The warning line (with its "\n") that names `row` ("Full compilation b=1x128") when its
+/// spread is a problem, or "".
+std::string spreadWarning(const std::string &row, const Spread &s);
+
 } // namespace rcjit::tools
