@@ -27,29 +27,6 @@ double textWidth(const std::string &s, double fontSize) {
   return static_cast<double>(s.size()) * fontSize * 0.62;
 }
 
-std::string escaped(const std::string &s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    default:
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -67,7 +44,7 @@ struct Svg {
   void text(double x, double y, const std::string &s, double size, const char *anchor = "start",
             const char *extra = "") {
     os << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" font-size=\"" << size
-       << "\" text-anchor=\"" << anchor << "\"" << extra << ">" << escaped(s) << "</text>\n";
+       << "\" text-anchor=\"" << anchor << "\"" << extra << ">" << markupEscaped(s) << "</text>\n";
   }
   void rect(double x, double y, double w, double h, const std::string &fill,
             const char *extra = "") {

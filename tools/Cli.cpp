@@ -98,6 +98,32 @@ std::string formatMeasured(double v) {
   return buf;
 }
 
+std::string markupEscaped(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+    case '&':
+      o += "&amp;";
+      break;
+    case '<':
+      o += "&lt;";
+      break;
+    case '>':
+      o += "&gt;";
+      break;
+    case '"':
+      o += "&quot;";
+      break;
+    case '\'':
+      o += "&#39;";
+      break;
+    default:
+      o += c;
+    }
+  }
+  return o;
+}
+
 void checkLayersFlag(int layers) {
   if (layers == 0 || layers < -1) {
     throw std::invalid_argument("--layers: " + std::to_string(layers) +

@@ -38,6 +38,8 @@ std::string plural(int64_t n, const std::string &word, const std::string &words 
 /// A measured value (milliseconds, seconds) with at most 4 significant digits and no more
 /// decimals than they need: 482.6, 12.99, 2.545, 0.686, 0.0123; 0 is "0".
 std::string formatMeasured(double v);
+/// `s` as HTML or XML text or attribute value: & < > " ' escaped.
+std::string markupEscaped(const std::string &s);
 
 /// Throws std::invalid_argument (a usage error) unless `layers` is positive or -1 (the
 /// model's own depth).

@@ -413,31 +413,8 @@ void printText(std::ostream &out, const Report &r) {
 
 // ---- HTML ---------------------------------------------------------------------------------
 
-std::string escape(const std::string &s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-    case '&':
-      o += "&amp;";
-      break;
-    case '<':
-      o += "&lt;";
-      break;
-    case '>':
-      o += "&gt;";
-      break;
-    case '"':
-      o += "&quot;";
-      break;
-    case '\'':
-      o += "&#39;";
-      break;
-    default:
-      o += c;
-    }
-  }
-  return o;
-}
+// HTML text and attribute values: markupEscaped (Cli.h).
+std::string escape(const std::string &s) { return markupEscaped(s); }
 
 using Rows = std::vector<std::vector<std::string>>;
 
