@@ -27,6 +27,12 @@ struct Result {
   std::string out, err;
 };
 
+// A scratch file of this process: other checkouts may run these tests at the same time, and
+// testing::TempDir() is the one /tmp they share.
+std::string tempFile(const std::string &name) {
+  return testing::TempDir() + "rcjit_cli_" + std::to_string(::getpid()) + "_" + name;
+}
+
 Result run(std::vector<const char *> args) {
   args.insert(args.begin(), "rcjit");
   std::ostringstream out, err;
@@ -91,7 +97,7 @@ TEST(Cli, BenchEagerPrintsATable) {
 // into compile and first run; --json has every sample and the options as run (it had neither
 // samples nor the true depth: "layers": -1).
 TEST(Cli, BenchReportsSpreadAndSplitsTheFirstCall) {
-  const std::string file = testing::TempDir() + "cli_bench.json";
+  const std::string file = tempFile("cli_bench.json");
   Result r = run({"bench", "--model", "toy64", "--layers", "2", "--modes", "eager,full", "--batch",
                   "1", "--seq", "4", "--reps", "5", "--json", file.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -184,7 +190,7 @@ TEST(Cli, NumbersAndCountsReadWell) {
 // be installed): title naming the model, dtype, batch and machine, a bar per mode, eager as
 // the baseline, a legend; every text inside the picture.
 TEST(Cli, BenchPlotIsAReadableSvgChart) {
-  const std::string file = testing::TempDir() + "cli_bench.svg";
+  const std::string file = tempFile("cli_bench.svg");
   Result r = run({"bench", "--model", "toy64", "--layers", "1", "--modes", "eager,full,regional",
                   "--batch", "1,2", "--seq", "4", "--reps", "3", "--plot", file.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -227,7 +233,7 @@ TEST(Cli, BenchPlotIsAReadableSvgChart) {
 
 // --plot p.png used to write SVG into the .png, after the whole benchmark ran.
 TEST(Cli, BenchPlotPathIsCheckedBeforeRunning) {
-  const std::string png = testing::TempDir() + "cli_bench.png";
+  const std::string png = tempFile("cli_bench.png");
   Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
                   "--reps", "1", "--plot", png.c_str()});
   EXPECT_EQ(r.code, 2);
@@ -245,12 +251,12 @@ TEST(Cli, BenchLoadsSafetensorsWeights) {
   rcjit::tools::ModelConfig c;
   c.seed = 5;
   auto m = rcjit::tools::findModel("toy64").build(c);
-  std::string file = testing::TempDir() + "cli_toy64.safetensors";
+  std::string file = tempFile("cli_toy64.safetensors");
   rcjit::tools::saveWeights(m->module(), file, rcjit::tools::WeightNaming::exact());
   Result ok = run({"bench", "--model", "toy64", "--modes", "full", "--batch", "1", "--seq", "4",
                    "--reps", "1", "--weights", file.c_str()});
   EXPECT_EQ(ok.code, 0) << ok.err;
-  std::string bad = testing::TempDir() + "cli_bad.safetensors";
+  std::string bad = tempFile("cli_bad.safetensors");
   rcjit::tools::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
   Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
                       "--reps", "1", "--weights", bad.c_str()});
@@ -364,7 +370,7 @@ TEST(Cli, TraceDumpsGraph) {
 // Every mode trains a fresh copy of the same model on the same batches: the losses agree
 // step by step, and the table, the progress lines and the JSON say so.
 TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
-  std::string json = testing::TempDir() + "cli_train.json";
+  std::string json = tempFile("cli_train.json");
   Result r = run({"train", "--model", "toy64", "--layers", "3", "--batch", "2", "--seq", "8",
                   "--steps", "4", "--modes", "eager,full,regional", "--optimizer", "sgd", "--lr",
                   "0.01", "--json", json.c_str()});
@@ -399,7 +405,7 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
 
 // On a token model the synthetic stream is learnable: the loss falls within a few steps.
 TEST(Cli, TrainGpt2LossFalls) {
-  std::string json = testing::TempDir() + "cli_train_gpt2.json";
+  std::string json = tempFile("cli_train_gpt2.json");
   Result r = run({"train", "--model", "gpt2", "--layers", "1", "--batch", "2", "--seq", "32",
                   "--steps", "8", "--modes", "eager", "--json", json.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -413,7 +419,7 @@ TEST(Cli, TrainGpt2LossFalls) {
 // The captioning workflow: every strategy trains the same batches to eager's loss; the
 // dynamic strategies stay within the recompile limit; the warm start hits the artifacts.
 TEST(Cli, TrainCaptioningStrategiesAgreeWithEager) {
-  std::string json = testing::TempDir() + "rcjit_caption.json";
+  std::string json = tempFile("rcjit_caption.json");
   Result r = run({"train", "--model", "vit-gpt2", "--strategy",
                   "pad-longest,mark-dynamic,buckets,modular,regional,warm", "--steps", "6",
                   "--json", json.c_str()});
