@@ -589,12 +589,12 @@ CompileStats totalStats(const CompiledState &s) {
 }
 
 // "1 entry", "3 entries" (explain()'s wording).
-std::string counted(int64_t n, const std::string &one, const std::string &many) {
+std::string explainCount(int64_t n, const std::string &one, const std::string &many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 // Seconds as milliseconds with two decimals ("12.99 ms", not "12.9991 ms").
-std::string millis(double seconds) {
+std::string explainMs(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
   return buf;
@@ -612,21 +612,21 @@ std::string explainOf(const CompiledState &s) {
   std::ostringstream os;
   const CompileStats st = totalStats(s); // the figures stats() gives
   os << "compiled " << s.label() << ": "
-     << counted(static_cast<int64_t>(s.entries.size()), "entry", "entries") << ", "
-     << counted(st.compiles, "compile", "compiles") << " ("
-     << counted(st.cache_hits, "cache hit", "cache hits") << "), "
-     << counted(st.recompiles, "recompile", "recompiles") << ", "
-     << counted(st.fallbacks, "eager fallback", "eager fallbacks") << ", "
-     << counted(st.graph_breaks, "graph break", "graph breaks") << ", "
-     << millis(st.compile_seconds) << " compiling\n";
+     << explainCount(static_cast<int64_t>(s.entries.size()), "entry", "entries") << ", "
+     << explainCount(st.compiles, "compile", "compiles") << " ("
+     << explainCount(st.cache_hits, "cache hit", "cache hits") << "), "
+     << explainCount(st.recompiles, "recompile", "recompiles") << ", "
+     << explainCount(st.fallbacks, "eager fallback", "eager fallbacks") << ", "
+     << explainCount(st.graph_breaks, "graph break", "graph breaks") << ", "
+     << explainMs(st.compile_seconds) << " compiling\n";
   if (st.compiles != s.stats.compiles) {
     os << "(compiles count the segment programs between graph breaks: " << s.stats.compiles
        << " for the entries, " << st.compiles - s.stats.compiles << " for their segments)\n";
   }
   for (const auto &e : s.entries) {
-    os << "\nentry " << e->id << " (" << e->reason << "; " << millis(e->compileSeconds) << ")";
+    os << "\nentry " << e->id << " (" << e->reason << "; " << explainMs(e->compileSeconds) << ")";
     if (e->segments) {
-      os << " has " << counted(e->graphBreaks, "graph break", "graph breaks")
+      os << " has " << explainCount(e->graphBreaks, "graph break", "graph breaks")
          << ": its C++ runs on every call; " << e->segments->compiled()
          << " segment programs compiled, " << e->segments->reused() << " reused"
          << (e->segments->training() ? " (a forward and a backward per segment)" : "");
