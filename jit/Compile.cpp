@@ -2,6 +2,7 @@
 // on a miss; the recompile limit and stances; stats and explain().
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -573,8 +574,11 @@ std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &ar
   return onMiss(s, args, fn);
 }
 
-CompileStats statsOf(const CompiledState &s) {
-  std::lock_guard<std::mutex> lock(s.mu);
+namespace {
+
+// The function's counters plus its graph-break entries' segment programs (compiled and
+// reused as calls reach them): what stats() and explain() report. The caller holds s.mu.
+CompileStats totalStats(const CompiledState &s) {
   CompileStats st = s.stats;
   for (const auto &e : s.entries) {
     if (!e->segments) continue;
@@ -584,19 +588,48 @@ CompileStats statsOf(const CompiledState &s) {
   return st;
 }
 
+// "1 entry", "3 entries" (explain()'s wording).
+std::string explainCount(int64_t n, const std::string &one, const std::string &many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// Seconds as milliseconds with two decimals ("12.99 ms", not "12.9991 ms").
+std::string explainMs(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  return buf;
+}
+
+} // namespace
+
+CompileStats statsOf(const CompiledState &s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return totalStats(s);
+}
+
 std::string explainOf(const CompiledState &s) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::ostringstream os;
-  const CompileStats &st = s.stats;
-  os << "compiled " << s.label() << ": " << s.entries.size() << " entries, " << st.compiles
-     << " compiles, " << st.recompiles << " recompiles, " << st.fallbacks << " eager fallbacks, "
-     << st.graph_breaks << " graph breaks, " << st.compile_seconds * 1e3 << " ms compiling\n";
+  const CompileStats st = totalStats(s); // the figures stats() gives
+  os << "compiled " << s.label() << ": "
+     << explainCount(static_cast<int64_t>(s.entries.size()), "entry", "entries") << ", "
+     << explainCount(st.compiles, "compile", "compiles") << " ("
+     << explainCount(st.cache_hits, "cache hit", "cache hits") << "), "
+     << explainCount(st.recompiles, "recompile", "recompiles") << ", "
+     << explainCount(st.fallbacks, "eager fallback", "eager fallbacks") << ", "
+     << explainCount(st.graph_breaks, "graph break", "graph breaks") << ", "
+     << explainMs(st.compile_seconds) << " compiling\n";
+  if (st.compiles != s.stats.compiles) {
+    os << "(compiles count the segment programs between graph breaks: " << s.stats.compiles
+       << " for the entries, " << st.compiles - s.stats.compiles << " for their segments)\n";
+  }
   for (const auto &e : s.entries) {
-    os << "\nentry " << e->id << " (" << e->reason << "; " << e->compileSeconds * 1e3 << " ms)";
+    os << "\nentry " << e->id << " (" << e->reason << "; " << explainMs(e->compileSeconds) << ")";
     if (e->segments) {
-      os << " has " << e->graphBreaks << " graph break(s): its C++ runs on every call; "
-         << e->segments->compiled() << " segment programs compiled, " << e->segments->reused()
-         << " reused" << (e->segments->training() ? " (a forward and a backward per segment)" : "");
+      os << " has " << explainCount(e->graphBreaks, "graph break", "graph breaks")
+         << ": its C++ runs on every call; " << e->segments->compiled()
+         << " segment programs compiled, " << e->segments->reused() << " reused"
+         << (e->segments->training() ? " (a forward and a backward per segment)" : "");
     }
     os << "\n  guards:\n";
     std::istringstream g(e->guards.print());

@@ -177,7 +177,9 @@ std::string PerfHintEvent::message() const {
 }
 
 std::string CompileStepEvent::message() const {
-  return graph + ": " + step + " (" + std::to_string(seconds * 1e3) + " ms)\n" + result;
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", seconds * 1e3);
+  return graph + ": " + step + " (" + ms + " ms)\n" + result;
 }
 
 std::string CacheHitEvent::message() const { return where + " hit " + named(key, name); }

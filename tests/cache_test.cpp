@@ -628,6 +628,11 @@ TEST(CacheCli, StatsExportImportClear) {
   auto [rc3, imported] = cli(b, "import " + blob.string());
   EXPECT_EQ(rc3, 0) << imported;
   EXPECT_EQ(entryFiles(b.dir).size(), entryFiles(a.dir).size());
+  // export counts what the file holds, as import reads it (it used to say "exported 0")
+  const size_t n = entryFiles(a.dir).size();
+  const std::string entries = std::to_string(n) + (n == 1 ? " entry " : " entries ");
+  EXPECT_EQ(exported.rfind("exported " + entries + "to ", 0), 0u) << exported;
+  EXPECT_EQ(imported.rfind("imported " + entries + "into ", 0), 0u) << imported;
   expectAllHits(runChild(b, ""));
   auto [rc4, cleared] = cli(b, "clear");
   EXPECT_EQ(rc4, 0) << cleared;

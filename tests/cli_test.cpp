@@ -3,14 +3,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <vector>
 
 #include "tests/Ptxas.h"
+#include "tools/BenchStats.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
 #include "tools/Process.h"
@@ -22,6 +26,12 @@ struct Result {
   int code;
   std::string out, err;
 };
+
+// A scratch file of this process: other checkouts may run these tests at the same time, and
+// testing::TempDir() is the one /tmp they share.
+std::string tempFile(const std::string &name) {
+  return testing::TempDir() + "rcjit_cli_" + std::to_string(::getpid()) + "_" + name;
+}
 
 Result run(std::vector<const char *> args) {
   args.insert(args.begin(), "rcjit");
@@ -83,16 +93,170 @@ TEST(Cli, BenchEagerPrintsATable) {
   EXPECT_EQ(run({"bench", "--batch", "0"}).code, 2);
 }
 
+// The table reports median, IQR, min and the sample count per row and splits the first call
+// into compile and first run; --json has every sample and the options as run (it had neither
+// samples nor the true depth: "layers": -1).
+TEST(Cli, BenchReportsSpreadAndSplitsTheFirstCall) {
+  const std::string file = tempFile("cli_bench.json");
+  Result r = run({"bench", "--model", "toy64", "--layers", "2", "--modes", "eager,full", "--batch",
+                  "1", "--seq", "4", "--reps", "5", "--json", file.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char *what : {"| median    IQR       min       n    | compile   first run\n",
+                           "toy64 - cpu, f32, seq 4, 2 layers; 5 timed calls per row",
+                           "compile: tracing + compiling inside the first call",
+                           "Full compilation        | 1x4    | ", "  full b=1x4: 1 compile, "}) {
+    EXPECT_NE(r.out.find(what), std::string::npos) << what << " in\n" << r.out;
+  }
+  EXPECT_NE(r.err.find("bench: toy64 full b=1x4: compile "), std::string::npos) << r.err;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(file));
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["modes"], (std::vector<std::string>{"eager", "full"}));
+  EXPECT_EQ(j["batches"], std::vector<int>{1});
+  EXPECT_EQ(j["reps"], 5);
+  EXPECT_TRUE(j["weights"].is_null());
+  EXPECT_TRUE(j["cache_dir"].is_null());
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const nlohmann::json &res : j["results"]) {
+    std::vector<double> s = res["samples_ms"];
+    ASSERT_EQ(s.size(), 5u);
+    std::sort(s.begin(), s.end());
+    const nlohmann::json &inf = res["inference_ms"];
+    EXPECT_EQ(inf["n"], 5);
+    EXPECT_DOUBLE_EQ(inf["median"].get<double>(), s[2]);
+    EXPECT_DOUBLE_EQ(inf["min"].get<double>(), s[0]);
+    EXPECT_DOUBLE_EQ(inf["max"].get<double>(), s[4]);
+    EXPECT_DOUBLE_EQ(inf["q1"].get<double>(), s[1]);
+    EXPECT_DOUBLE_EQ(inf["q3"].get<double>(), s[3]);
+    const double compile = res["compile_ms"], firstRun = res["first_run_ms"];
+    EXPECT_NEAR(compile + firstRun, res["first_call_ms"].get<double>(), 1e-9);
+    if (res["mode"] == "full") {
+      EXPECT_GT(compile, 0);
+      EXPECT_DOUBLE_EQ(compile, res["compile_seconds"].get<double>() * 1e3);
+    } else {
+      EXPECT_EQ(compile, 0);
+    }
+  }
+  // without --layers: the model's own depth
+  Result d = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "2",
+                  "--reps", "1", "--json", file.c_str()});
+  ASSERT_EQ(d.code, 0) << d.err;
+  j = nlohmann::json::parse(std::ifstream(file));
+  EXPECT_EQ(j["layers"], 64);
+  EXPECT_EQ(j["layers_from"], "the model's own depth");
+  std::remove(file.c_str());
+}
+
+TEST(BenchStats, QuartilesAndSpreadWarnings) {
+  using rcjit::tools::spreadProblem;
+  using rcjit::tools::summarize;
+  rcjit::tools::Spread s = summarize({5, 1, 4, 2, 3});
+  EXPECT_EQ(s.n, 5);
+  EXPECT_EQ(s.median, 3);
+  EXPECT_EQ(s.q1, 2);
+  EXPECT_EQ(s.q3, 4);
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.max, 5);
+  s = summarize({4, 1, 3, 2}); // interpolated between order statistics
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.q1, 1.75);
+  EXPECT_DOUBLE_EQ(s.q3, 3.25);
+  EXPECT_EQ(spreadProblem(summarize({10, 10, 10, 10.5})), "");
+  EXPECT_EQ(spreadProblem(summarize({10, 10, 12, 13})), "IQR 20 % of the median");
+  EXPECT_EQ(spreadProblem(summarize({10, 10, 10, 10, 10, 10, 10, 657})), "max 65.7x the median");
+  EXPECT_EQ(spreadProblem(summarize({1, 1, 2, 2, 7})),
+            "IQR 50 % of the median, max 3.5x the median");
+  EXPECT_THROW(summarize({}), rcjit::Error);
+  EXPECT_EQ(rcjit::tools::spreadWarning("Full compilation b=1x128", summarize({1, 1, 1, 4})),
+            "warning: Full compilation b=1x128: the calls' times spread widely (IQR 75 % of the "
+            "median, max 4.0x the median): the median may not be typical; a busy machine? rerun "
+            "with more --reps\n");
+  EXPECT_EQ(rcjit::tools::spreadWarning("Baseline (eager) b=1x4", summarize({1, 1, 1})), "");
+}
+
+TEST(Cli, NumbersAndCountsReadWell) {
+  using rcjit::tools::formatMeasured;
+  EXPECT_EQ(formatMeasured(12.9991), "13.00");
+  EXPECT_EQ(formatMeasured(482.63), "482.6");
+  EXPECT_EQ(formatMeasured(2.5449), "2.545");
+  EXPECT_EQ(formatMeasured(0.686), "0.686");
+  EXPECT_EQ(formatMeasured(0.012345), "0.0123");
+  EXPECT_EQ(formatMeasured(0), "0");
+  EXPECT_EQ(rcjit::tools::plural(1, "compile"), "1 compile");
+  EXPECT_EQ(rcjit::tools::plural(3, "compile"), "3 compiles");
+  EXPECT_EQ(rcjit::tools::plural(2, "entry", "entries"), "2 entries");
+}
+
+// --plot writes an SVG bar chart (it was four unlabelled dots drawn by gnuplot, which had to
+// be installed): title naming the model, dtype, batch and machine, a bar per mode, eager as
+// the baseline, a legend; every text inside the picture.
+TEST(Cli, BenchPlotIsAReadableSvgChart) {
+  const std::string file = tempFile("cli_bench.svg");
+  Result r = run({"bench", "--model", "toy64", "--layers", "1", "--modes", "eager,full,regional",
+                  "--batch", "1,2", "--seq", "4", "--reps", "3", "--plot", file.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(file);
+  const std::string svg((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  for (const std::string &what :
+       {std::string("toy64 inference - f32, batch 1,2 x seq 4, 1 layer, cpu"),
+        "machine: " + rcjit::tools::hostCpuName(), std::string("Full compilation"),
+        std::string("Regional compilation"), std::string(">eager "), std::string(">b=1x4<"),
+        std::string(">b=2x4<"), std::string("inference: ms per call"),
+        std::string("first call: compile + first run"), std::string("stroke-dasharray")}) {
+    EXPECT_NE(svg.find(what), std::string::npos) << what;
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex(R"re(width="([0-9.]+)" height="([0-9.]+)")re")));
+  const double width = std::stod(m[1]), height = std::stod(m[2]);
+  const std::regex text(
+      R"re(<text x="([-0-9.]+)" y="([-0-9.]+)" font-size="([0-9.]+)" text-anchor="(\w+)"[^>]*>([^<]*)</text>)re");
+  size_t texts = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), text); it != std::sregex_iterator();
+       ++it, ++texts) {
+    const std::smatch &t = *it;
+    const double x = std::stod(t[1]), y = std::stod(t[2]), size = std::stod(t[3]);
+    const double w = static_cast<double>(t[5].length()) * size * 0.55; // sans-serif, at least
+    const double left = t[4] == "start" ? x : t[4] == "middle" ? x - w / 2 : x - w;
+    EXPECT_GE(left, 0) << t[0];
+    EXPECT_LE(left + w, width) << t[0];
+    EXPECT_GT(y - size, 0) << t[0];
+    EXPECT_LE(y, height) << t[0];
+  }
+  size_t opened = 0;
+  for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1)) {
+    ++opened;
+  }
+  EXPECT_EQ(texts, opened) << "every text element parsed";
+  EXPECT_GT(texts, 20u);
+  std::remove(file.c_str());
+}
+
+// --plot p.png used to write SVG into the .png, after the whole benchmark ran.
+TEST(Cli, BenchPlotPathIsCheckedBeforeRunning) {
+  const std::string png = tempFile("cli_bench.png");
+  Result r = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
+                  "--reps", "1", "--plot", png.c_str()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--plot: '" + png + "' does not end in .svg"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("bench: toy64"), std::string::npos) << "it ran before failing";
+  EXPECT_FALSE(std::filesystem::exists(png));
+  Result dir = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
+                    "--reps", "1", "--plot", "/no/such/dir/p.svg"});
+  EXPECT_EQ(dir.code, 1);
+  EXPECT_NE(dir.err.find("--plot: cannot write /no/such/dir/p.svg"), std::string::npos) << dir.err;
+  EXPECT_EQ(dir.err.find("bench: toy64"), std::string::npos) << "it ran before failing";
+}
+
 TEST(Cli, BenchLoadsSafetensorsWeights) {
   rcjit::tools::ModelConfig c;
   c.seed = 5;
   auto m = rcjit::tools::findModel("toy64").build(c);
-  std::string file = testing::TempDir() + "cli_toy64.safetensors";
+  std::string file = tempFile("cli_toy64.safetensors");
   rcjit::tools::saveWeights(m->module(), file, rcjit::tools::WeightNaming::exact());
   Result ok = run({"bench", "--model", "toy64", "--modes", "full", "--batch", "1", "--seq", "4",
                    "--reps", "1", "--weights", file.c_str()});
   EXPECT_EQ(ok.code, 0) << ok.err;
-  std::string bad = testing::TempDir() + "cli_bad.safetensors";
+  std::string bad = tempFile("cli_bad.safetensors");
   rcjit::tools::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
   Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
                       "--reps", "1", "--weights", bad.c_str()});
@@ -206,7 +370,7 @@ TEST(Cli, TraceDumpsGraph) {
 // Every mode trains a fresh copy of the same model on the same batches: the losses agree
 // step by step, and the table, the progress lines and the JSON say so.
 TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
-  std::string json = testing::TempDir() + "cli_train.json";
+  std::string json = tempFile("cli_train.json");
   Result r = run({"train", "--model", "toy64", "--layers", "3", "--batch", "2", "--seq", "8",
                   "--steps", "4", "--modes", "eager,full,regional", "--optimizer", "sgd", "--lr",
                   "0.01", "--json", json.c_str()});
@@ -241,7 +405,7 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
 
 // On a token model the synthetic stream is learnable: the loss falls within a few steps.
 TEST(Cli, TrainGpt2LossFalls) {
-  std::string json = testing::TempDir() + "cli_train_gpt2.json";
+  std::string json = tempFile("cli_train_gpt2.json");
   Result r = run({"train", "--model", "gpt2", "--layers", "1", "--batch", "2", "--seq", "32",
                   "--steps", "8", "--modes", "eager", "--json", json.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -255,7 +419,7 @@ TEST(Cli, TrainGpt2LossFalls) {
 // The captioning workflow: every strategy trains the same batches to eager's loss; the
 // dynamic strategies stay within the recompile limit; the warm start hits the artifacts.
 TEST(Cli, TrainCaptioningStrategiesAgreeWithEager) {
-  std::string json = testing::TempDir() + "rcjit_caption.json";
+  std::string json = tempFile("rcjit_caption.json");
   Result r = run({"train", "--model", "vit-gpt2", "--strategy",
                   "pad-longest,mark-dynamic,buckets,modular,regional,warm", "--steps", "6",
                   "--json", json.c_str()});

@@ -231,6 +231,14 @@ TEST(Compile, GraphBreakSegmentsRunCompiledCodeInBothDirections) {
   EXPECT_EQ(st.compiles, 3) << cf.explain();
   EXPECT_GE(st.cache_hits, 6);
   EXPECT_NE(cf.explain().find("segment programs compiled"), std::string::npos);
+  // explain() gives stats()' figures (it used to say "0 compiles" here), in words
+  const std::string ex = cf.explain();
+  EXPECT_NE(ex.find(": 1 entry, 3 compiles (" + std::to_string(st.cache_hits) +
+                    " cache hits), 0 recompiles, 0 eager fallbacks, 1 graph break, "),
+            std::string::npos)
+      << ex;
+  EXPECT_NE(ex.find("0 for the entries, 3 for their segments"), std::string::npos) << ex;
+  EXPECT_NE(ex.find(" has 1 graph break: "), std::string::npos) << ex;
 }
 
 TEST(Compile, UnavailableOptionsAreClearErrors) {

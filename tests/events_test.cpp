@@ -149,6 +149,12 @@ TEST(Events, MessagesAreDerivedFromTheFields) {
             "rejected cached object rcjit-5fe1866fcc87: it failed to link (evicted; recompiling)");
   PerfHintEvent hint{.hint = "no function"};
   EXPECT_EQ(hint.message(), "no function");
+  // milliseconds with three decimals (it printed "12.999100 ms")
+  CompileStepEvent step{.graph = "function 3 entry 0",
+                        .step = "fuse",
+                        .seconds = 0.0129991,
+                        .result = "fusion: 1 group\n"};
+  EXPECT_EQ(step.message(), "function 3 entry 0: fuse (12.999 ms)\nfusion: 1 group\n");
 }
 
 std::string parseError(const json &line) {

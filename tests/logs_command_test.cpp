@@ -312,11 +312,30 @@ TEST(LogsCommand, ATraceOfAnotherVersionShowsItsFirstErrorsOnly) {
   for (int i = 0; i < 50; ++i) text += unversioned + "\n";
   std::string trace = writeFile("old.jsonl", text);
   Result r = runLogs({trace});
-  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.rc, 1) << "no line of it is a trace event";
   EXPECT_EQ(occurrences(r.err, "no schema version"), 20u) << r.err;
   EXPECT_CONTAINS(r.err, ": line 20: no schema version");
   EXPECT_CONTAINS(r.err, "rcjit logs: " + trace + ": 30 more malformed lines not shown\n");
-  EXPECT_CONTAINS(r.out, "0 events; 50 malformed lines\n");
+  EXPECT_CONTAINS(r.err, "'" + trace + "' is not a trace: none of its 50 lines is a trace event");
+  EXPECT_EQ(r.out, "");
+}
+
+// A file with no trace line at all used to print an empty summary and exit 0.
+TEST(LogsCommand, AFileWithNoTraceLineIsAFailure) {
+  std::string text = writeFile("not_a_trace.txt", "root:x:0:0:root:/root:/bin/bash\n");
+  Result r = runLogs({text});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "line 1: not JSON: ");
+  EXPECT_CONTAINS(r.err, "is not a trace: none of its 1 line is a trace event of schema 1");
+  EXPECT_EQ(r.out, "");
+  // one valid event is enough: the other lines are reported and skipped (exit 0)
+  std::string mixed =
+      writeFile("mixed.jsonl", "garbage\n"
+                               R"({"v":1,"event":"recompile","function":0,"entry":1,"guard":"g"})"
+                               "\n");
+  EXPECT_EQ(runLogs({mixed}).rc, 0);
+  // an empty trace is a trace of nothing
+  EXPECT_EQ(runLogs({writeFile("empty.jsonl", "")}).rc, 0);
 }
 
 TEST(LogsCommand, UnreadableFileIsAFailure) {

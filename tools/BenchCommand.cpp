@@ -1,5 +1,5 @@
-// `rcjit bench`: per mode and batch, the first call (trace + compile + run) and the median
-// of later calls, printed in the layout of the published regional-compilation table.
+// `rcjit bench`: per mode and batch, the first call split into compile and first run, and
+// every later call's time (median, IQR, min, sample count; a warning when they spread).
 #include "tools/BenchCommand.h"
 
 #include <algorithm>
@@ -17,6 +17,8 @@
 #include <rcjit/rcjit.h>
 
 #include "targets/cuda/CudaRuntime.h"
+#include "tools/BenchPlot.h"
+#include "tools/BenchStats.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
 #include "tools/Process.h"
@@ -31,8 +33,27 @@ namespace {
 struct Row {
   std::string mode;
   int64_t batch = 0;
-  double firstMs = 0, inferMs = 0;
+  double firstMs = 0;          // the first call: tracing, compiling and running
+  std::vector<double> samples; // each timed call after the first, in ms
   CompileStats stats;
+
+  // compile_seconds is the tracing + compiling inside the first call; the rest ran the code
+  double compileMs() const { return mode == "eager" ? 0 : stats.compile_seconds * 1e3; }
+  double firstRunMs() const { return std::max(0.0, firstMs - compileMs()); }
+  Spread spread() const { return summarize(samples); }
+};
+
+// What the user asked for, as run: the table's title, the JSON's options and the plot's title.
+struct BenchOptions {
+  std::string model, target, label; // label: "cpu" or "cuda (<GPU name>)"
+  std::vector<std::string> modes;
+  std::vector<int64_t> batches;
+  ModelConfig config; // batch: the last one run
+  int layers = 0;     // the depth built: --layers, or the model's own
+  bool perStack = false;
+  int reps = 0;
+  bool warm = false, keepCache = false;
+  std::string cacheDir, weights; // "" when not given
 };
 
 Mode parseMode(const std::string &m) {
@@ -55,43 +76,62 @@ struct Tuning {
   }
 };
 
+// Progress on stderr: a line when a step starts, and one a second at most while it runs.
+class Progress {
+public:
+  Progress(std::ostream &err, std::string what) : err_(err), what_(std::move(what)) {}
+  void step(const std::string &s) {
+    err_ << "bench: " << what_ << ": " << s << "\n";
+    last_ = std::chrono::steady_clock::now();
+  }
+  void call(int i, int n, std::chrono::steady_clock::time_point since) {
+    if (msSince(last_) < 1000) return;
+    step("call " + std::to_string(i) + "/" + std::to_string(n) + " (" +
+         formatMeasured(msSince(since) / 1e3) + " s)");
+  }
+
+private:
+  std::ostream &err_;
+  std::string what_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // The first call of `mode` in a fresh process sharing this one's (warm) disk cache.
-Row warmRow(const std::string &model, const ModelConfig &c, const std::string &mode,
-            const std::string &cacheDir, const std::string &weights, Target target,
-            const Tuning &tuning) {
+Row warmRow(const BenchOptions &o, const ModelConfig &c, const std::string &mode,
+            const std::string &cacheDir, const Tuning &tuning) {
   std::error_code ec; // the child writes its figures there, even when nothing was cached
   std::filesystem::create_directories(cacheDir, ec);
   std::string json = cacheDir + "/warm.json";
   // An argument vector, no shell: paths reach the child verbatim, whatever they contain.
   std::vector<std::string> argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
                                    "bench",
-                                   "--model=" + model,
+                                   "--model=" + o.model,
                                    "--modes=" + mode,
                                    "--batch=" + std::to_string(c.batch),
                                    "--seq=" + std::to_string(c.seq),
                                    "--layers=" + std::to_string(c.layers),
                                    "--dtype=" + std::string(dtypeName(c.dtype)),
                                    "--reps=1",
-                                   target == Target::cuda ? "--target=cuda" : "--target=cpu",
+                                   "--target=" + o.target,
                                    "--keep-cache",
                                    "--cache-dir=" + cacheDir,
                                    "--json=" + json};
-  if (!weights.empty()) argv.push_back("--weights=" + weights);
+  if (!o.weights.empty()) argv.push_back("--weights=" + o.weights);
   if (tuning.maxAutotune) argv.push_back("--max-autotune");
   if (tuning.reduceOverhead) argv.push_back("--reduce-overhead");
   if (runProgram(argv) != 0) throw Error("--warm: the fresh process failed");
   std::ifstream in(json);
-  nlohmann::json j = nlohmann::json::parse(in);
-  Row r;
-  r.mode = mode + "-warm";
-  r.batch = c.batch;
-  r.firstMs = j["results"][0]["first_call_ms"];
-  r.inferMs = j["results"][0]["inference_ms"];
-  r.stats.compiles = j["results"][0]["compiles"];
-  r.stats.cache_hits = j["results"][0]["cache_hits"];
-  r.stats.compile_seconds = j["results"][0]["compile_seconds"];
+  const nlohmann::json r = nlohmann::json::parse(in).at("results").at(0);
+  Row row;
+  row.mode = mode + "-warm";
+  row.batch = c.batch;
+  row.firstMs = r.at("first_call_ms");
+  row.samples = r.at("samples_ms").get<std::vector<double>>();
+  row.stats.compiles = r.at("compiles");
+  row.stats.cache_hits = r.at("cache_hits");
+  row.stats.compile_seconds = r.at("compile_seconds");
   std::remove(json.c_str());
-  return r;
+  return row;
 }
 
 // What the table and the JSON call the target: "cpu", or "cuda (<GPU name>)".
@@ -100,7 +140,8 @@ std::string targetLabel(Target target) {
 }
 
 Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
-           const std::string &weights, Target target, const Tuning &tuning) {
+           const std::string &weights, Target target, const Tuning &tuning, Progress &progress) {
+  if (info.parameters > 100'000'000) progress.step("building the model");
   std::unique_ptr<Model> m = info.build(c);
   if (!weights.empty()) loadWeights(m->module(), weights, WeightNaming::forModel(info.name));
   std::vector<Tensor> inputs = m->makeInputs(c);
@@ -125,184 +166,166 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   Row r;
   r.mode = mode;
   r.batch = c.batch;
+  progress.step(mode == "eager" ? "first call" : "first call (trace, compile, run)");
   auto t0 = std::chrono::steady_clock::now();
   fn(inputs);
   sync();
   r.firstMs = msSince(t0);
-  std::vector<double> times;
+  r.stats = fn.stats();
+  progress.step((mode == "eager" ? "" : "compile " + formatMeasured(r.compileMs()) + " ms, ") +
+                "first run " + formatMeasured(r.firstRunMs()) + " ms; timing " +
+                plural(reps, "call"));
+  auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) {
     auto t1 = std::chrono::steady_clock::now();
     fn(inputs);
     sync();
-    times.push_back(msSince(t1));
+    r.samples.push_back(msSince(t1));
+    progress.call(i + 1, reps, start);
   }
-  r.inferMs = median(times);
   r.stats = fn.stats();
   return r;
 }
 
-void printTable(std::ostream &out, const std::string &model, const ModelConfig &c, int reps,
-                const std::vector<std::string> &modes, const std::vector<int64_t> &batches,
-                const std::vector<Row> &rows, const std::string &target) {
-  out << model << " - " << target << ", " << dtypeName(c.dtype) << ", seq " << c.seq
-      << ", median of " << reps << " calls; times in ms\n";
-  char buf[64];
-  std::string head1 = "                        ", head2 = "mode                    ";
-  for (const char *part : {"inference", "compile (first call)"}) {
-    std::snprintf(buf, sizeof buf, "| %-*s", static_cast<int>(batches.size()) * 10, part);
-    head1 += buf;
-    head2 += "| ";
-    for (int64_t b : batches) {
-      std::snprintf(buf, sizeof buf, "%-10s",
-                    ("b=" + std::to_string(b) + "x" + std::to_string(c.seq)).c_str());
-      head2 += buf;
-    }
-  }
-  out << head1 << "\n" << head2 << "\n";
-  for (const std::string &mode : modes) {
-    std::snprintf(buf, sizeof buf, "%-24s", modeTitle(mode).c_str());
-    std::string line = buf;
-    for (int part = 0; part < 2; ++part) {
-      line += "| ";
-      for (int64_t b : batches) {
-        const Row *r = nullptr;
-        for (const Row &x : rows) {
-          if (x.mode == mode && x.batch == b) r = &x;
-        }
-        double v = !r ? -1 : part == 0 ? r->inferMs : r->firstMs;
-        if (part == 1 && mode == "eager") v = -1; // nothing is compiled
-        if (v < 0) {
-          std::snprintf(buf, sizeof buf, "%-10s", "-");
-        } else {
-          std::snprintf(buf, sizeof buf, "%-10.3f", v);
-        }
-        line += buf;
-      }
-    }
-    out << line << "\n";
-  }
-  for (const Row &r : rows) {
-    if (r.mode == "eager") continue;
-    out << "  " << r.mode << " b=" << r.batch << ": " << r.stats.compiles << " compiles, "
-        << r.stats.cache_hits << " cache hits, " << r.stats.compile_seconds * 1e3
-        << " ms tracing+compiling\n";
-  }
+std::string batchLabel(int64_t batch, int64_t seq) {
+  return std::to_string(batch) + "x" + std::to_string(seq);
 }
 
-nlohmann::json toJson(const std::string &model, const ModelConfig &c, int reps,
-                      const std::vector<Row> &rows, const std::string &target,
-                      const Tuning &tuning) {
+std::string layersText(const BenchOptions &o) {
+  return plural(o.layers, "layer") + (o.perStack ? " per stack" : "");
+}
+
+std::string rowName(const Row &r, int64_t seq) {
+  return modeTitle(r.mode) + " b=" + batchLabel(r.batch, seq);
+}
+
+void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std::string> &modes,
+                const std::vector<Row> &rows) {
+  const int64_t seq = o.config.seq;
+  out << o.model << " - " << o.label << ", " << dtypeName(o.config.dtype) << ", seq " << seq << ", "
+      << layersText(o) << "; " << plural(o.reps, "timed call")
+      << " per row after the first; times in ms\n";
+  char buf[160];
+  const char *fmt = "%-24s| %-7s| %-9s %-9s %-9s %-5s| %-9s %s";
+  auto line = [&] { // without the padding's trailing blanks
+    std::string l = buf;
+    out << l.substr(0, l.find_last_not_of(' ') + 1) << "\n";
+  };
+  std::snprintf(buf, sizeof buf, fmt, "", "", "inference", "", "", "", "first call", "");
+  line();
+  std::snprintf(buf, sizeof buf, fmt, "mode", "batch", "median", "IQR", "min", "n", "compile",
+                "first run");
+  line();
+  for (const std::string &mode : modes) {
+    for (const Row &r : rows) {
+      if (r.mode != mode) continue;
+      const Spread s = r.spread();
+      std::snprintf(buf, sizeof buf, fmt, modeTitle(mode).c_str(), batchLabel(r.batch, seq).c_str(),
+                    formatMeasured(s.median).c_str(), formatMeasured(s.iqr()).c_str(),
+                    formatMeasured(s.min).c_str(), std::to_string(s.n).c_str(),
+                    mode == "eager" ? "-" : formatMeasured(r.compileMs()).c_str(),
+                    formatMeasured(r.firstRunMs()).c_str());
+      line();
+    }
+  }
+  out << "compile: tracing + compiling inside the first call (stats().compile_seconds); first "
+         "run: the rest of that call\n";
+  for (const Row &r : rows) {
+    if (r.mode == "eager") continue;
+    out << "  " << r.mode << " b=" << batchLabel(r.batch, o.config.seq) << ": "
+        << plural(r.stats.compiles, "compile") << ", " << plural(r.stats.cache_hits, "cache hit")
+        << "\n";
+  }
+  for (const Row &r : rows) out << spreadWarning(rowName(r, seq), r.spread());
+}
+
+nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const Tuning &tuning) {
+  auto orNull = [](const std::string &s) {
+    return s.empty() ? nlohmann::json() : nlohmann::json(s);
+  };
   nlohmann::json j;
-  j["model"] = model;
+  j["model"] = o.model;
+  j["modes"] = o.modes;
+  j["batches"] = o.batches;
+  j["seq"] = o.config.seq;
+  j["layers"] = o.layers;
+  if (o.perStack) j["layers_note"] = "per stack: the encoder's and the decoder's each";
+  j["layers_from"] = o.config.layers < 0 ? "the model's own depth" : "--layers";
+  j["dtype"] = std::string(dtypeName(o.config.dtype));
+  j["seed"] = o.config.seed;
+  j["reps"] = o.reps;
+  j["target"] = o.target;
+  j["warm"] = o.warm;
+  j["keep_cache"] = o.keepCache;
+  j["cache_dir"] = orNull(o.cacheDir); // null: a fresh temporary directory per run
+  j["weights"] = orNull(o.weights);    // null: the model's seeded random weights
   j["max_autotune"] = tuning.maxAutotune;
   j["reduce_overhead"] = tuning.reduceOverhead;
-  j["seq"] = c.seq;
-  j["dtype"] = std::string(dtypeName(c.dtype));
-  j["layers"] = c.layers;
-  j["reps"] = reps;
   j["machine"] = {{"cpu", hostCpuName()},
                   {"threads", std::thread::hardware_concurrency()},
-                  {"target", target},
+                  {"target", o.label},
                   {"rcjit", RCJIT_VERSION_STRING_TOOL}};
+  j["results"] = nlohmann::json::array();
   for (const Row &r : rows) {
-    j["results"].push_back({{"mode", r.mode},
-                            {"batch", r.batch},
-                            {"first_call_ms", r.firstMs},
-                            {"inference_ms", r.inferMs},
-                            {"compiles", r.stats.compiles},
-                            {"cache_hits", r.stats.cache_hits},
-                            {"compile_seconds", r.stats.compile_seconds}});
+    const Spread s = r.spread();
+    const std::string why = spreadProblem(s);
+    j["results"].push_back(
+        {{"mode", r.mode},
+         {"batch", r.batch},
+         {"samples_ms", r.samples},
+         {"inference_ms",
+          {{"n", s.n},
+           {"median", s.median},
+           {"q1", s.q1},
+           {"q3", s.q3},
+           {"iqr", s.iqr()},
+           {"min", s.min},
+           {"max", s.max}}},
+         {"first_call_ms", r.firstMs},
+         {"compile_ms", r.compileMs()},
+         {"first_run_ms", r.firstRunMs()},
+         {"compiles", r.stats.compiles},
+         {"cache_hits", r.stats.cache_hits},
+         {"compile_seconds", r.stats.compile_seconds},
+         {"spread_warning", why.empty() ? nlohmann::json() : nlohmann::json(why)}});
   }
   return j;
 }
 
-// A gnuplot single-quoted string: nothing inside is interpreted, '' is a quote (a newline
-// would end the command, so it is refused).
-std::string gnuplotQuoted(const std::string &s) {
-  if (s.find_first_of("\n\r") != std::string::npos) {
-    throw Error("--plot: the path must not contain a line break");
+PlotSpec plotSpec(const BenchOptions &o, const std::vector<Row> &rows) {
+  PlotSpec p;
+  std::string batches;
+  for (int64_t b : o.batches) batches += (batches.empty() ? "" : ",") + std::to_string(b);
+  p.title = o.model + " inference - " + std::string(dtypeName(o.config.dtype)) + ", batch " +
+            batches + " x seq " + std::to_string(o.config.seq) + ", " + layersText(o) + ", " +
+            o.label;
+  p.subtitle.push_back("machine: " + hostCpuName() + ", " +
+                       plural(std::thread::hardware_concurrency(), "thread") + "; rcjit " +
+                       RCJIT_VERSION_STRING_TOOL);
+  p.subtitle.push_back(plural(o.reps, "timed call") + " per bar after the first; first calls " +
+                       (o.keepCache ? "with the cache kept" : "cold (empty compile cache)"));
+  if (std::find(o.modes.begin(), o.modes.end(), "eager") == o.modes.end()) {
+    p.subtitle.push_back("no eager baseline: eager is not in --modes");
   }
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("''") : std::string(1, ch);
-  return out + "'";
-}
-
-void writePlot(const std::string &file, const std::vector<Row> &rows) {
-  std::string data = file + ".dat", script = file + ".gp";
-  {
-    std::ofstream d(data);
+  for (int64_t b : o.batches) {
+    PlotGroup g;
+    g.label = "b=" + batchLabel(b, o.config.seq);
     for (const Row &r : rows) {
-      if (r.mode == "eager") continue;
-      d << '"' << r.mode << " b=" << r.batch << "\" " << r.firstMs << " " << r.inferMs << "\n";
+      if (r.batch != b) continue;
+      if (r.mode == "eager") {
+        g.eager = r.spread();
+        g.eagerFirstMs = r.firstMs;
+      } else {
+        g.bars.push_back({modeTitle(r.mode), r.spread(), r.compileMs(), r.firstRunMs()});
+      }
     }
-    std::ofstream g(script);
-    g << "set terminal svg size 800,500\nset output " << gnuplotQuoted(file) << "\n"
-      << "set xlabel 'compile time, first call (ms)'\nset ylabel 'inference time (ms)'\n"
-      << "set title 'rcjit: compile time vs inference time'\nset key off\nset grid\n"
-      << "plot " << gnuplotQuoted(data)
-      << " using 2:3 with points pt 7 ps 1.5, '' using 2:3:1 with labels "
-      << "offset 1,1 left\n";
+    p.groups.push_back(std::move(g));
   }
-  int rc = runProgram({"gnuplot", script});
-  if (rc == -1) {
-    throw Error("--plot needs gnuplot, which could not be run (apt-get install gnuplot-nox)");
-  }
-  if (rc != 0) throw Error("--plot: gnuplot failed on " + script);
-  std::remove(data.c_str());
-  std::remove(script.c_str());
+  return p;
 }
 
-} // namespace
-
-int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
-  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
-  po::options_description desc("rcjit bench: time a built-in model per mode and batch");
-  std::string model, modes, batches, target, dtype, json, plot, cacheDir, weights;
-  bool warm = false, keepCache = false;
-  Tuning tuning;
-  int64_t seq = 128;
-  int reps = 10, layers = -1;
-  desc.add_options()("help,h", "show this help")("model", po::value(&model)->default_value("toy64"),
-                                                 "model name (see 'rcjit models')")(
-      "modes", po::value(&modes)->default_value("eager,full,regional"),
-      "comma list of modes: eager, full, regional, dynamic (full, with the sequence dim of the "
-      "inputs marked dynamic), max-autotune, reduce-overhead (full with that option)")(
-      "batch", po::value(&batches)->default_value("1,4"),
-      "comma list of batch sizes")("seq", po::value(&seq)->default_value(128), "sequence length")(
-      "reps", po::value(&reps)->default_value(10), "timed calls after the first")(
-      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
-      "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
-      "target", po::value(&target)->default_value("cpu"), "cpu or cuda (an NVIDIA GPU)")(
-      "json", po::value(&json), "also write every figure and the machine to FILE")(
-      "plot", po::value(&plot), "draw compile vs inference time to FILE.svg (gnuplot)")(
-      "warm", po::bool_switch(&warm),
-      "also time each first call in a fresh process with a warm "
-      "disk cache")("cache-dir", po::value(&cacheDir),
-                    "compile cache directory (default: a fresh temporary "
-                    "one, so first calls are cold)")("keep-cache", po::bool_switch(&keepCache),
-                                                     "do not clear the cache before each run")(
-      "weights", po::value(&weights),
-      "load parameters from FILE.safetensors (Hugging Face "
-      "names; every shape checked)")("max-autotune", po::bool_switch(&tuning.maxAutotune),
-                                     "every compiled mode with CompileOptions::max_autotune")(
-      "reduce-overhead", po::bool_switch(&tuning.reduceOverhead),
-      "every compiled mode with CompileOptions::reduce_overhead");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
-  if (target != "cpu" && target != "cuda") throw std::invalid_argument("--target: cpu or cuda");
-  const Target tgt = target == "cuda" ? Target::cuda : Target::cpu;
-  const std::string label = targetLabel(tgt); // a clear Error here when there is no GPU
-  if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
-  checkLayersFlag(layers);
-  if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
-  std::vector<std::string> modeList = splitList(modes);
-  for (const std::string &m : modeList) parseMode(m);
-  std::vector<int64_t> batchList;
+std::vector<int64_t> parseBatches(const std::string &batches) {
+  std::vector<int64_t> out;
   for (const std::string &b : splitList(batches)) {
     size_t used = 0;
     int64_t v = 0;
@@ -313,17 +336,77 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     }
     if (used != b.size() || v <= 0)
       throw std::invalid_argument("--batch: '" + b + "' is not a positive integer");
-    batchList.push_back(v);
+    out.push_back(v);
   }
-  if (batchList.empty() || modeList.empty())
+  return out;
+}
+
+} // namespace
+
+int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
+  rcjit::NoGradGuard noGrad; // inference: parameters require grad, record nothing
+  po::options_description desc("rcjit bench: time a built-in model per mode and batch");
+  std::string modes, batches, dtype, json, plot;
+  BenchOptions o;
+  Tuning tuning;
+  int64_t seq = 128;
+  int reps = 10, layers = -1;
+  desc.add_options()("help,h", "show this help")(
+      "model", po::value(&o.model)->default_value("toy64"), "model name (see 'rcjit models')")(
+      "modes", po::value(&modes)->default_value("eager,full,regional"),
+      "comma list of modes: eager, full, regional, dynamic (full, with the sequence dim of the "
+      "inputs marked dynamic), max-autotune, reduce-overhead (full with that option)")(
+      "batch", po::value(&batches)->default_value("1,4"),
+      "comma list of batch sizes")("seq", po::value(&seq)->default_value(128), "sequence length")(
+      "reps", po::value(&reps)->default_value(10),
+      "timed calls after the first")("layers", po::value(&layers)->default_value(-1),
+                                     "number of layers (-1: the model's own depth)")(
+      "dtype", po::value(&dtype)->default_value("f32"), "parameter dtype: f32 or bf16")(
+      "target", po::value(&o.target)->default_value("cpu"), "cpu or cuda (an NVIDIA GPU)")(
+      "json", po::value(&json), "also write every sample, the options and the machine to FILE")(
+      "plot", po::value(&plot), "draw the results as a bar chart to FILE.svg")(
+      "warm", po::bool_switch(&o.warm),
+      "also time each first call in a fresh process with a warm disk cache")(
+      "cache-dir", po::value(&o.cacheDir),
+      "compile cache directory (default: a fresh temporary one, so first calls are cold)")(
+      "keep-cache", po::bool_switch(&o.keepCache), "do not clear the cache before each run")(
+      "weights", po::value(&o.weights),
+      "load parameters from FILE.safetensors (Hugging Face names; every shape checked); "
+      "without it the model has seeded random weights")(
+      "max-autotune", po::bool_switch(&tuning.maxAutotune),
+      "every compiled mode with CompileOptions::max_autotune")(
+      "reduce-overhead", po::bool_switch(&tuning.reduceOverhead),
+      "every compiled mode with CompileOptions::reduce_overhead");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    out << desc;
+    return kOk;
+  }
+  // Every flag, output path and the target are checked before any work starts.
+  if (o.target != "cpu" && o.target != "cuda") throw std::invalid_argument("--target: cpu or cuda");
+  if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");
+  checkLayersFlag(layers);
+  if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: f32 or bf16");
+  o.modes = splitList(modes);
+  for (const std::string &m : o.modes) parseMode(m);
+  o.batches = parseBatches(batches);
+  if (o.batches.empty() || o.modes.empty())
     throw std::invalid_argument("--batch and --modes need a value");
-  const ModelInfo &info = modelNamed(model);
-  std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
-  ModelConfig c;
-  c.seq = seq;
-  c.layers = layers;
-  c.dtype = dtypeFromName(dtype);
+  const ModelInfo &info = modelNamed(o.model);
+  std::ofstream plotFile = openPlotOutput(plot);
+  std::ofstream jsonFile = openJsonOutput(json);
+  const Target tgt = o.target == "cuda" ? Target::cuda : Target::cpu;
+  o.label = targetLabel(tgt); // a clear Error here when there is no GPU
+  o.reps = reps;
+  o.config.seq = seq;
+  o.config.layers = layers;
+  o.config.dtype = dtypeFromName(dtype);
+  o.layers = layers > 0 ? layers : info.layers;
+  o.perStack = o.model == "vit-gpt2";
   std::optional<TempCacheDir> tmp; // default: a fresh cache, so first calls are cold
+  std::string cacheDir = o.cacheDir;
   if (cacheDir.empty()) {
     tmp.emplace("bench");
     cacheDir = tmp->path();
@@ -331,21 +414,30 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     cache::set_dir(cacheDir);
   }
   std::vector<Row> rows;
-  std::vector<std::string> tableModes = modeList;
-  for (const std::string &mode : modeList) {
-    for (int64_t b : batchList) {
-      err << "bench: " << model << " " << mode << " batch " << b << " ...\n";
-      c.batch = b;
-      if (!keepCache) cache::clear(); // cold: empty memory and disk cache
-      rows.push_back(runOne(info, c, mode, reps, weights, tgt, tuning));
-      if (warm && mode != "eager")
-        rows.push_back(warmRow(model, c, mode, cacheDir, weights, tgt, tuning));
+  std::vector<std::string> tableModes = o.modes;
+  for (const std::string &mode : o.modes) {
+    for (int64_t b : o.batches) {
+      Progress progress(err, o.model + " " + mode + " b=" + batchLabel(b, seq));
+      o.config.batch = b;
+      if (!o.keepCache) cache::clear(); // cold: empty memory and disk cache
+      rows.push_back(runOne(info, o.config, mode, reps, o.weights, tgt, tuning, progress));
+      if (o.warm && mode != "eager") {
+        progress.step("first call again in a fresh process (warm disk cache)");
+        rows.push_back(warmRow(o, o.config, mode, cacheDir, tuning));
+      }
     }
-    if (warm && mode != "eager") tableModes.push_back(mode + "-warm");
+    if (o.warm && mode != "eager") tableModes.push_back(mode + "-warm");
   }
-  printTable(out, model, c, reps, tableModes, batchList, rows, label);
-  if (!json.empty()) jsonFile << toJson(model, c, reps, rows, label, tuning).dump(2) << "\n";
-  if (!plot.empty()) writePlot(plot, rows);
+  printTable(out, o, tableModes, rows);
+  if (!json.empty()) {
+    jsonFile << toJson(o, rows, tuning).dump(2) << "\n";
+    if (!jsonFile.flush()) throw Error("--json: cannot write " + json);
+  }
+  if (!plot.empty()) {
+    plotFile << plotSvg(plotSpec(o, rows));
+    if (!plotFile.flush()) throw Error("--plot: cannot write " + plot);
+    err << "bench: wrote " << plot << "\n";
+  }
   return kOk;
 }
 

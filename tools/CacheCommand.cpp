@@ -10,6 +10,8 @@
 
 #include <rcjit/Cache.h>
 
+#include "cache/Artifacts.h"
+
 #include "tools/Cli.h"
 
 namespace po = boost::program_options;
@@ -81,8 +83,10 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
       usableDir(false);
       std::vector<uint8_t> blob = cache::save_disk_artifacts();
       writeFile(file, blob);
-      out << "exported " << cache::disk_usage().valid << " entries to " << file << " ("
-          << blob.size() << " bytes)\n";
+      // what the file holds, counted as `import` will read it
+      const size_t n = cache::unpackArtifacts(blob).size();
+      out << "exported " << plural(static_cast<int64_t>(n), "entry", "entries") << " to " << file
+          << " (" << plural(static_cast<int64_t>(blob.size()), "byte") << ")\n";
     } else {
       std::string d = usableDir(true);
       std::vector<uint8_t> blob = readFile(file);
@@ -93,7 +97,8 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
                                  std::to_string(n) + " entries into '" + d +
                                  "' (RCJIT_LOGS=cache says why)");
       }
-      out << "imported " << n << " entries into " << d << "\n";
+      out << "imported " << plural(static_cast<int64_t>(n), "entry", "entries") << " into " << d
+          << "\n";
     }
   } else {
     throw CacheUsage("unknown action '" + action + "' (expected stats, clear, export, import)");

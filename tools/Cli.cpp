@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,45 @@ double median(std::vector<double> v) {
   if (v.empty()) throw Error("median of no values");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+std::string plural(int64_t n, const std::string &word, const std::string &words) {
+  return std::to_string(n) + " " + (n == 1 ? word : words.empty() ? word + "s" : words);
+}
+
+std::string formatMeasured(double v) {
+  double a = std::fabs(v);
+  if (a == 0 || !std::isfinite(v)) return a == 0 ? "0" : std::to_string(v);
+  int decimals = a >= 100 ? 1 : a >= 10 ? 2 : a >= 0.1 ? 3 : 4;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string markupEscaped(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+    case '&':
+      o += "&amp;";
+      break;
+    case '<':
+      o += "&lt;";
+      break;
+    case '>':
+      o += "&gt;";
+      break;
+    case '"':
+      o += "&quot;";
+      break;
+    case '\'':
+      o += "&#39;";
+      break;
+    default:
+      o += c;
+    }
+  }
+  return o;
 }
 
 void checkLayersFlag(int layers) {

@@ -33,6 +33,14 @@ std::string modeTitle(const std::string &mode);
 /// The upper median of `v` (v[n / 2] once sorted); an rcjit::Error when v is empty.
 double median(std::vector<double> v);
 
+/// "1 compile", "3 compiles"; `words` for an irregular plural: plural(2, "entry", "entries").
+std::string plural(int64_t n, const std::string &word, const std::string &words = "");
+/// A measured value (milliseconds, seconds) with at most 4 significant digits and no more
+/// decimals than they need: 482.6, 12.99, 2.545, 0.686, 0.0123; 0 is "0".
+std::string formatMeasured(double v);
+/// `s` as HTML or XML text or attribute value: & < > " ' escaped.
+std::string markupEscaped(const std::string &s);
+
 /// Throws std::invalid_argument (a usage error) unless `layers` is positive or -1 (the
 /// model's own depth).
 void checkLayersFlag(int layers);

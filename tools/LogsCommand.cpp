@@ -282,10 +282,6 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string plural(int64_t n, const std::string &word, const std::string &words = "") {
-  return std::to_string(n) + " " + (n == 1 ? word : words.empty() ? word + "s" : words);
-}
-
 // "function 3 (model.cpp:42)", or "run 2 function 3 (model.cpp:42)" when several processes
 // appended to the trace.
 std::string functionName(const Report &r, FunctionKey k) {
@@ -417,31 +413,8 @@ void printText(std::ostream &out, const Report &r) {
 
 // ---- HTML ---------------------------------------------------------------------------------
 
-std::string escape(const std::string &s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-    case '&':
-      o += "&amp;";
-      break;
-    case '<':
-      o += "&lt;";
-      break;
-    case '>':
-      o += "&gt;";
-      break;
-    case '"':
-      o += "&quot;";
-      break;
-    case '\'':
-      o += "&#39;";
-      break;
-    default:
-      o += c;
-    }
-  }
-  return o;
-}
+// HTML text and attribute values: markupEscaped (Cli.h).
+std::string escape(const std::string &s) { return markupEscaped(s); }
 
 using Rows = std::vector<std::vector<std::string>>;
 
@@ -580,6 +553,12 @@ void saveHtml(const std::string &path, const Report &r) {
 
 int run(const std::string &file, const std::string &html, std::ostream &out, std::ostream &err) {
   Report r = readTrace(file, err);
+  if (r.malformed > 0 && r.malformed == r.lines) { // e.g. `rcjit logs /etc/passwd`
+    throw std::runtime_error("'" + file + "' is not a trace: none of its " +
+                             plural(r.lines, "line") + " is a trace event of schema " +
+                             std::to_string(logging::kTraceSchema) +
+                             " (RCJIT_TRACE_FILE=FILE writes them)");
+  }
   printText(out, r);
   if (!html.empty()) {
     saveHtml(html, r);

@@ -68,11 +68,11 @@ VitGpt2Config vitWithLayers(const ModelConfig &c) {
   return cfg;
 }
 
-ModelInfo entry(std::string name, std::string description,
+ModelInfo entry(std::string name, std::string description, int layers,
                 std::unique_ptr<Model> (*build)(const ModelConfig &),
                 int64_t (*count)(const ModelConfig &)) {
   int64_t n = count(ModelConfig{});
-  return {std::move(name), std::move(description), build, count, n, 4 * n};
+  return {std::move(name), std::move(description), build, count, n, 4 * n, layers};
 }
 
 template <LlamaConfig (*F)()> std::unique_ptr<Model> llamaBuild(const ModelConfig &c) {
@@ -94,6 +94,7 @@ std::vector<ModelInfo> makeRegistry() {
           "toy64",
           "Linear(10,10) + 64 x [Linear(10,10), relu, sigmoid, Linear(10,10), relu] "
           "(PyTorch regional-compilation recipe); input [batch, seq, 10]",
+          64,
           [](const ModelConfig &c) -> std::unique_ptr<Model> {
             return std::make_unique<ToyModel>(c);
           },
@@ -101,32 +102,32 @@ std::vector<ModelInfo> makeRegistry() {
       entry("llama-3.2-1b",
             "Llama-3.2-1B: 2048 hidden, 16 layers, 32/8 heads (GQA), SwiGLU 8192, vocab 128256, "
             "tied; input token ids [batch, seq]",
-            llamaBuild<llama32_1b>, llamaCount<llama32_1b>),
+            llama32_1b().layers, llamaBuild<llama32_1b>, llamaCount<llama32_1b>),
       entry("llama-3.2-3b",
             "Llama-3.2-3B: 3072 hidden, 28 layers, 24/8 heads (GQA), SwiGLU 8192, vocab 128256, "
             "tied; input token ids [batch, seq]",
-            llamaBuild<llama32_3b>, llamaCount<llama32_3b>),
+            llama32_3b().layers, llamaBuild<llama32_3b>, llamaCount<llama32_3b>),
       entry("llama-3.1-8b",
             "Llama-3.1-8B: 4096 hidden, 32 layers, 32/8 heads (GQA), SwiGLU 14336, vocab "
             "128256; input token ids [batch, seq]",
-            llamaBuild<llama31_8b>, llamaCount<llama31_8b>),
+            llama31_8b().layers, llamaBuild<llama31_8b>, llamaCount<llama31_8b>),
       entry("llama-2-13b",
             "Llama-2-13B: 5120 hidden, 40 layers, 40 heads, SwiGLU 13824, vocab 32000; input "
             "token ids [batch, seq]",
-            llamaBuild<llama2_13b>, llamaCount<llama2_13b>),
+            llama2_13b().layers, llamaBuild<llama2_13b>, llamaCount<llama2_13b>),
       entry("gpt2",
             "GPT-2 small: 768 hidden, 12 layers, 12 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            gpt2Build<gpt2Small>, gpt2Count<gpt2Small>),
+            gpt2Small().layers, gpt2Build<gpt2Small>, gpt2Count<gpt2Small>),
       entry("gpt2-xl",
             "GPT-2 XL: 1600 hidden, 48 layers, 25 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>),
+            gpt2Xl().layers, gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>),
       entry(
           "vit-gpt2",
           "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
           "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
-          [](const ModelConfig &c) { return buildVitGpt2(vitGpt2(), c); },
+          vitGpt2().encoder.layers, [](const ModelConfig &c) { return buildVitGpt2(vitGpt2(), c); },
           [](const ModelConfig &c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
   };
 }

@@ -42,6 +42,7 @@ struct ModelInfo {
   int64_t (*countParameters)(const ModelConfig &);
   int64_t parameters = 0; // countParameters at the architecture's own depth
   int64_t bytesF32 = 0;   // parameters * 4
+  int layers = 0; // the architecture's own depth (what --layers -1 builds); vit-gpt2: per stack
 };
 
 /// Every built-in model, in listing order: toy64, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b,

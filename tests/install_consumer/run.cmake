@@ -1,5 +1,7 @@
 # Installs the rcjit build into a scratch prefix, then configures, builds and runs the
-# consumer project against it. Fails (non-zero) at the first step that fails.
+# consumer project against it. With -DUSE_BUILD_TREE=ON, configures the consumer against the
+# build tree itself instead (rcjit_DIR=<build>, nothing installed). Fails (non-zero) at the
+# first step that fails.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(step)
@@ -8,6 +10,13 @@ function(step)
     message(FATAL_ERROR "install_consumer: step failed (${rc}): ${ARGN}")
   endif()
 endfunction()
+if(USE_BUILD_TREE)
+  step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK_DIR}/build -Drcjit_DIR=${RCJIT_BINARY_DIR})
+  step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+  # the consumer's build RUNPATH finds the build tree's librcjit.so
+  step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${WORK_DIR}/build/consumer)
+  return()
+endif()
 step(${CMAKE_COMMAND} --install ${RCJIT_BINARY_DIR} --prefix ${prefix})
 step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

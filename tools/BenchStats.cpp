@@ -1,0 +1,59 @@
+// Quartiles and spread warnings of timed samples.
+#include "tools/BenchStats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <rcjit/rcjit.h>
+
+namespace rcjit::tools {
+
+namespace {
+
+// The q-quantile of sorted `v` (0 <= q <= 1), interpolated between its neighbours.
+double quantile(const std::vector<double> &v, double q) {
+  double at = q * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(at));
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+} // namespace
+
+Spread summarize(std::vector<double> samples) {
+  if (samples.empty()) throw Error("no timings to summarize");
+  std::sort(samples.begin(), samples.end());
+  Spread s;
+  s.n = static_cast<int>(samples.size());
+  s.min = samples.front();
+  s.max = samples.back();
+  s.q1 = quantile(samples, 0.25);
+  s.median = quantile(samples, 0.5);
+  s.q3 = quantile(samples, 0.75);
+  return s;
+}
+
+std::string spreadProblem(const Spread &s) {
+  if (s.median <= 0) return "";
+  std::string why;
+  char buf[96];
+  if (s.iqr() > 0.10 * s.median) {
+    std::snprintf(buf, sizeof buf, "IQR %.0f %% of the median", 100 * s.iqr() / s.median);
+    why = buf;
+  }
+  if (s.max > 3 * s.median) {
+    std::snprintf(buf, sizeof buf, "max %.1fx the median", s.max / s.median);
+    why += (why.empty() ? "" : ", ") + std::string(buf);
+  }
+  return why;
+}
+
+std::string spreadWarning(const std::string &row, const Spread &s) {
+  const std::string why = spreadProblem(s);
+  if (why.empty()) return "";
+  return "warning: " + row + ": the calls' times spread widely (" + why +
+         "): the median may not be typical; a busy machine? rerun with more --reps\n";
+}
+
+} // namespace rcjit::tools

@@ -1,0 +1,29 @@
+// Summary statistics of timed samples (`rcjit bench`): median, quartiles, min, max, and when
+// their spread is too large to trust the median.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace rcjit::tools {
+
+/// The order statistics of a set of timings. Quartiles (and the median) interpolate linearly
+/// between order statistics, as numpy's default percentile does.
+struct Spread {
+  int n = 0;
+  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
+  double iqr() const { return q3 - q1; }
+};
+
+/// The Spread of `samples`; an rcjit::Error when there are none.
+Spread summarize(std::vector<double> samples);
+
+/// Why the median of `s` should not be trusted, or "" when the spread is small: the IQR is
+/// more than 10 % of the median ("IQR 15 % of the median"), and/or the slowest sample is more
+/// than 3x the median ("max 4.1x the median"), joined by ", ".
+std::string spreadProblem(const Spread &s);
+
+/// The warning line (with its "\n") that names `row` ("Full compilation b=1x128") when its
+/// spread is a problem, or "".
+std::string spreadWarning(const std::string &row, const Spread &s);
+
+} // namespace rcjit::tools
