@@ -9,10 +9,10 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <vector>
 
+#include "support/Regex.h"
 #include "tests/Ptxas.h"
 #include "tools/BenchStats.h"
 #include "tools/Cli.h"
