@@ -25,6 +25,7 @@ struct FusionGroup {
   std::vector<int> members; // graph nodes computed in the group, in order
   std::string opened;       // why this node started a new group instead of joining one
   int order = 0;            // position among the program's steps
+  int mergedInto = -1;      // >= 0: its members moved to that group (no kernel of its own)
 };
 
 /// A step that is not a generated kernel: a library call or an eager op.

@@ -118,6 +118,49 @@ TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
   EXPECT_EQ(res.fusion.calls.size(), 1u);
 }
 
+// Two branches that start from inputs (each opens a group) meet in one node: the later
+// group merges into the earlier and the node joins it, so nothing goes through memory
+// (AdamW's (1 - b1) * g + b1 * m); scalars join the tiny group before them. A branch that
+// reads a value computed after the earlier group started cannot merge.
+TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
+  auto fn = [](const std::vector<Tensor> &v) {
+    Tensor a = v[0] * 0.1;            // opens a group
+    Tensor b = exp(v[1]) * 0.9;       // opens another: no operand in an open group
+    Tensor s = v[2] + 1.0, t = v[2] * 3.0; // a scalar group, and a scalar that joins it
+    return std::vector<Tensor>{(a + b) * s + t};
+  };
+  CompileRequest r = requestFor(
+      fn, {Tensor::randn({16, 16}, 1), Tensor::randn({16, 16}, 2), Tensor::randn({}, 3)},
+      Target::cpu);
+  r.stop = CompileStop::fused;
+  CompileResult res = compileGraph(r);
+  std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
+  EXPECT_NE(plan.find("fusion: 3 groups"), std::string::npos) << plan; // a, b merged; s, t
+  EXPECT_NE(plan.find("merged k1"), std::string::npos) << plan;
+  const size_t scalar = plan.find("elementwise []");
+  ASSERT_NE(scalar, std::string::npos) << plan;
+  EXPECT_EQ(plan.find("elementwise []", scalar + 1), std::string::npos) << "one scalar group";
+  auto g = [](const std::vector<Tensor> &v) {
+    Tensor a = v[0] * 0.1;
+    Tensor m = matmul(v[0], v[0]); // a library call after a's group started
+    Tensor b = m * 0.9;            // b's group reads m: it cannot move before the call
+    return std::vector<Tensor>{a + b};
+  };
+  CompileRequest r2 = requestFor(g, {Tensor::randn({16, 16}, 1)}, Target::cpu);
+  r2.stop = CompileStop::fused;
+  CompileResult res2 = compileGraph(r2);
+  std::string plan2 = printFusionPlan(res2.fusion, res2.graphs[0]);
+  EXPECT_EQ(plan2.find("merged"), std::string::npos) << plan2;
+  // and the compiled results equal eager
+  std::vector<Tensor> in = {Tensor::randn({16, 16}, 1), Tensor::randn({16, 16}, 2),
+                            Tensor::randn({}, 3)};
+  auto cf = compile(fn);
+  EXPECT_TRUE(allclose(cf(in)[0], fn(in)[0], 1e-5, 1e-6));
+  auto cg = compile(g);
+  const std::vector<Tensor> one = {in[0]};
+  EXPECT_TRUE(allclose(cg(one)[0], g(one)[0], 1e-5, 1e-5));
+}
+
 struct CliResult {
   int code;
   std::string out, err;

@@ -7,7 +7,12 @@
 #include "tests/AutogradTestUtil.h"
 #include "tests/TestUtil.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include <rcjit/rcjit.h>
@@ -146,6 +151,50 @@ TEST(WholeStep, CompiledAdamWStepEqualsEagerAndAlternatesWithIt) {
       EXPECT_TRUE(allclose(pc[i], pe[i], 1e-5, 1e-6)) << "step " << s << " parameter " << i;
   }
   EXPECT_EQ(compiledStep.stats().compiles, 1);
+}
+
+// The compiled AdamW step is horizontally fused: each parameter's whole update is one
+// kernel (the branches that start from g and from m merge instead of meeting through
+// memory), the scalars every update needs (step count, bias corrections) are one kernel,
+// and the parameters' kernels run as one launch (one "run of N kernels" step in the
+// profile, not N steps). Parameters of two shapes; results equal eager.
+TEST(WholeStep, CompiledAdamWIsOneKernelPerParameterRunAsOneLaunch) {
+  std::vector<Tensor> pe, pc;
+  for (int i = 0; i < 6; ++i) {
+    Shape shape = i % 2 ? Shape{256} : Shape{256, 256};
+    pe.push_back(Tensor::randn(shape, 20 + i).requires_grad_());
+    pc.push_back(Tensor::randn(shape, 20 + i).requires_grad_());
+  }
+  optim::AdamW oe(pe, {.lr = 1e-2}), oc(pc, {.lr = 1e-2});
+  auto compiledStep = compile([&]() {
+    oc.step();
+    return std::vector<Tensor>{};
+  });
+  const std::string path = testing::TempDir() + "rcjit_adamw_runs_" +
+                           std::to_string(static_cast<long>(::getpid())) + ".json";
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < pe.size(); ++i) {
+      Tensor g = Tensor::randn(pe[i].shape(), 100 * s + i);
+      sum(pe[i] * g, {}).backward();
+      sum(pc[i] * g, {}).backward();
+    }
+    oe.step();
+    if (s == 2) profiler::start(path);
+    compiledStep();
+    if (s == 2) profiler::stop();
+    oe.zero_grad();
+    oc.zero_grad();
+    for (size_t i = 0; i < pe.size(); ++i)
+      EXPECT_TRUE(allclose(pc[i], pe[i], 1e-5, 1e-6)) << "step " << s << " parameter " << i;
+  }
+  std::ifstream in(path);
+  nlohmann::json trace = nlohmann::json::parse(in);
+  std::vector<std::string> kernels;
+  for (const auto &e : trace["traceEvents"])
+    if (e["cat"] == "kernel") kernels.push_back(e["name"].get<std::string>());
+  std::remove(path.c_str());
+  ASSERT_EQ(kernels.size(), 2u) << "one scalar kernel and one run of the parameters' kernels";
+  EXPECT_EQ(kernels[1].rfind("run of 6 kernels: ", 0), 0u) << kernels[1];
 }
 
 // A step that accumulates into grad() (no zero_grad inside) depends on whether grad() was

@@ -175,6 +175,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   }
   spec->outputsAt = outputsByFirstStep(l);
   spec->inputsDone = inputsDoneAt(l);
+  spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr);
   return spec;
 }
 
@@ -232,6 +233,41 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
     if (begin < end) fn(pp, syms, begin, end);
   }
+}
+
+void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
+                            char *const *bases, const int64_t *syms) const {
+  struct Member {
+    KernelFn fn;
+    std::vector<char *> ptrs;
+    int64_t outer, work, at; // outer points, element operations, start in the run's work
+  };
+  std::vector<Member> members;
+  int64_t total = 0;
+  for (size_t i = first; i < last; ++i) {
+    const Step &s = layout.steps[i];
+    const LoopKernel &k = program_.kernels[s.kernel];
+    Member m{kernels_[s.kernel], {}, k.outerSize(syms), 0, total};
+    for (int v : s.operands) m.ptrs.push_back(valueAddress(layout, bases, v));
+    m.work = m.outer * innerSize(k, syms);
+    total += m.work;
+    members.push_back(std::move(m));
+  }
+  const int threads = total < kParallelWork ? 1 : omp_get_max_threads();
+  auto share = [&](int t, int nt) { // thread t's part of every member, in order
+    const int64_t lo = total * t / nt, hi = total * (t + 1) / nt;
+    for (const Member &m : members) {
+      if (m.work == 0 || m.at >= hi || m.at + m.work <= lo) continue;
+      // outer points whose work starts in [lo, hi)
+      const int64_t per = m.work / m.outer;
+      const int64_t b = std::max<int64_t>(0, (lo - m.at + per - 1) / per);
+      const int64_t e = std::min<int64_t>(m.outer, (hi - m.at + per - 1) / per);
+      if (b < e) m.fn(m.ptrs.data(), syms, b, e);
+    }
+  };
+  if (threads < 2) return share(0, 1);
+#pragma omp parallel num_threads(threads)
+  share(omp_get_thread_num(), omp_get_num_threads());
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
@@ -463,25 +499,99 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
 }
 } // namespace
 
+// Runs of independent elementwise kernels (CpuProgram.h). The updates of an optimizer's
+// parameters, one kernel each, run as one launch this way: each thread takes its share of
+// the run's total work, member by member, with no barrier between members (the role of
+// torch's foreach kernels).
+std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &kernels,
+                            const std::vector<int> &defaultThreads, const std::vector<int> *alias) {
+  struct Region {
+    int kind, id; // kind: 0 input (id: input index), 1 arena, 2 output, 3 dynamic (id: buffer)
+    int64_t lo, hi;
+    bool overlaps(const Region &o) const {
+      return kind == o.kind && id == o.id && lo < o.hi && o.lo < hi;
+    }
+  };
+  constexpr int64_t kWhole = std::numeric_limits<int64_t>::max();
+  auto regionOf = [&](int value) -> Region {
+    const int b = p.values[value].buffer;
+    const Buffer &buf = p.buffers[b];
+    switch (buf.kind) {
+    case Buffer::Kind::input:
+      return {0, buf.index, 0, kWhole};
+    case Buffer::Kind::arena:
+      return {1, 0, buf.offset, buf.offset + buf.bytes};
+    case Buffer::Kind::output:
+      if (alias && (*alias)[b] >= 0) return {0, (*alias)[b], 0, kWhole};
+      return {2, b, 0, kWhole};
+    case Buffer::Kind::dynamic:
+      return {3, b, 0, kWhole};
+    }
+    return {4, b, 0, kWhole};
+  };
+  auto member = [&](size_t i) {
+    const Step &s = p.steps[i];
+    if (s.kind != Step::Kind::kernel || defaultThreads[i] != 0) return false;
+    const LoopKernel &k = kernels[s.kernel];
+    return k.numOuter == static_cast<int>(k.domain.size());
+  };
+  std::vector<int> end(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) end[i] = static_cast<int>(i) + 1;
+  if (!p.symbols.empty()) return end;
+  for (size_t i = 0; i < p.steps.size();) {
+    if (!member(i)) {
+      ++i;
+      continue;
+    }
+    std::vector<Region> reads, writes;
+    size_t j = i;
+    for (; j < p.steps.size() && member(j); ++j) {
+      const Step &s = p.steps[j];
+      const LoopKernel &k = kernels[s.kernel];
+      std::vector<Region> r, w;
+      for (size_t t = 0; t < s.operands.size(); ++t)
+        (k.tensors[t].output ? w : r).push_back(regionOf(s.operands[t]));
+      bool independent = true;
+      for (const Region &x : r)
+        for (const Region &y : writes) independent = independent && !x.overlaps(y);
+      for (const Region &x : w) {
+        for (const Region &y : writes) independent = independent && !x.overlaps(y);
+        for (const Region &y : reads) independent = independent && !x.overlaps(y);
+      }
+      if (!independent) break;
+      reads.insert(reads.end(), r.begin(), r.end());
+      writes.insert(writes.end(), w.begin(), w.end());
+    }
+    if (j == i) j = i + 1;
+    end[i] = static_cast<int>(j);
+    i = j;
+  }
+  return end;
+}
+
 std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
                                         const std::vector<std::pair<int, int>> &into) const {
   CallSymbols callSyms(program_, inputs, n);
   std::shared_ptr<const Spec> spec = specs_->get(callSyms.data());
-  std::shared_ptr<const std::vector<int>> alias;
+  std::shared_ptr<const std::vector<int>> alias, runs;
   {
     std::lock_guard<std::mutex> lock(spec->intoMu);
     if (!spec->intoAlias || spec->intoKey != into) {
       spec->intoAlias = std::make_shared<const std::vector<int>>(
           inPlaceBuffers(spec->layout, program_.kernels, into));
+      spec->intoRuns = std::make_shared<const std::vector<int>>(launchRuns(
+          spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get()));
       spec->intoKey = into;
     }
     alias = spec->intoAlias;
+    runs = spec->intoRuns;
   }
-  return runImpl(inputs, n, nullptr, alias.get());
+  return runImpl(inputs, n, nullptr, alias.get(), runs.get());
 }
 
 std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
-                                        const std::vector<int> *alias) const {
+                                        const std::vector<int> *alias,
+                                        const std::vector<int> *runs) const {
   CallSymbols callSyms(program_, inputs, n);
   const int64_t *syms = callSyms.data();
   std::shared_ptr<const Spec> spec = specs_->get(syms);
@@ -559,9 +669,25 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
       return s.note.empty() ? name : name + ": " + s.note;
     };
   };
+  if (!runs) runs = &spec->runs;
+  size_t runEnd = 0; // steps before it ran with an earlier step's run
   forEachStep(
       p,
       [&](size_t i, const Step &s) {
+        if (i < runEnd) return;
+        if (!tuner && !chosen && (*runs)[i] > static_cast<int>(i) + 1) {
+          runEnd = static_cast<size_t>((*runs)[i]);
+          profiler::Scope scope("kernel", [&] {
+            std::string names;
+            for (size_t j = i; j < runEnd; ++j)
+              names += (j > i ? " + " : "") + program_.kernels[p.steps[j].kernel].name;
+            return "run of " + std::to_string(runEnd - i) + " kernels: " + names;
+          });
+          for (size_t j = i; j < runEnd; ++j) open(j);
+          runKernels(i, runEnd, p, bases.data(), syms);
+          for (size_t j = i; j < runEnd; ++j) done(j);
+          return;
+        }
         profiler::Scope scope("kernel", stepName(i));
         open(i);
         if (tuner && program_.kernels[s.kernel].outerSize(syms) >= 2) {

@@ -71,17 +71,21 @@ private:
     mutable std::vector<int> threads;
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
     std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
+    std::vector<int> runs; // per step: end of the steps run with it in one parallel region
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
     mutable std::mutex intoMu;
     mutable std::vector<std::pair<int, int>> intoKey;
     mutable std::shared_ptr<const std::vector<int>> intoAlias;
+    mutable std::shared_ptr<const std::vector<int>> intoRuns; // `runs` under intoAlias
   };
   struct Tuner;
   // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
   // `alias`: per buffer, the input whose storage an output buffer is (runInto), or null
+  // `runs`: per step, the end of its launch run (launchRuns), or null for the spec's own
   std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
-                              const std::vector<int> *alias = nullptr) const;
+                              const std::vector<int> *alias = nullptr,
+                              const std::vector<int> *runs = nullptr) const;
   // `costModel`: small oneDNN steps get a one-thread primitive and run on the calling
   // thread (max_autotune measures instead)
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms,
@@ -91,6 +95,10 @@ private:
   // `threads`: 0 the default heuristic, else that many threads (at most the outer size)
   void runKernel(const Step &s, const Program &layout, char *const *bases, const int64_t *syms,
                  int threads = 0) const;
+  // steps [first, last) of a launch run: one parallel region, each thread its share of
+  // the run's total work, member by member
+  void runKernels(size_t first, size_t last, const Program &layout, char *const *bases,
+                  const int64_t *syms) const;
   void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
                   int threads) const;
   // max_autotune: the cache key of `spec`'s choices, and reading them back
@@ -109,5 +117,16 @@ private:
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };
+
+/// Horizontal fusion at launch: per step of `p` (a layout: concrete sizes), the end of the
+/// run of steps that starts there and runs in one parallel region (i + 1: alone). A run
+/// is consecutive purely elementwise kernel steps with the default thread choice
+/// (`defaultThreads[i] == 0`) whose memory is independent: no member reads or writes what
+/// an earlier member writes, and none writes what an earlier one reads. Arena buffers
+/// compare by byte range (the planner reuses memory); an output buffer written in place
+/// of an input (`alias`, per buffer, as runInto computes it; null for none) counts as
+/// that input. Symbolic programs get no runs.
+std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &kernels,
+                            const std::vector<int> &defaultThreads, const std::vector<int> *alias);
 
 } // namespace rcjit::cpu

@@ -47,6 +47,14 @@ bool isPostOp(OpKind op) {
   return false;
 }
 
+constexpr int64_t kTinyDomain = 16;
+
+int64_t numelOf(const Shape &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 } // namespace
 
 Shape keepShape(const Shape &x, const Dims &r) {
@@ -356,6 +364,7 @@ bool Lowering::levelFor(int gid, const Shape &shape, Level &lv) const {
 
 void Lowering::fuseElementwise(int node) {
   Shape shape = shapeOf(node);
+  mergeOperandGroups(node, shape);
   std::string why;
   for (int in : g.nodes[node].inputs) {
     int gid = groupOf[in];
@@ -371,8 +380,63 @@ void Lowering::fuseElementwise(int node) {
     }
     why += (why.empty() ? "" : "; ") + cut;
   }
+  // a few elements (a step count, a learning rate, a bias correction): join the latest
+  // group over the same tiny domain rather than adding a kernel, so that the scalars a
+  // step needs are ready before the big kernels that read them
+  if (numelOf(shape) <= kTinyDomain) {
+    for (size_t gid = plan.groups.size(); gid-- > 0;) {
+      const FusionGroup &grp = plan.groups[gid];
+      if (grp.reduce || grp.domain != shape || grp.mergedInto >= 0 ||
+          hasCopy(static_cast<int>(gid)) || !canJoin(static_cast<int>(gid), node, Level::full))
+        continue;
+      join(static_cast<int>(gid), node, Level::full);
+      return;
+    }
+  }
   if (why.empty()) why = "no operand is in an open group (inputs, library or stored results)";
   join(newGroup(false, shape, {}, why), node, Level::full);
+}
+
+// When `node` reads unstored values of several open elementwise groups over its own
+// domain, the later groups merge into the earliest (their members move to its step), so
+// that the node joins one group and none of the values goes through memory: the update of
+// a parameter, (1 - b1) * g + b1 * m and the rest, is one kernel rather than one per
+// branch that starts from an input. A later group merges only when everything its members
+// read from outside it is available before the earliest group's step and none of its
+// values has been placed in memory yet.
+void Lowering::mergeOperandGroups(int node, const Shape &shape) {
+  std::vector<int> gids;
+  for (int in : g.nodes[node].inputs) {
+    int gid = groupOf[in];
+    if (gid < 0 || value[in] >= 0 || level[in] != Level::full) continue;
+    const FusionGroup &grp = plan.groups[gid];
+    if (grp.reduce || grp.domain != shape || hasCopy(gid)) continue;
+    if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
+  }
+  if (gids.size() < 2) return;
+  std::sort(gids.begin(), gids.end(), [&](int a, int b) {
+    return plan.groups[a].order < plan.groups[b].order;
+  });
+  const int into = gids[0];
+  const int at = plan.groups[into].order;
+  for (size_t i = 1; i < gids.size(); ++i) {
+    FusionGroup &from = plan.groups[gids[i]];
+    bool ok = true;
+    for (int m : from.members) {
+      ok = ok && value[m] < 0;
+      for (int in : g.nodes[m].inputs) {
+        bool local = (groupOf[in] == gids[i] || groupOf[in] == into) && value[in] < 0;
+        if (!local && !isConstant(in) && availableAt(in) >= at) ok = false;
+      }
+    }
+    if (!ok) continue;
+    FusionGroup &dst = plan.groups[into];
+    for (int m : from.members) groupOf[m] = into;
+    dst.members.insert(dst.members.end(), from.members.begin(), from.members.end());
+    std::sort(dst.members.begin(), dst.members.end()); // node order is a topological order
+    from.members.clear();
+    from.mergedInto = into;
+  }
 }
 
 void Lowering::fuseReduce(int node) {
@@ -460,6 +524,7 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
   size_t kernels = 0;
   for (size_t i = 0; i < plan.groups.size(); ++i) {
     const FusionGroup &grp = plan.groups[i];
+    if (grp.mergedInto >= 0) continue; // listed with the group it joined
     std::ostringstream os;
     os << "  k" << i << " ";
     if (grp.reduce) {
@@ -472,6 +537,10 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
       os << (m ? ", " : "") << opName(g.nodes[grp.members[m]].op) << " %" << grp.members[m];
     }
     os << "}\n    opened: " << grp.opened << "\n";
+    for (size_t j = i + 1; j < plan.groups.size(); ++j) {
+      if (plan.groups[j].mergedInto == static_cast<int>(i))
+        os << "    merged k" << j << " (its values meet this group's in one node)\n";
+    }
     kernels += 1;
     lines.push_back({grp.order, lines.size(), os.str()});
   }

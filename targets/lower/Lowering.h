@@ -72,6 +72,7 @@ struct Lowering {
   bool canJoin(int gid, int node, Level lv, std::string *why = nullptr) const;
   bool levelFor(int gid, const Shape &shape, Level &lv) const;
   void fuseElementwise(int node);
+  void mergeOperandGroups(int node, const Shape &shape);
   void fuseReduce(int node);
   bool foldPostOp(int node);
   void placeLibraryOrEager(int node, Step::Kind kind);

@@ -1,0 +1,133 @@
+// Horizontal fusion at launch (cpu::launchRuns): which consecutive elementwise kernel steps
+// of a CPU program run together in one parallel region, on hand-made programs.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "targets/Program.h"
+#include "targets/cpu/CpuProgram.h"
+
+using namespace rcjit;
+
+namespace {
+
+// A program whose buffers are given, and whose kernel steps each read `reads` and write
+// `writes` (buffer ids; one value per buffer, the whole of it), over 1-D domains.
+struct Builder {
+  Program p;
+  std::vector<LoopKernel> kernels;
+
+  int buffer(Buffer::Kind kind, int64_t offset = 0, int64_t bytes = 4096, int index = 0) {
+    Buffer b;
+    b.kind = kind;
+    b.offset = offset;
+    b.bytes = bytes;
+    b.index = index;
+    b.shape = {bytes / 4};
+    p.buffers.push_back(b);
+    Value v;
+    v.buffer = static_cast<int>(p.buffers.size()) - 1;
+    v.shape = {bytes / 4};
+    v.strides = {1};
+    p.values.push_back(v);
+    return v.buffer; // value id == buffer id
+  }
+  void kernel(const std::vector<int> &reads, const std::vector<int> &writes, bool reduce = false) {
+    LoopKernel k;
+    k.name = "k" + std::to_string(kernels.size());
+    k.domain = {SizeExpr::constant(1024)};
+    k.numOuter = reduce ? 0 : 1;
+    Step s;
+    s.kind = Step::Kind::kernel;
+    s.kernel = static_cast<int>(kernels.size());
+    for (int r : reads) {
+      k.tensors.push_back({DType::f32, {SizeExpr::constant(1)}, false});
+      s.operands.push_back(r);
+    }
+    for (int w : writes) {
+      k.tensors.push_back({DType::f32, {SizeExpr::constant(1)}, true});
+      s.operands.push_back(w);
+    }
+    kernels.push_back(k);
+    p.steps.push_back(s);
+  }
+  void library(const std::vector<int> &reads, int result) {
+    Step s;
+    s.kind = Step::Kind::library;
+    s.op = OpKind::matmul;
+    s.operands = reads;
+    s.result = result;
+    p.steps.push_back(s);
+  }
+  std::vector<int> runs(const std::vector<int> *alias = nullptr,
+                        std::vector<int> threads = {}) const {
+    if (threads.empty()) threads.assign(p.steps.size(), 0);
+    return cpu::launchRuns(p, kernels, threads, alias);
+  }
+};
+
+TEST(LaunchRuns, IndependentUpdatesRunTogether) {
+  Builder b;
+  int w1 = b.buffer(Buffer::Kind::input, 0, 4096, 0), g1 = b.buffer(Buffer::Kind::input, 0, 4096, 1);
+  int w2 = b.buffer(Buffer::Kind::input, 0, 4096, 2), g2 = b.buffer(Buffer::Kind::input, 0, 4096, 3);
+  int o1 = b.buffer(Buffer::Kind::output), o2 = b.buffer(Buffer::Kind::output);
+  int o3 = b.buffer(Buffer::Kind::output);
+  b.kernel({w1, g1}, {o1});
+  b.kernel({w2, g2}, {o2});
+  b.kernel({w1, g2}, {o3}); // reads inputs others read: still independent
+  EXPECT_EQ(b.runs(), (std::vector<int>{3, 2, 3}));
+  // a step told to run on one thread (the cost model, max_autotune) runs alone
+  EXPECT_EQ(b.runs(nullptr, {0, 1, 0}), (std::vector<int>{1, 2, 3}));
+}
+
+TEST(LaunchRuns, AReadOfAnEarlierMembersWriteEndsTheRun) {
+  Builder b;
+  int x = b.buffer(Buffer::Kind::input), t = b.buffer(Buffer::Kind::arena, 0, 4096);
+  int y = b.buffer(Buffer::Kind::output), z = b.buffer(Buffer::Kind::output);
+  b.kernel({x}, {t});
+  b.kernel({t}, {y}); // reads what the first wrote
+  b.kernel({x}, {z});
+  EXPECT_EQ(b.runs(), (std::vector<int>{1, 3, 3}));
+}
+
+TEST(LaunchRuns, AWriteOfWhatAnEarlierMemberReadsEndsTheRun) {
+  Builder b;
+  // the planner put t2 where t1 was (t1's life ended at the first kernel): byte ranges
+  // overlap, so the second kernel must not start while the first still reads t1
+  int t1 = b.buffer(Buffer::Kind::arena, 0, 4096), t2 = b.buffer(Buffer::Kind::arena, 2048, 4096);
+  int x = b.buffer(Buffer::Kind::input), y = b.buffer(Buffer::Kind::output);
+  b.kernel({t1}, {y});
+  b.kernel({x}, {t2});
+  EXPECT_EQ(b.runs(), (std::vector<int>{1, 2}));
+  // disjoint byte ranges of the arena are independent
+  b.p.buffers[t2].offset = 4096;
+  EXPECT_EQ(b.runs(), (std::vector<int>{2, 2}));
+}
+
+TEST(LaunchRuns, AnOutputWrittenInPlaceOfAnInputIsThatInput) {
+  Builder b;
+  int w = b.buffer(Buffer::Kind::input, 0, 4096, 0), x = b.buffer(Buffer::Kind::input, 0, 4096, 1);
+  int wNew = b.buffer(Buffer::Kind::output), y = b.buffer(Buffer::Kind::output);
+  b.kernel({x}, {wNew});
+  b.kernel({w}, {y});
+  EXPECT_EQ(b.runs(), (std::vector<int>{2, 2}));
+  std::vector<int> alias(b.p.buffers.size(), -1);
+  alias[wNew] = 0; // wNew is written into input 0, which the second kernel reads
+  EXPECT_EQ(b.runs(&alias), (std::vector<int>{1, 2}));
+}
+
+TEST(LaunchRuns, LibraryStepsReductionsAndSymbolicProgramsRunAlone) {
+  Builder b;
+  int x = b.buffer(Buffer::Kind::input), y = b.buffer(Buffer::Kind::output);
+  int z = b.buffer(Buffer::Kind::output), m = b.buffer(Buffer::Kind::arena, 0, 4096);
+  int r = b.buffer(Buffer::Kind::output);
+  b.kernel({x}, {y});
+  b.library({x, x}, m);
+  b.kernel({x}, {z});
+  b.kernel({x}, {r}, /*reduce=*/true);
+  EXPECT_EQ(b.runs(), (std::vector<int>{1, 2, 3, 4}));
+  b.p.symbols.ranges.push_back(Symbol{});
+  EXPECT_EQ(b.runs(), (std::vector<int>{1, 2, 3, 4}));
+}
+
+} // namespace
