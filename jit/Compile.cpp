@@ -79,6 +79,19 @@ void writeBack(const Tensor &target, const Tensor &value) {
   Tensor(target).copy_(value);
 }
 
+// Before a whole step runs: the gradients it replaces without reading them (zero_grad,
+// then backward(), inside the function) are dropped, so that the old and the new gradients
+// of every parameter are not alive at once during the call (the eager step frees them at
+// zero_grad too). A gradient the program reads (accumulation) is its input and stays.
+void releaseReplacedGrads(const Entry &e) {
+  for (const Entry::WriteBack &w : e.writes) {
+    if (w.kind != Mutation::Kind::grad || w.inPlace) continue;
+    const Tensor &target = w.captured >= 0 && e.slots[w.captured] ? *e.slots[w.captured] : w.target;
+    if (autograd::AutogradMeta *m = autograd::metaOf(target); m && m->grad.defined())
+      autograd::setGrad(target, Tensor());
+  }
+}
+
 std::vector<Tensor> applyWrites(const Entry &e, std::vector<Tensor> outs) {
   for (const Entry::WriteBack &w : e.writes) {
     const Tensor &target = w.captured >= 0 && e.slots[w.captured] ? *e.slots[w.captured] : w.target;
@@ -364,7 +377,10 @@ std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &
     return runSegmented(fn, args, [&table](Segment &seg) { table.run(seg); });
   }
   if (!e.program) return fn(args);
-  if (e.wholeStep) return applyWrites(e, e.program->runInto(inputs.data(), inputs.size(), e.into));
+  if (e.wholeStep) {
+    releaseReplacedGrads(e);
+    return applyWrites(e, e.program->runInto(inputs.data(), inputs.size(), e.into));
+  }
   return e.program->run(inputs.data(), inputs.size());
 }
 

@@ -199,6 +199,45 @@ TEST(WholeStep, CompiledAdamWIsOneKernelPerParameterRunAsOneLaunch) {
 
 // A step that accumulates into grad() (no zero_grad inside) depends on whether grad() was
 // defined: the guard says so, and both variants equal eager.
+// A step that calls zero_grad and backward() replaces every gradient without reading it:
+// the old gradients are dropped before the program runs, so they are not alive beside the
+// new ones during the call. Measured as the call's peak above the bytes held before it:
+// when the caller keeps the old gradients alive, the same call peaks higher by exactly
+// their bytes.
+TEST(WholeStep, ReplacedGradientsAreFreedBeforeTheStepRuns) {
+  Mlp model(3);
+  std::vector<Tensor> params = model.parameters();
+  optim::SGD opt(params, {.lr = 0.01});
+  auto step = compile([&](const Tensor &x, const Tensor &y) {
+    opt.zero_grad();
+    Tensor l = mse_loss(model(x), y);
+    l.backward();
+    opt.step();
+    return l.detach();
+  });
+  Tensor x = Tensor::randn({512, 8}, 1), y = Tensor::randn({512, 4}, 2);
+  step(x, y); // compiles; the gradients are defined afterwards
+  auto peakOfACall = [&] {
+    reset_peak_memory_stats();
+    const int64_t before = memory_stats().current_bytes;
+    step(x, y);
+    return memory_stats().peak_bytes - before;
+  };
+  const int64_t freed = peakOfACall();
+  int64_t gradBytes = 0;
+  std::vector<Tensor> held; // the caller keeps the old gradients
+  for (const Tensor &p : params) {
+    ASSERT_TRUE(p.grad().defined());
+    gradBytes += p.grad().numel() * 4;
+    held.push_back(p.grad());
+  }
+  const int64_t kept = peakOfACall();
+  EXPECT_GT(gradBytes, 0);
+  EXPECT_EQ(kept, freed + gradBytes);
+  for (size_t i = 0; i < params.size(); ++i) // and the new gradients are new tensors
+    EXPECT_NE(params[i].grad().data_ptr(), held[i].data_ptr());
+}
+
 TEST(WholeStep, AccumulatingIntoGradIsGuarded) {
   Tensor x = Tensor::randn({6, 8}, 1), y = Tensor::randn({6, 4}, 2);
   Mlp eager(5), compiled(5);

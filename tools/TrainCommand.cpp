@@ -50,6 +50,7 @@ struct Settings {
 struct TrainRow {
   std::string mode;
   double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0;
+  double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
   std::vector<double> stepMsAll, losses;
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
@@ -202,6 +203,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     if (i == 0) {
       r.firstStepS = ms / 1e3;
       r.firstPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
+      reset_peak_memory_stats();
     }
     r.stepMsAll.push_back(ms);
     r.losses.push_back(lossValue);
@@ -211,6 +213,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
                   msSince(start) / 1e3);
     err << line << std::flush;
   }
+  r.laterPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
   r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
   r.tokensPerS = static_cast<double>(global.batch * c.seq) / (r.stepMs / 1e3);
   if (s.ddp) r.commMs = median(std::vector<double>(r.commMsAll.begin() + 1, r.commMsAll.end()));
@@ -274,8 +277,8 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     out << buf;
   }
   for (const TrainRow &r : rows) {
-    std::snprintf(buf, sizeof buf, "  %s: %.0f tokens/s (median step)", r.mode.c_str(),
-                  r.tokensPerS);
+    std::snprintf(buf, sizeof buf, "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps",
+                  r.mode.c_str(), r.tokensPerS, r.laterPeakMiB);
     out << buf;
     if (s.ddp) {
       std::snprintf(buf, sizeof buf,
@@ -336,6 +339,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
     j["results"].push_back({{"mode", r.mode},
                             {"initial_step_s", r.firstStepS},
                             {"initial_step_peak_mib", r.firstPeakMiB},
+                            {"later_steps_peak_mib", r.laterPeakMiB},
                             {"train_step_ms", r.stepMs},
                             {"inference_ms", r.inferMs},
                             {"first_loss", r.losses.front()},
