@@ -48,8 +48,9 @@ private:
 Program lower(const Graph &g, const std::vector<Shape> &inputStrides,
               const LowerOptions &opts = {});
 
-/// Assigns arena offsets to p's arena buffers from their sizes and lifetimes (greedy first
-/// fit over step positions) and sets p.arenaBytes. Run again after sizes change.
+/// Assigns arena offsets to p's arena buffers from their sizes and lifetimes (greedy best
+/// fit over step positions, the smallest arena of a few placement orders) and sets
+/// p.arenaBytes. Run again after sizes change.
 void planArena(Program &p);
 
 } // namespace rcjit

@@ -161,6 +161,29 @@ TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
   EXPECT_TRUE(allclose(cg(one)[0], g(one)[0], 1e-5, 1e-5));
 }
 
+// cross_entropy: the log-softmax kernel also takes the target's one-hot compare and the
+// pick of its log-probability (arange runs before every group, and the compare's group
+// merges into the reduction's where the pick reads both), so the log-probabilities need
+// not be stored for a second kernel.
+TEST(CompileGraph, CrossEntropyPicksTheTargetInsideTheSoftmaxKernel) {
+  auto fn = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{cross_entropy(v[0], v[1])};
+  };
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{3, 0, 7, 1}, {4});
+  CompileRequest r = requestFor(fn, {Tensor::randn({4, 10}, 1), target}, Target::cpu);
+  r.stop = CompileStop::fused;
+  CompileResult res = compileGraph(r);
+  std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
+  const size_t amax = plan.find("amax");
+  ASSERT_NE(amax, std::string::npos) << plan;
+  const std::string group = plan.substr(amax, plan.find('\n', amax) - amax);
+  EXPECT_NE(group.find("eq %"), std::string::npos) << plan;
+  EXPECT_NE(group.find("where %"), std::string::npos) << plan;
+  auto cf = compile(fn);
+  const std::vector<Tensor> in = {Tensor::randn({4, 10}, 1), target};
+  EXPECT_TRUE(allclose(cf(in)[0], fn(in)[0], 1e-5, 1e-6));
+}
+
 struct CliResult {
   int code;
   std::string out, err;

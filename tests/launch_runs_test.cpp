@@ -1,9 +1,11 @@
 // Horizontal fusion at launch (cpu::launchRuns): which consecutive elementwise kernel steps
-// of a CPU program run together in one parallel region, on hand-made programs.
+// of a CPU program run together in one parallel region; and the arena planner (planArena).
+// Both on hand-made programs.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "targets/Lower.h"
 #include "targets/Program.h"
 #include "targets/cpu/CpuProgram.h"
 
@@ -128,6 +130,50 @@ TEST(LaunchRuns, LibraryStepsReductionsAndSymbolicProgramsRunAlone) {
   EXPECT_EQ(b.runs(), (std::vector<int>{1, 2, 3, 4}));
   b.p.symbols.ranges.push_back(Symbol{});
   EXPECT_EQ(b.runs(), (std::vector<int>{1, 2, 3, 4}));
+}
+
+} // namespace
+
+namespace {
+
+// The arena planner (planArena) tries several placement orders and keeps the smallest
+// arena: here largest-first needs 9 units where the most live at once is 8, and a
+// first-use order reaches 8. Every plan keeps buffers live at the same step apart.
+TEST(PlanArena, KeepsTheBestOfSeveralOrdersAndNeverOverlapsLiveBuffers) {
+  Program p;
+  const int64_t unit = 64;
+  struct Life {
+    int64_t units;
+    int first, last;
+  };
+  const std::vector<Life> lives = {{2, 1, 2}, {5, 2, 2}, {4, 1, 1}, {2, 1, 1}};
+  for (const Life &l : lives) {
+    Buffer b;
+    b.bytes = l.units * unit;
+    p.buffers.push_back(b);
+    Value v;
+    v.buffer = static_cast<int>(p.buffers.size()) - 1;
+    v.shape = {l.units * unit / 4};
+    v.strides = {1};
+    p.values.push_back(v);
+  }
+  for (int s = 0; s <= 2; ++s) {
+    Step st;
+    for (size_t b = 0; b < lives.size(); ++b)
+      if (lives[b].first <= s && s <= lives[b].last) st.operands.push_back(static_cast<int>(b));
+    p.steps.push_back(st);
+  }
+  planArena(p);
+  EXPECT_EQ(p.arenaBytes, 8 * unit);
+  for (size_t a = 0; a < lives.size(); ++a) {
+    for (size_t b = a + 1; b < lives.size(); ++b) {
+      bool together = !(lives[a].last < lives[b].first || lives[b].last < lives[a].first);
+      bool apart = p.buffers[a].offset + p.buffers[a].bytes <= p.buffers[b].offset ||
+                   p.buffers[b].offset + p.buffers[b].bytes <= p.buffers[a].offset;
+      EXPECT_TRUE(!together || apart) << "buffers " << a << " and " << b;
+    }
+    EXPECT_LE(p.buffers[a].offset + p.buffers[a].bytes, p.arenaBytes);
+  }
 }
 
 } // namespace

@@ -114,7 +114,15 @@ int Lowering::newBufferValue(const Shape &shape, DType dtype, int order, Buffer:
 }
 
 void Lowering::fuse() {
-  for (size_t i = 0; i < g.nodes.size(); ++i) placeNode(static_cast<int>(i));
+  // sources that read nothing (arange) run first: a group that starts before their place in
+  // node order can then read them (cross_entropy's one-hot compare fuses into the softmax
+  // kernel instead of storing the log-probabilities between them)
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op == OpKind::arange) placeNode(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op != OpKind::arange) placeNode(static_cast<int>(i));
+  }
   for (int o : g.outputs) materialize(o);
   // values used by steps outside their group must be stored by it
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -397,8 +405,8 @@ void Lowering::fuseElementwise(int node) {
   join(newGroup(false, shape, {}, why), node, Level::full);
 }
 
-// When `node` reads unstored values of several open elementwise groups over its own
-// domain, the later groups merge into the earliest (their members move to its step), so
+// When `node` reads unstored full-domain values of several open groups over its own
+// domain, the later elementwise groups merge into the earliest (which may reduce) (their members move to its step), so
 // that the node joins one group and none of the values goes through memory: the update of
 // a parameter, (1 - b1) * g + b1 * m and the rest, is one kernel rather than one per
 // branch that starts from an input. A later group merges only when everything its members
@@ -410,7 +418,7 @@ void Lowering::mergeOperandGroups(int node, const Shape &shape) {
     int gid = groupOf[in];
     if (gid < 0 || value[in] >= 0 || level[in] != Level::full) continue;
     const FusionGroup &grp = plan.groups[gid];
-    if (grp.reduce || grp.domain != shape || hasCopy(gid)) continue;
+    if (grp.domain != shape || hasCopy(gid)) continue;
     if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
   }
   if (gids.size() < 2) return;
@@ -421,7 +429,7 @@ void Lowering::mergeOperandGroups(int node, const Shape &shape) {
   const int at = plan.groups[into].order;
   for (size_t i = 1; i < gids.size(); ++i) {
     FusionGroup &from = plan.groups[gids[i]];
-    bool ok = true;
+    bool ok = !from.reduce; // its members join at full level (the earliest may reduce)
     for (int m : from.members) {
       ok = ok && value[m] < 0;
       for (int in : g.nodes[m].inputs) {

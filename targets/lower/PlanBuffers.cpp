@@ -1,5 +1,6 @@
 // The plan-buffers step of lowering: graph outputs get per-call output buffers, the other
-// intermediate buffers share one arena by liveness (greedy by size over step positions).
+// intermediate buffers share one arena by liveness (greedy placement over step positions,
+// the best of a few orders).
 #include <algorithm>
 #include <cstdint>
 
@@ -35,47 +36,72 @@ void planArena(Program &p) {
       last[b] = std::max(last[b], static_cast<int>(s));
     }
   }
-  // Greedy by size: the largest buffers are placed first, each at the lowest offset where
-  // it overlaps no placed buffer that is live at the same time (in the smallest such gap),
-  // so small buffers fill the gaps large ones leave instead of claiming whole blocks.
+  // Greedy placement: buffers in a given order, each at the offset of the smallest gap
+  // between placed buffers live at the same time that fits it (else above them). Which
+  // order packs best depends on the program, so several are tried and the smallest arena
+  // kept: largest first (small buffers fill the gaps large ones leave), longest-lived
+  // first, largest size x lifetime first, and by first use (a linear scan).
   struct Placed {
     int64_t offset, bytes;
     int first, last;
   };
-  std::vector<int> bySize;
+  std::vector<int> buffers;
   for (size_t b = 0; b < nb; ++b) {
     if (p.buffers[b].kind == Buffer::Kind::arena && last[b] >= 0)
-      bySize.push_back(static_cast<int>(b));
+      buffers.push_back(static_cast<int>(b));
   }
   auto rounded = [&](int b) { return (p.buffers[b].bytes + 63) / 64 * 64; };
-  std::sort(bySize.begin(), bySize.end(), [&](int a, int b) {
-    return rounded(a) != rounded(b) ? rounded(a) > rounded(b) : first[a] < first[b];
-  });
-  std::vector<Placed> placed;
-  std::vector<const Placed *> live;
-  int64_t top = 0;
-  for (int b : bySize) {
-    const int64_t bytes = rounded(b);
-    live.clear();
-    for (const Placed &q : placed) {
-      if (!(q.last < first[b] || last[b] < q.first)) live.push_back(&q);
-    }
-    std::sort(live.begin(), live.end(),
-              [](const Placed *x, const Placed *y) { return x->offset < y->offset; });
-    int64_t at = 0, best = -1, bestGap = INT64_MAX;
-    for (const Placed *q : live) {
-      const int64_t gap = q->offset - at;
-      if (gap >= bytes && gap < bestGap) {
-        best = at;
-        bestGap = gap;
+  auto span = [&](int b) { return static_cast<int64_t>(last[b] - first[b] + 1); };
+  auto place = [&](const std::vector<int> &order, std::vector<int64_t> &offsets) {
+    std::vector<Placed> placed;
+    std::vector<const Placed *> live;
+    int64_t top = 0;
+    for (int b : order) {
+      const int64_t bytes = rounded(b);
+      live.clear();
+      for (const Placed &q : placed) {
+        if (!(q.last < first[b] || last[b] < q.first)) live.push_back(&q);
       }
-      at = std::max(at, q->offset + q->bytes);
+      std::sort(live.begin(), live.end(),
+                [](const Placed *x, const Placed *y) { return x->offset < y->offset; });
+      int64_t at = 0, best = -1, bestGap = INT64_MAX;
+      for (const Placed *q : live) {
+        const int64_t gap = q->offset - at;
+        if (gap >= bytes && gap < bestGap) {
+          best = at;
+          bestGap = gap;
+        }
+        at = std::max(at, q->offset + q->bytes);
+      }
+      if (best < 0) best = at;
+      offsets[b] = best;
+      placed.push_back({best, bytes, first[b], last[b]});
+      top = std::max(top, best + bytes);
     }
-    if (best < 0) best = at;
-    p.buffers[b].offset = best;
-    placed.push_back({best, bytes, first[b], last[b]});
-    top = std::max(top, best + bytes);
+    return top;
+  };
+  std::vector<std::vector<int>> orders(4, buffers);
+  auto sortBy = [&](std::vector<int> &order, auto key) {
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      auto ka = key(a), kb = key(b);
+      return ka != kb ? ka > kb : first[a] < first[b];
+    });
+  };
+  sortBy(orders[0], rounded);
+  sortBy(orders[1], [&](int b) { return std::make_pair(span(b), rounded(b)); });
+  sortBy(orders[2], [&](int b) { return rounded(b) * span(b); });
+  sortBy(orders[3], [&](int b) { return std::make_pair(-first[b], rounded(b)); });
+  int64_t top = INT64_MAX;
+  std::vector<int64_t> offsets(nb, 0), bestOffsets;
+  for (const std::vector<int> &order : orders) {
+    const int64_t t = place(order, offsets);
+    if (t < top) {
+      top = t;
+      bestOffsets = offsets;
+    }
   }
+  for (int b : buffers) p.buffers[b].offset = bestOffsets[b];
+  if (buffers.empty()) top = 0;
   p.arenaBytes = top;
 }
 
