@@ -463,7 +463,8 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
       {{"--layers", "0"}, "--layers: 0 is not a positive number of layers"},
       {{"--batch", "0"}, "--batch and --seq must be positive"},
       {{"--model", "nope"}, "unknown model 'nope'"},
-      {{"--dist", "zero3"}, "--dist zero3: ZeRO sharding"},
+      {{"--dist", "zero3", "--modes", "eager,full"},
+       "--dist zero3 gathers each block's parameters"},
       {{"--dist", "fsdp"}, "--dist: unknown mode 'fsdp'"},
       {{"--bucket-mb", "0"}, "--bucket-mb: 0 is not a positive number of MiB"},
   };

@@ -42,7 +42,8 @@ struct Settings {
   uint64_t seed = 0;
   bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
   bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
-  bool ddp = false;                                 // --dist ddp
+  bool ddp = false;                                 // --dist ddp or zero1/2/3
+  int zeroStage = 0;                                // --dist zero1/2/3
   int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
 };
@@ -55,6 +56,8 @@ struct TrainRow {
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
   double tokensPerS = 0;         // global batch * seq per median training step
+  double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
+  double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
   CompileStats train, infer;
 };
 
@@ -125,6 +128,7 @@ Mode parseTrainMode(const std::string &m) {
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
+  const int64_t memoryBefore = memory_stats().current_bytes;
   std::unique_ptr<Model> m = info.build(c);
   if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
   const std::vector<Tensor> templates = m->makeInputs(c);
@@ -148,14 +152,27 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     return mse_loss(out, in.back());
   };
   auto loss = compile(lossFn, opts);
-  std::vector<Tensor> params = m->module().parameters();
-  if (s.ddp) dist::broadcast_parameters(params); // every rank starts from rank 0's weights
+  std::vector<Tensor> params; // none held under ZeRO-3: the parameters live as slices
   std::optional<optim::AdamW> adamw;
   std::optional<optim::SGD> sgd;
-  if (s.optimizer == "adamw") {
-    adamw.emplace(params, optim::AdamWOptions{.lr = s.lr});
+  std::optional<dist::ZeroOptimizer> zero;
+  const optim::AdamWOptions adamwOptions{.lr = s.lr};
+  const optim::SGDOptions sgdOptions{.lr = s.lr, .momentum = 0.9};
+  if (s.zeroStage > 0) { // broadcasts rank 0's weights itself
+    const dist::ZeroOptions zo{.stage = s.zeroStage, .bucket_bytes = s.bucketBytes};
+    if (s.optimizer == "adamw") {
+      zero.emplace(m->module(), adamwOptions, zo);
+    } else {
+      zero.emplace(m->module(), sgdOptions, zo);
+    }
   } else {
-    sgd.emplace(params, optim::SGDOptions{.lr = s.lr, .momentum = 0.9});
+    params = m->module().parameters();
+    if (s.ddp) dist::broadcast_parameters(params); // every rank starts from rank 0's weights
+    if (s.optimizer == "adamw") {
+      adamw.emplace(params, adamwOptions);
+    } else {
+      sgd.emplace(params, sgdOptions);
+    }
   }
   // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
   // they are one graph; the others compile the loss and run backward and the step outside
@@ -181,6 +198,16 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     if (whole) {
       Autocast ac(DType::bf16, s.autocast);
       l = wholeStep(b.inputs);
+    } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
+      zero->zero_grad();
+      {
+        Autocast ac(DType::bf16, s.autocast);
+        l = loss(b.inputs);
+      }
+      l.backward();
+      const double waited = zero->stats().waitSeconds;
+      zero->step();
+      r.commMsAll.push_back((zero->stats().waitSeconds - waited) * 1e3);
     } else {
       adamw ? adamw->zero_grad() : sgd->zero_grad();
       {
@@ -214,6 +241,17 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     err << line << std::flush;
   }
   r.laterPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
+  r.stateMiB = static_cast<double>(memory_stats().current_bytes - memoryBefore) / (1 << 20);
+  r.maxPeakMiB = r.laterPeakMiB;
+  if (s.ddp) { // every rank's figures: rank 0 prints the largest
+    Tensor mib = Tensor::zeros({2}, DType::f64);
+    mib.data<double>()[0] = r.stateMiB;
+    mib.data<double>()[1] = r.maxPeakMiB;
+    dist::all_reduce(mib, dist::ReduceOp::max);
+    r.stateMiB = mib.data<double>()[0];
+    r.maxPeakMiB = mib.data<double>()[1];
+  }
+  if (zero) zero->unshard(); // ZeRO-3: every parameter back in the model for inference
   r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
   r.tokensPerS = static_cast<double>(global.batch * c.seq) / (r.stepMs / 1e3);
   if (s.ddp) r.commMs = median(std::vector<double>(r.commMsAll.begin() + 1, r.commMsAll.end()));
@@ -247,7 +285,8 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
       s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
   if (s.ddp) {
-    std::snprintf(buf, sizeof buf, ", ddp on %d rank%s (%lld rows each)", s.world,
+    std::snprintf(buf, sizeof buf, ", %s on %d rank%s (%lld rows each)",
+                  s.zeroStage ? ("zero" + std::to_string(s.zeroStage)).c_str() : "ddp", s.world,
                   s.world == 1 ? "" : "s", static_cast<long long>(c.batch));
     out << buf;
   }
@@ -277,16 +316,30 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     out << buf;
   }
   for (const TrainRow &r : rows) {
-    std::snprintf(buf, sizeof buf, "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps",
-                  r.mode.c_str(), r.tokensPerS, r.laterPeakMiB);
+    std::snprintf(buf, sizeof buf,
+                  "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps", r.mode.c_str(),
+                  r.tokensPerS, r.laterPeakMiB);
     out << buf;
-    if (s.ddp) {
+    if (s.ddp && s.zeroStage == 0) {
       std::snprintf(buf, sizeof buf,
                     "; waiting on the gradients' all_reduce %.1f ms per step (median, %.0f %% of "
                     "the step)",
                     r.commMs, 100 * r.commMs / r.stepMs);
       out << buf;
+    } else if (s.ddp) {
+      std::snprintf(buf, sizeof buf,
+                    "; waiting on communication (reduce-scatters, all-gathers) %.1f ms per step "
+                    "(median, %.0f %% of the step)",
+                    r.commMs, 100 * r.commMs / r.stepMs);
+      out << buf;
     }
+    std::snprintf(buf, sizeof buf,
+                  "\n  %s: %s %.1f MiB held after the last step (parameters, gradients, "
+                  "optimizer state), peak %.1f MiB in later steps",
+                  r.mode.c_str(),
+                  s.ddp ? "per rank (the largest over ranks):" : "memory:", r.stateMiB,
+                  r.maxPeakMiB);
+    out << buf;
     out << "\n";
   }
   for (const TrainRow &r : rows) {
@@ -317,7 +370,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   nlohmann::json j;
   j["model"] = model;
   j["batch"] = c.batch * s.world;
-  j["dist"] = s.ddp ? "ddp" : "none";
+  j["dist"] = !s.ddp ? "none" : s.zeroStage ? "zero" + std::to_string(s.zeroStage) : "ddp";
   j["world_size"] = s.world;
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
@@ -352,6 +405,8 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"inference_compiles", r.infer.compiles},
                             {"tokens_per_s", r.tokensPerS},
                             {"comm_wait_ms", r.commMs},
+                            {"model_state_mib", r.stateMiB},
+                            {"peak_mib_largest_rank", r.maxPeakMiB},
                             {"comm_wait_ms_steps", r.commMsAll}});
   }
   return j;
@@ -395,9 +450,12 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "reduce-overhead", po::bool_switch(&s.reduceOverhead),
       "compiled modes with CompileOptions::reduce_overhead")(
       "dist", po::value(&distMode)->default_value("none"),
-      "none, or ddp: data parallel over the ranks mpirun starts (--batch is the global batch)")(
+      "none; ddp: data parallel over the ranks mpirun starts (--batch is the global batch); "
+      "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
+      "over the ranks (zero3: --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
-      "ddp: MiB of gradients per non-blocking all_reduce");
+      "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
+      "sharded unit");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -431,12 +489,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     }
   }
   if (distMode == "zero1" || distMode == "zero2" || distMode == "zero3") {
-    throw std::invalid_argument("--dist " + distMode +
-                                ": ZeRO sharding (optimizer state, gradients, parameters) is not "
-                                "built yet; use ddp or none");
-  }
-  if (distMode != "none" && distMode != "ddp") {
-    throw std::invalid_argument("--dist: unknown mode '" + distMode + "' (expected none or ddp)");
+    s.zeroStage = distMode.back() - '0';
+  } else if (distMode != "none" && distMode != "ddp") {
+    throw std::invalid_argument("--dist: unknown mode '" + distMode +
+                                "' (expected none, ddp, zero1, zero2 or zero3)");
   }
   if (!(bucketMiB > 0) || !std::isfinite(bucketMiB)) {
     char value[32];
@@ -488,13 +544,23 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   std::vector<std::string> modeList = splitList(modes);
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
   for (const std::string &m : modeList) parseTrainMode(m);
-  if (distMode == "ddp" && std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
-    throw std::invalid_argument("--modes whole with --dist ddp is not built yet: the gradients' "
-                                "all_reduce would have to be in the step's graph (collectives "
-                                "as ops of the IR)");
+  if (distMode != "none" &&
+      std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
+    throw std::invalid_argument("--modes whole with --dist " + distMode +
+                                " is not built yet: the gradients' collectives would have to be "
+                                "in the step's graph (collectives as ops of the IR)");
+  }
+  if (s.zeroStage == 3) {
+    for (const std::string &m : modeList) {
+      if (m != "eager") {
+        throw std::invalid_argument("--dist zero3 gathers each block's parameters as the block "
+                                    "is called, so the model runs eagerly: use --modes eager "
+                                    "(zero1 and zero2 train compiled modes too)");
+      }
+    }
   }
   const ModelInfo &info = modelNamed(s.model);
-  if (distMode == "ddp") {
+  if (distMode != "none") {
     dist::init(); // the launcher's ranks; a world of 1 without mpirun
     s.ddp = true;
     s.rank = dist::rank();

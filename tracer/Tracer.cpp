@@ -1,11 +1,16 @@
 // The tracer: records ops run on real tensors into a Graph, with regions and inputs.
 #include "tracer/Tracer.h"
 
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
 #include <rcjit/Region.h>
 #include <rcjit/nn.h>
 
 #include "autograd/Autograd.h"
 #include "targets/eager/Eager.h"
+#include "tracer/ModuleHooks.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/TensorImpl.h"
 
@@ -357,7 +362,37 @@ Tensor region(std::string_view name, const std::function<Tensor()> &body) {
 }
 
 namespace nn::detail {
+
+namespace {
+std::mutex moduleHookMutex;
+std::unordered_map<const ModuleBase *, ModuleCallHook> moduleHooks;
+std::atomic<int> moduleHookCount{0};
+} // namespace
+
+void setModuleCallHook(const ModuleBase &m, ModuleCallHook hook) {
+  std::lock_guard<std::mutex> lock(moduleHookMutex);
+  if (hook) {
+    moduleHooks[&m] = std::move(hook);
+  } else {
+    moduleHooks.erase(&m);
+  }
+  moduleHookCount.store(static_cast<int>(moduleHooks.size()), std::memory_order_relaxed);
+}
+
+void runModuleCallHook(ModuleBase &m) {
+  if (moduleHookCount.load(std::memory_order_relaxed) == 0) return;
+  ModuleCallHook hook;
+  {
+    std::lock_guard<std::mutex> lock(moduleHookMutex);
+    auto it = moduleHooks.find(&m);
+    if (it == moduleHooks.end()) return;
+    hook = it->second; // a copy: the hook may set or remove hooks
+  }
+  hook(m);
+}
+
 ModuleCallScope::ModuleCallScope(ModuleBase &m) : active_(Tracer::current() != nullptr) {
+  runModuleCallHook(m);
   if (active_) {
     bool inList = m.parent() && m.parent()->isModuleList();
     Tracer::current()->beginRegion(m.path(), m.typeName(), inList, &m);

@@ -16,4 +16,5 @@
 #include <rcjit/Region.h>
 #include <rcjit/Tensor.h>
 #include <rcjit/Types.h>
+#include <rcjit/Zero.h>
 #include <rcjit/nn.h>

@@ -1,0 +1,603 @@
+// dist::ZeroOptimizer: ZeRO stages 1-3 over flat per-rank slices of parameter units, with
+// non-blocking reduce-scatters and all-gathers; stage 3 gathers a unit when its module is
+// called and reduce-scatters its gradient from a custom autograd node.
+#include <rcjit/Zero.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <rcjit/Autograd.h>
+#include <rcjit/Error.h>
+
+#include "autograd/Autograd.h"
+#include "dist/ZeroUnits.h"
+#include "tracer/ModuleHooks.h"
+#include "tracer/Tracer.h"
+
+namespace rcjit::dist {
+
+using detail::ZeroMember;
+using detail::ZeroUnit;
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t f32Bytes(int64_t n) { return n * 4; }
+
+// Every parameter the model registers, as (member pointer, module) in named_parameters()
+// order, each parameter once (a tied one: every slot that holds it).
+struct Slot {
+  Tensor *slot;
+  const nn::ModuleBase *owner;
+};
+void collectSlots(const nn::ModuleBase &m, std::vector<Slot> &out) {
+  for (const auto &[name, t] : m.own_parameters()) out.push_back({t, &m});
+  for (const auto &[name, child] : m.children()) collectSlots(*child, out);
+}
+
+// The modules whose calls gather a stage-3 unit: every element of every ModuleList.
+void collectBlocks(nn::ModuleBase &m, std::vector<nn::ModuleBase *> &out) {
+  for (const auto &[name, child] : m.children()) {
+    if (m.isModuleList()) {
+      out.push_back(child);
+    } else {
+      collectBlocks(*child, out);
+    }
+  }
+}
+
+bool within(const nn::ModuleBase *m, const nn::ModuleBase *root) {
+  for (; m; m = m->parent()) {
+    if (m == root) return true;
+  }
+  return false;
+}
+
+} // namespace
+
+struct ZeroOptimizer::Impl {
+  int stage = 1, rank = 0, world = 1;
+  nn::ModuleBase *model = nullptr;
+  std::vector<Tensor> params; // stages 1 and 2: model.parameters()
+  std::vector<ZeroUnit> units;
+  std::optional<optim::AdamWOptions> adamw;
+  std::optional<optim::SGDOptions> sgd;
+  int64_t bucketBytes = 0;
+  ZeroStats stats;
+  bool hooked = false, unsharded = false;
+  // stage 3: the units in the order the current forward pass gathered them
+  std::shared_ptr<std::vector<size_t>> pass;
+  std::optional<size_t> lastBlock; // the block gathered last in the pass (released by the next)
+
+  void build(nn::ModuleBase &m, ZeroOptions o);
+  void addUnit(ZeroUnit u);
+  void makeOptimizer(ZeroUnit &u);
+  Tensor gatherFlat(ZeroUnit &u);
+  void gatherFresh(size_t i);
+  void refill(size_t i);
+  void release(size_t i);
+  void enterRoot();
+  void enterBlock(size_t i);
+  void unitBackward(size_t i, const std::vector<Tensor> &grads, size_t pos,
+                    const std::shared_ptr<std::vector<size_t>> &order, bool retain);
+  Work startReduceScatter(ZeroUnit &u, const std::vector<Tensor> &grads);
+  bool finishGradient(ZeroUnit &u);
+  void stepStage1();
+  void stepStage2();
+  void stepStage3();
+  void unhook();
+  std::string where() const {
+    return "dist::ZeroOptimizer (stage " + std::to_string(stage) + ", rank " +
+           std::to_string(rank) + " of " + std::to_string(world) + ")";
+  }
+};
+
+namespace {
+
+// The backward of one stage-3 gather: the unit's full gradients are reduce-scattered as soon
+// as the unit's backward is done; nothing flows into the slice leaf through autograd.
+class ZeroGatherBackward : public autograd::CustomBackward {
+public:
+  ZeroGatherBackward(ZeroOptimizer::Impl *owner, size_t unit, size_t pos,
+                     std::shared_ptr<std::vector<size_t>> order)
+      : owner_(owner), unit_(unit), pos_(pos), order_(std::move(order)) {}
+  std::string name() const override {
+    return "dist::ZeroOptimizer gather of " + owner_->units[unit_].name;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs, const std::vector<bool> &,
+                               bool retainGraph) override {
+    owner_->unitBackward(unit_, gradOutputs, pos_, order_, retainGraph);
+    return {Tensor()};
+  }
+  void release() override {}
+
+private:
+  ZeroOptimizer::Impl *owner_;
+  size_t unit_, pos_;
+  std::shared_ptr<std::vector<size_t>> order_;
+};
+
+} // namespace
+
+void ZeroOptimizer::Impl::addUnit(ZeroUnit u) {
+  for (ZeroMember &m : u.members) {
+    m.offset = u.numel;
+    u.numel += m.numel;
+  }
+  u.sliceLen = std::max<int64_t>(1, (u.numel + world - 1) / world);
+  u.slice = Tensor::zeros({u.sliceLen});
+  std::vector<Tensor> values;
+  for (const ZeroMember &m : u.members) values.push_back(*m.slots.front());
+  detail::packRange(u, values, rank * u.sliceLen, (rank + 1) * u.sliceLen, u.slice.data<float>());
+  u.slice.requires_grad_(true);
+  makeOptimizer(u);
+  units.push_back(std::move(u));
+}
+
+void ZeroOptimizer::Impl::makeOptimizer(ZeroUnit &u) {
+  if (adamw) {
+    u.adamw.emplace(std::vector<Tensor>{u.slice}, *adamw);
+  } else {
+    u.sgd.emplace(std::vector<Tensor>{u.slice}, *sgd);
+  }
+}
+
+void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
+  model = &m;
+  stage = o.stage;
+  bucketBytes = o.bucket_bytes;
+  if (stage < 1 || stage > 3) {
+    throw Error("dist::ZeroOptimizer: stage " + std::to_string(stage) + " is not 1, 2 or 3");
+  }
+  if (bucketBytes <= 0) throw Error("dist::ZeroOptimizer: bucket_bytes is not positive");
+  if (Tracer::current()) throw Error("dist::ZeroOptimizer: constructed inside a trace");
+  rank = dist::rank();
+  world = dist::world_size();
+  std::vector<Slot> slots;
+  collectSlots(m, slots);
+  for (const Slot &s : slots) {
+    const Tensor &t = *s.slot;
+    const std::string name =
+        s.owner->path().empty() ? "a parameter of the model" : "a parameter of " + s.owner->path();
+    if (!t.defined()) throw Error(where() + ": " + name + " is undefined");
+    if (t.dtype() != DType::f32 || !t.device().is_cpu() || !t.is_contiguous()) {
+      throw Error(where() + ": " + name + " is " + std::string(dtypeName(t.dtype())) + " on " +
+                  t.device().str() + "; ZeRO shards contiguous f32 CPU parameters");
+    }
+    if (!t.requires_grad() || !t.is_leaf()) {
+      throw Error(where() + ": " + name + " is not a leaf that requires grad");
+    }
+  }
+  params = m.parameters();
+  broadcast_parameters(params); // every rank starts from rank 0's weights
+  // one member per distinct parameter; its slots are every member pointer that holds it
+  auto memberOf = [&](const Slot &s, ZeroUnit &u) {
+    const auto index = static_cast<size_t>(&s - slots.data());
+    for (ZeroMember &mem : u.members) {
+      if (mem.slots.front()->impl() == s.slot->impl()) {
+        mem.slots.push_back(s.slot);
+        mem.indices.push_back(index);
+        return;
+      }
+    }
+    u.members.push_back({s.slot->shape(), 0, s.slot->numel(), {s.slot}, {index}});
+  };
+  if (stage < 3) { // buckets of about bucketBytes in parameter order
+    ZeroUnit u;
+    for (const Slot &s : slots) {
+      bool seen = false;
+      for (const ZeroMember &mem : u.members) seen |= mem.slots.front()->impl() == s.slot->impl();
+      const int64_t bytes = f32Bytes(s.slot->numel());
+      int64_t have = 0;
+      for (const ZeroMember &mem : u.members) have += f32Bytes(mem.numel);
+      if (!seen && !u.members.empty() && have + bytes > bucketBytes) {
+        u.name = "bucket " + std::to_string(units.size());
+        addUnit(std::move(u));
+        u = ZeroUnit();
+      }
+      memberOf(s, u);
+    }
+    if (!u.members.empty()) {
+      u.name = "bucket " + std::to_string(units.size());
+      addUnit(std::move(u));
+    }
+    // a parameter tied across buckets would be updated twice: the buckets are units only
+    for (size_t i = 0; i < units.size(); ++i) {
+      for (size_t j = i + 1; j < units.size(); ++j) {
+        for (const ZeroMember &a : units[i].members) {
+          for (const ZeroMember &b : units[j].members) {
+            if (a.slots.front()->impl() == b.slots.front()->impl()) {
+              throw Error(where() + ": a parameter is registered in two buckets (tied)");
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+  std::vector<nn::ModuleBase *> blocks;
+  collectBlocks(m, blocks);
+  ZeroUnit rest;
+  rest.name = "the parameters outside blocks";
+  rest.module = &m;
+  std::vector<ZeroUnit> blockUnits(blocks.size());
+  for (const Slot &s : slots) {
+    ZeroUnit *u = &rest;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (within(s.owner, blocks[b])) u = &blockUnits[b];
+    }
+    memberOf(s, *u);
+  }
+  // a parameter tied across units would be gathered and updated twice
+  std::vector<const rcjit::detail::TensorImpl *> seen;
+  for (ZeroUnit *u : [&] {
+         std::vector<ZeroUnit *> all{&rest};
+         for (ZeroUnit &b : blockUnits) all.push_back(&b);
+         return all;
+       }()) {
+    for (const ZeroMember &mem : u->members) {
+      const rcjit::detail::TensorImpl *impl = mem.slots.front()->impl().get();
+      if (std::find(seen.begin(), seen.end(), impl) != seen.end()) {
+        throw Error(where() + ": a parameter is tied across blocks (" + u->name +
+                    "); ZeRO-3 gathers each block's parameters alone");
+      }
+      seen.push_back(impl);
+    }
+  }
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    blockUnits[b].module = blocks[b];
+    blockUnits[b].name = blocks[b]->path();
+    if (!blockUnits[b].members.empty()) addUnit(std::move(blockUnits[b]));
+  }
+  addUnit(std::move(rest)); // last: the model's own hook is set for it even when it is empty
+  // the parameters now live as slices: the members hold nothing until the model is called
+  params.clear();
+  for (ZeroUnit &u : units) {
+    for (ZeroMember &mem : u.members) {
+      for (Tensor *slot : mem.slots) *slot = Tensor();
+    }
+  }
+  for (size_t i = 0; i + 1 < units.size(); ++i) {
+    nn::detail::setModuleCallHook(*units[i].module, [this, i](nn::ModuleBase &) { enterBlock(i); });
+  }
+  nn::detail::setModuleCallHook(m, [this](nn::ModuleBase &) { enterRoot(); });
+  hooked = true;
+}
+
+// ---- stage 3: gather, release, backward ----
+
+Tensor ZeroOptimizer::Impl::gatherFlat(ZeroUnit &u) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor flat = all_gather(u.slice.detach());
+  stats.waitSeconds += secondsSince(t0);
+  stats.gathers += 1;
+  stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+  return flat;
+}
+
+void ZeroOptimizer::Impl::gatherFresh(size_t i) {
+  ZeroUnit &u = units[i];
+  Tensor flat = gatherFlat(u);
+  u.params.clear();
+  for (ZeroMember &mem : u.members) {
+    Tensor t = Tensor::empty(mem.shape);
+    u.params.push_back(t);
+  }
+  detail::unpackRange(u, u.params, 0, u.numel, flat.data<float>());
+  u.present = true;
+  u.entered = true;
+  pass->push_back(i);
+  if (is_grad_enabled()) {
+    autograd::recordCustom(std::make_shared<ZeroGatherBackward>(this, i, pass->size() - 1, pass),
+                           {u.slice}, u.params);
+  }
+  for (size_t k = 0; k < u.members.size(); ++k) {
+    for (Tensor *slot : u.members[k].slots) *slot = u.params[k];
+  }
+}
+
+void ZeroOptimizer::Impl::refill(size_t i) {
+  ZeroUnit &u = units[i];
+  if (u.present || u.params.empty()) return;
+  Tensor flat = gatherFlat(u);
+  for (const Tensor &t : u.params) detail::refillStorage(t);
+  detail::unpackRange(u, u.params, 0, u.numel, flat.data<float>());
+  u.present = true;
+}
+
+void ZeroOptimizer::Impl::release(size_t i) {
+  ZeroUnit &u = units[i];
+  for (const Tensor &t : u.params) detail::releaseStorage(t);
+  u.present = false;
+}
+
+void ZeroOptimizer::Impl::enterRoot() {
+  if (Tracer::current()) {
+    throw Error(where() + ": the model was called inside rcjit::compile; ZeRO-3 gathers each "
+                          "block's parameters as it is called, so the model runs eagerly (use "
+                          "stage 1 or 2 with a compiled model)");
+  }
+  if (unsharded) return;
+  pass = std::make_shared<std::vector<size_t>>();
+  lastBlock.reset();
+  for (ZeroUnit &u : units) u.entered = false;
+  gatherFresh(units.size() - 1); // the rest: present for the whole pass
+}
+
+void ZeroOptimizer::Impl::enterBlock(size_t i) {
+  if (Tracer::current()) enterRoot(); // throws the same Error
+  if (unsharded) return;
+  if (!pass) enterRoot(); // a block called without the model: a pass of its own
+  ZeroUnit &u = units[i];
+  if (u.entered) {
+    if (!u.present) {
+      throw Error(where() + ": " + u.name +
+                  " was called again in one forward pass after its parameters were released "
+                  "(ZeRO-3 expects each block to be called once per forward, in order)");
+    }
+    return;
+  }
+  if (lastBlock && *lastBlock != i) release(*lastBlock);
+  gatherFresh(i);
+  lastBlock = i;
+}
+
+Work ZeroOptimizer::Impl::startReduceScatter(ZeroUnit &u, const std::vector<Tensor> &grads) {
+  // world blocks of sliceLen + 1: each rank's slice and, last, whether this rank has a gradient
+  const int64_t block = u.sliceLen + 1;
+  Tensor flat = Tensor::empty({block * world});
+  float *p = flat.data<float>();
+  bool any = false;
+  for (const Tensor &g : grads) any |= g.defined();
+  for (int r = 0; r < world; ++r) {
+    detail::packRange(u, grads, r * u.sliceLen, (r + 1) * u.sliceLen, p + r * block);
+    p[r * block + u.sliceLen] = any ? 1.0f : 0.0f;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Work w = reduce_scatter_async(flat);
+  stats.waitSeconds += secondsSince(t0); // the shape check is a blocking exchange
+  stats.reductions += 1;
+  stats.reducedBytes += f32Bytes(block * world);
+  for (ZeroUnit &other : units) { // Open MPI moves data inside MPI calls: nudge the others
+    for (Work &earlier : other.pending) earlier.test();
+  }
+  return w;
+}
+
+void ZeroOptimizer::Impl::unitBackward(size_t i, const std::vector<Tensor> &grads, size_t pos,
+                                       const std::shared_ptr<std::vector<size_t>> &order,
+                                       bool retain) {
+  ZeroUnit &u = units[i];
+  std::vector<Tensor> full(u.members.size());
+  for (size_t k = 0; k < full.size() && k < grads.size(); ++k) {
+    if (grads[k].defined()) full[k] = grads[k].contiguous();
+  }
+  u.pending.push_back(startReduceScatter(u, full));
+  if (!retain) release(i);
+  // the unit gathered before this one runs its backward next: gather it back
+  if (pos > 0) refill((*order)[pos - 1]);
+}
+
+// Waits for the unit's reduce-scatters and sets its slice's gradient to their mean over the
+// ranks; false (and no gradient) when no rank had one.
+bool ZeroOptimizer::Impl::finishGradient(ZeroUnit &u) {
+  Tensor sum;
+  for (Work &w : u.pending) {
+    Tensor part = w.wait();
+    stats.waitSeconds += w.waitSeconds();
+    sum = sum.defined() ? sum + part : part;
+  }
+  u.pending.clear();
+  autograd::setGrad(u.slice, Tensor());
+  if (!sum.defined()) return false;
+  const float *s = sum.data<float>();
+  if (s[u.sliceLen] == 0) return false; // no rank had a gradient for the unit
+  Tensor g = Tensor::empty({u.sliceLen});
+  float *gp = g.data<float>();
+  const float n = static_cast<float>(world);
+  for (int64_t j = 0; j < u.sliceLen; ++j) gp[j] = s[j] / n;
+  autograd::setGrad(u.slice, g);
+  return true;
+}
+
+// ---- steps ----
+
+void ZeroOptimizer::Impl::stepStage1() {
+  GradSyncStats g = all_reduce_gradients(params, bucketBytes);
+  stats.waitSeconds += g.waitSeconds;
+  stats.reductions += g.buckets;
+  stats.reducedBytes += g.bytes;
+  std::vector<Work> gathers;
+  for (ZeroUnit &u : units) {
+    std::vector<Tensor> grads;
+    bool any = false;
+    for (const ZeroMember &mem : u.members) {
+      Tensor g = mem.slots.front()->grad();
+      grads.push_back(g.defined() ? g.contiguous() : g);
+      any |= g.defined();
+    }
+    autograd::setGrad(u.slice, Tensor());
+    if (any) { // which parameters have a gradient agrees across ranks (checked above)
+      Tensor gs = Tensor::empty({u.sliceLen});
+      detail::packRange(u, grads, rank * u.sliceLen, (rank + 1) * u.sliceLen, gs.data<float>());
+      autograd::setGrad(u.slice, gs);
+      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.stepped = true;
+    }
+    gathers.push_back(all_gather_async(u.slice.detach()));
+    stats.gathers += 1;
+    stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    Tensor flat = gathers[i].wait();
+    stats.waitSeconds += gathers[i].waitSeconds();
+    std::vector<Tensor> values;
+    for (const ZeroMember &mem : units[i].members) values.push_back(*mem.slots.front());
+    detail::unpackRange(units[i], values, 0, units[i].numel, flat.data<float>());
+    for (const Tensor &v : values) v.impl()->storage->version.fetch_add(1); // as copy_ does
+  }
+}
+
+void ZeroOptimizer::Impl::stepStage2() {
+  for (ZeroUnit &u : units) { // every unit's reduce-scatter in flight at once
+    std::vector<Tensor> grads;
+    for (const ZeroMember &mem : u.members) {
+      Tensor g = mem.slots.front()->grad();
+      grads.push_back(g.defined() ? g.contiguous() : g);
+    }
+    u.pending.push_back(startReduceScatter(u, grads));
+    for (const ZeroMember &mem : u.members) autograd::setGrad(*mem.slots.front(), Tensor());
+  }
+  std::vector<Work> gathers;
+  for (ZeroUnit &u : units) { // each unit updated as soon as its gradient is in
+    if (finishGradient(u)) {
+      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.stepped = true;
+    }
+    gathers.push_back(all_gather_async(u.slice.detach()));
+    stats.gathers += 1;
+    stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    Tensor flat = gathers[i].wait();
+    stats.waitSeconds += gathers[i].waitSeconds();
+    std::vector<Tensor> values;
+    for (const ZeroMember &mem : units[i].members) values.push_back(*mem.slots.front());
+    detail::unpackRange(units[i], values, 0, units[i].numel, flat.data<float>());
+    for (const Tensor &v : values) v.impl()->storage->version.fetch_add(1); // as copy_ does
+  }
+}
+
+void ZeroOptimizer::Impl::stepStage3() {
+  if (unsharded) throw Error(where() + ": step() after unshard()");
+  for (ZeroUnit &u : units) {
+    if (finishGradient(u)) {
+      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.stepped = true;
+    }
+  }
+  // the gathered values are stale now: free them; the next forward gathers the new ones
+  for (size_t i = 0; i < units.size(); ++i) release(i);
+  for (ZeroUnit &u : units) {
+    u.params.clear();
+    for (ZeroMember &mem : u.members) {
+      for (Tensor *slot : mem.slots) *slot = Tensor();
+    }
+  }
+  pass.reset();
+  lastBlock.reset();
+}
+
+void ZeroOptimizer::Impl::unhook() {
+  if (!hooked) return;
+  for (size_t i = 0; i + 1 < units.size(); ++i) {
+    nn::detail::setModuleCallHook(*units[i].module, nullptr);
+  }
+  nn::detail::setModuleCallHook(*model, nullptr);
+  hooked = false;
+}
+
+// ---- the public class ----
+
+ZeroOptimizer::ZeroOptimizer(nn::ModuleBase &model, optim::AdamWOptions adamw, ZeroOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->adamw = adamw;
+  impl_->build(model, options);
+}
+
+ZeroOptimizer::ZeroOptimizer(nn::ModuleBase &model, optim::SGDOptions sgd, ZeroOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->sgd = sgd;
+  impl_->build(model, options);
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (impl_) impl_->unhook();
+}
+
+void ZeroOptimizer::zero_grad() {
+  for (ZeroUnit &u : impl_->units) {
+    for (Work &w : u.pending) { // a gradient thrown away: let its transfer end first
+      try {
+        w.wait();
+      } catch (const Error &) { // reported by the step that would have used it
+      }
+    }
+    u.pending.clear();
+    autograd::setGrad(u.slice, Tensor());
+  }
+  for (const Tensor &p : impl_->params) autograd::setGrad(p, Tensor());
+}
+
+void ZeroOptimizer::step() {
+  if (Tracer::current()) throw Error(impl_->where() + ": step() inside rcjit::compile");
+  NoGradGuard noGrad;
+  switch (impl_->stage) {
+  case 1:
+    return impl_->stepStage1();
+  case 2:
+    return impl_->stepStage2();
+  default:
+    return impl_->stepStage3();
+  }
+}
+
+void ZeroOptimizer::unshard() {
+  if (impl_->stage < 3 || impl_->unsharded) return;
+  NoGradGuard noGrad;
+  impl_->pass = std::make_shared<std::vector<size_t>>();
+  for (size_t i = 0; i < impl_->units.size(); ++i) impl_->gatherFresh(i);
+  impl_->unhook();
+  impl_->unsharded = true;
+}
+
+std::vector<Tensor> ZeroOptimizer::full_parameters() {
+  NoGradGuard noGrad;
+  std::vector<Tensor> out;
+  if (impl_->stage < 3) {
+    for (const Tensor &p : impl_->params) out.push_back(p.clone());
+    return out;
+  }
+  for (ZeroUnit &u : impl_->units) {
+    std::vector<Tensor> values;
+    for (const ZeroMember &mem : u.members) values.push_back(Tensor::empty(mem.shape));
+    Tensor flat = impl_->gatherFlat(u);
+    detail::unpackRange(u, values, 0, u.numel, flat.data<float>());
+    for (size_t k = 0; k < values.size(); ++k) { // back to model.parameters() order
+      for (size_t index : u.members[k].indices) {
+        if (out.size() <= index) out.resize(index + 1);
+        out[index] = values[k];
+      }
+    }
+  }
+  return out;
+}
+
+int ZeroOptimizer::stage() const { return impl_->stage; }
+int ZeroOptimizer::units() const { return static_cast<int>(impl_->units.size()); }
+const ZeroStats &ZeroOptimizer::stats() const { return impl_->stats; }
+void ZeroOptimizer::reset_stats() { impl_->stats = ZeroStats(); }
+
+ModelStateBytes ZeroOptimizer::model_state_bytes() const {
+  ModelStateBytes b;
+  for (const ZeroUnit &u : impl_->units) {
+    b.parameters += f32Bytes(u.sliceLen);
+    if (u.slice.grad().defined()) b.gradients += f32Bytes(u.sliceLen);
+    if (u.stepped) {
+      const bool adamw = impl_->adamw.has_value();
+      const int states = adamw ? 2 : (impl_->sgd->momentum != 0 ? 1 : 0);
+      b.optimizer += states * f32Bytes(u.sliceLen);
+    }
+    if (impl_->stage == 3 && u.present) b.parameters += f32Bytes(u.numel);
+  }
+  for (const Tensor &p : impl_->params) {
+    b.parameters += f32Bytes(p.numel());
+    if (p.grad().defined()) b.gradients += f32Bytes(p.numel());
+  }
+  return b;
+}
+
+} // namespace rcjit::dist

@@ -1,0 +1,295 @@
+// ZeRO over rcjit::dist: 20 steps of the built-in 2-layer gpt2 on a global batch of 8 under
+// ddp, zero1, zero2 and zero3 give one process's loss curve and final parameters on the full
+// batch; zero3 holds a fraction of one process's model state; `rcjit train --dist zeroN`
+// does the same; bad uses are clear errors on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include <rcjit/rcjit.h>
+
+#include "tests/TestUtil.h"
+#include "tools/Cli.h"
+#include "tools/ModelGpt2.h"
+
+namespace rcjit {
+namespace {
+
+using test::errorOf;
+
+constexpr int64_t kZeroBatch = 8, kZeroSeq = 16, kZeroVocab = 256;
+constexpr int kZeroSteps = 20;
+
+// Step `step`'s global batch: arithmetic progressions modulo the vocabulary, next tokens.
+std::pair<Tensor, Tensor> zeroBatch(int step) {
+  std::vector<int64_t> ids, next;
+  for (int64_t r = 0; r < kZeroBatch; ++r) {
+    const int64_t start = (step * 31 + r * 17) % kZeroVocab, stride = 1 + (r + step) % 5;
+    for (int64_t s = 0; s < kZeroSeq; ++s) {
+      ids.push_back((start + s * stride) % kZeroVocab);
+      next.push_back((start + (s + 1) * stride) % kZeroVocab);
+    }
+  }
+  return {Tensor::from_vector(ids, {kZeroBatch, kZeroSeq}),
+          Tensor::from_vector(next, {kZeroBatch, kZeroSeq})};
+}
+
+struct ZeroRun {
+  std::vector<double> losses;
+  std::vector<Tensor> params;   // final values, model.parameters() order
+  int64_t stateBytes = 0;       // memory_stats: held after the last step, less what was before
+  int64_t peakBytes = 0;        // memory_stats: the peak of the steps after the first
+  dist::ModelStateBytes ledger; // the optimizer's own count (ZeRO runs)
+  int units = 0;
+  int gathers = 0; // all-gathers the optimizer started
+};
+
+// 20 steps of the 2-layer gpt2 (hidden 64, 4 heads, vocab 256). stage -1: one process on
+// the whole batch with optim::AdamW / SGD; 0: ddp; 1-3: ZeroOptimizer. Every distributed
+// rank trains on its rows and starts from another seed than rank 0 (the broadcast fixes it).
+ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager) {
+  const bool distributed = stage >= 0;
+  const int world = distributed ? dist::world_size() : 1, rank = distributed ? dist::rank() : 0;
+  tools::ModelConfig c;
+  c.batch = kZeroBatch / world;
+  c.seq = kZeroSeq;
+  c.seed = rank == 0 ? 0 : 1000 + static_cast<uint64_t>(rank);
+  const int64_t before = memory_stats().current_bytes;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
+  ZeroRun out;
+  const optim::AdamWOptions ao{.lr = 3e-3};
+  const optim::SGDOptions so{.lr = 0.1, .momentum = 0.9};
+  std::optional<optim::AdamW> adam;
+  std::optional<optim::SGD> sgd;
+  std::optional<dist::ZeroOptimizer> zero;
+  if (stage >= 1) {
+    // small units: several collectives in flight at once
+    const dist::ZeroOptions zo{.stage = stage, .bucket_bytes = 64 << 10};
+    adamw ? zero.emplace(m->module(), ao, zo) : zero.emplace(m->module(), so, zo);
+    out.units = zero->units();
+  } else {
+    std::vector<Tensor> params = m->module().parameters();
+    if (stage == 0) dist::broadcast_parameters(params);
+    adamw ? (void)adam.emplace(params, ao) : (void)sgd.emplace(params, so);
+  }
+  auto loss = compile(
+      [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
+      CompileOptions{.mode = mode});
+  for (int step = 0; step < kZeroSteps; ++step) {
+    auto [ids, next] = zeroBatch(step);
+    const int64_t rows = kZeroBatch / world;
+    ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
+    next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
+    if (step == 1) reset_peak_memory_stats();
+    zero ? zero->zero_grad() : adam ? adam->zero_grad() : sgd->zero_grad();
+    Tensor l = loss(std::vector<Tensor>{ids, next});
+    l.backward();
+    if (zero) {
+      zero->step();
+    } else {
+      if (stage == 0) dist::all_reduce_gradients(m->module().parameters(), 64 << 10);
+      adam ? adam->step() : sgd->step();
+    }
+    Tensor mean = Tensor::full({}, l.item(), DType::f64);
+    if (distributed) dist::all_reduce(mean, dist::ReduceOp::mean);
+    out.losses.push_back(mean.item());
+  }
+  out.peakBytes = memory_stats().peak_bytes - before;
+  out.stateBytes = memory_stats().current_bytes - before;
+  if (zero) {
+    out.ledger = zero->model_state_bytes();
+    out.gathers = zero->stats().gathers;
+  }
+  out.params = zero ? zero->full_parameters() : m->module().parameters();
+  return out;
+}
+
+// Tolerance, as for ddp (data_parallel_test): the gradients are the same sums of f32 terms in
+// another order. Every step's loss within 1e-5 relative; SGD's final parameters within
+// rtol 1e-5, atol 1e-6; AdamW's within atol 2e-4 (AdamW divides each gradient by its own
+// running scale, so rounding in a gradient near zero moves a parameter by a fraction of the
+// learning rate 3e-3).
+void expectZeroMatches(int stage, bool adamw, Mode mode = Mode::eager) {
+  static std::optional<ZeroRun> oneAdam, oneSgd; // eager, shared by the tests
+  std::optional<ZeroRun> fresh, &one = mode != Mode::eager ? fresh : adamw ? oneAdam : oneSgd;
+  if (!one) one = zeroTrain(-1, adamw, mode);
+  ZeroRun run = zeroTrain(stage, adamw, mode);
+  ASSERT_EQ(run.losses.size(), one->losses.size());
+  double worstLoss = 0, worstParam = 0;
+  for (size_t i = 0; i < one->losses.size(); ++i) {
+    const double rel = std::abs(run.losses[i] - one->losses[i]) / std::abs(one->losses[i]);
+    worstLoss = std::max(worstLoss, rel);
+    EXPECT_LE(rel, 1e-5) << "step " << i << ": " << run.losses[i] << " vs one process "
+                         << one->losses[i];
+  }
+  if (adamw) {
+    EXPECT_LT(one->losses.back(), one->losses.front() - 0.4) << "the loss falls";
+  }
+  ASSERT_EQ(run.params.size(), one->params.size());
+  for (size_t i = 0; i < one->params.size(); ++i) {
+    ASSERT_TRUE(run.params[i].defined()) << "parameter " << i;
+    EXPECT_TRUE(allclose(run.params[i], one->params[i], adamw ? 1e-4 : 1e-5, adamw ? 2e-4 : 1e-6))
+        << "parameter " << i;
+    worstParam = std::max(worstParam, amax(abs(run.params[i] - one->params[i]), {}, false).item());
+  }
+  if (stage >= 1) {
+    EXPECT_GT(run.units, 1);
+  }
+  if (stage == 3) { // units h.0, h.1 and the rest
+    EXPECT_EQ(run.units, 3);
+    // per step: the rest, h.0 and h.1 in the forward (h.0 released when h.1 is called), and
+    // h.0 again for its backward: the blocks really are released and gathered back
+    EXPECT_EQ(run.gathers, 4 * kZeroSteps);
+  }
+  if (dist::rank() == 0) {
+    std::printf("%s on %d ranks (%s, %s): losses %.3f -> %.3f, largest loss difference %.3g "
+                "(relative), largest parameter difference %.3g; model state %.0f KiB (one "
+                "process %.0f KiB), step peak %.0f KiB (one process %.0f KiB)\n",
+                stage == 0 ? "ddp" : ("zero" + std::to_string(stage)).c_str(), dist::world_size(),
+                mode == Mode::eager ? "eager" : "compiled", adamw ? "AdamW" : "SGD",
+                one->losses.front(), one->losses.back(), worstLoss, worstParam,
+                run.stateBytes / 1024.0, one->stateBytes / 1024.0, run.peakBytes / 1024.0,
+                one->peakBytes / 1024.0);
+  }
+}
+
+TEST(Zero, DdpEqualsOneProcess) { expectZeroMatches(0, true); }
+TEST(Zero, Stage1EqualsOneProcess) { expectZeroMatches(1, true); }
+TEST(Zero, Stage2EqualsOneProcess) { expectZeroMatches(2, true); }
+TEST(Zero, Stage3EqualsOneProcess) { expectZeroMatches(3, true); }
+TEST(Zero, Stage3SgdEqualsOneProcess) { expectZeroMatches(3, false); }
+TEST(Zero, Stage2CompiledEqualsOneProcess) { expectZeroMatches(2, true, Mode::full); }
+
+// Model state after a step: one process holds parameters, gradients and AdamW's two moments
+// (4 copies of the parameters); zero3 on W ranks holds a 1/W slice of each (plus padding).
+TEST(Zero, Stage3HoldsAFractionOfOneProcesssModelState) {
+  ZeroRun one = zeroTrain(-1, true), z3 = zeroTrain(3, true);
+  const int w = dist::world_size();
+  const double ratio = static_cast<double>(z3.stateBytes) / static_cast<double>(one.stateBytes);
+  if (dist::rank() == 0) {
+    std::printf(
+        "zero3 on %d ranks: %lld bytes of model state held per rank after a step, one "
+        "process %lld (ratio %.3f); the optimizer counts %lld (params %lld, grads %lld, "
+        "optimizer %lld)\n",
+        w, static_cast<long long>(z3.stateBytes), static_cast<long long>(one.stateBytes), ratio,
+        static_cast<long long>(z3.ledger.total()), static_cast<long long>(z3.ledger.parameters),
+        static_cast<long long>(z3.ledger.gradients), static_cast<long long>(z3.ledger.optimizer));
+  }
+  EXPECT_GT(one.stateBytes, 0);
+  // memory_stats and the optimizer's own count agree within a few small tensors
+  EXPECT_NEAR(static_cast<double>(z3.stateBytes), static_cast<double>(z3.ledger.total()),
+              0.02 * static_cast<double>(one.stateBytes));
+  EXPECT_LE(ratio, 1.0 / w + 0.03) << "each rank holds its slice of everything";
+  if (w == 4) {
+    EXPECT_LE(ratio, 1.0 / 3);
+  }
+}
+
+TEST(Zero, BadUsesAreErrors) {
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 4;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
+  std::string msg =
+      errorOf([&] { dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 4}); });
+  EXPECT_NE(msg.find("dist::ZeroOptimizer: stage 4 is not 1, 2 or 3"), std::string::npos) << msg;
+  {
+    dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 3});
+    auto compiled = compile([&](const std::vector<Tensor> &in) { return m->forward(in); });
+    msg = errorOf([&] { compiled(std::vector<Tensor>{zeroBatch(0).first}); });
+    EXPECT_NE(msg.find("the model was called inside rcjit::compile; ZeRO-3 gathers each block's "
+                       "parameters as it is called"),
+              std::string::npos)
+        << msg;
+    z.unshard(); // the parameters back in the model; the module can be used as before
+    EXPECT_EQ(m->forward({zeroBatch(0).first}).size(-1), kZeroVocab);
+    msg = errorOf([&] { z.step(); });
+    EXPECT_NE(msg.find("step() after unshard()"), std::string::npos) << msg;
+  }
+  nn::Linear lin(3, 2);
+  lin.to(DType::f64);
+  msg = errorOf([&] { dist::ZeroOptimizer z(lin, optim::SGDOptions{}); });
+  EXPECT_NE(msg.find("is f64 on cpu; ZeRO shards contiguous f32 CPU parameters"), std::string::npos)
+      << msg;
+}
+
+// Ranks whose models differ (rank 1 one layer more) are an Error on every rank, not a hang.
+TEST(Zero, RanksWithDifferentModelsAreAnErrorOnEveryRank) {
+  if (dist::world_size() == 1) GTEST_SKIP() << "needs 2 ranks or more";
+  tools::Gpt2Config g;
+  g.layers = dist::rank() == 1 ? 3 : 2;
+  tools::ModelConfig c;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(g, c);
+  std::string msg =
+      errorOf([&] { dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 3}); });
+  EXPECT_NE(msg.find("dist::broadcast_parameters (rank "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the ranks' tensors disagree"), std::string::npos) << msg;
+}
+
+// `rcjit train --dist zeroN` on toy64 trains as `--dist none` does on one process; rank 0
+// prints the communication wait and the per-rank memory.
+TEST(Zero, TrainCommandZeroEqualsOneProcess) {
+  auto run = [](const std::string &distMode, const std::string &modes, const std::string &json) {
+    std::vector<std::string> args = {"rcjit",   "train",   "--model", "toy64",       "--layers",
+                                     "2",       "--batch", "8",       "--seq",       "4",
+                                     "--steps", "5",       "--modes", modes,         "--dist",
+                                     distMode,  "--json",  json,      "--bucket-mb", "0.001"};
+    std::vector<const char *> argv;
+    for (const std::string &a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    int code = tools::runCli(static_cast<int>(argv.size()), argv.data(), out, err);
+    EXPECT_EQ(code, 0) << err.str();
+    return out.str();
+  };
+  const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
+  const std::string oneJson = dir + "zero_none_" + rank + ".json";
+  run("none", "eager,full", oneJson);
+  for (const std::string stage : {"zero1", "zero2", "zero3"}) {
+    const std::string modes = stage == "zero3" ? "eager" : "eager,full";
+    const std::string json = dir + "zero_" + stage + "_" + rank + ".json";
+    std::string table = run(stage, modes, json);
+    if (dist::rank() != 0) {
+      EXPECT_EQ(table, "") << "only rank 0 prints";
+      continue;
+    }
+    EXPECT_NE(table.find(stage + " on " + std::to_string(dist::world_size()) + " rank"),
+              std::string::npos)
+        << table;
+    EXPECT_NE(table.find("waiting on communication (reduce-scatters, all-gathers)"),
+              std::string::npos)
+        << table;
+    EXPECT_NE(table.find("per rank (the largest over ranks):"), std::string::npos) << table;
+    nlohmann::json one = nlohmann::json::parse(std::ifstream(oneJson));
+    nlohmann::json z = nlohmann::json::parse(std::ifstream(json));
+    EXPECT_EQ(z["dist"], stage);
+    const size_t nModes = stage == "zero3" ? 1 : 2;
+    ASSERT_EQ(z["results"].size(), nModes);
+    for (size_t mi = 0; mi < nModes; ++mi) {
+      for (int i = 0; i < 5; ++i) {
+        double a = one["results"][mi]["losses"][i], b = z["results"][mi]["losses"][i];
+        EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << stage << " mode " << mi << " step " << i;
+      }
+      EXPECT_GT(z["results"][mi]["model_state_mib"].get<double>(), 0);
+      EXPECT_EQ(z["results"][mi]["comm_wait_ms_steps"].size(), 5u);
+    }
+  }
+}
+
+TEST(Zero, TrainCommandRefusesZero3Compiled) {
+  std::vector<const char *> args = {"rcjit",  "train", "--model", "toy64",
+                                    "--dist", "zero3", "--modes", "eager,full"};
+  std::ostringstream out, err;
+  int code = tools::runCli(static_cast<int>(args.size()), args.data(), out, err);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.str().find("--dist zero3 gathers each block's parameters as the block is "
+                           "called, so the model runs eagerly: use --modes eager"),
+            std::string::npos)
+      << err.str();
+}
+
+} // namespace
+} // namespace rcjit
