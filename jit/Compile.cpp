@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include <rcjit/Compile.h>
 
@@ -13,6 +14,7 @@
 #include "jit/CapturedVariables.h"
 #include "jit/CompileGraph.h"
 #include "jit/CompiledState.h"
+#include "jit/Pipeline.h"
 #include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
 #include "support/Profiler.h"
@@ -390,9 +392,23 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   std::vector<const Tensor *> inputs;
   std::string lastWhy, allWhy;
   std::vector<std::shared_ptr<const Entry>> entries;
+  std::string scheduled; // a pass schedule step dropped the entries: why this compile
+  ActiveSchedule schedule;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     entries = s.entries;
+    scheduled = std::exchange(s.scheduleReason, "");
+    if (s.scheduleAt >= 0) {
+      schedule = {.function = s.label(),
+                  .step = s.calls - 1,
+                  .passes = s.opts.schedule[static_cast<size_t>(s.scheduleAt)].passes,
+                  .memoryBudget = s.opts.memory_budget};
+    }
+  }
+  ScheduleScope scheduleScope(schedule.passes.empty() ? nullptr : &schedule);
+  if (!scheduled.empty()) {
+    logging::emit(logging::RecompileEvent{
+        .function = s.id, .name = s.name, .entry = 0, .guard = scheduled});
   }
   for (const auto &e : entries) { // another thread may have compiled meanwhile
     gatherInputs(*e, args, inputs);
@@ -473,7 +489,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     logging::emit(
         logging::GraphBreakEvent{.function = s.id, .name = s.name, .breaks = graphBreaks(t)});
   }
-  std::string reason = entries.empty() ? "first call" : lastWhy;
+  std::string reason = !scheduled.empty() ? scheduled : entries.empty() ? "first call" : lastWhy;
   std::vector<logging::StaticDimEvent> notes;
   std::vector<DynSymbol> dynamic = dynamicCandidates(s.opts, args, entries, notes);
   if (t.mutates() && !dynamic.empty()) { // its probe traces would run the step again
@@ -496,10 +512,11 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
         : e->program  ? e->program->cacheHits()
         : e->training ? e->training->forward().cacheHits() + e->training->backward().cacheHits()
                       : 0;
-    s.stats.recompiles += !entries.empty() && e->compiled() ? 1 : 0;
+    s.stats.recompiles += (!entries.empty() || !scheduled.empty()) && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
-    if (!entries.empty()) s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
+    if (!entries.empty() || !scheduled.empty())
+      s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
   }
   if (meta && e->compiled()) {
     gatherInputs(*e, args, inputs);
@@ -529,6 +546,33 @@ void checkMarkedRanges(const std::vector<Tensor> &args) {
   }
 }
 
+std::string passList(const CompileOptions &o, int at) {
+  if (at < 0) return "none";
+  std::string out = "[";
+  const auto &names = o.schedule[static_cast<size_t>(at)].passes;
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out + "]";
+}
+
+// Counts the call (a training step) and, where it reaches a step of the pass schedule,
+// drops the compiled entries so this call recompiles with that step's pass list.
+void advanceSchedule(CompiledState &s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  const int64_t step = s.calls++;
+  int at = s.scheduleAt;
+  while (at + 1 < static_cast<int>(s.opts.schedule.size()) &&
+         s.opts.schedule[static_cast<size_t>(at + 1)].step <= step) {
+    ++at;
+  }
+  if (at == s.scheduleAt) return;
+  const std::string before = passList(s.opts, s.scheduleAt);
+  s.scheduleAt = at;
+  if (s.entries.empty()) return; // nothing compiled yet: the first compile uses the list
+  s.entries.clear();
+  s.scheduleReason = "the pass schedule reached step " + std::to_string(step) + ": passes " +
+                     before + " -> " + passList(s.opts, at);
+}
+
 } // namespace
 
 namespace {
@@ -556,6 +600,19 @@ CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size
   if (o.recompile_limit < 1) {
     throw Error("compile: recompile_limit must be >= 1, got " + std::to_string(o.recompile_limit));
   }
+  if (o.memory_budget < 0) {
+    throw Error("compile: memory_budget must be >= 0 bytes, got " +
+                std::to_string(o.memory_budget));
+  }
+  for (size_t i = 0; i < o.schedule.size(); ++i) {
+    const ScheduleStep &st = o.schedule[i];
+    if (st.step < 0 || (i > 0 && st.step <= o.schedule[i - 1].step)) {
+      throw Error("compile: schedule steps must be >= 0 and increasing; step " +
+                  std::to_string(i) + " is at " + std::to_string(st.step) +
+                  (i > 0 ? " after " + std::to_string(o.schedule[i - 1].step) : ""));
+    }
+    checkScheduledPasses(st.passes, "compile: schedule step at " + std::to_string(st.step));
+  }
   if (o.target == Target::cuda) {
     if (const std::string &why = cuda::unavailableReason(); !why.empty()) {
       throw Error("compile: Target::cuda needs an NVIDIA GPU: " + why);
@@ -574,6 +631,7 @@ std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &ar
   profiler::Scope scope("call", [&s] { return s.label(); });
   if (s.opts.mode == Mode::eager || s.opts.stance == Stance::force_eager) return fn(args);
   checkMarkedRanges(args);
+  if (!s.opts.schedule.empty()) advanceSchedule(s);
   thread_local std::vector<const Tensor *> inputs;
   std::shared_ptr<const Entry> hit;
   {

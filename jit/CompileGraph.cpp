@@ -146,7 +146,7 @@ CompileResult compileGraph(CompileRequest r) {
 
   // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
-  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.exec.target));
+  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.exec.target), r.label);
   for (size_t k = 0; k < ns; ++k)
     res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
   if (r.stop == CompileStop::optimized) return res;

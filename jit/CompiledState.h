@@ -72,6 +72,11 @@ public:
   std::vector<std::shared_ptr<const Entry>> entries;
   CompileStats stats;
   std::vector<std::string> history;
+  // the pass schedule (opts.schedule): calls so far, the schedule step in force (-1: none),
+  // and, after a step dropped the entries, the reason the next compile gives
+  int64_t calls = 0;
+  int scheduleAt = -1;
+  std::string scheduleReason;
 };
 
 } // namespace rcjit::detail

@@ -1,6 +1,7 @@
 // The default pass order and the loop that runs a pass list.
 #include "jit/Pipeline.h"
 
+#include <map>
 #include <mutex>
 
 #include <rcjit/Passes.h>
@@ -30,7 +31,82 @@ std::vector<Pass> registeredPasses() {
   std::lock_guard<std::mutex> lock(passesMutex());
   return userPasses();
 }
+std::map<std::string, ScheduledPassFn> &scheduledRegistry() {
+  static std::map<std::string, ScheduledPassFn> passes;
+  return passes;
+}
+thread_local const ActiveSchedule *activeSchedule = nullptr;
+
+bool endsWith(const std::string &s, const std::string &tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 } // namespace
+
+void register_scheduled_pass(std::string name, ScheduledPassFn fn) {
+  if (name.empty()) throw Error("register_scheduled_pass: a pass needs a name");
+  if (!fn) throw Error("register_scheduled_pass: pass '" + name + "' has no function");
+  std::lock_guard<std::mutex> lock(passesMutex());
+  if (!scheduledRegistry().emplace(name, std::move(fn)).second) {
+    throw Error("register_scheduled_pass: a pass named '" + name + "' is already registered");
+  }
+}
+
+bool has_scheduled_pass(const std::string &name) {
+  std::lock_guard<std::mutex> lock(passesMutex());
+  return scheduledRegistry().count(name) > 0;
+}
+
+void clear_scheduled_passes() {
+  std::lock_guard<std::mutex> lock(passesMutex());
+  scheduledRegistry().clear();
+}
+
+ScheduleScope::ScheduleScope(const ActiveSchedule *a) : saved_(activeSchedule) {
+  activeSchedule = a;
+}
+ScheduleScope::~ScheduleScope() { activeSchedule = saved_; }
+
+void checkScheduledPasses(const std::vector<std::string> &names, const std::string &who) {
+  std::lock_guard<std::mutex> lock(passesMutex());
+  for (const std::string &n : names) {
+    if (!scheduledRegistry().count(n)) {
+      throw Error(who + ": no scheduled pass named '" + n +
+                  "' is registered (register_scheduled_pass before compiling)");
+    }
+  }
+}
+
+std::vector<Pass> scheduledPasses(const std::string &label) {
+  const ActiveSchedule *a = activeSchedule;
+  if (!a || a->passes.empty()) return {};
+  PassContext ctx;
+  ctx.function = a->function;
+  ctx.graph = label;
+  ctx.backward = endsWith(label, " backward");
+  ctx.step = a->step;
+  ctx.passes = a->passes;
+  ctx.memory_budget = a->memoryBudget;
+  std::vector<Pass> out;
+  std::lock_guard<std::mutex> lock(passesMutex());
+  for (const std::string &n : a->passes) {
+    auto it = scheduledRegistry().find(n);
+    if (it == scheduledRegistry().end()) {
+      throw Error(a->function + ": the pass schedule at step " + std::to_string(a->step) +
+                  " names '" + n + "', which is no longer registered");
+    }
+    ScheduledPassFn fn = it->second;
+    out.push_back({n, [fn, ctx](const Graph &g) { return fn(g, ctx); }});
+  }
+  return out;
+}
+
+std::string scheduleKey() {
+  const ActiveSchedule *a = activeSchedule;
+  if (!a || a->passes.empty()) return "";
+  std::string key = "passes:";
+  for (size_t i = 0; i < a->passes.size(); ++i) key += (i ? "," : "") + a->passes[i];
+  return key + "/";
+}
 
 void register_graph_pass(std::string name, GraphPassFn fn) {
   if (!fn) throw Error("register_graph_pass: pass '" + name + "' has no function");
@@ -51,7 +127,7 @@ PipelineOptions pipelineOptionsFor(Target t) {
   return o;
 }
 
-std::vector<Pass> defaultPasses(const PipelineOptions &opts) {
+std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &label) {
   std::vector<Pass> passes;
   // decompose first: its scalars (eps, 1/sqrt(D)) then fold, and the casts and constants
   // it emits for each composite are merged by CSE.
@@ -64,6 +140,8 @@ std::vector<Pass> defaultPasses(const PipelineOptions &opts) {
   if (opts.cse) passes.push_back({"cse", cse});
   // user passes see the canonical (decomposed, folded, deduplicated) graph
   for (Pass &p : registeredPasses()) passes.push_back(std::move(p));
+  // then the pass schedule's, in its order (a schedule's passes build on the user's graph)
+  for (Pass &p : scheduledPasses(label)) passes.push_back(std::move(p));
   // DCE last: it removes what folding (the constants' operands) and decompose left unused.
   if (opts.dce) passes.push_back({"dce", dce});
   return passes;

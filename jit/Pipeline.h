@@ -7,6 +7,7 @@
 // (CSE can merge nodes across regions): regional compilation extracts regions before
 // optimizing them, so nothing downstream of the pipeline relies on them.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,8 +39,42 @@ struct PipelineOptions {
 /// cuBLAS call.
 PipelineOptions pipelineOptionsFor(Target t);
 
-/// decompose, constant_fold, cse, dce (those enabled in `opts`), in that order.
-std::vector<Pass> defaultPasses(const PipelineOptions &opts = {});
+/// The pass schedule step a compile on this thread is under: set by the compiled function
+/// that compiles (ScheduleScope), read by every compileGraph it makes (forward, backward,
+/// stages), so each graph of the function runs the scheduled passes with its own context.
+struct ActiveSchedule {
+  std::string function; // the compiled function's label
+  int64_t step = 0;     // the call that compiles
+  std::vector<std::string> passes;
+  int64_t memoryBudget = 0;
+};
+
+/// Makes `a` the active schedule of this thread until destroyed (null: none).
+class ScheduleScope {
+public:
+  explicit ScheduleScope(const ActiveSchedule *a);
+  ~ScheduleScope();
+  ScheduleScope(const ScheduleScope &) = delete;
+  ScheduleScope &operator=(const ScheduleScope &) = delete;
+
+private:
+  const ActiveSchedule *saved_;
+};
+
+/// The active schedule's passes for the graph labelled `label` (its PassContext names the
+/// graph; "... backward" marks a backward half). Empty without an active schedule.
+std::vector<Pass> scheduledPasses(const std::string &label);
+
+/// "" without an active schedule, else "passes:a,b/": process-wide tables of compiled
+/// pieces keyed by a graph before its passes (regional stages) put it in their keys.
+std::string scheduleKey();
+
+/// Throws rcjit::Error naming the first of `names` that is not a registered scheduled pass.
+void checkScheduledPasses(const std::vector<std::string> &names, const std::string &who);
+
+/// decompose, constant_fold, cse, the registered graph passes, the active schedule's passes
+/// (for the graph labelled `label`), dce (those enabled in `opts`), in that order.
+std::vector<Pass> defaultPasses(const PipelineOptions &opts = {}, const std::string &label = "");
 
 /// Runs `passes` in order on `g`. A pass that throws rcjit::Error is reported as
 /// "pass <name>: <message>". Thread-safe when the passes are.

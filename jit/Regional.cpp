@@ -8,6 +8,7 @@
 
 #include "cache/ClearHooks.h"
 #include "jit/CompileGraph.h"
+#include "jit/Pipeline.h"
 #include "targets/SymbolicProgram.h"
 #include "tracer/GraphIO.h"
 
@@ -146,7 +147,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     }
     std::ostringstream key;
     key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
-        << (exec.autotune ? "+autotune" : "") << "/";
+        << (exec.autotune ? "+autotune" : "") << "/" << scheduleKey();
     if (trains) {
       key << "train:";
       for (bool w : wantGrad) key << (w ? '1' : '0');

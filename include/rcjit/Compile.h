@@ -20,6 +20,13 @@ enum class Target { cpu, cuda };
 enum class Dynamic { automatic, always, never };
 enum class Stance { normal, fail_on_recompile, eager_on_recompile, force_eager };
 
+/// One step of a pass schedule: from call `step` of the compiled function on (its training
+/// step, counted from 0), compile with these scheduled passes (register_scheduled_pass).
+struct ScheduleStep {
+  int64_t step = 0;
+  std::vector<std::string> passes;
+};
+
 struct CompileOptions {
   Mode mode = Mode::full;
   Target target = Target::cpu;
@@ -31,6 +38,11 @@ struct CompileOptions {
   bool max_autotune = false; // time candidate implementations on the real shapes, keep the fastest
   bool reduce_overhead = false; // keep buffers bound between calls (CUDA graphs on cuda)
   std::string name;             // shown in logs; default: the compile() call's file:line
+  /// DeepCompile's schedule: (training step, passes) in increasing step order. At each
+  /// listed step the function drops its compiled entries and recompiles with that pass list
+  /// (before the first listed step: no scheduled passes); the recompiles log says why.
+  std::vector<ScheduleStep> schedule;
+  int64_t memory_budget = 0; // bytes, handed to scheduled passes (PassContext); 0: none
 };
 
 struct CompileStats {

@@ -1,7 +1,9 @@
 // Custom graph passes: user functions Graph -> Graph added to every compile's pipeline.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <rcjit/ir/Graph.h>
 
@@ -18,6 +20,30 @@ using GraphPassFn = std::function<Graph(const Graph &)>;
 void register_graph_pass(std::string name, GraphPassFn fn);
 /// Removes every registered pass.
 void clear_graph_passes();
+
+/// What a scheduled pass is told about the graph it receives (DeepCompile's pass context).
+struct PassContext {
+  std::string function;  // the compiled function: "function 3 (step, train.cpp:40)"
+  std::string graph;     // which of its graphs: "function 3 entry 0 backward", a stage, ...
+  bool backward = false; // the backward half of a training entry (or a stage's)
+  int64_t step = 0;      // the function's call (training step) this compile happens at, from 0
+  std::vector<std::string> passes; // the pass list the schedule has in force at `step`
+  int64_t memory_budget = 0;       // CompileOptions::memory_budget in bytes; 0: none set
+};
+
+/// A pass run only where a compile's pass schedule names it (CompileOptions::schedule).
+using ScheduledPassFn = std::function<Graph(const Graph &, const PassContext &)>;
+
+/// Registers `fn` under `name` for pass schedules. A name can be registered once; a
+/// schedule naming a pass that is not registered is an Error at compile(). Process-wide;
+/// thread-safe. Scheduled passes run after the registered graph passes, before
+/// dead-code elimination, in the schedule's order.
+void register_scheduled_pass(std::string name, ScheduledPassFn fn);
+/// Whether `name` is a registered scheduled pass.
+bool has_scheduled_pass(const std::string &name);
+/// Removes every registered scheduled pass (functions compiled with a schedule naming one
+/// fail at their next scheduled compile).
+void clear_scheduled_passes();
 
 /// The readable text form of a graph (what `RCJIT_LOGS=graph` prints).
 std::string print_graph(const Graph &g);
