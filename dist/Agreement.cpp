@@ -228,9 +228,13 @@ std::string context(const Record &r, const Comm &c) {
 void agree(const Record &mine, const Comm &c) {
   const std::string ctx = context(mine, c);
   std::vector<Record> all(static_cast<size_t>(c.size));
-  checkMpi(
-      MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, c.comm),
-      "MPI_Allgather (the shape check)", ctx);
+  checkNotBroken(ctx);
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Iallgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE,
+                          c.comm, &request),
+           "MPI_Iallgather (the shape check)", ctx);
+  checkMpi(waitRequest(request, "the shape check (MPI_Iallgather)", ctx),
+           "MPI_Iallgather (the shape check)", ctx);
   auto differ = [&](auto field) {
     for (const Record &r : all) {
       if (field(r) != field(all[0])) return true;

@@ -58,7 +58,16 @@ Tensor Work::wait() {
   {
     auto lock = detail::lockMpi();
     auto t0 = std::chrono::steady_clock::now();
-    int rc = MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+    int rc = MPI_SUCCESS;
+    try {
+      rc = detail::waitRequest(s.request, "the transfer", s.context);
+    } catch (const Error &e) { // timed out: the request is abandoned with the job
+      s.finished = true;
+      s.error = e.what();
+      // MPI may still write into the buffers: they are left allocated for the process's life
+      new std::vector<Tensor>(std::move(s.keep)); // NOLINT: leaked on purpose
+      throw;
+    }
     s.waitSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rc != MPI_SUCCESS) {
       s.finished = true;
@@ -260,7 +269,9 @@ void barrier() {
   Record r;
   r.kind = static_cast<int32_t>(Kind::barrier);
   const std::string ctx = agreeOn(r, c);
-  checkMpi(MPI_Barrier(c.comm), "MPI_Barrier", ctx);
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Ibarrier(c.comm, &request), "MPI_Ibarrier", ctx);
+  checkMpi(detail::waitRequest(request, "MPI_Ibarrier", ctx), "MPI_Ibarrier", ctx);
 }
 
 } // namespace rcjit::dist

@@ -1,7 +1,10 @@
 // MPI initialization and finalization, the serializing lock, MPI error conversion.
 #include "dist/Comm.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <rcjit/Dist.h>
 #include <rcjit/Error.h>
@@ -14,6 +17,7 @@ std::mutex mpiMutex;
 Comm world;
 bool ready = false;
 bool ownsMpi = false; // rcjit called MPI_Init, so it calls MPI_Finalize
+std::string broken;   // set by a collective that timed out: the message later calls repeat
 
 std::string mpiMessage(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -27,6 +31,10 @@ void finalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!ready || finalized) return;
+  if (!broken.empty()) { // MPI_Finalize would wait for the rank that stopped: end the job
+    MPI_Abort(world.comm, 1);
+    return;
+  }
   MPI_Comm_free(&world.comm);
   ready = false;
   if (ownsMpi) MPI_Finalize();
@@ -38,6 +46,48 @@ std::unique_lock<std::mutex> lockMpi() { return std::unique_lock<std::mutex>(mpi
 
 void checkMpi(int rc, const char *what, const std::string &context) {
   if (rc != MPI_SUCCESS) throw Error(context + ": " + what + " failed: " + mpiMessage(rc));
+}
+
+double timeoutSeconds() {
+  const char *env = std::getenv("RCJIT_DIST_TIMEOUT");
+  if (!env || !*env) return 600;
+  char *end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (*end != '\0' || !(v > 0)) {
+    throw Error(std::string("RCJIT_DIST_TIMEOUT: '") + env +
+                "' is not a positive number of seconds");
+  }
+  return v;
+}
+
+void checkNotBroken(const std::string &context) {
+  if (!broken.empty()) {
+    throw Error(context + ": an earlier collective timed out (" + broken +
+                "); the ranks no longer agree on which collectives ran, so this job cannot "
+                "communicate any more");
+  }
+}
+
+int waitRequest(MPI_Request &request, const char *what, const std::string &context) {
+  const double limit = timeoutSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int flag = 0;
+    const int rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    if (polls < 1000) continue; // a short collective: spin as MPI_Wait would
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > limit) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", limit);
+      broken = context + ": " + what + " made no progress for " + secs + " s";
+      throw Error(broken + ": another rank died, hangs, or stopped calling collectives in the same "
+                           "order (RCJIT_DIST_TIMEOUT sets the limit in seconds)");
+    }
+    // a long wait: let the other ranks (and this rank's progress thread) have the core
+    std::this_thread::sleep_for(std::chrono::microseconds(polls < 20000 ? 0 : 200));
+  }
 }
 
 const Comm &commLocked() {

@@ -26,6 +26,17 @@ const Comm &commLocked();
 /// Throws rcjit::Error("<context>: <what> failed: <MPI's message>") unless rc is MPI_SUCCESS.
 void checkMpi(int rc, const char *what, const std::string &context);
 
+/// Waits for `request` by polling MPI_Test, at most timeoutSeconds() from the call. Returns
+/// MPI's code (MPI_SUCCESS when done); past the limit marks the communicator broken and
+/// throws rcjit::Error("<context>: <what> made no progress for N s: ..."): a rank died, hangs,
+/// or stopped calling collectives. The caller holds lockMpi().
+int waitRequest(MPI_Request &request, const char *what, const std::string &context);
+/// Seconds a collective may wait: $RCJIT_DIST_TIMEOUT (a positive number), else 600.
+double timeoutSeconds();
+/// After a timeout the ranks disagree on which collectives ran: every later collective is
+/// this Error at once ("... an earlier collective timed out ..."). The caller holds lockMpi().
+void checkNotBroken(const std::string &context);
+
 /// The MPI type that reduces `t` (f32, f64, i32, i64); MPI_DATATYPE_NULL for the others.
 MPI_Datatype reduceType(DType t);
 /// An unsigned MPI integer type of t's element size, for collectives that only move bytes.
