@@ -13,6 +13,7 @@
 #include "jit/passes/ConstantFold.h"
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
+#include "jit/passes/Remat.h"
 #include "targets/Target.h"
 
 namespace rcjit {
@@ -142,6 +143,9 @@ std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &
   for (Pass &p : registeredPasses()) passes.push_back(std::move(p));
   // then the pass schedule's, in its order (a schedule's passes build on the user's graph)
   for (Pass &p : scheduledPasses(label)) passes.push_back(std::move(p));
+  // remat after every rewrite (it judges the final order of uses), before DCE, which drops
+  // the originals it left without uses; after CSE, which would merge its clones back.
+  if (opts.remat) passes.push_back({"remat", [](const Graph &g) { return remat(g); }});
   // DCE last: it removes what folding (the constants' operands) and decompose left unused.
   if (opts.dce) passes.push_back({"dce", dce});
   return passes;

@@ -32,6 +32,7 @@ struct PipelineOptions {
   DecomposeOptions decomposeOptions;
   bool constantFold = true;
   bool cse = true;
+  bool remat = true; // recompute cheap values next to late uses (jit/passes/Remat.h)
   bool dce = true;
 };
 
@@ -73,7 +74,7 @@ std::string scheduleKey();
 void checkScheduledPasses(const std::vector<std::string> &names, const std::string &who);
 
 /// decompose, constant_fold, cse, the registered graph passes, the active schedule's passes
-/// (for the graph labelled `label`), dce (those enabled in `opts`), in that order.
+/// (for the graph labelled `label`), remat, dce (those enabled in `opts`), in that order.
 std::vector<Pass> defaultPasses(const PipelineOptions &opts = {}, const std::string &label = "");
 
 /// Runs `passes` in order on `g`. A pass that throws rcjit::Error is reported as

@@ -13,6 +13,8 @@
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
 #include "jit/passes/Decompose.h"
+#include "jit/passes/Remat.h"
+#include "targets/Target.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tracer/GraphIO.h"
@@ -571,10 +573,12 @@ TEST(PassesDce, DropsDeadNodesButKeepsInputs) {
 TEST(PassesPipeline, DefaultOrder) {
   std::vector<std::string> names;
   for (const Pass &p : defaultPasses()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"decompose", "constant_fold", "cse", "dce"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"decompose", "constant_fold", "cse", "remat", "dce"}));
   PipelineOptions o;
   o.decompose = false;
   o.cse = false;
+  o.remat = false;
   names.clear();
   for (const Pass &p : defaultPasses(o)) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "dce"}));
@@ -738,3 +742,84 @@ TEST(PassesLowering, SmallLinearAndMatmulCompileCorrectly) {
 }
 
 } // namespace
+
+// ---- remat ------------------------------------------------------------------------------
+
+namespace {
+// exp(x) * 2 used at once, and again after a long stretch of other work: the pass makes it
+// again next to the late use, from x (an input, alive anyway).
+Traced rematLateUse(int stretch) {
+  return trace(
+      [stretch](const std::vector<Tensor> &a) {
+        Tensor e = exp(a[0]) * 2.0;
+        Tensor h = e + 1.0;
+        for (int i = 0; i < stretch; ++i) h = relu(matmul(h, a[1]));
+        return one(h + e);
+      },
+      {Tensor::randn({256, 256}, 40) * 0.1, Tensor::randn({256, 256}, 41) * 0.05});
+}
+int lastUseOf(const Graph &g, int v) {
+  int last = -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (int in : g.nodes[i].inputs) {
+      if (in == v) last = static_cast<int>(i);
+    }
+  }
+  return last;
+}
+} // namespace
+
+TEST(PassesRemat, RecomputesACheapValueNextToItsLateUse) {
+  Traced t = rematLateUse(40);
+  Graph before = dce(cse(t.graph));
+  Graph after = dce(remat(before));
+  EXPECT_EQ(count(after, OpKind::exp), 2) << printGraph(after);
+  // every exp's (and its scaled value's) uses are now close to it: none spans the stretch
+  for (size_t i = 0; i < after.nodes.size(); ++i) {
+    if (after.nodes[i].op != OpKind::exp) continue;
+    const int mul = lastUseOf(after, static_cast<int>(i));
+    EXPECT_LT(lastUseOf(after, mul) - static_cast<int>(i), 8) << printGraph(after);
+  }
+  expectSameValues(before, after, t.inputs);
+}
+
+TEST(PassesRemat, LeavesShortGapsSmallValuesAndValuesWhoseOperandsDieAlone) {
+  Traced shortGap = rematLateUse(2);
+  Graph g = dce(cse(shortGap.graph));
+  EXPECT_EQ(printGraph(remat(g)), printGraph(g)) << "a gap shorter than minGap";
+  RematOptions big;
+  big.minBytes = 1 << 30;
+  Graph longGap = dce(cse(rematLateUse(40).graph));
+  EXPECT_EQ(printGraph(remat(longGap, big)), printGraph(longGap)) << "values under minBytes";
+  // exp of a matmul result that nothing else reads: making it again would keep the
+  // (large, not cheap) matmul result alive across the stretch instead
+  Traced fromMatmul = trace(
+      [](const std::vector<Tensor> &a) {
+        Tensor e = exp(matmul(a[0], a[1]));
+        Tensor h = e + 1.0;
+        for (int i = 0; i < 40; ++i) h = relu(matmul(h, a[1]));
+        return one(h + e);
+      },
+      {Tensor::randn({256, 256}, 42) * 0.1, Tensor::randn({256, 256}, 43) * 0.05});
+  Graph m = dce(cse(fromMatmul.graph));
+  EXPECT_EQ(printGraph(remat(m)), printGraph(m));
+}
+
+// In the default pipeline: the lowered program's scratch arena is smaller with remat (the
+// late use no longer keeps exp(x) * 2 alive across the stretch).
+TEST(PassesRemat, ShrinksTheArenaOfAGraphWithLateUses) {
+  Traced t = rematLateUse(40);
+  PipelineOptions off;
+  off.remat = false;
+  auto arenaBytes = [&](const PipelineOptions &o) {
+    Graph g = runPipeline(t.graph, defaultPasses(o));
+    std::vector<Shape> strides;
+    for (const Tensor &in : t.inputs) strides.push_back(in.strides());
+    LowerSteps lower(g, strides, targetInfo(Target::cpu).lower);
+    lower.fuse();
+    lower.buildKernels();
+    return lower.planBuffers().arenaBytes;
+  };
+  const int64_t with = arenaBytes({}), without = arenaBytes(off);
+  EXPECT_LT(with, without) << with << " vs " << without;
+}
