@@ -471,6 +471,10 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     meta = false;
     t = traceFunction(fn, args, false, /*autograd=*/true);
   }
+  if (!schedule.passes.empty()) { // what PassContext::profile runs the graph on
+    schedule.inputs = t.args;
+    schedule.inputs.insert(schedule.inputs.end(), t.captured.begin(), t.captured.end());
+  }
   if (t.mutates() && !t.breaks.empty()) {
     throw Error("compiled " + fname +
                 " is a whole step (it calls backward(), an optimizer step or copy_) and reads "

@@ -1,6 +1,7 @@
 // interpretGraph: binds inputs, resolves symbols, then eager::run for every node.
 #include "jit/Interpreter.h"
 
+#include <chrono>
 #include <string>
 
 #include <rcjit/Error.h>
@@ -94,8 +95,11 @@ struct Interpreter {
     for (int o : g.outputs) lastUse[o] = g.nodes.size();
   }
 
-  std::vector<Tensor> run() {
+  std::vector<Tensor> run(std::vector<NodeProfile> *profile = nullptr) {
     computeLastUse();
+    int64_t live = 0;
+    std::vector<int64_t> held(g.nodes.size(), 0); // bytes each value holds while alive
+    if (profile) profile->assign(g.nodes.size(), NodeProfile{});
     for (size_t i = 0; i < order.size(); ++i) {
       checkInput(g.nodes[order[i]], inputs[i]);
       values[order[i]] = inputs[i];
@@ -103,10 +107,26 @@ struct Interpreter {
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node &n = g.nodes[i];
       if (n.op == OpKind::input) continue;
+      const auto t0 = std::chrono::steady_clock::now();
       values[i] = runNode(n);
-      for (int in : n.inputs) {
-        if (lastUse[in] == i) values[in] = Tensor(); // frees intermediates early
+      if (profile) {
+        NodeProfile &p = (*profile)[i];
+        p.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
+        if (opInfo(n.op).category != OpCategory::View) {
+          p.bytes = values[i].numel() * static_cast<int64_t>(dtypeSize(values[i].dtype()));
+        }
+        held[i] = p.bytes;
+        live += p.bytes;
       }
+      for (int in : n.inputs) {
+        if (lastUse[in] == i) { // frees intermediates early
+          values[in] = Tensor();
+          live -= held[in];
+          held[in] = 0;
+        }
+      }
+      if (profile) (*profile)[i].live_bytes = live;
     }
     std::vector<Tensor> outs;
     for (int o : g.outputs) outs.push_back(values[o]);
@@ -118,6 +138,12 @@ struct Interpreter {
 
 std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs) {
   return Interpreter(g, inputs).run();
+}
+
+std::vector<NodeProfile> profileGraph(const Graph &g, const std::vector<Tensor> &inputs) {
+  std::vector<NodeProfile> profile;
+  Interpreter(g, inputs).run(&profile);
+  return profile;
 }
 
 } // namespace rcjit

@@ -6,6 +6,7 @@
 #pragma once
 #include <vector>
 
+#include <rcjit/Passes.h>
 #include <rcjit/Tensor.h>
 
 #include "tracer/Graph.h"
@@ -19,5 +20,9 @@ namespace rcjit {
 /// (count, dtype, rank, static sizes) or an op rejects its operands. Thread-safe; the
 /// results may share storage with the inputs (views) and with each other.
 std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs);
+
+/// Runs `g` like interpretGraph and returns, per node, its time, the bytes of its value
+/// (0 for inputs and views) and the bytes of the values held after it ran.
+std::vector<NodeProfile> profileGraph(const Graph &g, const std::vector<Tensor> &inputs);
 
 } // namespace rcjit

@@ -10,6 +10,7 @@
 
 #include <rcjit/Error.h>
 
+#include "jit/Interpreter.h"
 #include "jit/passes/ConstantFold.h"
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
@@ -87,6 +88,13 @@ std::vector<Pass> scheduledPasses(const std::string &label) {
   ctx.step = a->step;
   ctx.passes = a->passes;
   ctx.memory_budget = a->memoryBudget;
+  // the graphs that take the call's inputs: the entry's own (or its training forward)
+  const std::string entry = a->function + " entry ";
+  if (!a->inputs.empty() && label.compare(0, entry.size(), entry) == 0 && !ctx.backward &&
+      label.find(" stage ") == std::string::npos) {
+    std::vector<Tensor> inputs = a->inputs;
+    ctx.profile = [inputs](const Graph &g) { return profileGraph(g, inputs); };
+  }
   std::vector<Pass> out;
   std::lock_guard<std::mutex> lock(passesMutex());
   for (const std::string &n : a->passes) {

@@ -48,6 +48,7 @@ struct ActiveSchedule {
   int64_t step = 0;     // the call that compiles
   std::vector<std::string> passes;
   int64_t memoryBudget = 0;
+  std::vector<Tensor> inputs; // the compiling call's program inputs (args, then captured)
 };
 
 /// Makes `a` the active schedule of this thread until destroyed (null: none).

@@ -130,6 +130,8 @@ TEST(PassSchedule, TrainingEntriesRunThePassesOnForwardAndBackward) {
   EXPECT_NE(seen[0].backward, seen[1].backward) << "one forward, one backward graph";
   for (const PassContext &c : seen) {
     EXPECT_EQ(c.graph.find(" backward") != std::string::npos, c.backward) << c.graph;
+    // the forward takes the call's inputs, so it can be profiled; the backward cannot
+    EXPECT_EQ(static_cast<bool>(c.profile), !c.backward) << c.graph;
   }
   EXPECT_EQ(loss.stats().recompiles, 1);
 }
@@ -210,4 +212,48 @@ TEST(PassSchedule, BadSchedulesAreErrors) {
   }
   EXPECT_TRUE(has_scheduled_pass("test_observe"));
   EXPECT_FALSE(has_scheduled_pass("no_such_pass"));
+}
+
+// PassContext::profile runs the graph the pass holds on the compiling call's inputs: a
+// value per node, the memory of each materialized value and of what is held after it.
+TEST(PassSchedule, PassesCanProfileTheGraphOnTheCallsInputs) {
+  static std::vector<NodeProfile> profile;
+  static Graph profiled;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_scheduled_pass("test_profile", [](const Graph &g, const PassContext &ctx) {
+      if (!ctx.profile) throw Error("no profile for " + ctx.graph);
+      profile = ctx.profile(g);
+      profiled = g;
+      return g;
+    });
+  });
+  cache::clear();
+  CompileOptions o;
+  o.schedule = {{0, {"test_profile"}}};
+  auto f = compile([](const Tensor &x) { return sum(exp(x) * 2.0 + x, {1}); }, o);
+  Tensor x = Tensor::randn({64, 32}, 9);
+  EXPECT_TRUE(allclose(f(x), sum(exp(x) * 2.0 + x, {1}), 1e-4, 1e-5));
+  ASSERT_EQ(profile.size(), profiled.nodes.size()) << print_graph(profiled);
+  int64_t held = 0;
+  int exps = 0;
+  for (size_t i = 0; i < profiled.nodes.size(); ++i) {
+    const Node &n = profiled.nodes[i];
+    const NodeProfile &p = profile[i];
+    EXPECT_GE(p.ms, 0.0);
+    if (n.op == OpKind::input) {
+      EXPECT_EQ(p.bytes, 0);
+      continue;
+    }
+    int64_t numel = 1;
+    for (const Dim &d : n.shape) numel *= d.value;
+    if (n.op == OpKind::exp) {
+      ++exps;
+      EXPECT_EQ(p.bytes, numel * 4) << "a [64, 32] f32 value";
+    }
+    held = std::max(held, p.live_bytes);
+  }
+  EXPECT_EQ(exps, 1) << print_graph(profiled);
+  EXPECT_GE(held, 64 * 32 * 4) << "exp(x) was held while its users ran";
+  EXPECT_EQ(profile.back().live_bytes, 64 * 4) << "only the [64] output is held at the end";
 }

@@ -21,6 +21,13 @@ void register_graph_pass(std::string name, GraphPassFn fn);
 /// Removes every registered pass.
 void clear_graph_passes();
 
+/// One node's share of a profiling run (PassContext::profile).
+struct NodeProfile {
+  double ms = 0;          // the node run alone on the eager target
+  int64_t bytes = 0;      // the memory its value takes (0: a view, or an input)
+  int64_t live_bytes = 0; // the values held after it ran (inputs excluded)
+};
+
 /// What a scheduled pass is told about the graph it receives (DeepCompile's pass context).
 struct PassContext {
   std::string function;  // the compiled function: "function 3 (step, train.cpp:40)"
@@ -29,6 +36,12 @@ struct PassContext {
   int64_t step = 0;      // the function's call (training step) this compile happens at, from 0
   std::vector<std::string> passes; // the pass list the schedule has in force at `step`
   int64_t memory_budget = 0;       // CompileOptions::memory_budget in bytes; 0: none set
+  /// Set where the graph takes the compiling call's inputs (a full-mode entry, a whole
+  /// step, a training entry's forward; not a backward or a regional stage): runs the graph
+  /// it is given once, node by node on the eager target, on those inputs, and returns per
+  /// node its time and memory (DeepCompile's profiling run; values computed are dropped,
+  /// nothing is written back). Costs about one eager call, so it runs only when asked.
+  std::function<std::vector<NodeProfile>(const Graph &)> profile;
 };
 
 /// A pass run only where a compile's pass schedule names it (CompileOptions::schedule).
