@@ -71,11 +71,14 @@ void checkNotBroken(const std::string &context) {
 int waitRequest(MPI_Request &request, const char *what, const std::string &context) {
   const double limit = timeoutSeconds();
   const auto start = std::chrono::steady_clock::now();
-  for (int polls = 0;; ++polls) {
+  for (int64_t polls = 0;; ++polls) {
     int flag = 0;
     const int rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || flag) return rc;
-    if (polls < 1000) continue; // a short collective: spin as MPI_Wait would
+    // MPI moves a non-blocking collective's data only inside MPI calls: poll without pause,
+    // as MPI_Wait does, only yielding the core to ranks that share it
+    std::this_thread::yield();
+    if (polls % 1024 != 1023) continue;
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > limit) {
@@ -85,8 +88,6 @@ int waitRequest(MPI_Request &request, const char *what, const std::string &conte
       throw Error(broken + ": another rank died, hangs, or stopped calling collectives in the same "
                            "order (RCJIT_DIST_TIMEOUT sets the limit in seconds)");
     }
-    // a long wait: let the other ranks (and this rank's progress thread) have the core
-    std::this_thread::sleep_for(std::chrono::microseconds(polls < 20000 ? 0 : 200));
   }
 }
 

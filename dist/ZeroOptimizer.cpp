@@ -71,11 +71,20 @@ struct ZeroOptimizer::Impl {
   // stage 3: the units in the order the current forward pass gathered them
   std::shared_ptr<std::vector<size_t>> pass;
   std::optional<size_t> lastBlock; // the block gathered last in the pass (released by the next)
+  std::vector<size_t> blockOrder, previousBlockOrder; // blocks in the order forward called them
+  bool prefetchOn = false;
+  struct Prefetch {
+    size_t unit;
+    Work work;
+  };
+  std::optional<Prefetch> prefetched; // a gather in flight before it is needed
 
   void build(nn::ModuleBase &m, ZeroOptions o);
   void addUnit(ZeroUnit u);
   void makeOptimizer(ZeroUnit &u);
-  Tensor gatherFlat(ZeroUnit &u);
+  Tensor gatherFlat(size_t i);
+  void startPrefetch(size_t i);
+  void dropPrefetch();
   void gatherFresh(size_t i);
   void refill(size_t i);
   void release(size_t i);
@@ -148,6 +157,7 @@ void ZeroOptimizer::Impl::makeOptimizer(ZeroUnit &u) {
 void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
   model = &m;
   stage = o.stage;
+  prefetchOn = o.prefetch;
   bucketBytes = o.bucket_bytes;
   if (stage < 1 || stage > 3) {
     throw Error("dist::ZeroOptimizer: stage " + std::to_string(stage) + " is not 1, 2 or 3");
@@ -269,7 +279,16 @@ void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
 
 // ---- stage 3: gather, release, backward ----
 
-Tensor ZeroOptimizer::Impl::gatherFlat(ZeroUnit &u) {
+// Unit i's full flat values: the prefetched gather when it is this unit's, else a blocking one.
+Tensor ZeroOptimizer::Impl::gatherFlat(size_t i) {
+  ZeroUnit &u = units[i];
+  if (prefetched && prefetched->unit == i) {
+    Tensor flat = prefetched->work.wait();
+    stats.waitSeconds += prefetched->work.waitSeconds();
+    prefetched.reset();
+    return flat;
+  }
+  dropPrefetch(); // a guess that missed: every rank missed it the same way
   const auto t0 = std::chrono::steady_clock::now();
   Tensor flat = all_gather(u.slice.detach());
   stats.waitSeconds += secondsSince(t0);
@@ -278,9 +297,26 @@ Tensor ZeroOptimizer::Impl::gatherFlat(ZeroUnit &u) {
   return flat;
 }
 
+void ZeroOptimizer::Impl::startPrefetch(size_t i) {
+  if (!prefetchOn || prefetched || units[i].present) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  Work w = all_gather_async(units[i].slice.detach());
+  stats.waitSeconds += secondsSince(t0); // the shape check is a blocking exchange
+  stats.gathers += 1;
+  stats.gatheredBytes += f32Bytes(units[i].sliceLen * world);
+  prefetched = Prefetch{i, std::move(w)};
+}
+
+void ZeroOptimizer::Impl::dropPrefetch() {
+  if (!prefetched) return;
+  prefetched->work.wait();
+  stats.waitSeconds += prefetched->work.waitSeconds();
+  prefetched.reset();
+}
+
 void ZeroOptimizer::Impl::gatherFresh(size_t i) {
   ZeroUnit &u = units[i];
-  Tensor flat = gatherFlat(u);
+  Tensor flat = gatherFlat(i);
   u.params.clear();
   for (ZeroMember &mem : u.members) {
     Tensor t = Tensor::empty(mem.shape);
@@ -302,7 +338,7 @@ void ZeroOptimizer::Impl::gatherFresh(size_t i) {
 void ZeroOptimizer::Impl::refill(size_t i) {
   ZeroUnit &u = units[i];
   if (u.present || u.params.empty()) return;
-  Tensor flat = gatherFlat(u);
+  Tensor flat = gatherFlat(i);
   for (const Tensor &t : u.params) detail::refillStorage(t);
   detail::unpackRange(u, u.params, 0, u.numel, flat.data<float>());
   u.present = true;
@@ -323,8 +359,11 @@ void ZeroOptimizer::Impl::enterRoot() {
   if (unsharded) return;
   pass = std::make_shared<std::vector<size_t>>();
   lastBlock.reset();
+  if (!blockOrder.empty()) previousBlockOrder = std::move(blockOrder);
+  blockOrder.clear();
   for (ZeroUnit &u : units) u.entered = false;
   gatherFresh(units.size() - 1); // the rest: present for the whole pass
+  if (!previousBlockOrder.empty()) startPrefetch(previousBlockOrder.front());
 }
 
 void ZeroOptimizer::Impl::enterBlock(size_t i) {
@@ -343,6 +382,10 @@ void ZeroOptimizer::Impl::enterBlock(size_t i) {
   if (lastBlock && *lastBlock != i) release(*lastBlock);
   gatherFresh(i);
   lastBlock = i;
+  blockOrder.push_back(i);
+  // the block that followed this one in the previous forward is probably next
+  auto at = std::find(previousBlockOrder.begin(), previousBlockOrder.end(), i);
+  if (at != previousBlockOrder.end() && at + 1 != previousBlockOrder.end()) startPrefetch(at[1]);
 }
 
 Work ZeroOptimizer::Impl::startReduceScatter(ZeroUnit &u, const std::vector<Tensor> &grads) {
@@ -379,6 +422,7 @@ void ZeroOptimizer::Impl::unitBackward(size_t i, const std::vector<Tensor> &grad
   if (!retain) release(i);
   // the unit gathered before this one runs its backward next: gather it back
   if (pos > 0) refill((*order)[pos - 1]);
+  if (pos > 1) startPrefetch((*order)[pos - 2]); // and the one whose backward follows
 }
 
 // Waits for the unit's reduce-scatters and sets its slice's gradient to their mean over the
@@ -479,6 +523,7 @@ void ZeroOptimizer::Impl::stepStage3() {
       u.stepped = true;
     }
   }
+  dropPrefetch();
   // the gathered values are stale now: free them; the next forward gathers the new ones
   for (size_t i = 0; i < units.size(); ++i) release(i);
   for (ZeroUnit &u : units) {
@@ -548,6 +593,7 @@ void ZeroOptimizer::step() {
 void ZeroOptimizer::unshard() {
   if (impl_->stage < 3 || impl_->unsharded) return;
   NoGradGuard noGrad;
+  impl_->dropPrefetch();
   impl_->pass = std::make_shared<std::vector<size_t>>();
   for (size_t i = 0; i < impl_->units.size(); ++i) impl_->gatherFresh(i);
   impl_->unhook();
@@ -561,10 +607,11 @@ std::vector<Tensor> ZeroOptimizer::full_parameters() {
     for (const Tensor &p : impl_->params) out.push_back(p.clone());
     return out;
   }
-  for (ZeroUnit &u : impl_->units) {
+  for (size_t i = 0; i < impl_->units.size(); ++i) {
+    ZeroUnit &u = impl_->units[i];
     std::vector<Tensor> values;
     for (const ZeroMember &mem : u.members) values.push_back(Tensor::empty(mem.shape));
-    Tensor flat = impl_->gatherFlat(u);
+    Tensor flat = impl_->gatherFlat(i);
     detail::unpackRange(u, values, 0, u.numel, flat.data<float>());
     for (size_t k = 0; k < values.size(); ++k) { // back to model.parameters() order
       for (size_t index : u.members[k].indices) {

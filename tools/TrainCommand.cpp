@@ -44,6 +44,7 @@ struct Settings {
   bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
   bool ddp = false;                                 // --dist ddp or zero1/2/3
   int zeroStage = 0;                                // --dist zero1/2/3
+  bool prefetch = false;                            // --prefetch (zero3)
   int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
 };
@@ -159,7 +160,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   const optim::AdamWOptions adamwOptions{.lr = s.lr};
   const optim::SGDOptions sgdOptions{.lr = s.lr, .momentum = 0.9};
   if (s.zeroStage > 0) { // broadcasts rank 0's weights itself
-    const dist::ZeroOptions zo{.stage = s.zeroStage, .bucket_bytes = s.bucketBytes};
+    const dist::ZeroOptions zo{
+        .stage = s.zeroStage, .bucket_bytes = s.bucketBytes, .prefetch = s.prefetch};
     if (s.optimizer == "adamw") {
       zero.emplace(m->module(), adamwOptions, zo);
     } else {
@@ -199,13 +201,13 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       Autocast ac(DType::bf16, s.autocast);
       l = wholeStep(b.inputs);
     } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
+      const double waited = zero->stats().waitSeconds; // zero3 gathers in forward, backward
       zero->zero_grad();
       {
         Autocast ac(DType::bf16, s.autocast);
         l = loss(b.inputs);
       }
       l.backward();
-      const double waited = zero->stats().waitSeconds;
       zero->step();
       r.commMsAll.push_back((zero->stats().waitSeconds - waited) * 1e3);
     } else {
@@ -285,9 +287,10 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
       s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
   if (s.ddp) {
-    std::snprintf(buf, sizeof buf, ", %s on %d rank%s (%lld rows each)",
-                  s.zeroStage ? ("zero" + std::to_string(s.zeroStage)).c_str() : "ddp", s.world,
-                  s.world == 1 ? "" : "s", static_cast<long long>(c.batch));
+    std::snprintf(buf, sizeof buf, ", %s%s on %d rank%s (%lld rows each)",
+                  s.zeroStage ? ("zero" + std::to_string(s.zeroStage)).c_str() : "ddp",
+                  s.prefetch ? " + prefetch" : "", s.world, s.world == 1 ? "" : "s",
+                  static_cast<long long>(c.batch));
     out << buf;
   }
   out << "\n";
@@ -372,6 +375,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["batch"] = c.batch * s.world;
   j["dist"] = !s.ddp ? "none" : s.zeroStage ? "zero" + std::to_string(s.zeroStage) : "ddp";
   j["world_size"] = s.world;
+  j["prefetch"] = s.prefetch;
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
   j["parameters"] = parameters;
@@ -455,7 +459,8 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "over the ranks (zero3: --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
-      "sharded unit");
+      "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
+                      "zero3: gather the block expected next while one runs");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -549,6 +554,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--modes whole with --dist " + distMode +
                                 " is not built yet: the gradients' collectives would have to be "
                                 "in the step's graph (collectives as ops of the IR)");
+  }
+  if (s.prefetch && s.zeroStage != 3) {
+    throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "
+                                "runs");
   }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {

@@ -46,6 +46,10 @@ namespace rcjit::dist {
 struct ZeroOptions {
   int stage = 1;                            // 1, 2 or 3
   int64_t bucket_bytes = int64_t{25} << 20; // stages 1 and 2: parameter bytes per unit
+  /// Stage 3: while a block runs, the gather of the block expected next is already in flight
+  /// (non-blocking): in forward the block after it in the previous forward's order, in
+  /// backward the block before the one being gathered back. One more block in memory.
+  bool prefetch = false;
 };
 
 /// What the optimizer's collectives cost since construction (or reset_stats()).

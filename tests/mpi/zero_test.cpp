@@ -51,7 +51,7 @@ struct ZeroRun {
 // 20 steps of the 2-layer gpt2 (hidden 64, 4 heads, vocab 256). stage -1: one process on
 // the whole batch with optim::AdamW / SGD; 0: ddp; 1-3: ZeroOptimizer. Every distributed
 // rank trains on its rows and starts from another seed than rank 0 (the broadcast fixes it).
-ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager) {
+ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager, bool prefetch = false) {
   const bool distributed = stage >= 0;
   const int world = distributed ? dist::world_size() : 1, rank = distributed ? dist::rank() : 0;
   tools::ModelConfig c;
@@ -68,7 +68,7 @@ ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager) {
   std::optional<dist::ZeroOptimizer> zero;
   if (stage >= 1) {
     // small units: several collectives in flight at once
-    const dist::ZeroOptions zo{.stage = stage, .bucket_bytes = 64 << 10};
+    const dist::ZeroOptions zo{.stage = stage, .bucket_bytes = 64 << 10, .prefetch = prefetch};
     adamw ? zero.emplace(m->module(), ao, zo) : zero.emplace(m->module(), so, zo);
     out.units = zero->units();
   } else {
@@ -113,11 +113,11 @@ ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager) {
 // rtol 1e-5, atol 1e-6; AdamW's within atol 2e-4 (AdamW divides each gradient by its own
 // running scale, so rounding in a gradient near zero moves a parameter by a fraction of the
 // learning rate 3e-3).
-void expectZeroMatches(int stage, bool adamw, Mode mode = Mode::eager) {
+void expectZeroMatches(int stage, bool adamw, Mode mode = Mode::eager, bool prefetch = false) {
   static std::optional<ZeroRun> oneAdam, oneSgd; // eager, shared by the tests
   std::optional<ZeroRun> fresh, &one = mode != Mode::eager ? fresh : adamw ? oneAdam : oneSgd;
   if (!one) one = zeroTrain(-1, adamw, mode);
-  ZeroRun run = zeroTrain(stage, adamw, mode);
+  ZeroRun run = zeroTrain(stage, adamw, mode, prefetch);
   ASSERT_EQ(run.losses.size(), one->losses.size());
   double worstLoss = 0, worstParam = 0;
   for (size_t i = 0; i < one->losses.size(); ++i) {
@@ -142,14 +142,16 @@ void expectZeroMatches(int stage, bool adamw, Mode mode = Mode::eager) {
   if (stage == 3) { // units h.0, h.1 and the rest
     EXPECT_EQ(run.units, 3);
     // per step: the rest, h.0 and h.1 in the forward (h.0 released when h.1 is called), and
-    // h.0 again for its backward: the blocks really are released and gathered back
+    // h.0 again for its backward: the blocks really are released and gathered back (with
+    // prefetch, h.1's gather starts while h.0 runs: the same number)
     EXPECT_EQ(run.gathers, 4 * kZeroSteps);
   }
   if (dist::rank() == 0) {
-    std::printf("%s on %d ranks (%s, %s): losses %.3f -> %.3f, largest loss difference %.3g "
+    std::printf("%s%s on %d ranks (%s, %s): losses %.3f -> %.3f, largest loss difference %.3g "
                 "(relative), largest parameter difference %.3g; model state %.0f KiB (one "
                 "process %.0f KiB), step peak %.0f KiB (one process %.0f KiB)\n",
-                stage == 0 ? "ddp" : ("zero" + std::to_string(stage)).c_str(), dist::world_size(),
+                stage == 0 ? "ddp" : ("zero" + std::to_string(stage)).c_str(),
+                prefetch ? " + prefetch" : "", dist::world_size(),
                 mode == Mode::eager ? "eager" : "compiled", adamw ? "AdamW" : "SGD",
                 one->losses.front(), one->losses.back(), worstLoss, worstParam,
                 run.stateBytes / 1024.0, one->stateBytes / 1024.0, run.peakBytes / 1024.0,
@@ -162,6 +164,7 @@ TEST(Zero, Stage1EqualsOneProcess) { expectZeroMatches(1, true); }
 TEST(Zero, Stage2EqualsOneProcess) { expectZeroMatches(2, true); }
 TEST(Zero, Stage3EqualsOneProcess) { expectZeroMatches(3, true); }
 TEST(Zero, Stage3SgdEqualsOneProcess) { expectZeroMatches(3, false); }
+TEST(Zero, Stage3PrefetchEqualsOneProcess) { expectZeroMatches(3, true, Mode::eager, true); }
 TEST(Zero, Stage2CompiledEqualsOneProcess) { expectZeroMatches(2, true, Mode::full); }
 
 // Model state after a step: one process holds parameters, gradients and AdamW's two moments
@@ -238,6 +241,7 @@ TEST(Zero, TrainCommandZeroEqualsOneProcess) {
                                      "2",       "--batch", "8",       "--seq",       "4",
                                      "--steps", "5",       "--modes", modes,         "--dist",
                                      distMode,  "--json",  json,      "--bucket-mb", "0.001"};
+    if (distMode == "zero3") args.push_back("--prefetch");
     std::vector<const char *> argv;
     for (const std::string &a : args) argv.push_back(a.c_str());
     std::ostringstream out, err;
@@ -256,7 +260,8 @@ TEST(Zero, TrainCommandZeroEqualsOneProcess) {
       EXPECT_EQ(table, "") << "only rank 0 prints";
       continue;
     }
-    EXPECT_NE(table.find(stage + " on " + std::to_string(dist::world_size()) + " rank"),
+    const std::string shown = stage == "zero3" ? "zero3 + prefetch" : stage;
+    EXPECT_NE(table.find(shown + " on " + std::to_string(dist::world_size()) + " rank"),
               std::string::npos)
         << table;
     EXPECT_NE(table.find("waiting on communication (reduce-scatters, all-gathers)"),
