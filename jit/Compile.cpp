@@ -139,20 +139,58 @@ std::vector<logging::GraphBreak> graphBreaks(const Trace &t) {
       const Region &r = t.graph.regions[n.region];
       module = (r.name.empty() ? std::string("<root>") : r.name) + " (" + r.type + ")";
     }
-    out.push_back(
-        {.op = b.op, .producer = std::string(opName(n.op)), .node = b.node, .module = module});
+    logging::GraphBreak g{
+        .op = b.op, .producer = std::string(opName(n.op)), .node = b.node, .module = module};
+    if (!b.file.empty()) {
+      g.file = b.file;
+      g.line = b.line;
+    }
+    if (b.readRegion >= 0) {
+      const Region &r = t.graph.regions[b.readRegion];
+      g.readIn = (r.name.empty() ? std::string("<root>") : r.name) + " (" + r.type + ")";
+    }
+    out.push_back(std::move(g));
   }
   return out;
 }
 
 std::string describeBreaks(const Trace &t) {
   std::string s;
-  for (const GraphBreak &b : t.breaks) {
-    const Node &n = t.graph.nodes[b.node];
-    s += (s.empty() ? "" : "; ") + b.op + "() on the result of " + std::string(opName(n.op)) +
-         " (%" + std::to_string(b.node) + ")";
-  }
+  for (const logging::GraphBreak &b : graphBreaks(t)) s += (s.empty() ? "" : "; ") + b.text();
   return s;
+}
+
+// The guards of an entry as the trace file's table: one row per input, and the guards on no
+// input (autocast, where each symbol is read) as notes.
+std::vector<logging::GuardRow> guardRows(const GuardSet &g) {
+  std::vector<logging::GuardRow> rows;
+  for (const TensorGuard &t : g.tensors()) {
+    std::string sizes = "[", strides = t.contiguous ? "row-major" : "[";
+    for (size_t d = 0; d < t.dims.size(); ++d) {
+      const DimGuard &dg = t.dims[d];
+      sizes += (d ? ", " : "") +
+               (dg.sym >= 0 ? "s" + std::to_string(dg.sym) + " in " + rangeString(dg.min, dg.max)
+                            : std::to_string(dg.size));
+      if (!t.contiguous)
+        strides += (d ? ", " : "") + (dg.checkStride ? std::to_string(dg.stride) : "*");
+    }
+    rows.push_back({.input = t.label,
+                    .dtype = std::string(dtypeName(t.dtype)),
+                    .device = t.device.str(),
+                    .sizes = sizes + "]",
+                    .strides = t.contiguous ? strides : strides + "]",
+                    .requiresGrad = t.requiresGrad});
+  }
+  return rows;
+}
+
+std::vector<std::string> guardNotes(const GuardSet &g) {
+  std::vector<std::string> notes;
+  std::istringstream in(g.print());
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("arg ", 0) != 0 && line.rfind("captured ", 0) != 0) notes.push_back(line);
+  }
+  return notes;
 }
 
 // What to compile for: the target, and for cuda the device the tensors are on (all on one:
@@ -244,7 +282,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   // training: a joint forward+backward graph, partitioned and compiled in two programs
   // (per stage in regional mode), symbolic where the dims allow
   RegionalTraining regionalTraining{wantGrad, inputs, label};
-  if (training) exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  exec.keepLlvmIr = logging::wanted(logging::Kind::output_code); // training, regional stages
   if (s.opts.mode == Mode::regional && !e->wholeStep) {
     e->graph = t.graph;
     const RegionalTraining *rt = training ? &regionalTraining : nullptr;
@@ -310,7 +348,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   return e;
 }
 
-void logNewEntry(const CompiledState &s, const Entry &e) {
+void logNewEntry(const CompiledState &s, const Entry &e, const Graph &traced) {
   if (logging::wanted(logging::Kind::graph)) {
     logging::emit(logging::GraphDumpEvent{
         .function = s.id,
@@ -321,7 +359,9 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
                                    e.training->print()
                              : "") +
                  (e.program ? printProgram(e.program->program()) : "") +
-                 (e.regional ? e.regional->print() : "")});
+                 (e.regional ? e.regional->print() : ""),
+        .traced = printGraph(traced),
+        .fusion = e.fusion.empty() ? std::nullopt : std::optional<std::string>(e.fusion)});
   }
   if (e.program && logging::wanted(logging::Kind::output_code)) {
     logging::emit(logging::OutputCodeEvent{
@@ -335,6 +375,22 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
         .llvmIr = "; " + s.label() + " entry " + std::to_string(e.id) + " forward\n" +
                   e.training->forward().llvmIr() + "; " + s.label() + " entry " +
                   std::to_string(e.id) + " backward\n" + e.training->backward().llvmIr()});
+  }
+  if (e.regional && logging::wanted(logging::Kind::output_code)) {
+    std::string ir; // the stages compiled for this entry (a reused stage's code was logged)
+    for (size_t i = 0; i < e.regional->stages.size(); ++i) {
+      const RegionalStage &st = e.regional->stages[i];
+      if (st.reused) continue;
+      std::string code = st.program ? st.program->llvmIr()
+                         : st.training
+                             ? st.training->forward().llvmIr() + st.training->backward().llvmIr()
+                             : "";
+      if (!code.empty()) ir += "; stage " + std::to_string(i) + " (" + st.name + ")\n" + code;
+    }
+    if (!ir.empty()) {
+      logging::emit(
+          logging::OutputCodeEvent{.function = s.id, .name = s.name, .entry = e.id, .llvmIr = ir});
+    }
   }
   if (logging::wanted(logging::Kind::dynamic)) {
     for (size_t i = 0; i < e.symbols.size(); ++i) {
@@ -355,8 +411,12 @@ void logNewEntry(const CompiledState &s, const Entry &e) {
     }
   }
   if (logging::wanted(logging::Kind::guards)) {
-    logging::emit(logging::GuardsEvent{
-        .function = s.id, .name = s.name, .entry = e.id, .guards = e.guards.print()});
+    logging::emit(logging::GuardsEvent{.function = s.id,
+                                       .name = s.name,
+                                       .entry = e.id,
+                                       .guards = e.guards.print(),
+                                       .table = guardRows(e.guards),
+                                       .notes = guardNotes(e.guards)});
   }
   logging::emit(logging::CompileEvent{
       .function = s.id,
@@ -385,6 +445,36 @@ std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &
   }
   return e.program->run(inputs.data(), inputs.size());
 }
+
+// runEntry, timed and logged as a CallEvent when a trace file records it (the first calls
+// of each entry, then powers of two).
+std::vector<Tensor> runEntryLogged(const CompiledState &s, const Entry &e,
+                                   const std::vector<const Tensor *> &inputs,
+                                   const std::vector<Tensor> &args, const TracedFn &fn) {
+  if (!logging::wanted(logging::Kind::compile)) return runEntry(e, inputs, args, fn);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<Tensor> out = runEntry(e, inputs, args, fn);
+  const double seconds = secondsSince(t0);
+  const int64_t call = e.calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (logging::tracedCall(call)) {
+    logging::emit(logging::CallEvent{
+        .function = s.id, .name = s.name, .entry = e.id, .call = call, .seconds = seconds});
+  }
+  return out;
+}
+
+// A new entry, with the trace it was built from (whose outputs a call that traced eagerly
+// returns) and whether that trace was shapes-only.
+struct CompiledEntry {
+  std::shared_ptr<const Entry> entry;
+  Trace trace;
+  bool meta = false;
+};
+
+CompiledEntry compileEntry(CompiledState &s, const std::vector<Tensor> &args, const TracedFn &fn,
+                           const std::vector<std::shared_ptr<const Entry>> &entries,
+                           const std::string &reason, std::chrono::steady_clock::time_point t0,
+                           ActiveSchedule &schedule, bool scheduled);
 
 // A miss on every entry: decide between compiling, falling back and failing.
 std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, const TracedFn &fn) {
@@ -456,6 +546,40 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
         logging::FailingGuardsEvent{.function = s.id, .name = s.name, .failures = allWhy});
   }
   auto t0 = std::chrono::steady_clock::now();
+  std::string reason = !scheduled.empty() ? scheduled : entries.empty() ? "first call" : lastWhy;
+  const int64_t entryId = static_cast<int64_t>(entries.size());
+  // the compile path's steps name this entry in the trace; a compile that throws is logged
+  logging::CompileScope scope({.function = s.id, .name = s.name, .entry = entryId});
+  CompiledEntry c;
+  try {
+    c = compileEntry(s, args, fn, entries, reason, t0, schedule, !scheduled.empty());
+  } catch (const std::exception &ex) {
+    logging::emit(logging::CompileFailedEvent{.function = s.id,
+                                              .name = s.name,
+                                              .entry = entryId,
+                                              .seconds = secondsSince(t0),
+                                              .reason = reason,
+                                              .error = ex.what()});
+    throw;
+  }
+  const Entry &e = *c.entry;
+  if (c.meta && e.compiled()) {
+    gatherInputs(e, args, inputs);
+    return runEntryLogged(s, e, inputs, args, fn);
+  }
+  // the trace's outputs were computed under the tracer, which records no autograd nodes: a
+  // training call with graph breaks runs again through its segments, so that its outputs
+  // have gradients
+  if (e.segments && e.segments->training()) return runEntryLogged(s, e, inputs, args, fn);
+  return c.trace.outputs;
+}
+
+// A miss that compiles: trace, build the entry and add it to the function's entries.
+CompiledEntry compileEntry(CompiledState &s, const std::vector<Tensor> &args, const TracedFn &fn,
+                           const std::vector<std::shared_ptr<const Entry>> &entries,
+                           const std::string &reason, std::chrono::steady_clock::time_point t0,
+                           ActiveSchedule &schedule, bool scheduled) {
+  const std::string fname = s.label();
   std::optional<profiler::Scope<std::function<std::string()>>> compileEvent;
   compileEvent.emplace("compile", [&s] { return s.label(); });
   // Trace on shapes only (no eager compute), then run the compiled code for this call's
@@ -475,6 +599,15 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     schedule.inputs = t.args;
     schedule.inputs.insert(schedule.inputs.end(), t.captured.begin(), t.captured.end());
   }
+  if (logging::wanted(logging::Kind::passes)) {
+    logging::emit(logging::CompileStepEvent{
+        .graph = fname + " entry " + std::to_string(entries.size()),
+        .step = meta ? "trace (shapes only)" : "trace (eager values: the function reads them)",
+        .seconds = secondsSince(t0),
+        .result = std::to_string(t.graph.nodes.size()) + " nodes, " +
+                  std::to_string(t.breaks.size()) + " graph breaks\n",
+        .phase = "trace"});
+  }
   if (t.mutates() && !t.breaks.empty()) {
     throw Error("compiled " + fname +
                 " is a whole step (it calls backward(), an optimizer step or copy_) and reads "
@@ -493,7 +626,6 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     logging::emit(
         logging::GraphBreakEvent{.function = s.id, .name = s.name, .breaks = graphBreaks(t)});
   }
-  std::string reason = !scheduled.empty() ? scheduled : entries.empty() ? "first call" : lastWhy;
   std::vector<logging::StaticDimEvent> notes;
   std::vector<DynSymbol> dynamic = dynamicCandidates(s.opts, args, entries, notes);
   if (t.mutates() && !dynamic.empty()) { // its probe traces would run the step again
@@ -505,7 +637,7 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   e->dynamicNotes.insert(e->dynamicNotes.begin(), notes.begin(), notes.end());
   e->compileSeconds = secondsSince(t0);
   compileEvent.reset(); // the compile's event ends here; the first run is the call's
-  logNewEntry(s, *e);
+  logNewEntry(s, *e, t.graph);
   {
     std::lock_guard<std::mutex> lock(s.mu);
     e->id = static_cast<int>(s.entries.size());
@@ -516,21 +648,13 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
         : e->program  ? e->program->cacheHits()
         : e->training ? e->training->forward().cacheHits() + e->training->backward().cacheHits()
                       : 0;
-    s.stats.recompiles += (!entries.empty() || !scheduled.empty()) && e->compiled() ? 1 : 0;
+    s.stats.recompiles += (!entries.empty() || scheduled) && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
-    if (!entries.empty() || !scheduled.empty())
+    if (!entries.empty() || scheduled)
       s.history.push_back("entry " + std::to_string(e->id) + ": " + reason);
   }
-  if (meta && e->compiled()) {
-    gatherInputs(*e, args, inputs);
-    return runEntry(*e, inputs, args, fn);
-  }
-  // the trace's outputs were computed under the tracer, which records no autograd nodes: a
-  // training call with graph breaks runs again through its segments, so that its outputs
-  // have gradients
-  if (e->segments && e->segments->training()) return runEntry(*e, inputs, args, fn);
-  return t.outputs;
+  return {std::move(e), std::move(t), meta};
 }
 
 // mark_dynamic ranges are part of the contract even before dims become symbolic: a size
@@ -648,7 +772,7 @@ std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &ar
       }
     }
   }
-  if (hit) return runEntry(*hit, inputs, args, fn);
+  if (hit) return runEntryLogged(s, *hit, inputs, args, fn);
   return onMiss(s, args, fn);
 }
 

@@ -25,8 +25,10 @@ class Steps {
 public:
   Steps(const CompileRequest &r, CompileResult &res) : r_(r), res_(res) {}
 
-  // Runs `fn` as step `name`; `show` gives the text the passes log prints after it.
-  template <class Fn, class Show> auto run(const std::string &name, Fn &&fn, Show &&show) {
+  // Runs `fn` as step `name` of `phase` (passes, lower, target: the report's compile-time
+  // split); `show` gives the text the passes log prints after it.
+  template <class Fn, class Show>
+  auto run(const std::string &name, const char *phase, Fn &&fn, Show &&show) {
     auto t0 = Clock::now();
     auto out = fn();
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -35,7 +37,8 @@ public:
       logging::emit(logging::CompileStepEvent{.graph = r_.label.empty() ? r_.moduleId : r_.label,
                                               .step = name,
                                               .seconds = s,
-                                              .result = show(out)});
+                                              .result = show(out),
+                                              .phase = phase});
     }
     return out;
   }
@@ -58,8 +61,9 @@ Graph optimize(const GraphSample &s, const std::vector<Pass> &passes, Steps &ste
         throw Error("pass " + p.name + ": " + e.what());
       }
     };
-    g = announce ? steps.run(p.name, runPass, [](const Graph &out) { return printGraph(out); })
-                 : runPass();
+    g = announce
+            ? steps.run(p.name, "passes", runPass, [](const Graph &out) { return printGraph(out); })
+            : runPass();
     if (verifyIrEnabled()) verifyGraph(g, "pass " + p.name);
   }
   return g;
@@ -163,14 +167,14 @@ CompileResult compileGraph(CompileRequest r) {
       continue;
     }
     res.fusion = steps.run(
-        "fuse", [&] { return lower.fuse(); },
+        "fuse", "lower", [&] { return lower.fuse(); },
         [&](const FusionPlan &f) { return printFusionPlan(f, res.graphs[0]); });
     if (r.stop == CompileStop::fused) return res;
     steps.run(
-        "build kernels", [&] { return lower.buildKernels().kernels.size(); },
+        "build kernels", "lower", [&] { return lower.buildKernels().kernels.size(); },
         [](size_t n) { return std::to_string(n) + " kernels\n"; });
     lowered[0].program = steps.run(
-        "plan buffers", [&] { return lower.planBuffers(); },
+        "plan buffers", "lower", [&] { return lower.planBuffers(); },
         [](const Program &p) { return printProgram(p); });
     lowered[0].syms = r.samples[0].syms;
   }
@@ -181,7 +185,8 @@ CompileResult compileGraph(CompileRequest r) {
   } else {
     std::string why;
     bool fitted = steps.run(
-        "fit symbolic sizes", [&] { return fitSymbolicProgram(lowered, res.program, why); },
+        "fit symbolic sizes", "lower",
+        [&] { return fitSymbolicProgram(lowered, res.program, why); },
         [&](bool ok) { return ok ? printProgram(res.program) : "not symbolic: " + why + "\n"; });
     if (!fitted) {
       res.notSymbolic = why;
@@ -193,12 +198,13 @@ CompileResult compileGraph(CompileRequest r) {
 
   // 4. the target must run every step (cuda: no eager steps but arange, no GEMM epilogues)
   steps.run(
-      "check target", [&] { return (checkTarget(target, res.program), 0); },
+      "check target", "lower", [&] { return (checkTarget(target, res.program), 0); },
       [&](int) { return std::string(target.name) + " runs every step\n"; });
 
   // 5. target compile: LLVM (cpu) or PTX (cuda) for the kernels, library handles, loading
   res.executable = steps.run(
-      "target compile", [&] { return target.compile(std::move(res.program), r.moduleId, r.exec); },
+      "target compile", "target",
+      [&] { return target.compile(std::move(res.program), r.moduleId, r.exec); },
       [&](const std::shared_ptr<Executable> &e) {
         return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
                target.name + "\n";

@@ -1,6 +1,7 @@
 // The state behind a compiled function: its cache entries (guards -> compiled program),
 // options, stats and recompile history.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,7 @@ struct Entry {
   bool wholeStep = false;
   // candidate dims that stayed static, and why
   std::vector<logging::StaticDimEvent> dynamicNotes;
+  mutable std::atomic<int64_t> calls{0}; // calls that hit it, counted while tracing (CallEvent)
 };
 
 class CompiledState {

@@ -115,9 +115,38 @@ std::string dimsText(const std::vector<DimRef> &dims) {
 }
 
 std::string GraphBreak::text() const {
-  return op + "() on the result of " + producer + " (%" + std::to_string(node) + ")" +
-         (module && !module->empty() ? " in module " + *module : std::string());
+  std::string s = op + "() on the result of " + producer + " (%" + std::to_string(node) + ")" +
+                  (module && !module->empty() ? " in module " + *module : std::string());
+  if (file && !file->empty())
+    s += ", read at " + *file + (line ? ":" + std::to_string(*line) : std::string());
+  if (readIn && !readIn->empty() && readIn != module) s += " in module " + *readIn;
+  return s;
 }
+
+namespace {
+thread_local const CompileContext *tlCompileContext = nullptr;
+
+// A compile step or cache event emitted inside a CompileScope carries its entry.
+template <class E> const E &withCompileContext(const E &e) { return e; }
+template <class E>
+requires std::is_same_v<E, CompileStepEvent> || std::is_same_v<E, CacheHitEvent> ||
+    std::is_same_v<E, CacheMissEvent> || std::is_same_v<E, CacheStoreEvent>
+        E withCompileContext(const E &e) {
+  E out = e;
+  if (const CompileContext *c = tlCompileContext; c && !out.function) {
+    out.function = c->function;
+    out.entry = c->entry;
+    if constexpr (std::is_same_v<E, CompileStepEvent>) out.name = c->name;
+  }
+  return out;
+}
+} // namespace
+
+CompileScope::CompileScope(CompileContext c) : context_(std::move(c)), outer_(tlCompileContext) {
+  tlCompileContext = &context_;
+}
+CompileScope::~CompileScope() { tlCompileContext = outer_; }
+const CompileContext *CompileScope::current() { return tlCompileContext; }
 
 // ---- messages -----------------------------------------------------------------------------
 
@@ -182,6 +211,19 @@ std::string CompileStepEvent::message() const {
   return graph + ": " + step + " (" + ms + " ms)\n" + result;
 }
 
+std::string CompileFailedEvent::message() const {
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", seconds * 1e3);
+  return fnEntry(function, name, entry) + " failed to compile after " + ms + " ms (" + reason +
+         "): " + error;
+}
+
+std::string CallEvent::message() const {
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", seconds * 1e3);
+  return fnEntry(function, name, entry) + " call " + std::to_string(call) + ": " + ms + " ms";
+}
+
 std::string CacheHitEvent::message() const { return where + " hit " + named(key, name); }
 
 std::string CacheMissEvent::message() const {
@@ -235,7 +277,9 @@ std::string CacheBadSettingEvent::message() const {
     return e;                                                                                      \
   }                                                                                                \
   void emit(const Type &e) {                                                                       \
-    if (wanted(Type::kKind)) write(Type::kKind, e.message(), e.toJson());                          \
+    if (!wanted(Type::kKind)) return;                                                              \
+    const auto &x = withCompileContext(e);                                                         \
+    write(Type::kKind, x.message(), x.toJson());                                                   \
   }
 RCJIT_TRACE_EVENTS(RCJIT_DEFINE_EVENT)
 #undef RCJIT_DEFINE_EVENT

@@ -52,14 +52,39 @@ struct GraphBreak {
   std::string producer;              // the op of the node it read
   int64_t node = 0;                  // that node's id in the traced graph
   std::optional<std::string> module; // the module the value was computed in ("blocks.0 (Block)")
+  std::optional<std::string> file;   // where the host read was called: file (last component)
+  std::optional<int64_t> line;       // and line
+  std::optional<std::string> readIn; // the module whose forward made the read ("blocks.1 (Block)")
   template <class V, class S> static void fields(V &&v, S &s) {
     v("op", s.op);
     v("producer", s.producer);
     v("node", s.node);
     v("module", s.module);
+    v("file", s.file);
+    v("line", s.line);
+    v("read_in", s.readIn);
   }
   bool operator==(const GraphBreak &) const = default;
   std::string text() const;
+};
+
+/// One guarded input of an entry: a row of the guards table.
+struct GuardRow {
+  std::string input;   // "arg 0", "captured 3 (blocks.0.fc.weight)"
+  std::string dtype;   // "f32"
+  std::string device;  // "cpu", "cuda:0"
+  std::string sizes;   // "[4, s0 in [2, 128]]"
+  std::string strides; // "[64, 1]", "[*, 1]" (unchecked), "row-major" (symbolic sizes)
+  bool requiresGrad = false;
+  template <class V, class S> static void fields(V &&v, S &s) {
+    v("input", s.input);
+    v("dtype", s.dtype);
+    v("device", s.device);
+    v("sizes", s.sizes);
+    v("strides", s.strides);
+    v("requires_grad", s.requiresGrad);
+  }
+  bool operator==(const GuardRow &) const = default;
 };
 
 /// A new entry of compiled function `function` (ids count from 0 in each process).
@@ -137,26 +162,35 @@ struct GuardsEvent {
   std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string guards;
+  std::optional<std::vector<GuardRow>> table; // the same guards, one row per input
+  std::optional<std::vector<std::string>> notes; // guards on no input: autocast, symbol sources
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
     v("name", s.name);
     v("entry", s.entry);
     v("guards", s.guards);
+    v("table", s.table);
+    v("notes", s.notes);
   }
 };
 
-/// The graph of a new entry after the passes, with its program or regional plan.
+/// The graph of a new entry after the passes, with its program or regional plan; `traced`
+/// is the graph as traced (before the passes), `fusion` the fusion plan alone (full mode).
 struct GraphDumpEvent {
   RCJIT_TRACE_EVENT(GraphDumpEvent, graph, "graph");
   int64_t function = 0;
   std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string graph;
+  std::optional<std::string> traced;
+  std::optional<std::string> fusion;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
     v("name", s.name);
     v("entry", s.entry);
     v("graph", s.graph);
+    v("traced", s.traced);
+    v("fusion", s.fusion);
   }
 };
 
@@ -245,18 +279,95 @@ struct PerfHintEvent {
 
 /// One step of the compile path (jit/CompileGraph.h) for the graph `graph` names
 /// ("function 3 entry 0"): its time and what it produced (a graph, fusion plan or program).
+/// `function`, `name` and `entry` say which entry's compile it is part of (absent outside
+/// one: a CLI dump, a segment compiled at a call); `phase` groups steps for the report:
+/// trace, passes, lower, llvm, load, autotune.
 struct CompileStepEvent {
   RCJIT_TRACE_EVENT(CompileStepEvent, passes, "compile_step");
   std::string graph;
   std::string step;
   double seconds = 0;
   std::string result;
+  std::optional<int64_t> function;
+  std::optional<std::string> name;
+  std::optional<int64_t> entry;
+  std::optional<std::string> phase;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("graph", s.graph);
     v("step", s.step);
     v("seconds", s.seconds);
     v("result", s.result);
+    v("function", s.function);
+    v("name", s.name);
+    v("entry", s.entry);
+    v("phase", s.phase);
   }
+};
+
+/// A compile of entry `entry` of `function` that threw: `error` is the exception's message
+/// (the caller gets the exception), `seconds` the time until it threw.
+struct CompileFailedEvent {
+  RCJIT_TRACE_EVENT(CompileFailedEvent, compile, "compile_failed");
+  int64_t function = 0;
+  std::optional<std::string> name;
+  int64_t entry = 0;
+  double seconds = 0;
+  std::string reason; // why it compiled: "first call" or the failing guard
+  std::string error;
+  template <class V, class S> static void fields(V &&v, S &s) {
+    v("function", s.function);
+    v("name", s.name);
+    v("entry", s.entry);
+    v("seconds", s.seconds);
+    v("reason", s.reason);
+    v("error", s.error);
+  }
+};
+
+/// A call of entry `entry` that hit (trace file only): the first kTracedCalls calls of each
+/// entry and then every call whose number is a power of two, so that a long run leaves a
+/// few lines. `call` counts the entry's calls from 1; `seconds` is this call's time.
+struct CallEvent {
+  RCJIT_TRACE_EVENT(CallEvent, compile, "call");
+  int64_t function = 0;
+  std::optional<std::string> name;
+  int64_t entry = 0;
+  int64_t call = 0;
+  double seconds = 0;
+  template <class V, class S> static void fields(V &&v, S &s) {
+    v("function", s.function);
+    v("name", s.name);
+    v("entry", s.entry);
+    v("call", s.call);
+    v("seconds", s.seconds);
+  }
+};
+/// CallEvent: every call up to this number is traced, later ones at powers of two.
+constexpr int64_t kTracedCalls = 3;
+/// Whether call number `call` (from 1) of an entry is traced.
+constexpr bool tracedCall(int64_t call) {
+  return call <= kTracedCalls || (call & (call - 1)) == 0;
+}
+
+/// Which entry's compile the calling thread is running, while a CompileScope lives: the
+/// compile-path steps it emits carry it (support/Events.cpp reads it in emit).
+struct CompileContext {
+  int64_t function = 0;
+  std::optional<std::string> name;
+  int64_t entry = 0;
+};
+class CompileScope {
+public:
+  explicit CompileScope(CompileContext c);
+  ~CompileScope();
+  CompileScope(const CompileScope &) = delete;
+  CompileScope &operator=(const CompileScope &) = delete;
+  /// The innermost live scope of this thread, or null.
+  static const CompileContext *current();
+
+private:
+  CompileContext context_;
+  const CompileContext *outer_;
 };
 
 /// Cache events. `key` is the full content key ("rcjit-" + 32 hex digits; messages show its
@@ -267,10 +378,14 @@ struct CacheHitEvent {
   std::string where;
   std::string key;
   std::string name;
+  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
+  std::optional<int64_t> entry;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("where", s.where);
     v("key", s.key);
     v("name", s.name);
+    v("function", s.function);
+    v("entry", s.entry);
   }
 };
 
@@ -280,10 +395,14 @@ struct CacheMissEvent {
   std::string where;
   std::string key;
   std::string name;
+  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
+  std::optional<int64_t> entry;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("where", s.where);
     v("key", s.key);
     v("name", s.name);
+    v("function", s.function);
+    v("entry", s.entry);
   }
 };
 
@@ -294,11 +413,15 @@ struct CacheStoreEvent {
   std::string key;
   std::string name;
   int64_t bytes = 0;
+  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
+  std::optional<int64_t> entry;
   template <class V, class S> static void fields(V &&v, S &s) {
     v("where", s.where);
     v("key", s.key);
     v("name", s.name);
     v("bytes", s.bytes);
+    v("function", s.function);
+    v("entry", s.entry);
   }
 };
 
@@ -386,6 +509,8 @@ struct CacheBadSettingEvent {
   X(StaticDimEvent)                                                                                \
   X(PerfHintEvent)                                                                                 \
   X(CompileStepEvent)                                                                              \
+  X(CompileFailedEvent)                                                                            \
+  X(CallEvent)                                                                                     \
   X(CacheHitEvent)                                                                                 \
   X(CacheMissEvent)                                                                                \
   X(CacheStoreEvent)                                                                               \

@@ -90,10 +90,9 @@ bool enabled(Kind k) {
   return (state().mask.load(std::memory_order_relaxed) >> static_cast<unsigned>(k)) & 1u;
 }
 
-// The bulky kinds (whole graphs, LLVM IR) go to the trace file only when enabled.
-bool bulky(Kind k) { return k == Kind::graph || k == Kind::output_code; }
-
-bool wanted(Kind k) { return enabled(k) || (state().traceOn && !bulky(k)); }
+// The trace file records every kind, the bulky ones (whole graphs, LLVM IR) included: the
+// report (`rcjit logs --html`) shows them.
+bool wanted(Kind k) { return enabled(k) || state().traceOn; }
 
 namespace {
 
@@ -115,9 +114,9 @@ void printPrefixed(std::ostream &out, Kind k, const std::string &text) {
 void write(Kind k, const std::string &message, const nlohmann::json &fields) {
   State &s = state();
   bool toStderr = enabled(k);
-  if (!toStderr && !(s.traceOn && !bulky(k))) return;
+  if (!toStderr && !s.traceOn) return;
   std::lock_guard<std::mutex> lock(s.mu);
-  bool toTrace = s.traceOn && (toStderr || !bulky(k)); // traceOn may have changed: re-read
+  bool toTrace = s.traceOn; // it may have changed: re-read under the lock
   if (toStderr) printPrefixed(std::cerr, k, message);
   if (toTrace) {
     nlohmann::json j = fields.is_object() ? fields : nlohmann::json::object();

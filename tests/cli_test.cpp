@@ -396,6 +396,24 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
       EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << row["mode"] << " step " << i;
     }
     EXPECT_GT(row["initial_step_peak_mib"].get<double>(), 0);
+    // the statistics behind the median: the 3 steps after the first, and the inference calls
+    const nlohmann::json &st = row["train_step_ms_stats"];
+    std::vector<double> later(row["step_ms"].begin() + 1, row["step_ms"].end());
+    std::sort(later.begin(), later.end());
+    EXPECT_EQ(st["n"], 3);
+    EXPECT_DOUBLE_EQ(st["median"].get<double>(), later[1]);
+    EXPECT_DOUBLE_EQ(st["min"].get<double>(), later[0]);
+    EXPECT_DOUBLE_EQ(st["max"].get<double>(), later[2]);
+    EXPECT_DOUBLE_EQ(st["iqr"].get<double>(), st["q3"].get<double>() - st["q1"].get<double>());
+    EXPECT_LE(st["q1"].get<double>(), st["median"].get<double>());
+    EXPECT_LE(st["median"].get<double>(), st["q3"].get<double>());
+    EXPECT_DOUBLE_EQ(row["train_step_ms"].get<double>(), later[1]);
+    EXPECT_EQ(row["inference_ms_stats"]["n"], row["inference_ms_samples"].size());
+    EXPECT_GE(row["inference_ms_samples"].size(), 1u);
+    EXPECT_TRUE(row.contains("spread_warning"));
+    EXPECT_NE(r.out.find("  " + row["mode"].get<std::string>() + ": training step median "),
+              std::string::npos)
+        << r.out;
     if (row["mode"] != "eager") {
       EXPECT_GT(row["compiles"].get<int>(), 0) << row["mode"];
     }

@@ -23,6 +23,7 @@ namespace {
 
 Tensor scaledSoftmax(const Tensor &x) { return softmax(x, -1) * 3.0; }
 Tensor branchy(const Tensor &x) { return sum(x).item() > 0 ? x * 2.0 : x * 3.0; }
+const int kBranchyLine = __LINE__ - 1;
 
 std::string plural(uint64_t n, const std::string &one, const std::string &many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -74,7 +75,9 @@ TEST(LogsTrace, SummaryOfARealTraceHasTheCompilersNumbers) {
   EXPECT_CONTAINS(summary, ": 2 entries, 1 recompile, compile ");
   EXPECT_CONTAINS(summary, "  dynamic shapes:\n    entry 1: arg 0 dim 1 -> symbol s0 in [2, inf] "
                            "(automatic: changed from 8 to 9 since entry 0)\n");
-  EXPECT_CONTAINS(summary, "  graph breaks:\n    1x item() on the result of sum (%1)\n");
+  EXPECT_CONTAINS(summary, "  graph breaks:\n    1x item() on the result of sum (%1), read at "
+                           "logs_trace_test.cpp:" +
+                               std::to_string(kBranchyLine) + "\n");
   EXPECT_CONTAINS(summary, "cache: " + plural(diskHits, "disk hit", "disk hits") +
                                ", 0 rejections, " +
                                plural(memoryHits, "memory hit", "memory hits") + ", " +

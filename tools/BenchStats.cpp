@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include <rcjit/rcjit.h>
 
@@ -54,6 +55,11 @@ std::string spreadWarning(const std::string &row, const Spread &s) {
   if (why.empty()) return "";
   return "warning: " + row + ": the calls' times spread widely (" + why +
          "): the median may not be typical; a busy machine? rerun with more --reps\n";
+}
+
+nlohmann::json spreadJson(const Spread &s) {
+  return {{"n", s.n},       {"median", s.median}, {"q1", s.q1},  {"q3", s.q3},
+          {"iqr", s.iqr()}, {"min", s.min},       {"max", s.max}};
 }
 
 } // namespace rcjit::tools

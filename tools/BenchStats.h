@@ -1,8 +1,10 @@
-// Summary statistics of timed samples (`rcjit bench`): median, quartiles, min, max, and when
-// their spread is too large to trust the median.
+// Summary statistics of timed samples (`rcjit bench`, `rcjit train`): median, quartiles, min, max,
+// and when their spread is too large to trust the median.
 #pragma once
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace rcjit::tools {
 
@@ -25,5 +27,8 @@ std::string spreadProblem(const Spread &s);
 /// The warning line (with its "\n") that names `row` ("Full compilation b=1x128") when its
 /// spread is a problem, or "".
 std::string spreadWarning(const std::string &row, const Spread &s);
+
+/// `s` as the --json files hold it: {"n", "median", "q1", "q3", "iqr", "min", "max"}.
+nlohmann::json spreadJson(const Spread &s);
 
 } // namespace rcjit::tools

@@ -6,6 +6,7 @@
 // the ranks (rcjit::dist); rank 0 prints.
 #include "tools/TrainCommand.h"
 
+#include "tools/BenchStats.h"
 #include "tools/CaptionTraining.h"
 
 #include <algorithm>
@@ -51,7 +52,9 @@ struct Settings {
 
 struct TrainRow {
   std::string mode;
-  double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0;
+  double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0; // medians
+  Spread stepSpread, inferSpread; // the steps after the first; the timed inference calls
+  std::vector<double> inferMsAll;
   double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
   std::vector<double> stepMsAll, losses;
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
@@ -254,7 +257,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     r.maxPeakMiB = mib.data<double>()[1];
   }
   if (zero) zero->unshard(); // ZeRO-3: every parameter back in the model for inference
-  r.stepMs = median(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
+  r.stepSpread = summarize(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
+  r.stepMs = r.stepSpread.median;
   r.tokensPerS = static_cast<double>(global.batch * c.seq) / (r.stepMs / 1e3);
   if (s.ddp) r.commMs = median(std::vector<double>(r.commMsAll.begin() + 1, r.commMsAll.end()));
   r.train = whole ? wholeStep.stats() : loss.stats();
@@ -271,7 +275,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     forward(in);
     times.push_back(msSince(t0));
   }
-  r.inferMs = median(times);
+  r.inferMsAll = times;
+  r.inferSpread = summarize(times);
+  r.inferMs = r.inferSpread.median;
   r.infer = forward.stats();
   return r;
 }
@@ -345,6 +351,18 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     out << buf;
     out << "\n";
   }
+  for (const TrainRow &r : rows) { // the spread behind each median
+    const Spread &st = r.stepSpread, &in = r.inferSpread;
+    out << "  " << r.mode << ": training step median " << formatMeasured(st.median) << " ms, IQR "
+        << formatMeasured(st.iqr()) << ", min " << formatMeasured(st.min) << ", n " << st.n
+        << "; inference median " << formatMeasured(in.median) << " ms, IQR "
+        << formatMeasured(in.iqr()) << ", min " << formatMeasured(in.min) << ", n " << in.n
+        << "\n";
+  }
+  for (const TrainRow &r : rows) {
+    out << spreadWarning(modeTitle(r.mode) + " training step", r.stepSpread)
+        << spreadWarning(modeTitle(r.mode) + " inference", r.inferSpread);
+  }
   for (const TrainRow &r : rows) {
     if (r.mode == "eager") continue;
     std::snprintf(buf, sizeof buf,
@@ -366,6 +384,15 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
       }
     }
   }
+}
+
+// Why a row's medians should not be trusted (null when both spreads are small).
+nlohmann::json spreadWarnings(const TrainRow &r) {
+  std::string step = spreadProblem(r.stepSpread), infer = spreadProblem(r.inferSpread);
+  if (step.empty() && infer.empty()) return nullptr;
+  return (step.empty() ? "" : "training step: " + step) +
+         (!step.empty() && !infer.empty() ? "; " : "") +
+         (infer.empty() ? "" : "inference: " + infer);
 }
 
 nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const Settings &s,
@@ -398,7 +425,11 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"initial_step_peak_mib", r.firstPeakMiB},
                             {"later_steps_peak_mib", r.laterPeakMiB},
                             {"train_step_ms", r.stepMs},
+                            {"train_step_ms_stats", spreadJson(r.stepSpread)},
                             {"inference_ms", r.inferMs},
+                            {"inference_ms_stats", spreadJson(r.inferSpread)},
+                            {"inference_ms_samples", r.inferMsAll},
+                            {"spread_warning", spreadWarnings(r)},
                             {"first_loss", r.losses.front()},
                             {"last_loss", r.losses.back()},
                             {"step_ms", r.stepMsAll},

@@ -168,11 +168,11 @@ int64_t Tensor::size(int d) const {
   return shape()[static_cast<size_t>(detail::normalizeDim(d, dim(), "size"))];
 }
 
-void Tensor::copyToHost(DType as, void *dst) const {
-  if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this);
+void Tensor::copyToHost(DType as, void *dst, const std::source_location &where) const {
+  if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this, where);
   if (numel() == 0) return;
   if (device().is_cuda()) {
-    deviceToHost(*this).copyToHost(as, dst);
+    deviceToHost(*this).copyToHost(as, dst, where);
     return;
   }
   if (as == dtype() && is_contiguous()) {
@@ -182,12 +182,12 @@ void Tensor::copyToHost(DType as, void *dst) const {
   eager::copyInto(from_blob(dst, shape(), as), *this);
 }
 
-double Tensor::item() const {
+double Tensor::item(const std::source_location &where) const {
   if (numel() != 1) {
     throw Error("item: expected a one-element tensor, got shape " + shapeStr(shape()));
   }
-  if (Tracer *tr = Tracer::current()) tr->hostRead("item", *this);
-  if (device().is_cuda()) return deviceToHost(*this).item();
+  if (Tracer *tr = Tracer::current()) tr->hostRead("item", *this, where);
+  if (device().is_cuda()) return deviceToHost(*this).item(where);
   double v = 0;
   eager::copyInto(from_blob(&v, {}, DType::f64), detail::makeView(*this, {}, {}, offset()));
   return v;
@@ -196,7 +196,7 @@ double Tensor::item() const {
 Tensor Tensor::to(Device device) const {
   const Device from = this->device();
   if (device == from) return *this;
-  if (Tracer *tr = Tracer::current()) tr->hostRead("to", *this);
+  if (Tracer *tr = Tracer::current()) tr->hostRead("to", *this, std::source_location());
   if (from.is_cuda() && device.is_cuda()) return deviceToHost(*this).to(device);
   if (from.is_cuda()) return deviceToHost(*this);
   Tensor src = is_contiguous() ? *this : cloneData();

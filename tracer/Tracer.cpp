@@ -278,7 +278,7 @@ void Tracer::endRegion() {
   moduleStack_.pop_back();
 }
 
-void Tracer::hostRead(const char *op, const Tensor &t) {
+void Tracer::hostRead(const char *op, const Tensor &t, const std::source_location &where) {
   auto it = ids_.find(t.impl().get());
   if (it == ids_.end()) return;
   bool pending = meta_ && trace_.graph.nodes[it->second].op != OpKind::input;
@@ -288,7 +288,11 @@ void Tracer::hostRead(const char *op, const Tensor &t) {
     return;
   }
   if (pending) throw MetaTraceAbort{op};
-  trace_.breaks.push_back({op, it->second});
+  std::string_view file = where.file_name() ? where.file_name() : "";
+  if (size_t slash = file.find_last_of("/\\"); slash != std::string_view::npos)
+    file.remove_prefix(slash + 1);
+  trace_.breaks.push_back({op, it->second, std::string(file), static_cast<int>(where.line()),
+                           regionStack_.empty() ? -1 : regionStack_.back()});
 }
 
 Segment Tracer::takeSegment(const std::vector<Tensor> &mustOutput) {

@@ -24,8 +24,11 @@ class ModuleBase;
 
 /// A host read of a traced value: where the trace would have to split.
 struct GraphBreak {
-  std::string op; // "item", "to_vector"
-  int node = -1;  // the value read
+  std::string op;     // "item", "to_vector"
+  int node = -1;      // the value read
+  std::string file;   // where the read was called (last path component; "" when unknown)
+  int line = 0;
+  int readRegion = -1; // the module region whose forward made the read (-1: none)
 };
 
 namespace autograd {
@@ -137,7 +140,8 @@ public:
   void endRegion();
   /// Called by host reads; records a break when `t` is a traced value (in a meta trace,
   /// throws MetaTraceAbort when `t` is an op's result).
-  void hostRead(const char *op, const Tensor &t);
+  /// `where`: the caller of the host read (an empty file_name() when unknown).
+  void hostRead(const char *op, const Tensor &t, const std::source_location &where);
   /// Whether ops should skip computing values (a meta trace).
   bool meta() const { return meta_; }
   /// Whether results of a meta trace need memory: a segmented run writes each segment's

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <source_location>
 #include <type_traits>
 #include <vector>
 
@@ -67,10 +68,12 @@ public:
   bool sharesStorage(const Tensor &other) const;
 
   /// Copies the elements, converted to T, to a host vector in row-major order. Inside a
-  /// traced function this is a host read (a graph break).
-  template <class T> std::vector<T> to_vector() const;
+  /// traced function this is a host read (a graph break), logged with `where` (the caller's
+  /// file and line).
+  template <class T>
+  std::vector<T> to_vector(const std::source_location &where = std::source_location::current()) const;
   /// The value of a one-element tensor as a double (a host read, like to_vector).
-  double item() const;
+  double item(const std::source_location &where = std::source_location::current()) const;
 
   /// Copies unless already there. Not recorded for autograd (the copy is a new leaf).
   Tensor to(Device device) const;
@@ -107,19 +110,20 @@ public:
   const std::shared_ptr<detail::TensorImpl> &impl() const { return impl_; }
 
 private:
-  void copyToHost(DType as, void *dst) const;
+  void copyToHost(DType as, void *dst, const std::source_location &where) const;
   Tensor cloneData() const;
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 
-template <class T> std::vector<T> Tensor::to_vector() const {
+template <class T>
+std::vector<T> Tensor::to_vector(const std::source_location &where) const {
   static_assert(std::is_arithmetic_v<T>, "to_vector<T>: T must be an arithmetic type");
   if constexpr (std::is_same_v<T, bool>) {
-    std::vector<uint8_t> bytes = to_vector<uint8_t>();
+    std::vector<uint8_t> bytes = to_vector<uint8_t>(where);
     return std::vector<bool>(bytes.begin(), bytes.end());
   } else {
     std::vector<T> out(static_cast<size_t>(numel()));
-    copyToHost(detail::dtypeOf<T>(), out.data());
+    copyToHost(detail::dtypeOf<T>(), out.data(), where);
     return out;
   }
 }

@@ -1,6 +1,8 @@
 // CpuJit: LLJIT for the host, an O3 + vectorizer pipeline, assembly printing, error mapping.
 #include "targets/cpu/CpuJit.h"
 
+#include <chrono>
+
 #include <mutex>
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
@@ -76,6 +78,9 @@ void initializeNativeTarget() {
 
 } // namespace
 
+// Codegen time per thread (materialization runs on the thread that looks a symbol up).
+thread_local double cpuJitCodegenSeconds = 0;
+
 // The IR compiler of the JIT: object cache lookup, then O3, then host code generation.
 // Stateless apart from the CpuJit it reads, so concurrent compiles are safe.
 class CpuJit::Compiler : public llvm::orc::IRCompileLayer::IRCompiler {
@@ -84,6 +89,13 @@ public:
       : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(opts)), jit_(jit) {}
 
   llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module &m) override {
+    struct Timed { // adds this compile's time to the thread's codegen seconds
+      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+      ~Timed() {
+        cpuJitCodegenSeconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } timed;
     llvm::ObjectCache *cache = jit_.cache_.load();
     if (cache) {
       if (auto obj = cache->getObject(&m)) return obj;
@@ -211,6 +223,8 @@ CpuJit::ModuleHandle CpuJit::addModule(std::unique_ptr<llvm::Module> m,
   }
   return &*jd;
 }
+
+double CpuJit::codegenSecondsOnThisThread() { return cpuJitCodegenSeconds; }
 
 void *CpuJit::lookup(ModuleHandle h, const std::string &name) {
   auto addr = check("compiling or finding '" + name + "'", jit_->lookup(*h, name));

@@ -54,6 +54,9 @@ public:
   /// Address of the function `name` in the module `h`; compiles it if needed. Throws
   /// rcjit::Error when the symbol is missing or compiling fails.
   void *lookup(ModuleHandle h, const std::string &name);
+  /// Seconds this thread has spent in O3 and machine-code generation (object cache lookups
+  /// included) since it started: a lookup's time minus its growth is linking and loading.
+  static double codegenSecondsOnThisThread();
   /// Plugs in a persistent object cache (keyed by the module identifier): modules compiled
   /// later are first looked up in it and, when compiled, stored in it. Not owned; nullptr
   /// turns caching off. The cache must be thread-safe.

@@ -1,6 +1,8 @@
 // LoopKernels → one LLVM module with the CPU outer loop → optimized machine code via CpuJit.
 #include "targets/cpu/CpuKernels.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -17,6 +19,7 @@
 
 #include <rcjit/Error.h>
 
+#include "support/Events.h"
 #include "targets/LoopCodegen.h"
 #include "targets/cpu/CpuJit.h"
 #include "targets/cpu/ObjectCacheAdapter.h"
@@ -200,8 +203,21 @@ std::string hostCodegenId() {
 
 namespace {
 
+// The target compile's own steps for the trace (phase llvm or load), timed from t0.
+void announceCpuStep(const std::string &moduleId, const char *step, const char *phase,
+                     double seconds, const std::string &result) {
+  if (!logging::wanted(logging::Kind::passes)) return;
+  logging::emit(logging::CompileStepEvent{
+      .graph = moduleId, .step = step, .seconds = seconds, .result = result, .phase = phase});
+}
+
+double cpuSecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std::string &moduleId,
                                const CpuCompileOptions &options) {
+  auto t0 = std::chrono::steady_clock::now();
   CpuJit &jit = processJit();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
@@ -222,17 +238,28 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
     throw Error("compileKernels: internal error, invalid LLVM IR for '" + moduleId +
                 "': " + problems);
   }
+  announceCpuStep(moduleId, "emit LLVM IR", "llvm", cpuSecondsSince(t0),
+                  std::to_string(kernels.size()) + " kernels\n");
   CpuCompiledKernels out;
   if (options.wantLlvmIr || options.wantAssembly) {
+    auto tDump = std::chrono::steady_clock::now();
     std::unique_ptr<llvm::Module> copy = llvm::CloneModule(*m);
     jit.optimize(*copy);
     if (options.wantLlvmIr) out.llvmIr = printModule(*copy);
     if (options.wantAssembly) out.assembly = jit.assembly(*copy);
+    announceCpuStep(moduleId, "optimize a copy for the logs' LLVM IR", "logging",
+                    cpuSecondsSince(tDump), "");
   }
+  auto tLookup = std::chrono::steady_clock::now();
+  const double codegenBefore = CpuJit::codegenSecondsOnThisThread();
   CpuJit::ModuleHandle h = jit.addModule(std::move(m), std::move(ctx));
   for (const LoopKernel &k : kernels) {
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }
+  const double codegen = CpuJit::codegenSecondsOnThisThread() - codegenBefore;
+  announceCpuStep(moduleId, "O3 and machine code (or the object cache)", "llvm", codegen, "");
+  announceCpuStep(moduleId, "link and load", "load",
+                  std::max(0.0, cpuSecondsSince(tLookup) - codegen), "");
   return out;
 }
 
