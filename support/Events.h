@@ -162,7 +162,7 @@ struct GuardsEvent {
   std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
   int64_t entry = 0;
   std::string guards;
-  std::optional<std::vector<GuardRow>> table; // the same guards, one row per input
+  std::optional<std::vector<GuardRow>> table;    // the same guards, one row per input
   std::optional<std::vector<std::string>> notes; // guards on no input: autocast, symbol sources
   template <class V, class S> static void fields(V &&v, S &s) {
     v("function", s.function);
@@ -345,9 +345,7 @@ struct CallEvent {
 /// CallEvent: every call up to this number is traced, later ones at powers of two.
 constexpr int64_t kTracedCalls = 3;
 /// Whether call number `call` (from 1) of an entry is traced.
-constexpr bool tracedCall(int64_t call) {
-  return call <= kTracedCalls || (call & (call - 1)) == 0;
-}
+constexpr bool tracedCall(int64_t call) { return call <= kTracedCalls || (call & (call - 1)) == 0; }
 
 /// Which entry's compile the calling thread is running, while a CompileScope lives: the
 /// compile-path steps it emits carry it (support/Events.cpp reads it in emit).

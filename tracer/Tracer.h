@@ -24,9 +24,9 @@ class ModuleBase;
 
 /// A host read of a traced value: where the trace would have to split.
 struct GraphBreak {
-  std::string op;     // "item", "to_vector"
-  int node = -1;      // the value read
-  std::string file;   // where the read was called (last path component; "" when unknown)
+  std::string op;   // "item", "to_vector"
+  int node = -1;    // the value read
+  std::string file; // where the read was called (last path component; "" when unknown)
   int line = 0;
   int readRegion = -1; // the module region whose forward made the read (-1: none)
 };

@@ -71,7 +71,8 @@ public:
   /// traced function this is a host read (a graph break), logged with `where` (the caller's
   /// file and line).
   template <class T>
-  std::vector<T> to_vector(const std::source_location &where = std::source_location::current()) const;
+  std::vector<T>
+  to_vector(const std::source_location &where = std::source_location::current()) const;
   /// The value of a one-element tensor as a double (a host read, like to_vector).
   double item(const std::source_location &where = std::source_location::current()) const;
 
@@ -115,8 +116,7 @@ private:
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 
-template <class T>
-std::vector<T> Tensor::to_vector(const std::source_location &where) const {
+template <class T> std::vector<T> Tensor::to_vector(const std::source_location &where) const {
   static_assert(std::is_arithmetic_v<T>, "to_vector<T>: T must be an arithmetic type");
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes = to_vector<uint8_t>(where);
