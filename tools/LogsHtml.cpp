@@ -28,24 +28,6 @@ std::string htmlAnchor(FunctionKey k, const EntryReport &e, size_t index) {
          (index ? "-" + std::to_string(index) : "");
 }
 
-void htmlTable(std::ostream &o, const std::string &title, const std::vector<std::string> &head,
-               const HtmlRows &rows) {
-  o << "<h2>" << esc(title) << "</h2>\n";
-  if (rows.empty()) {
-    o << "<p class=\"none\">none</p>\n";
-    return;
-  }
-  o << "<table>\n<tr>";
-  for (const std::string &h : head) o << "<th>" << esc(h) << "</th>";
-  o << "</tr>\n";
-  for (const auto &row : rows) {
-    o << "<tr>";
-    for (const std::string &cell : row) o << "<td>" << esc(cell) << "</td>";
-    o << "</tr>\n";
-  }
-  o << "</table>\n";
-}
-
 // A table inside an entry: no heading of its own.
 void htmlInnerTable(std::ostream &o, const std::vector<std::string> &head, const HtmlRows &rows) {
   o << "<table>\n<tr>";
@@ -57,6 +39,16 @@ void htmlInnerTable(std::ostream &o, const std::vector<std::string> &head, const
     o << "</tr>\n";
   }
   o << "</table>\n";
+}
+
+void htmlTable(std::ostream &o, const std::string &title, const std::vector<std::string> &head,
+               const HtmlRows &rows) {
+  o << "<h2>" << esc(title) << "</h2>\n";
+  if (rows.empty()) {
+    o << "<p class=\"none\">none</p>\n";
+    return;
+  }
+  htmlInnerTable(o, head, rows);
 }
 
 void openSection(std::ostream &o, const std::string &id) { o << "<section id=\"" << id << "\">\n"; }
