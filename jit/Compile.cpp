@@ -302,6 +302,9 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   }
   r.moduleId = moduleId;
   r.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  // max_autotune of a static program: compileGraph tries each lowering of the traced graph
+  // (small matmuls generated or library calls), so it starts again before the passes
+  if (exec.autotune && r.samples.size() == 1) r.samples[0] = {t.graph, strides};
   CompileResult c = compileGraph(std::move(r));
   e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
   e->program = std::move(c.executable);

@@ -9,6 +9,7 @@
 #include "cache/ClearHooks.h"
 #include "jit/CompileGraph.h"
 #include "targets/SymbolicProgram.h"
+#include "targets/Target.h"
 #include "tracer/GraphIO.h"
 
 namespace rcjit {
@@ -146,7 +147,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     }
     std::ostringstream key;
     key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
-        << (exec.autotune ? "+autotune" : "") << "/";
+        << (exec.autotune ? "+autotune" : "") << "/mm" << smallMatmulMacsFor(exec.target) << "/";
     if (trains) {
       key << "train:";
       for (bool w : wantGrad) key << (w ? '1' : '0');

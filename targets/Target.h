@@ -36,4 +36,17 @@ const TargetInfo &targetInfo(Target t);
 /// targetInfo(t).lower.
 LowerOptions lowerOptionsFor(Target t);
 
+/// The cost model of generated matmul kernels on target `t`: a linear or matmul of at most
+/// this many multiply-adds is decomposed into a product and a sum that the code generator
+/// builds into one kernel with its epilogue, instead of a library call (0: never). On the
+/// CPU the environment variable RCJIT_MATMUL_KERNELS, read at each compile, overrides the
+/// default (kCpuSmallMatmulMacs): `never`, `small` (the default) or `always` (every static
+/// floating-point matmul); cuda keeps its GEMMs library calls. Throws rcjit::Error for
+/// another value. Thread-safe.
+int64_t smallMatmulMacsFor(Target t);
+
+/// The CPU's default threshold: measured (README, Performance) as where a generated
+/// kernel stops beating a oneDNN call on one thread for toy-sized layers.
+constexpr int64_t kCpuSmallMatmulMacs = int64_t{1} << 16;
+
 } // namespace rcjit

@@ -392,9 +392,26 @@ TEST(PassesDecompose, SmallMatmul) {
   Traced big = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                      {Tensor::randn({4, 100}, 15), Tensor::randn({100, 24}, 16)});
   EXPECT_EQ(printGraph(decompose(big.graph, smallMatmuls())), printGraph(big.graph));
+  // batched, and with a batch that broadcasts: the same product and sum, per batch
   Traced batched = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                          {Tensor::randn({2, 4, 8}, 15), Tensor::randn({2, 8, 8}, 16)});
-  EXPECT_EQ(printGraph(decompose(batched.graph, smallMatmuls())), printGraph(batched.graph));
+  EXPECT_EQ(count(checkDecompose(batched), OpKind::matmul), 0);
+  Traced broadcast = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
+                           {Tensor::randn({3, 4, 8}, 17), Tensor::randn({8, 5}, 18)});
+  EXPECT_EQ(count(checkDecompose(broadcast), OpKind::matmul), 0);
+  // a vector operand stays a library call
+  Traced vec = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
+                     {Tensor::randn({8}, 19), Tensor::randn({8, 5}, 20)});
+  EXPECT_EQ(printGraph(decompose(vec.graph, smallMatmuls())), printGraph(vec.graph));
+}
+
+TEST(PassesDecompose, MacThresholdCountsTheWholeProduct) {
+  DecomposeOptions o;
+  o.smallMatmulMacs = 6 * 16 * 16; // [2, 3, 16] x [16, 16]^T exactly
+  EXPECT_EQ(count(checkDecompose(linearTrace(16, 16, true), {}, o), OpKind::linear), 0);
+  o.smallMatmulMacs -= 1;
+  Traced t = linearTrace(16, 16, true);
+  EXPECT_EQ(printGraph(decompose(t.graph, o)), printGraph(t.graph));
 }
 
 TEST(PassesDecompose, GeluAndSiluStaySingleOps) {

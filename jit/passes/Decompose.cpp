@@ -117,9 +117,19 @@ int decomposeSmallLinear(GraphBuilder &b, const Node &n, const std::vector<int> 
   return b.cast(y, n.dtype);
 }
 
+/// a [..., M, K] @ b [..., K, N] (batch dims broadcast): b's last two dims swapped and a
+/// size-1 dim put before them, so that [..., 1, N, K] lines up with a's [..., M, 1, K].
 int decomposeSmallMatmul(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
-  int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs({1, 0}));
+  const int64_t r = rankOf(b, in[1]);
+  Dims swap = trailingDims(r, r);
+  std::swap(swap[r - 2], swap[r - 1]);
+  int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs(swap));
+  if (r > 2) {
+    Shape bs = concreteShape(b.node(bt).shape);
+    bs.insert(bs.end() - 2, 1);
+    bt = b.emit(OpKind::reshape, {bt}, dimsAttrs(bs));
+  }
   return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
 }
 
@@ -138,14 +148,26 @@ bool decomposable(const Graph &g, const Node &n) {
   return true;
 }
 
-/// K and N of a linear (x, w [N, K]) or a rank-2 matmul (a [M, K], b [K, N]) within the
-/// threshold, floating point. Other matmuls stay library calls.
-bool isSmallMatmul(const Graph &g, const Node &n, int64_t max) {
-  if (!isFloating(n.dtype)) return false;
-  const SymShape &w = g.nodes[n.inputs[1]].shape;
-  if (n.op == OpKind::linear) return w[0].value <= max && w[1].value <= max;
+/// Multiply-adds of a linear (x [..., K], w [N, K]) or matmul (a [..., M, K], b [..., K, N]).
+double matmulMacs(const Graph &g, const Node &n) {
+  double macs = 1;
+  for (const Dim &d : n.shape) macs *= static_cast<double>(d.value); // [..., M, N]
   const SymShape &a = g.nodes[n.inputs[0]].shape;
-  return a.size() == 2 && w.size() == 2 && w[0].value <= max && w[1].value <= max;
+  return macs * static_cast<double>(a.back().value);
+}
+
+/// A floating-point linear, or a matmul of two operands of rank >= 2, that is small: K and
+/// N within smallMatmulMax, or at most smallMatmulMacs multiply-adds. Others stay library
+/// calls.
+bool isSmallMatmul(const Graph &g, const Node &n, const DecomposeOptions &o) {
+  if (!isFloating(n.dtype)) return false;
+  const SymShape &a = g.nodes[n.inputs[0]].shape;
+  const SymShape &w = g.nodes[n.inputs[1]].shape;
+  if (n.op == OpKind::matmul && (a.size() < 2 || w.size() < 2)) return false;
+  const int64_t k = a.back().value;
+  const int64_t cols = n.op == OpKind::linear ? w[0].value : w.back().value;
+  if (k <= o.smallMatmulMax && cols <= o.smallMatmulMax) return true;
+  return o.smallMatmulMacs > 0 && matmulMacs(g, n) <= static_cast<double>(o.smallMatmulMacs);
 }
 
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
@@ -163,12 +185,12 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::sdpa:
     return decomposeSdpa(b, n, in);
   case OpKind::linear:
-    if (isSmallMatmul(g, n, o.smallMatmulMax)) return decomposeSmallLinear(b, n, in);
+    if (isSmallMatmul(g, n, o)) return decomposeSmallLinear(b, n, in);
     if (o.splitLinearBias && in.size() == 3)
       return b.emit(OpKind::add, {b.emit(OpKind::linear, {in[0], in[1]}), in[2]});
     return -1;
   case OpKind::matmul:
-    return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
+    return isSmallMatmul(g, n, o) ? decomposeSmallMatmul(b, n, in) : -1;
   case OpKind::conv2d:    // a library call
   case OpKind::embedding: // a gather, run by the eager kernel
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
