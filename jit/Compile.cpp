@@ -290,7 +290,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   r.samples[0] = {e->graph, strides, {}, true};
   r.stop = CompileStop::executable;
   if (!dynamic.empty()) {
-    SymbolicResult sym = makeSymbolic(fn, t, e->graph, strides, dynamic, exec.target);
+    SymbolicResult sym = makeSymbolic(fn, t, strides, dynamic, exec.target);
     e->dynamicNotes = std::move(sym.notes);
     if (!sym.symbols.empty()) {
       r.samples = std::move(sym.request.samples);

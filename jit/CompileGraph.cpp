@@ -191,6 +191,9 @@ CompileResult compileGraph(CompileRequest r) {
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
   PipelineOptions pipeline = pipelineOptionsFor(r.exec.target);
   if (r.smallMatmulMacs >= 0) pipeline.decomposeOptions.smallMatmulMacs = r.smallMatmulMacs;
+  // a symbolic program: small matmuls stay library calls, the same lowering at every
+  // sample's sizes (the cost model counts multiply-adds, which vary with the symbols)
+  if (ns > 1 && r.smallMatmulMacs < 0) pipeline.decomposeOptions.smallMatmulMacs = 0;
   const std::vector<Pass> passes = defaultPasses(pipeline);
   for (size_t k = 0; k < ns; ++k)
     res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));

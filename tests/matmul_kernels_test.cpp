@@ -139,6 +139,42 @@ TEST(MatmulKernels, Bf16ComputesInF32) {
   expectMatchesEager("always", fn, args, 2e-2, 2e-2, 0);
 }
 
+// Sets RCJIT_BF16_MATMUL for the scope (unset after it).
+struct Bf16MatmulEnv {
+  explicit Bf16MatmulEnv(const char *value) { setenv("RCJIT_BF16_MATMUL", value, 1); }
+  ~Bf16MatmulEnv() { unsetenv("RCJIT_BF16_MATMUL"); }
+};
+
+// bf16 products the way a CPU without native bf16 runs them: in f32, the weight converted
+// once per storage version; a weight written in place is converted again.
+TEST(MatmulKernels, Bf16ViaF32ConvertsAWeightOncePerVersion) {
+  Bf16MatmulEnv env("f32");
+  Tensor w = Tensor::randn({300, 200}, 170).to(DType::bf16);
+  Tensor b = Tensor::randn({300}, 171).to(DType::bf16);
+  Tensor x = Tensor::randn({5, 200}, 172).to(DType::bf16);
+  auto reference = [&] {
+    return linear(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32)).to(DType::bf16);
+  };
+  Tensor want = reference();
+  for (int call = 0; call < 3; ++call) { // a conversion, then the cached copy
+    Tensor got = linear(x, w, b);
+    ASSERT_EQ(got.dtype(), DType::bf16);
+    EXPECT_TRUE(allclose(got.to(DType::f32), want.to(DType::f32), 1e-2, 1e-2)) << call;
+  }
+  w.copy_(Tensor::randn({300, 200}, 173).to(DType::bf16)); // a new version
+  b.copy_(Tensor::randn({300}, 174).to(DType::bf16));
+  Tensor want2 = reference();
+  EXPECT_FALSE(allclose(want2.to(DType::f32), want.to(DType::f32), 1e-2, 1e-2));
+  EXPECT_TRUE(allclose(linear(x, w, b).to(DType::f32), want2.to(DType::f32), 1e-2, 1e-2));
+  // compiled (the product a library-sized eager step) agrees too
+  MatmulKernelsEnv library("never");
+  auto f = compile([&](const Tensor &in) { return linear(in, w, b); });
+  EXPECT_TRUE(allclose(f(x).to(DType::f32), want2.to(DType::f32), 1e-2, 1e-2));
+  Bf16MatmulEnv bad("sometimes");
+  std::string msg = test::errorOf([&] { linear(x, w, b); });
+  EXPECT_NE(msg.find("RCJIT_BF16_MATMUL='sometimes'"), std::string::npos) << msg;
+}
+
 TEST(MatmulKernels, PlannerGeneratesSmallProductsAndKeepsBigOnesLibraryCalls) {
   unsetenv("RCJIT_MATMUL_KERNELS"); // the default cost model
   Tensor small = Tensor::randn({10, 10}, 150), big = Tensor::randn({512, 512}, 151);
