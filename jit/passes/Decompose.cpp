@@ -8,6 +8,7 @@
 
 #include "jit/passes/GraphBuilder.h"
 #include "tracer/OpCases.h"
+#include "tracer/ShapeInference.h"
 
 namespace rcjit {
 
@@ -79,27 +80,6 @@ int causalMask(GraphBuilder &b, int64_t lq, int64_t lk) {
   return b.emit(OpKind::gt, {cols, rows});
 }
 
-int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
-  DType ct = computeType(n.dtype);
-  int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
-  Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
-  int64_t r = static_cast<int64_t>(qs.size());
-  Dims swapLast = trailingDims(r, r);
-  std::swap(swapLast[r - 2], swapLast[r - 1]);
-  // The mask comes first so that its kernel precedes the scores' and the where can join
-  // the scaling, softmax and all, in one kernel.
-  int mask = n.attrs.causal ? causalMask(b, qs[r - 2], ks[r - 2]) : -1;
-  int kt = b.emit(OpKind::permute, {k}, dimsAttrs(swapLast));
-  double scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
-  int s = b.emit(OpKind::mul, {b.emit(OpKind::matmul, {q, kt}), b.scalar(scale, ct)});
-  if (mask >= 0) {
-    int ninf = b.scalar(-std::numeric_limits<double>::infinity(), ct);
-    s = b.emit(OpKind::where, {mask, ninf, s});
-  }
-  int p = softmaxOf(b, s, r - 1, false);
-  return b.cast(b.emit(OpKind::matmul, {p, v}), n.dtype);
-}
-
 /// sum(a[..., M, 1, K] * bt[N, K], last): a @ bt^T with the product and sum in one kernel.
 int productSum(GraphBuilder &b, int a, int bt) {
   Shape as = concreteShape(b.node(a).shape);
@@ -148,26 +128,60 @@ bool decomposable(const Graph &g, const Node &n) {
   return true;
 }
 
-/// Multiply-adds of a linear (x [..., K], w [N, K]) or matmul (a [..., M, K], b [..., K, N]).
-double matmulMacs(const Graph &g, const Node &n) {
-  double macs = 1;
-  for (const Dim &d : n.shape) macs *= static_cast<double>(d.value); // [..., M, N]
-  const SymShape &a = g.nodes[n.inputs[0]].shape;
-  return macs * static_cast<double>(a.back().value);
+/// A floating-point linear (a [..., K], w [N, K]), or a matmul of two operands of rank >= 2
+/// (a [..., M, K], w [..., K, N]), giving `out`, that is small: K and N within
+/// smallMatmulMax, or at most smallMatmulMacs multiply-adds. Others stay library calls.
+bool isSmallProduct(OpKind op, DType dt, const Shape &a, const Shape &w, const Shape &out,
+                    const DecomposeOptions &o) {
+  if (!isFloating(dt)) return false;
+  if (op == OpKind::matmul && (a.size() < 2 || w.size() < 2)) return false;
+  const int64_t k = a.back();
+  const int64_t cols = op == OpKind::linear ? w[0] : w.back();
+  if (k <= o.smallMatmulMax && cols <= o.smallMatmulMax) return true;
+  double macs = static_cast<double>(k); // [..., M, N] x K
+  for (int64_t d : out) macs *= static_cast<double>(d);
+  return o.smallMatmulMacs > 0 && macs <= static_cast<double>(o.smallMatmulMacs);
 }
 
-/// A floating-point linear, or a matmul of two operands of rank >= 2, that is small: K and
-/// N within smallMatmulMax, or at most smallMatmulMacs multiply-adds. Others stay library
-/// calls.
 bool isSmallMatmul(const Graph &g, const Node &n, const DecomposeOptions &o) {
-  if (!isFloating(n.dtype)) return false;
-  const SymShape &a = g.nodes[n.inputs[0]].shape;
-  const SymShape &w = g.nodes[n.inputs[1]].shape;
-  if (n.op == OpKind::matmul && (a.size() < 2 || w.size() < 2)) return false;
-  const int64_t k = a.back().value;
-  const int64_t cols = n.op == OpKind::linear ? w[0].value : w.back().value;
-  if (k <= o.smallMatmulMax && cols <= o.smallMatmulMax) return true;
-  return o.smallMatmulMacs > 0 && matmulMacs(g, n) <= static_cast<double>(o.smallMatmulMacs);
+  return isSmallProduct(n.op, n.dtype, concreteShape(g.nodes[n.inputs[0]].shape),
+                        concreteShape(g.nodes[n.inputs[1]].shape), concreteShape(n.shape), o);
+}
+
+/// x @ y as a matmul node, or spelled as a product and a sum when small: what decompose
+/// would make of that matmul on a second run, so that it stays a fixed point.
+int matmulOf(GraphBuilder &b, int x, int y, const DecomposeOptions &o) {
+  TensorMeta mx = b.meta(x), my = b.meta(y);
+  TensorMeta out = inferMeta(OpKind::matmul, {mx, my}, {});
+  if (isSmallProduct(OpKind::matmul, out.dtype, mx.shape, my.shape, out.shape, o)) {
+    Node n;
+    n.op = OpKind::matmul;
+    n.dtype = out.dtype;
+    return decomposeSmallMatmul(b, n, {x, y});
+  }
+  return b.emit(OpKind::matmul, {x, y});
+}
+
+int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in,
+                  const DecomposeOptions &o) {
+  DType ct = computeType(n.dtype);
+  int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
+  Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
+  int64_t r = static_cast<int64_t>(qs.size());
+  Dims swapLast = trailingDims(r, r);
+  std::swap(swapLast[r - 2], swapLast[r - 1]);
+  // The mask comes first so that its kernel precedes the scores' and the where can join
+  // the scaling, softmax and all, in one kernel.
+  int mask = n.attrs.causal ? causalMask(b, qs[r - 2], ks[r - 2]) : -1;
+  int kt = b.emit(OpKind::permute, {k}, dimsAttrs(swapLast));
+  double scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
+  int s = b.emit(OpKind::mul, {matmulOf(b, q, kt, o), b.scalar(scale, ct)});
+  if (mask >= 0) {
+    int ninf = b.scalar(-std::numeric_limits<double>::infinity(), ct);
+    s = b.emit(OpKind::where, {mask, ninf, s});
+  }
+  int p = softmaxOf(b, s, r - 1, false);
+  return b.cast(matmulOf(b, p, v, o), n.dtype);
 }
 
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
@@ -183,7 +197,7 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::rms_norm:
     return decomposeNorm(b, n, in);
   case OpKind::sdpa:
-    return decomposeSdpa(b, n, in);
+    return decomposeSdpa(b, n, in, o);
   case OpKind::linear:
     if (isSmallMatmul(g, n, o)) return decomposeSmallLinear(b, n, in);
     if (o.splitLinearBias && in.size() == 3)
@@ -191,8 +205,8 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
     return -1;
   case OpKind::matmul:
     return isSmallMatmul(g, n, o) ? decomposeSmallMatmul(b, n, in) : -1;
-  case OpKind::conv2d:    // a library call
-  case OpKind::embedding: // a gather, run by the eager kernel
+  case OpKind::conv2d:                 // a library call
+  case OpKind::embedding:              // a gather, run by the eager kernel
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
   case OpKind::conv2d_backward_input:  // run by the eager kernel
   case OpKind::conv2d_backward_weight: // run by the eager kernel
