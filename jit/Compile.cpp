@@ -330,7 +330,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   r.samples[0] = {e->graph, strides, {}, true};
   r.stop = CompileStop::executable;
   if (!dynamic.empty()) {
-    SymbolicResult sym = makeSymbolic(fn, t, e->graph, strides, dynamic, exec.target);
+    SymbolicResult sym = makeSymbolic(fn, t, strides, dynamic, exec.target);
     e->dynamicNotes = std::move(sym.notes);
     if (!sym.symbols.empty()) {
       r.samples = std::move(sym.request.samples);
@@ -342,6 +342,9 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   }
   r.moduleId = moduleId;
   r.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  // max_autotune of a static program: compileGraph tries each lowering of the traced graph
+  // (small matmuls generated or library calls), so it starts again before the passes
+  if (exec.autotune && r.samples.size() == 1) r.samples[0] = {t.graph, strides};
   CompileResult c = compileGraph(std::move(r));
   e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
   e->program = std::move(c.executable);

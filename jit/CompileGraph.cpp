@@ -1,6 +1,7 @@
 // compileGraph: the compile path as one straight-line list of announced steps.
 #include "jit/CompileGraph.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <rcjit/Error.h>
@@ -8,6 +9,7 @@
 #include "jit/Pipeline.h"
 #include "support/Events.h"
 #include "support/Log.h"
+#include "targets/FastestOf.h"
 #include "targets/Lower.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
@@ -141,8 +143,49 @@ void setSymbolSources(Program &p, const CompileRequest &r) {
 
 } // namespace
 
+namespace {
+
+// max_autotune of a static CPU graph under the default cost model: each distinct lowering
+// of kAutotuneMatmulMacs compiled, the fastest kept on the first call. False when the
+// request is not one (then compileGraph compiles it once).
+bool autotunesLowering(const CompileRequest &r) {
+  return r.exec.autotune && r.exec.target == Target::cpu && r.samples.size() == 1 &&
+         !r.samples[0].optimized && r.stop == CompileStop::executable && r.smallMatmulMacs < 0 &&
+         smallMatmulMacsFor(Target::cpu) == kCpuSmallMatmulMacs;
+}
+
+CompileResult compileFastestLowering(const CompileRequest &r) {
+  CompileResult first;
+  std::vector<std::shared_ptr<Executable>> candidates;
+  std::vector<std::string> names;
+  std::vector<std::string> seen; // graph hashes after the passes
+  for (int64_t macs : kAutotuneMatmulMacs) {
+    CompileRequest c = r;
+    c.smallMatmulMacs = macs < 0 ? kCpuSmallMatmulMacs : macs;
+    c.stop = CompileStop::optimized;
+    c.samples[0].graph = compileGraph(c).graphs.at(0);
+    c.samples[0].optimized = true;
+    const std::string hash = hashGraph(c.samples[0].graph).hex();
+    if (std::find(seen.begin(), seen.end(), hash) != seen.end()) continue;
+    seen.push_back(hash);
+    c.stop = CompileStop::executable;
+    c.moduleId = r.moduleId + "_mm" + std::to_string(candidates.size());
+    CompileResult res = compileGraph(c);
+    candidates.push_back(res.executable);
+    names.push_back(macs == 0 ? "library matmuls"
+                              : "generated matmuls up to " + std::to_string(c.smallMatmulMacs) +
+                                    " multiply-adds");
+    if (candidates.size() == 1) first = std::move(res);
+  }
+  first.executable = fastestOf(std::move(candidates), std::move(names), r.moduleId);
+  return first;
+}
+
+} // namespace
+
 CompileResult compileGraph(CompileRequest r) {
   if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
+  if (autotunesLowering(r)) return compileFastestLowering(r);
   const TargetInfo &target = targetInfo(r.exec.target);
   CompileResult res;
   Steps steps(r, res);
@@ -150,7 +193,12 @@ CompileResult compileGraph(CompileRequest r) {
 
   // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
-  const std::vector<Pass> passes = defaultPasses(pipelineOptionsFor(r.exec.target), r.label);
+  PipelineOptions pipeline = pipelineOptionsFor(r.exec.target);
+  if (r.smallMatmulMacs >= 0) pipeline.decomposeOptions.smallMatmulMacs = r.smallMatmulMacs;
+  // a symbolic program: small matmuls stay library calls, the same lowering at every
+  // sample's sizes (the cost model counts multiply-adds, which vary with the symbols)
+  if (ns > 1 && r.smallMatmulMacs < 0) pipeline.decomposeOptions.smallMatmulMacs = 0;
+  const std::vector<Pass> passes = defaultPasses(pipeline, r.label);
   for (size_t k = 0; k < ns; ++k)
     res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
   if (r.stop == CompileStop::optimized) return res;

@@ -55,7 +55,16 @@ struct CompileRequest {
   std::vector<GraphSample> samples; // [0] at the traced sizes; >= 3 for a symbolic program
   SymbolicSpec symbolic;
   CompileStop stop = CompileStop::executable;
+  /// Generated matmul kernels up to this many multiply-adds (DecomposeOptions); -1: the
+  /// target's cost model (smallMatmulMacsFor). With exec.autotune, a static CPU request
+  /// that leaves it -1 compiles every distinct lowering of kAutotuneMatmulMacs and keeps
+  /// the one fastest on the first call (targets/FastestOf.h).
+  int64_t smallMatmulMacs = -1;
 };
+
+/// The thresholds max_autotune tries, in order (a lowering equal to an earlier one is
+/// skipped): none (library calls only), the cost model's (-1), up to 2^22 multiply-adds.
+constexpr int64_t kAutotuneMatmulMacs[] = {0, -1, int64_t{1} << 22};
 
 struct CompileStepTime {
   std::string step;

@@ -257,8 +257,7 @@ chooseSymbols(const std::vector<DynSymbol> &candidates,
 
 } // namespace
 
-SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
-                            const std::vector<Shape> &strides,
+SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
                             const std::vector<DynSymbol> &candidates, Target target) {
   SymbolicResult res;
   auto attempt = [&](const std::vector<DynSymbol> &syms, std::string &why) {
@@ -269,7 +268,9 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
     CompileRequest r;
     r.exec.target = target;
     r.stop = CompileStop::program;
-    r.samples.push_back({optimized, loweringStrides(strides, syms, t.args), traced, true});
+    // sample 0 from the traced graph again: a symbolic program lowers its small matmuls
+    // as library calls (compileGraph), where the static entry's graph may generate them
+    r.samples.push_back({t.graph, loweringStrides(strides, syms, t.args), traced, false});
     for (size_t p = 0; p < probes.size(); ++p) {
       GraphSample probe;
       if (!traceProbe(fn, t, strides, syms, probes[p], probe.graph, probe.strides, why))
@@ -292,7 +293,7 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &opt
     }
     std::vector<std::vector<int64_t>> symValues;
     for (const GraphSample &s : r.samples) symValues.push_back(s.syms);
-    res.graph = optimized;
+    res.graph = c.graphs[0];
     markGraph(res.graph, c.graphs, symValues, ranges);
     // what the entry compiles: the same samples, optimized already
     for (size_t k = 0; k < r.samples.size(); ++k) {

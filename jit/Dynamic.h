@@ -58,10 +58,10 @@ struct SymbolicResult {
 };
 
 /// Finds the symbolic program for trace `t` of `fn` with as many of `candidates` as the
-/// function allows. `optimized` is t.graph after the graph passes and `strides` the
-/// strides of every program input at this call (args then captured).
-SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const Graph &optimized,
-                            const std::vector<Shape> &strides,
+/// function allows. `strides` are the strides of every program input at this call (args
+/// then captured). The samples go through the graph passes here, with small matmuls kept
+/// library calls (the same lowering at every size).
+SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const std::vector<Shape> &strides,
                             const std::vector<DynSymbol> &candidates, Target target);
 
 /// A plan made symbolic: the symbols kept, the plan (null when no symbol could be kept), and

@@ -10,6 +10,7 @@
 #include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
 #include "targets/SymbolicProgram.h"
+#include "targets/Target.h"
 #include "tracer/GraphIO.h"
 
 namespace rcjit {
@@ -147,7 +148,8 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     }
     std::ostringstream key;
     key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
-        << (exec.autotune ? "+autotune" : "") << "/" << scheduleKey();
+        << (exec.autotune ? "+autotune" : "") << "/mm" << smallMatmulMacsFor(exec.target) << "/"
+        << scheduleKey();
     if (trains) {
       key << "train:";
       for (bool w : wantGrad) key << (w ? '1' : '0');

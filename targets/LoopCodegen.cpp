@@ -69,7 +69,7 @@ LoopKernel simplifyKernel(const LoopKernel &in) {
 
 std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *end,
                                      const std::vector<Value *> &init, const LoopBody &body,
-                                     const llvm::Twine &name, int64_t step) {
+                                     const llvm::Twine &name, int64_t step, unsigned hints) {
   llvm::Function *fn = b.GetInsertBlock()->getParent();
   llvm::LLVMContext &c = b.getContext();
   llvm::BasicBlock *pre = b.GetInsertBlock();
@@ -90,7 +90,23 @@ std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *
   std::vector<Value *> next = body(iv, carried);
   Value *ivNext = b.CreateAdd(iv, b.getInt64(step), "", true, true);
   llvm::BasicBlock *latch = b.GetInsertBlock();
-  b.CreateCondBr(b.CreateICmpSLT(ivNext, end), loop, exit);
+  llvm::BranchInst *back = b.CreateCondBr(b.CreateICmpSLT(ivNext, end), loop, exit);
+  if (hints != 0) {
+    std::vector<llvm::Metadata *> ops = {nullptr};
+    if (hints & kNoUnroll)
+      ops.push_back(llvm::MDNode::get(c, {llvm::MDString::get(c, "llvm.loop.unroll.disable")}));
+    if (hints & kFoldTail) {
+      auto flag = [&](const char *name) {
+        return llvm::MDNode::get(c, {llvm::MDString::get(c, name),
+                                     llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c))});
+      };
+      ops.push_back(flag("llvm.loop.vectorize.enable"));
+      ops.push_back(flag("llvm.loop.vectorize.predicate.enable"));
+    }
+    llvm::MDNode *md = llvm::MDNode::getDistinct(c, ops);
+    md->replaceOperandWith(0, md);
+    back->setMetadata(llvm::LLVMContext::MD_loop, md);
+  }
   iv->addIncoming(ivNext, latch);
 
   b.SetInsertPoint(exit);
@@ -389,6 +405,87 @@ void KernelBody::emitPoint(const std::vector<Value *> &outerIdx) {
     emitPass(p, idx, vals);
     emitOuterLevel(p, idx, vals);
   }
+}
+
+namespace {
+
+// Whether a load under statement `s` varies along domain dim `d` (pred: its stride there).
+template <class Pred> bool anyLoadUnder(const LoopKernel &k, int s, Pred &&pred) {
+  const KernelStmt &st = k.stmts[s];
+  if (st.kind == K::load) return pred(k.tensors[st.tensor]);
+  for (int a : st.args) {
+    if (anyLoadUnder(k, a, pred)) return true;
+  }
+  return false;
+}
+
+} // namespace
+
+std::optional<KernelBody::Contraction> KernelBody::contraction() const {
+  const LoopKernel &k = k_;
+  const int outer = k.numOuter;
+  if (split_ || outer < 1 || static_cast<int>(k.domain.size()) != outer + 1 || numPasses_ != 1)
+    return std::nullopt;
+  const SizeExpr &n = k.domain[outer - 1], &depth = k.domain[outer];
+  if (!n.isConstant() || !depth.isConstant()) return std::nullopt;
+  Contraction c;
+  for (size_t s = 0; s < k.stmts.size(); ++s) {
+    const KernelStmt &st = k.stmts[s];
+    if (st.kind == K::store && inner_[s]) return std::nullopt;
+    if (st.kind != K::reduce) continue;
+    if (c.reduce >= 0) return std::nullopt;
+    c.reduce = static_cast<int>(s);
+  }
+  if (c.reduce < 0) return std::nullopt;
+  const KernelStmt &r = k.stmts[c.reduce];
+  if (r.op != OpKind::sum || r.dtype != DType::f32) return std::nullopt;
+  const KernelStmt &m = k.stmts[r.args[0]];
+  if (m.kind != K::compute || m.op != OpKind::mul || m.dtype != DType::f32 || m.args.size() != 2)
+    return std::nullopt;
+  for (int a : m.args) {
+    if (k.stmts[a].dtype != DType::f32) return std::nullopt;
+  }
+  const size_t j = static_cast<size_t>(outer - 1);
+  auto alongJ = [j](const KernelTensor &t) { return t.strides[j] != SizeExpr::constant(0); };
+  const bool xj = anyLoadUnder(k, m.args[0], alongJ), yj = anyLoadUnder(k, m.args[1], alongJ);
+  if (xj == yj) return std::nullopt;
+  c.row = xj ? m.args[1] : m.args[0];
+  c.col = xj ? m.args[0] : m.args[1];
+  c.n = n.c;
+  c.k = depth.c;
+  const KernelStmt &col = k.stmts[c.col];
+  c.colUnitLoad = col.kind == K::load && col.dtype == DType::f32 &&
+                  k.tensors[col.tensor].strides[j] == SizeExpr::constant(1);
+  c.colRowFree = !anyLoadUnder(k, c.col, [j](const KernelTensor &t) {
+    for (size_t d = 0; d < j; ++d) {
+      if (t.strides[d] != SizeExpr::constant(0)) return true;
+    }
+    return false;
+  });
+  return c;
+}
+
+Value *KernelBody::loadAddress(int s, const Values &idx) {
+  assert(k_.stmts[s].kind == K::load);
+  return address(k_.stmts[s].tensor, idx);
+}
+
+Value *KernelBody::emitValueAt(int s, const Values &idx) {
+  const KernelStmt &st = k_.stmts[s];
+  assert(st.kind == K::load || st.kind == K::constant || st.kind == K::compute);
+  if (st.kind != K::compute) return emitStmt(s, idx, {});
+  Values vals(k_.stmts.size(), nullptr);
+  for (int a : st.args) vals[a] = emitValueAt(a, idx);
+  return emitStmt(s, idx, vals);
+}
+
+void KernelBody::emitPointGiven(const Values &outerIdx, int reduce, Value *value) {
+  assert(outerIdx.size() == static_cast<size_t>(k_.numOuter) && numPasses_ == 1);
+  Values vals(k_.stmts.size(), nullptr);
+  Values idx = outerIdx;
+  emitOuterLevel(0, idx, vals);
+  vals[reduce] = value;
+  emitOuterLevel(1, idx, vals);
 }
 
 Value *KernelBody::innerFlatIndex(const Values &idx) {

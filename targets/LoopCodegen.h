@@ -36,10 +36,15 @@ using LoopBody = std::function<std::vector<llvm::Value *>(
 /// Emits `for (i = start; i < end; i += step)` (signed i64, guarded, rotated: the shape LLVM's
 /// vectorizer expects; step > 0) at the builder's point; returns the carried values after the
 /// loop and leaves the builder in the exit block.
+/// `hints`: LoopHint flags for LLVM's loop passes, as llvm.loop metadata.
+enum LoopHint : unsigned {
+  kNoUnroll = 1, // code size over speed: a constant trip count is not unrolled in full
+  kFoldTail = 2, // vectorize with the remainder as one masked iteration (a short row)
+};
 std::vector<llvm::Value *> emitCountedLoop(llvm::IRBuilder<> &b, llvm::Value *start,
                                            llvm::Value *end, const std::vector<llvm::Value *> &init,
                                            const LoopBody &body, const llvm::Twine &name,
-                                           int64_t step = 1);
+                                           int64_t step = 1, unsigned hints = 0);
 
 /// How a target runs one outer point on `lanes` threads that execute its code together (a
 /// GPU warp) instead of on one thread. With it, every pass over the inner dims iterates the
@@ -78,6 +83,30 @@ public:
   /// dim), including every reduction pass over the inner dims and every store. Leaves the
   /// builder after the emitted code.
   void emitPoint(const std::vector<llvm::Value *> &outerIdx);
+
+  /// A kernel that is a product contracted over its one inner dim, C[r, j] = epilogue(
+  /// sum_k A[r, k] * B[r, j, k]): one reduction (an f32 sum, the last statement of its one
+  /// pass) of `x * y`, where `row` (A) does not vary along the last outer dim j and `col`
+  /// (B) does, with constant sizes j and k. What a target may emit as a GEMM-like loop nest
+  /// (k outer, j inner and vectorized) instead of one reduction nest per outer point.
+  struct Contraction {
+    int reduce = -1; // the sum statement
+    int row = -1;    // A: x or y, constant along j
+    int col = -1;    // B: the other factor
+    int64_t n = 0, k = 0;
+    bool colUnitLoad = false; // B is one f32 load with stride 1 along j
+    bool colRowFree = false;  // no load under B varies along an outer dim but j
+  };
+  /// The address of load statement `s`'s element at the full index `idx`.
+  llvm::Value *loadAddress(int s, const std::vector<llvm::Value *> &idx);
+  /// The kernel's contraction, if it is one (see Contraction).
+  std::optional<Contraction> contraction() const;
+  /// The value of load/constant/compute statement `s` at the full index `idx` (outer dims
+  /// then the inner dim), emitted at the builder's point with its operands.
+  llvm::Value *emitValueAt(int s, const std::vector<llvm::Value *> &idx);
+  /// emitPoint with the value of reduction statement `reduce` given (its loop already
+  /// run by the caller): the outer-level statements and stores only.
+  void emitPointGiven(const std::vector<llvm::Value *> &outerIdx, int reduce, llvm::Value *value);
 
 private:
   struct Reduction;

@@ -1,6 +1,9 @@
 // The targets as data: cpu and cuda, each with its options and its one compile hook.
 #include "targets/Target.h"
 
+#include <cstdlib>
+#include <limits>
+
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/CudaDriver.h"
 #include "targets/cuda/CudaProgram.h"
@@ -68,6 +71,18 @@ const TargetInfo &targetInfo(Target t) {
 }
 
 LowerOptions lowerOptionsFor(Target t) { return targetInfo(t).lower; }
+
+int64_t smallMatmulMacsFor(Target t) {
+  if (t != Target::cpu) return 0;
+  const char *env = std::getenv("RCJIT_MATMUL_KERNELS");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "small") return kCpuSmallMatmulMacs;
+  if (v == "never") return 0;
+  if (v == "always") return std::numeric_limits<int64_t>::max();
+  throw Error("RCJIT_MATMUL_KERNELS='" + v +
+              "': expected never, small or always (generated kernels for no matmul, the "
+              "small ones, or every one)");
+}
 
 std::shared_ptr<Executable> compileProgram(Program p, const std::string &moduleId,
                                            const ExecutableOptions &o) {

@@ -36,4 +36,19 @@ const TargetInfo &targetInfo(Target t);
 /// targetInfo(t).lower.
 LowerOptions lowerOptionsFor(Target t);
 
+/// The cost model of generated matmul kernels on target `t`: a linear or matmul of at most
+/// this many multiply-adds is decomposed into a product and a sum that the code generator
+/// builds into one kernel with its epilogue, instead of a library call (0: never). On the
+/// CPU the environment variable RCJIT_MATMUL_KERNELS, read at each compile, overrides the
+/// default (kCpuSmallMatmulMacs): `never`, `small` (the default) or `always` (every static
+/// floating-point matmul); cuda keeps its GEMMs library calls. Throws rcjit::Error for
+/// another value. Thread-safe.
+int64_t smallMatmulMacsFor(Target t);
+
+/// The CPU's default threshold. Measured (README, "Small matmuls as generated kernels"):
+/// toy64's layers up to 4 x 128 rows (51 200 multiply-adds each) run faster generated, on
+/// one thread and on two; larger products were not measured against oneDNN, so the default
+/// stops here and max_autotune tries up to 2^22 on the real shapes.
+constexpr int64_t kCpuSmallMatmulMacs = int64_t{1} << 16;
+
 } // namespace rcjit

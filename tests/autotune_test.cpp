@@ -6,6 +6,7 @@
 #include "tests/AutogradTestUtil.h"
 #include "tests/TestUtil.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,15 @@ size_t count(const std::string &text, const std::string &what) {
   return n;
 }
 
+// Sets RCJIT_MATMUL_KERNELS for the scope (unset after it).
+struct AutotuneMatmulEnv {
+  explicit AutotuneMatmulEnv(const char *value) { setenv("RCJIT_MATMUL_KERNELS", value, 1); }
+  ~AutotuneMatmulEnv() { unsetenv("RCJIT_MATMUL_KERNELS"); }
+};
+
 TEST(MaxAutotune, ResultsEqualTheDefaultAndTheChoiceIsTimedOnceThenRemembered) {
   LogsOff off;
+  AutotuneMatmulEnv library("never"); // the product a oneDNN step, one lowering
   cache::clear();
   Tensor w = Tensor::randn({64, 48}, 1), b = Tensor::randn({48}, 2);
   auto fn = [&](const Tensor &x) { return softmax(relu(matmul(x, w) + b) * 2.0, -1); };
@@ -59,6 +67,35 @@ TEST(MaxAutotune, ResultsEqualTheDefaultAndTheChoiceIsTimedOnceThenRemembered) {
   compile(fn)(x);
   log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(log.find(": autotune ("), std::string::npos) << log;
+}
+
+// A small product: max_autotune compiles it as a generated kernel and as a oneDNN call
+// (two lowerings), times both on the first call and keeps the faster; the results agree.
+TEST(MaxAutotune, ChoosesBetweenAGeneratedMatmulAndTheLibraryOnTheRealShapes) {
+  LogsOff off;
+  cache::clear();
+  Tensor w = Tensor::randn({48, 200}, 1), b = Tensor::randn({48}, 2);
+  auto fn = [&](const Tensor &x) { return relu(linear(x, w, b)); };
+  Tensor x = Tensor::randn({16, 200}, 3); // 153600 multiply-adds: over the default threshold
+  CompileOptions tuned;
+  tuned.max_autotune = true;
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  auto f = compile(fn, tuned);
+  Tensor first = f(x), second = f(x);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(allclose(first, fn(x), 1e-4, 1e-4));
+  EXPECT_TRUE(allclose(second, fn(x), 1e-4, 1e-4));
+  EXPECT_EQ(count(log, "lowering: kept "), 1u) << log;
+  EXPECT_NE(log.find("library matmuls: "), std::string::npos) << log;
+  EXPECT_NE(log.find("generated matmuls up to 4194304 multiply-adds: "), std::string::npos) << log;
+  // a forced setting leaves one lowering
+  AutotuneMatmulEnv always("always");
+  testing::internal::CaptureStderr();
+  auto g = compile(fn, tuned);
+  EXPECT_TRUE(allclose(g(x), fn(x), 1e-4, 1e-4));
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(log, "lowering: kept "), 0u) << log;
 }
 
 // A symbolic entry is tuned per set of sizes it runs at.

@@ -1,6 +1,8 @@
 // The rcjit tool through its library entry point: commands, exit codes, errors on stderr.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -299,10 +301,17 @@ TEST(Cli, TraceDumpsEveryStage) {
     ASSERT_EQ(r.code, 0) << what << ": " << r.err;
     EXPECT_FALSE(r.out.empty()) << what;
   }
-  // toy64 is all library calls; a softmax-like model would have kernels. Check the program:
+  // toy64's 10 x 10 linears are generated kernels with their bias and activations...
   Result p = run({"trace", "--model", "toy64", "--dump", "program", "--layers", "1"});
-  EXPECT_NE(p.out.find("library linear"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("+relu +sigmoid"), std::string::npos) << p.out; // fused post-ops
+  EXPECT_NE(p.out.find("{mul %10, sum %11, add %12, relu %13, sigmoid %14}"), std::string::npos)
+      << p.out;
+  EXPECT_EQ(p.out.find("library linear"), std::string::npos) << p.out;
+  // ... or, with generated matmul kernels off, oneDNN calls with fused post-ops
+  setenv("RCJIT_MATMUL_KERNELS", "never", 1);
+  Result lib = run({"trace", "--model", "toy64", "--dump", "program", "--layers", "1"});
+  unsetenv("RCJIT_MATMUL_KERNELS");
+  EXPECT_NE(lib.out.find("library linear"), std::string::npos) << lib.out;
+  EXPECT_NE(lib.out.find("+relu +sigmoid"), std::string::npos) << lib.out;
   Result ir = run({"trace", "--model", "gpt2", "--layers", "1", "--seq", "8", "--dump", "llvm"});
   ASSERT_EQ(ir.code, 0) << ir.err;
   EXPECT_NE(ir.out.find("define void @k0"), std::string::npos); // layer_norm etc. are kernels

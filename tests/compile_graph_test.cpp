@@ -2,6 +2,7 @@
 // and `rcjit trace` dumping the program the target really compiles.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include <rcjit/rcjit.h>
@@ -101,7 +102,15 @@ TEST(CompileGraph, VerifierNamesTheBrokenInvariant) {
   EXPECT_NO_THROW(verifyGraph(g, "x"));
 }
 
+// RCJIT_MATMUL_KERNELS=never for the scope: small products stay oneDNN calls, as the
+// fusion-plan tests below expect (generated matmul kernels: tests/matmul_kernels_test.cpp).
+struct LibraryMatmulsEnv {
+  LibraryMatmulsEnv() { setenv("RCJIT_MATMUL_KERNELS", "never", 1); }
+  ~LibraryMatmulsEnv() { unsetenv("RCJIT_MATMUL_KERNELS"); }
+};
+
 TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
+  LibraryMatmulsEnv library;
   auto fn = [](const std::vector<Tensor> &v) {
     Tensor h = relu(v[0] * 2.0 + 1.0);              // one group
     Tensor y = matmul(h, v[1]);                     // a library call
@@ -124,14 +133,14 @@ TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
 // reads a value computed after the earlier group started cannot merge.
 TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
   auto fn = [](const std::vector<Tensor> &v) {
-    Tensor a = v[0] * 0.1;            // opens a group
-    Tensor b = exp(v[1]) * 0.9;       // opens another: no operand in an open group
+    Tensor a = v[0] * 0.1;                 // opens a group
+    Tensor b = exp(v[1]) * 0.9;            // opens another: no operand in an open group
     Tensor s = v[2] + 1.0, t = v[2] * 3.0; // a scalar group, and a scalar that joins it
     return std::vector<Tensor>{(a + b) * s + t};
   };
-  CompileRequest r = requestFor(
-      fn, {Tensor::randn({16, 16}, 1), Tensor::randn({16, 16}, 2), Tensor::randn({}, 3)},
-      Target::cpu);
+  CompileRequest r =
+      requestFor(fn, {Tensor::randn({16, 16}, 1), Tensor::randn({16, 16}, 2), Tensor::randn({}, 3)},
+                 Target::cpu);
   r.stop = CompileStop::fused;
   CompileResult res = compileGraph(r);
   std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
@@ -200,6 +209,7 @@ CliResult cli(std::vector<const char *> args) {
 // the same request through the same compile path, so the linear's bias is split off its
 // GEMM and no post-op is fused (the CPU's program keeps both in oneDNN).
 TEST(CompileGraph, TraceDumpsTheProgramTheCudaTargetCompiles) {
+  LibraryMatmulsEnv library;
   CliResult r =
       cli({"trace", "--model", "toy64", "--seq", "8", "--dump", "program", "--target", "cuda"});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -2,6 +2,8 @@
 // GPU gets (checked by running it on the CPU), GEMM layouts, the PTX cache, allocator classes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <random>
 #include <string>
 #include <vector>
@@ -126,7 +128,14 @@ TEST(CudaLowering, ModelsLowerToGpuStepsThatComputeTheSame) {
       layers->makeInputs(c));
 }
 
+// RCJIT_MATMUL_KERNELS=never for the scope: the CPU's small linear stays a oneDNN call.
+struct CpuLibraryMatmulsEnv {
+  CpuLibraryMatmulsEnv() { setenv("RCJIT_MATMUL_KERNELS", "never", 1); }
+  ~CpuLibraryMatmulsEnv() { unsetenv("RCJIT_MATMUL_KERNELS"); }
+};
+
 TEST(CudaLowering, LinearBiasIsSplitOnlyForCuda) {
+  CpuLibraryMatmulsEnv library;
   nn::Linear lin(8, 4);
   auto fn = [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{relu(lin(v[0]))}; };
   std::vector<Tensor> x = {Tensor::randn({5, 8}, 3)};

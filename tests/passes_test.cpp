@@ -310,12 +310,17 @@ Traced sdpaTrace(bool causal, int64_t lq, int64_t lk, DType t = DType::f32) {
 }
 
 TEST(PassesDecompose, SdpaNonCausal) {
-  Graph d = checkDecompose(sdpaTrace(false, 6, 10));
+  Graph d = checkDecompose(sdpaTrace(false, 6, 10), {}, DecomposeOptions{});
   EXPECT_EQ(count(d, OpKind::sdpa), 0);
   EXPECT_EQ(count(d, OpKind::matmul), 2);
   EXPECT_EQ(count(d, OpKind::permute), 1);
   EXPECT_EQ(count(d, OpKind::where), 0);
   EXPECT_EQ(count(d, OpKind::arange), 0);
+  // small products: spelled as product and sum in the same pass, so that a second pass
+  // finds nothing to do (PassesPipeline.AttentionBlockHasNoCompositesAndSameValues)
+  Graph small = checkDecompose(sdpaTrace(false, 6, 10));
+  EXPECT_EQ(count(small, OpKind::matmul), 0);
+  EXPECT_EQ(count(small, OpKind::sum), 3); // the softmax's and the two products'
 }
 
 TEST(PassesDecompose, SdpaCausal) {
@@ -394,9 +399,26 @@ TEST(PassesDecompose, SmallMatmul) {
   Traced big = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                      {Tensor::randn({4, 100}, 15), Tensor::randn({100, 24}, 16)});
   EXPECT_EQ(printGraph(decompose(big.graph, smallMatmuls())), printGraph(big.graph));
+  // batched, and with a batch that broadcasts: the same product and sum, per batch
   Traced batched = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
                          {Tensor::randn({2, 4, 8}, 15), Tensor::randn({2, 8, 8}, 16)});
-  EXPECT_EQ(printGraph(decompose(batched.graph, smallMatmuls())), printGraph(batched.graph));
+  EXPECT_EQ(count(checkDecompose(batched), OpKind::matmul), 0);
+  Traced broadcast = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
+                           {Tensor::randn({3, 4, 8}, 17), Tensor::randn({8, 5}, 18)});
+  EXPECT_EQ(count(checkDecompose(broadcast), OpKind::matmul), 0);
+  // a vector operand stays a library call
+  Traced vec = trace([](const std::vector<Tensor> &a) { return one(matmul(a[0], a[1])); },
+                     {Tensor::randn({8}, 19), Tensor::randn({8, 5}, 20)});
+  EXPECT_EQ(printGraph(decompose(vec.graph, smallMatmuls())), printGraph(vec.graph));
+}
+
+TEST(PassesDecompose, MacThresholdCountsTheWholeProduct) {
+  DecomposeOptions o;
+  o.smallMatmulMacs = 6 * 16 * 16; // [2, 3, 16] x [16, 16]^T exactly
+  EXPECT_EQ(count(checkDecompose(linearTrace(16, 16, true), {}, o), OpKind::linear), 0);
+  o.smallMatmulMacs -= 1;
+  Traced t = linearTrace(16, 16, true);
+  EXPECT_EQ(printGraph(decompose(t.graph, o)), printGraph(t.graph));
 }
 
 TEST(PassesDecompose, GeluAndSiluStaySingleOps) {
@@ -685,8 +707,8 @@ void expectCompiledMatches(const Traced &t, const std::string &label) {
   }
 }
 
-Lowered lowerPipeline(const Traced &t) {
-  Program p = lowerGraph(runPipeline(t.graph, passes()), t.inputs);
+Lowered lowerPipeline(const Traced &t, const std::vector<Pass> &list = passes()) {
+  Program p = lowerGraph(runPipeline(t.graph, list), t.inputs);
   Lowered l;
   for (const Step &s : p.steps) {
     l.kernels += s.kind == Step::Kind::kernel;
@@ -717,11 +739,16 @@ TEST(PassesLowering, CompositesBecomeOneKernel) {
 }
 
 TEST(PassesLowering, SdpaIsTwoMatmulsAroundOneSoftmaxKernel) {
-  Lowered plain = lowerPipeline(sdpaTrace(false, 6, 10));
+  const std::vector<Pass> library = defaultPasses(PipelineOptions{}); // no small matmuls
+  Lowered plain = lowerPipeline(sdpaTrace(false, 6, 10), library);
   EXPECT_EQ(plain.library, 2);
   EXPECT_EQ(plain.kernels, 1);
   EXPECT_EQ(plain.eager, 0);
-  Lowered causal = lowerPipeline(sdpaTrace(true, 6, 6));
+  // small products: the two matmuls are generated kernels too
+  Lowered small = lowerPipeline(sdpaTrace(false, 6, 10));
+  EXPECT_EQ(small.library, 0);
+  EXPECT_EQ(small.kernels, 3);
+  Lowered causal = lowerPipeline(sdpaTrace(true, 6, 6), library);
   EXPECT_EQ(causal.library, 2);
   EXPECT_EQ(causal.kernels, 2); // the mask, then scale + mask + softmax
   EXPECT_EQ(causal.eager, 1);   // one arange (CSE merged the two)

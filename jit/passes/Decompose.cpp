@@ -8,6 +8,7 @@
 
 #include "jit/passes/GraphBuilder.h"
 #include "tracer/OpCases.h"
+#include "tracer/ShapeInference.h"
 
 namespace rcjit {
 
@@ -79,27 +80,6 @@ int causalMask(GraphBuilder &b, int64_t lq, int64_t lk) {
   return b.emit(OpKind::gt, {cols, rows});
 }
 
-int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
-  DType ct = computeType(n.dtype);
-  int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
-  Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
-  int64_t r = static_cast<int64_t>(qs.size());
-  Dims swapLast = trailingDims(r, r);
-  std::swap(swapLast[r - 2], swapLast[r - 1]);
-  // The mask comes first so that its kernel precedes the scores' and the where can join
-  // the scaling, softmax and all, in one kernel.
-  int mask = n.attrs.causal ? causalMask(b, qs[r - 2], ks[r - 2]) : -1;
-  int kt = b.emit(OpKind::permute, {k}, dimsAttrs(swapLast));
-  double scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
-  int s = b.emit(OpKind::mul, {b.emit(OpKind::matmul, {q, kt}), b.scalar(scale, ct)});
-  if (mask >= 0) {
-    int ninf = b.scalar(-std::numeric_limits<double>::infinity(), ct);
-    s = b.emit(OpKind::where, {mask, ninf, s});
-  }
-  int p = softmaxOf(b, s, r - 1, false);
-  return b.cast(b.emit(OpKind::matmul, {p, v}), n.dtype);
-}
-
 /// sum(a[..., M, 1, K] * bt[N, K], last): a @ bt^T with the product and sum in one kernel.
 int productSum(GraphBuilder &b, int a, int bt) {
   Shape as = concreteShape(b.node(a).shape);
@@ -117,9 +97,19 @@ int decomposeSmallLinear(GraphBuilder &b, const Node &n, const std::vector<int> 
   return b.cast(y, n.dtype);
 }
 
+/// a [..., M, K] @ b [..., K, N] (batch dims broadcast): b's last two dims swapped and a
+/// size-1 dim put before them, so that [..., 1, N, K] lines up with a's [..., M, 1, K].
 int decomposeSmallMatmul(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
   DType ct = computeType(n.dtype);
-  int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs({1, 0}));
+  const int64_t r = rankOf(b, in[1]);
+  Dims swap = trailingDims(r, r);
+  std::swap(swap[r - 2], swap[r - 1]);
+  int bt = b.emit(OpKind::permute, {b.cast(in[1], ct)}, dimsAttrs(swap));
+  if (r > 2) {
+    Shape bs = concreteShape(b.node(bt).shape);
+    bs.insert(bs.end() - 2, 1);
+    bt = b.emit(OpKind::reshape, {bt}, dimsAttrs(bs));
+  }
   return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
 }
 
@@ -138,14 +128,60 @@ bool decomposable(const Graph &g, const Node &n) {
   return true;
 }
 
-/// K and N of a linear (x, w [N, K]) or a rank-2 matmul (a [M, K], b [K, N]) within the
-/// threshold, floating point. Other matmuls stay library calls.
-bool isSmallMatmul(const Graph &g, const Node &n, int64_t max) {
-  if (!isFloating(n.dtype)) return false;
-  const SymShape &w = g.nodes[n.inputs[1]].shape;
-  if (n.op == OpKind::linear) return w[0].value <= max && w[1].value <= max;
-  const SymShape &a = g.nodes[n.inputs[0]].shape;
-  return a.size() == 2 && w.size() == 2 && w[0].value <= max && w[1].value <= max;
+/// A floating-point linear (a [..., K], w [N, K]), or a matmul of two operands of rank >= 2
+/// (a [..., M, K], w [..., K, N]), giving `out`, that is small: K and N within
+/// smallMatmulMax, or at most smallMatmulMacs multiply-adds. Others stay library calls.
+bool isSmallProduct(OpKind op, DType dt, const Shape &a, const Shape &w, const Shape &out,
+                    const DecomposeOptions &o) {
+  if (!isFloating(dt)) return false;
+  if (op == OpKind::matmul && (a.size() < 2 || w.size() < 2)) return false;
+  const int64_t k = a.back();
+  const int64_t cols = op == OpKind::linear ? w[0] : w.back();
+  if (k <= o.smallMatmulMax && cols <= o.smallMatmulMax) return true;
+  double macs = static_cast<double>(k); // [..., M, N] x K
+  for (int64_t d : out) macs *= static_cast<double>(d);
+  return o.smallMatmulMacs > 0 && macs <= static_cast<double>(o.smallMatmulMacs);
+}
+
+bool isSmallMatmul(const Graph &g, const Node &n, const DecomposeOptions &o) {
+  return isSmallProduct(n.op, n.dtype, concreteShape(g.nodes[n.inputs[0]].shape),
+                        concreteShape(g.nodes[n.inputs[1]].shape), concreteShape(n.shape), o);
+}
+
+/// x @ y as a matmul node, or spelled as a product and a sum when small: what decompose
+/// would make of that matmul on a second run, so that it stays a fixed point.
+int matmulOf(GraphBuilder &b, int x, int y, const DecomposeOptions &o) {
+  TensorMeta mx = b.meta(x), my = b.meta(y);
+  TensorMeta out = inferMeta(OpKind::matmul, {mx, my}, {});
+  if (isSmallProduct(OpKind::matmul, out.dtype, mx.shape, my.shape, out.shape, o)) {
+    Node n;
+    n.op = OpKind::matmul;
+    n.dtype = out.dtype;
+    return decomposeSmallMatmul(b, n, {x, y});
+  }
+  return b.emit(OpKind::matmul, {x, y});
+}
+
+int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in,
+                  const DecomposeOptions &o) {
+  DType ct = computeType(n.dtype);
+  int q = b.cast(in[0], ct), k = b.cast(in[1], ct), v = b.cast(in[2], ct);
+  Shape qs = concreteShape(b.node(q).shape), ks = concreteShape(b.node(k).shape);
+  int64_t r = static_cast<int64_t>(qs.size());
+  Dims swapLast = trailingDims(r, r);
+  std::swap(swapLast[r - 2], swapLast[r - 1]);
+  // The mask comes first so that its kernel precedes the scores' and the where can join
+  // the scaling, softmax and all, in one kernel.
+  int mask = n.attrs.causal ? causalMask(b, qs[r - 2], ks[r - 2]) : -1;
+  int kt = b.emit(OpKind::permute, {k}, dimsAttrs(swapLast));
+  double scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
+  int s = b.emit(OpKind::mul, {matmulOf(b, q, kt, o), b.scalar(scale, ct)});
+  if (mask >= 0) {
+    int ninf = b.scalar(-std::numeric_limits<double>::infinity(), ct);
+    s = b.emit(OpKind::where, {mask, ninf, s});
+  }
+  int p = softmaxOf(b, s, r - 1, false);
+  return b.cast(matmulOf(b, p, v, o), n.dtype);
 }
 
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
@@ -161,16 +197,16 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::rms_norm:
     return decomposeNorm(b, n, in);
   case OpKind::sdpa:
-    return decomposeSdpa(b, n, in);
+    return decomposeSdpa(b, n, in, o);
   case OpKind::linear:
-    if (isSmallMatmul(g, n, o.smallMatmulMax)) return decomposeSmallLinear(b, n, in);
+    if (isSmallMatmul(g, n, o)) return decomposeSmallLinear(b, n, in);
     if (o.splitLinearBias && in.size() == 3)
       return b.emit(OpKind::add, {b.emit(OpKind::linear, {in[0], in[1]}), in[2]});
     return -1;
   case OpKind::matmul:
-    return isSmallMatmul(g, n, o.smallMatmulMax) ? decomposeSmallMatmul(b, n, in) : -1;
-  case OpKind::conv2d:    // a library call
-  case OpKind::embedding: // a gather, run by the eager kernel
+    return isSmallMatmul(g, n, o) ? decomposeSmallMatmul(b, n, in) : -1;
+  case OpKind::conv2d:                 // a library call
+  case OpKind::embedding:              // a gather, run by the eager kernel
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
   case OpKind::conv2d_backward_input:  // run by the eager kernel
   case OpKind::conv2d_backward_weight: // run by the eager kernel

@@ -13,9 +13,12 @@
 //   before rsqrt, then * w (+ b), like PyTorch.
 // - sdpa: softmax(q @ k^T * 1/sqrt(D), masked to -inf above the diagonal when causal,
 //   with the mask built from arange) @ v; the two matmuls stay library calls.
-// - small linear/matmul (K and N <= smallMatmulMax): sum(x[..., 1, K] * w[N, K], last),
-//   so the code generator builds the product and its epilogue as one kernel instead of a
-//   library call too small to pay for itself.
+// - small linear/matmul (K and N <= smallMatmulMax, or at most smallMatmulMacs
+//   multiply-adds; batch dims of a matmul broadcast): sum(x[..., M, 1, K] * w[..., N, K],
+//   last), so the code generator builds the product and its epilogue (bias, activations,
+//   whatever elementwise ops follow) as one kernel instead of a library call too small to
+//   pay for itself. The CPU code generator runs such a kernel as a k-outer, n-inner loop
+//   nest (targets/cpu/CpuKernels.cpp).
 // - linear(x, w, b) with splitLinearBias: linear(x, w) + b.
 // gelu and silu stay single ops: the code generator and oneDNN post-ops implement them
 // natively, and spelled out they would no longer fuse into a matmul as a post-op.
@@ -30,12 +33,12 @@
 namespace rcjit {
 
 struct DecomposeOptions {
-  /// linear and rank-2 matmul with K and N at most this become a multiply and a sum;
-  /// 0 keeps every matmul a library call. Off by default: measured on toy64 (K = N = 10,
-  /// 512 rows), oneDNN's matmul with its epilogue as post-ops ran 3.1x faster than eager
-  /// while the generated multiply-and-sum kernels (one reduction nest per output point) ran
-  /// 0.6x. Turn it on once the code generator vectorizes small reductions across outputs.
+  /// linear, and matmul of operands of rank >= 2, with K and N at most this become a
+  /// multiply and a sum; 0: none by this rule.
   int64_t smallMatmulMax = 0;
+  /// ... and so do those of at most this many multiply-adds (batch * M * N * K); 0: none by
+  /// this rule. The CPU target sets it from its cost model (Target.h, smallMatmulMacs).
+  int64_t smallMatmulMacs = 0;
   /// linear(x, w, b) becomes linear(x, w) + b, for targets whose library call adds no bias
   /// (cuBLAS): the add then fuses into the kernel after the call with the rest of the
   /// epilogue. Off for the CPU, where oneDNN adds the bias in the call.

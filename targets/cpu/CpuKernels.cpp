@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <llvm/Config/llvm-config.h>
@@ -132,8 +133,207 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Value *b
   b.SetInsertPoint(exitBB);
 }
 
-// The CPU outer loop over [begin, end): rows for elementwise kernels, else one reduction
-// nest per outer point. The caller splits [0, outerSize) across threads.
+// A contraction's B operand is packed into a [k, n] stack buffer (so that a row of it is
+// one vector load) when it has at most this many elements...
+constexpr int64_t kPackMaxElements = 16384;
+// ... and the range has at least this many rows to share it; fewer rows run as one dot
+// product per output point (the default nest), which reads B as it is.
+constexpr int64_t kPackMinRows = 4;
+// A contraction's accumulators (one row of outputs) live on the stack up to this many...
+constexpr int64_t kMaxAccumulators = 4096;
+// ... and are computed in vector registers this many at a time...
+constexpr int64_t kAccBlock = 64;
+// ... for this many rows at once (independent multiply-add chains that share B's loads).
+constexpr int64_t kRowBlock = 4;
+
+llvm::Value *f32At(llvm::IRBuilder<> &b, llvm::Value *base, llvm::Value *i) {
+  return b.CreateInBoundsGEP(b.getFloatTy(), base, i);
+}
+
+// The n sums of each row in `rows` (outer indices of rows of a contraction,
+// codegen::KernelBody::Contraction) into acc[r * n + j]: kAccBlock outputs at a time, each
+// block a k loop of vector multiply-adds carried in registers, one accumulator per row (A's
+// element broadcast times a row of B: `packed` [k, n] when given, else B read in place),
+// so that the rows' multiply-add chains overlap and share each load of B.
+void emitContractionSums(llvm::IRBuilder<> &b, codegen::KernelBody &body,
+                         const codegen::KernelBody::Contraction &c, const std::vector<Values> &rows,
+                         llvm::Value *acc, llvm::Value *packed) {
+  llvm::Type *f32 = b.getFloatTy();
+  auto at = [](const Values &rowIdx, llvm::Value *j, llvm::Value *kk) {
+    Values idx = rowIdx;
+    idx.push_back(j);
+    idx.push_back(kk);
+    return idx;
+  };
+  auto block = [&](llvm::Value *jb, int64_t width) {
+    auto *vt = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
+    Values init(rows.size(), llvm::Constant::getNullValue(vt));
+    Values sums = codegen::emitCountedLoop(
+        b, b.getInt64(0), b.getInt64(c.k), init,
+        [&](llvm::Value *kk, const Values &cur) {
+          llvm::Value *from =
+              packed ? f32At(b, packed, b.CreateAdd(b.CreateMul(kk, b.getInt64(c.n)), jb))
+                     : body.loadAddress(c.col, at(rows[0], jb, kk));
+          llvm::Value *bv = b.CreateAlignedLoad(vt, from, llvm::Align(4));
+          Values next;
+          for (size_t r = 0; r < rows.size(); ++r) {
+            if (r > 0 && !packed) { // B may vary by row (a batched product)
+              bv = b.CreateAlignedLoad(vt, body.loadAddress(c.col, at(rows[r], jb, kk)),
+                                       llvm::Align(4));
+            }
+            llvm::Value *a = b.CreateVectorSplat(static_cast<unsigned>(width),
+                                                 body.emitValueAt(c.row, at(rows[r], jb, kk)));
+            next.push_back(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vt}, {a, bv, cur[r]}));
+          }
+          return next;
+        },
+        "k");
+    for (size_t r = 0; r < rows.size(); ++r) {
+      llvm::Value *dst = f32At(b, acc, b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * c.n), jb));
+      b.CreateAlignedStore(sums[r], dst, llvm::Align(4));
+    }
+  };
+  const int64_t full = c.n / kAccBlock, tail = c.n % kAccBlock;
+  if (full == 1) block(b.getInt64(0), kAccBlock);
+  if (full > 1) {
+    codegen::emitCountedLoop(
+        b, b.getInt64(0), b.getInt64(full), {},
+        [&](llvm::Value *blk, const Values &) {
+          block(b.CreateMul(blk, b.getInt64(kAccBlock)), kAccBlock);
+          return Values{};
+        },
+        "jb", 1, codegen::kNoUnroll);
+  }
+  if (tail > 0) block(b.getInt64(full * kAccBlock), tail);
+}
+
+// The epilogue of outputs [col, stop) of the row at outer indices rowIdx, whose sums are
+// accRow[0, n).
+void emitContractionEpilogue(llvm::IRBuilder<> &b, codegen::KernelBody &body,
+                             const codegen::KernelBody::Contraction &c, const Values &rowIdx,
+                             llvm::Value *col, llvm::Value *stop, llvm::Value *accRow) {
+  codegen::emitCountedLoop(
+      b, col, stop, {},
+      [&](llvm::Value *j, const Values &) {
+        Values idx = rowIdx;
+        idx.push_back(j);
+        body.emitPointGiven(idx, c.reduce, b.CreateLoad(b.getFloatTy(), f32At(b, accRow, j)));
+        return Values{};
+      },
+      "epilogue");
+}
+
+// A contraction over outer points [begin, end): row by row (rows of n outputs), each row
+// through emitContractionRow. True when emitted; false when the kernel is not one this
+// loop serves (then the caller emits the default nest).
+bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
+                         llvm::Value *begin, llvm::Value *end) {
+  const LoopKernel &k = body.kernel();
+  std::optional<codegen::KernelBody::Contraction> c = body.contraction();
+  if (!c || c->n > kMaxAccumulators) return false;
+  const bool pack = !c->colUnitLoad;
+  if (pack && (!c->colRowFree || c->n * c->k > kPackMaxElements)) return false;
+  const int jd = k.numOuter - 1;
+  llvm::Type *f32 = b.getFloatTy();
+  llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+  auto *acc =
+      entry.CreateAlloca(llvm::ArrayType::get(f32, static_cast<uint64_t>(c->n * kRowBlock)));
+  acc->setAlignment(llvm::Align(64));
+  llvm::AllocaInst *packed = nullptr;
+  if (pack) {
+    packed = entry.CreateAlloca(llvm::ArrayType::get(f32, static_cast<uint64_t>(c->n * c->k)));
+    packed->setAlignment(llvm::Align(64));
+  }
+  llvm::Value *len = b.getInt64(c->n);
+  llvm::BasicBlock *exitBB = llvm::BasicBlock::Create(b.getContext(), "mm.exit", fn);
+  if (pack) {
+    // few rows: one dot product per output (B read in place) beats packing it
+    auto *nest = llvm::BasicBlock::Create(b.getContext(), "mm.nest", fn);
+    auto *packBB = llvm::BasicBlock::Create(b.getContext(), "mm.pack", fn);
+    b.CreateCondBr(b.CreateICmpSLT(b.CreateSub(end, begin), b.getInt64(c->n * kPackMinRows)), nest,
+                   packBB);
+    b.SetInsertPoint(nest);
+    codegen::emitCountedLoop(
+        b, begin, end, {},
+        [&](llvm::Value *i, const Values &) {
+          body.emitPoint(body.unflatten(i, 0, k.numOuter));
+          return Values{};
+        },
+        "outer");
+    b.CreateBr(exitBB);
+    b.SetInsertPoint(packBB);
+    Values zeros(static_cast<size_t>(jd), b.getInt64(0));
+    codegen::emitCountedLoop(
+        b, b.getInt64(0), len, {},
+        [&](llvm::Value *j, const Values &) {
+          codegen::emitCountedLoop(
+              b, b.getInt64(0), b.getInt64(c->k), {},
+              [&](llvm::Value *kk, const Values &) {
+                Values idx = zeros;
+                idx.push_back(j);
+                idx.push_back(kk);
+                b.CreateStore(body.emitValueAt(c->col, idx),
+                              f32At(b, packed, b.CreateAdd(b.CreateMul(kk, len), j)));
+                return Values{};
+              },
+              "pack.k", 1, codegen::kNoUnroll);
+          return Values{};
+        },
+        "pack.j", 1, codegen::kNoUnroll);
+  }
+  llvm::BasicBlock *pre = b.GetInsertBlock();
+  auto *rowBB = llvm::BasicBlock::Create(b.getContext(), "mm.row", fn);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), rowBB, exitBB);
+  b.SetInsertPoint(rowBB);
+  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
+  i->addIncoming(begin, pre);
+  llvm::Value *row = b.CreateUDiv(i, len);
+  llvm::Value *col = b.CreateSub(i, b.CreateMul(row, len));
+  llvm::Value *stop =
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
+  // kRowBlock whole rows at once where they fit in the range, else one (part of a) row
+  auto *blockBB = llvm::BasicBlock::Create(b.getContext(), "mm.rows", fn);
+  auto *oneBB = llvm::BasicBlock::Create(b.getContext(), "mm.one", fn);
+  auto *latchBB = llvm::BasicBlock::Create(b.getContext(), "mm.next", fn);
+  b.CreateCondBr(b.CreateAnd(b.CreateICmpEQ(col, b.getInt64(0)),
+                             b.CreateICmpSGE(b.CreateSub(end, i), b.getInt64(kRowBlock * c->n))),
+                 blockBB, oneBB);
+  b.SetInsertPoint(blockBB);
+  std::vector<Values> rows;
+  for (int64_t r = 0; r < kRowBlock; ++r)
+    rows.push_back(body.unflatten(b.CreateAdd(row, b.getInt64(r)), 0, jd));
+  emitContractionSums(b, body, *c, rows, acc, packed);
+  codegen::emitCountedLoop(
+      b, b.getInt64(0), b.getInt64(kRowBlock), {},
+      [&](llvm::Value *r, const Values &) {
+        emitContractionEpilogue(b, body, *c, body.unflatten(b.CreateAdd(row, r), 0, jd),
+                                b.getInt64(0), len, f32At(b, acc, b.CreateMul(r, len)));
+        return Values{};
+      },
+      "rows", 1, codegen::kNoUnroll);
+  llvm::Value *nextBlock = b.CreateAdd(i, b.getInt64(kRowBlock * c->n));
+  llvm::BasicBlock *blockEnd = b.GetInsertBlock();
+  b.CreateBr(latchBB);
+  b.SetInsertPoint(oneBB);
+  emitContractionSums(b, body, *c, {body.unflatten(row, 0, jd)}, acc, packed);
+  emitContractionEpilogue(b, body, *c, body.unflatten(row, 0, jd), col, stop, acc);
+  llvm::Value *nextOne = b.CreateAdd(i, b.CreateSub(stop, col));
+  llvm::BasicBlock *oneEnd = b.GetInsertBlock();
+  b.CreateBr(latchBB);
+  b.SetInsertPoint(latchBB);
+  llvm::PHINode *next = b.CreatePHI(b.getInt64Ty(), 2);
+  next->addIncoming(nextBlock, blockEnd);
+  next->addIncoming(nextOne, oneEnd);
+  llvm::BasicBlock *latch = b.GetInsertBlock();
+  b.CreateCondBr(b.CreateICmpSLT(next, end), rowBB, exitBB);
+  i->addIncoming(next, latch);
+  b.SetInsertPoint(exitBB);
+  return true;
+}
+
+// The CPU outer loop over [begin, end): rows for elementwise kernels, k-outer loops for
+// contractions (small matmuls), else one reduction nest per outer point. The caller
+// splits [0, outerSize) across threads.
 void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
   const LoopKernel &k = body.kernel();
   llvm::Value *begin = fn->getArg(2);
@@ -142,6 +342,7 @@ void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Fun
     emitRowLoop(b, body, begin, end);
     return;
   }
+  if (emitContractionLoop(b, body, fn, begin, end)) return;
   codegen::emitCountedLoop(
       b, begin, end, {},
       [&](llvm::Value *i, const Values &) {

@@ -5,8 +5,11 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include <rcjit/Error.h>
 
@@ -309,6 +312,91 @@ bool tryPackedMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const
   return true;
 }
 
+// bf16 products on a CPU without native bf16 (oneDNN's ISA below avx512_core_bf16) run in
+// f32, with each weight converted once per storage version rather than on every call;
+// RCJIT_BF16_MATMUL=f32 or native overrides the choice (tests).
+bool bf16MatmulsInF32() {
+  const char *env = std::getenv("RCJIT_BF16_MATMUL");
+  const std::string v = env ? env : "";
+  if (v == "f32") return true;
+  if (v == "native") return false;
+  if (!v.empty()) {
+    throw Error("RCJIT_BF16_MATMUL='" + v + "': expected f32 or native (or unset: f32 where " +
+                "the CPU has no native bf16)");
+  }
+  static const bool native = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                              dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  return !native;
+}
+
+// f32 copies of bf16 operands that are read again unchanged (weights): a copy is made the
+// second time a storage is seen at the same version, at the same view, and kept while that
+// storage lives and keeps its version (an in-place write, copy_ or an optimizer step,
+// bumps it; a write through data_ptr() does not, like autograd's saved-value check).
+// Bounded: past kBf16CopyBytes every copy is dropped. Thread-safe.
+class Bf16WeightCopies {
+public:
+  static Bf16WeightCopies &instance() {
+    static auto *c = new Bf16WeightCopies();
+    return *c;
+  }
+  // t as contiguous f32: the cached copy, or a fresh conversion
+  Tensor f32Of(const Tensor &t) {
+    const auto &impl = *t.impl();
+    const uint32_t version = impl.storage->version.load(std::memory_order_relaxed);
+    std::string key = std::to_string(reinterpret_cast<uintptr_t>(impl.storage.get())) + "@" +
+                      std::to_string(impl.offset) + shapeStr(impl.shape) + shapeStr(impl.strides);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = copies_.find(key);
+      if (it != copies_.end() && !it->second.storage.expired() &&
+          it->second.storage.lock() == impl.storage && it->second.version == version) {
+        if (it->second.copy.defined()) return it->second.copy;
+        Tensor c = packed(t, DType::f32);
+        it->second.copy = c;
+        bytes_ += c.numel() * 4;
+        if (bytes_ > kBf16CopyBytes) {
+          copies_.clear();
+          bytes_ = 0;
+        }
+        return c;
+      }
+      if (it != copies_.end() && it->second.copy.defined()) bytes_ -= it->second.copy.numel() * 4;
+      copies_[key] = {impl.storage, version, Tensor()}; // seen once: no copy yet
+      if (copies_.size() > 65536) {
+        copies_.clear();
+        bytes_ = 0;
+      }
+    }
+    return packed(t, DType::f32);
+  }
+
+private:
+  static constexpr int64_t kBf16CopyBytes = int64_t{16} << 30;
+  struct Entry {
+    std::weak_ptr<detail::Storage> storage;
+    uint32_t version = 0;
+    Tensor copy;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> copies_;
+  int64_t bytes_ = 0;
+};
+
+/// bf16 out = a @ b (+ bias) computed in f32, b and bias through Bf16WeightCopies.
+void bf16MatmulViaF32(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out) {
+  Tensor af = packed(a, DType::f32);
+  Tensor bf = Bf16WeightCopies::instance().f32Of(b);
+  Tensor biasf = bias ? Bf16WeightCopies::instance().f32Of(*bias) : Tensor();
+  Tensor of = detail::makeTensor(out.shape(), DType::f32);
+  if (!tryMatmul(af, bf, bias ? &biasf : nullptr, of) &&
+      !tryPackedMatmul(af, bf, bias ? &biasf : nullptr, of, DType::f32)) {
+    throw Error("matmul: oneDNN has no f32 kernel for " + shapeStr(a.shape()) + " @ " +
+                shapeStr(b.shape()));
+  }
+  copyInto(out, of);
+}
+
 } // namespace
 
 void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out) {
@@ -319,6 +407,7 @@ void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &ou
     fillEmptyProduct(bias, out, bias ? broadcastView(*bias, out.shape()) : Tensor());
     return;
   }
+  if (out.dtype() == DType::bf16 && bf16MatmulsInF32()) return bf16MatmulViaF32(a, b, bias, out);
   if (tryMatmul(a, b, bias, out)) return;
   if (tryPackedMatmul(a, b, bias, out, out.dtype())) return;
   if (tryPackedMatmul(a, b, bias, out, DType::f32)) return;
