@@ -12,11 +12,9 @@
 
 namespace rcjit::dist {
 
-namespace {
+using detail::secondsSince;
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+namespace {
 
 // A view of `count` elements of `flat` from element `offset`, shaped `shape`.
 Tensor viewOf(const Tensor &flat, int64_t offset, const Shape &shape) {

@@ -10,6 +10,7 @@
 #include <rcjit/Error.h>
 
 #include "autograd/Autograd.h"
+#include "dist/Collectives.h"
 #include "dist/ZeroUnits.h"
 #include "tracer/ModuleHooks.h"
 #include "tracer/Tracer.h"
@@ -18,12 +19,9 @@ namespace rcjit::dist {
 
 using detail::ZeroMember;
 using detail::ZeroUnit;
+using detail::secondsSince;
 
 namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int64_t f32Bytes(int64_t n) { return n * 4; }
 
