@@ -94,6 +94,10 @@ struct ZeroOptimizer::Impl {
   bool finishGradient(ZeroUnit &u);
   void stepStage1();
   void stepStage2();
+  // Stages 1 and 2, after each unit's update: its slice all-gathered, all in flight at once
+  void startGather(ZeroUnit &u, std::vector<Work> &gathers);
+  // then each unit's gathered values written into its parameters
+  void finishGathers(std::vector<Work> &gathers);
   void stepStage3();
   void unhook();
   std::string where() const {
@@ -447,6 +451,23 @@ bool ZeroOptimizer::Impl::finishGradient(ZeroUnit &u) {
 
 // ---- steps ----
 
+void ZeroOptimizer::Impl::startGather(ZeroUnit &u, std::vector<Work> &gathers) {
+  gathers.push_back(all_gather_async(u.slice.detach()));
+  stats.gathers += 1;
+  stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+}
+
+void ZeroOptimizer::Impl::finishGathers(std::vector<Work> &gathers) {
+  for (size_t i = 0; i < units.size(); ++i) {
+    Tensor flat = gathers[i].wait();
+    stats.waitSeconds += gathers[i].waitSeconds();
+    std::vector<Tensor> values;
+    for (const ZeroMember &mem : units[i].members) values.push_back(*mem.slots.front());
+    detail::unpackRange(units[i], values, 0, units[i].numel, flat.data<float>());
+    for (const Tensor &v : values) v.impl()->storage->version.fetch_add(1); // as copy_ does
+  }
+}
+
 void ZeroOptimizer::Impl::stepStage1() {
   GradSyncStats g = all_reduce_gradients(params, bucketBytes);
   stats.waitSeconds += g.waitSeconds;
@@ -469,18 +490,9 @@ void ZeroOptimizer::Impl::stepStage1() {
       u.adamw ? u.adamw->step() : u.sgd->step();
       u.stepped = true;
     }
-    gathers.push_back(all_gather_async(u.slice.detach()));
-    stats.gathers += 1;
-    stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+    startGather(u, gathers);
   }
-  for (size_t i = 0; i < units.size(); ++i) {
-    Tensor flat = gathers[i].wait();
-    stats.waitSeconds += gathers[i].waitSeconds();
-    std::vector<Tensor> values;
-    for (const ZeroMember &mem : units[i].members) values.push_back(*mem.slots.front());
-    detail::unpackRange(units[i], values, 0, units[i].numel, flat.data<float>());
-    for (const Tensor &v : values) v.impl()->storage->version.fetch_add(1); // as copy_ does
-  }
+  finishGathers(gathers);
 }
 
 void ZeroOptimizer::Impl::stepStage2() {
@@ -499,18 +511,9 @@ void ZeroOptimizer::Impl::stepStage2() {
       u.adamw ? u.adamw->step() : u.sgd->step();
       u.stepped = true;
     }
-    gathers.push_back(all_gather_async(u.slice.detach()));
-    stats.gathers += 1;
-    stats.gatheredBytes += f32Bytes(u.sliceLen * world);
+    startGather(u, gathers);
   }
-  for (size_t i = 0; i < units.size(); ++i) {
-    Tensor flat = gathers[i].wait();
-    stats.waitSeconds += gathers[i].waitSeconds();
-    std::vector<Tensor> values;
-    for (const ZeroMember &mem : units[i].members) values.push_back(*mem.slots.front());
-    detail::unpackRange(units[i], values, 0, units[i].numel, flat.data<float>());
-    for (const Tensor &v : values) v.impl()->storage->version.fetch_add(1); // as copy_ does
-  }
+  finishGathers(gathers);
 }
 
 void ZeroOptimizer::Impl::stepStage3() {
