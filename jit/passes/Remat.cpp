@@ -4,7 +4,6 @@
 #include "jit/passes/Remat.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <set>
 #include <vector>
