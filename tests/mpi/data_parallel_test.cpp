@@ -12,6 +12,7 @@
 #include <rcjit/rcjit.h>
 
 #include "tests/TestUtil.h"
+#include "tests/mpi/TrainingBatches.h"
 #include "tools/Cli.h"
 #include "tools/ModelGpt2.h"
 
@@ -23,18 +24,8 @@ using test::errorOf;
 constexpr int64_t kGlobalBatch = 8, kSeq = 16, kVocab = 256;
 constexpr int kSteps = 20;
 
-// Step `step`'s global batch: arithmetic progressions modulo kVocab and their next tokens.
 std::pair<Tensor, Tensor> globalBatch(int step) {
-  std::vector<int64_t> ids, next;
-  for (int64_t r = 0; r < kGlobalBatch; ++r) {
-    const int64_t start = (step * 31 + r * 17) % kVocab, stride = 1 + (r + step) % 5;
-    for (int64_t s = 0; s < kSeq; ++s) {
-      ids.push_back((start + s * stride) % kVocab);
-      next.push_back((start + (s + 1) * stride) % kVocab);
-    }
-  }
-  return {Tensor::from_vector(ids, {kGlobalBatch, kSeq}),
-          Tensor::from_vector(next, {kGlobalBatch, kSeq})};
+  return test::progressionBatch(step, kGlobalBatch, kSeq, kVocab);
 }
 
 struct Curve {

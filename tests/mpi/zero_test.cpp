@@ -13,6 +13,7 @@
 #include <rcjit/rcjit.h>
 
 #include "tests/TestUtil.h"
+#include "tests/mpi/TrainingBatches.h"
 #include "tools/Cli.h"
 #include "tools/ModelGpt2.h"
 
@@ -24,18 +25,8 @@ using test::errorOf;
 constexpr int64_t kZeroBatch = 8, kZeroSeq = 16, kZeroVocab = 256;
 constexpr int kZeroSteps = 20;
 
-// Step `step`'s global batch: arithmetic progressions modulo the vocabulary, next tokens.
 std::pair<Tensor, Tensor> zeroBatch(int step) {
-  std::vector<int64_t> ids, next;
-  for (int64_t r = 0; r < kZeroBatch; ++r) {
-    const int64_t start = (step * 31 + r * 17) % kZeroVocab, stride = 1 + (r + step) % 5;
-    for (int64_t s = 0; s < kZeroSeq; ++s) {
-      ids.push_back((start + s * stride) % kZeroVocab);
-      next.push_back((start + (s + 1) * stride) % kZeroVocab);
-    }
-  }
-  return {Tensor::from_vector(ids, {kZeroBatch, kZeroSeq}),
-          Tensor::from_vector(next, {kZeroBatch, kZeroSeq})};
+  return test::progressionBatch(step, kZeroBatch, kZeroSeq, kZeroVocab);
 }
 
 struct ZeroRun {
