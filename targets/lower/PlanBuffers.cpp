@@ -82,9 +82,12 @@ void planArena(Program &p) {
   };
   std::vector<std::vector<int>> orders(4, buffers);
   auto sortBy = [&](std::vector<int> &order, auto key) {
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    // ties broken by id, which is the order `buffers` lists them in: a stable order
+    // (std::stable_sort would do, but libstdc++ 12's trips clang 19's deprecation warning)
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
       auto ka = key(a), kb = key(b);
-      return ka != kb ? ka > kb : first[a] < first[b];
+      if (ka != kb) return ka > kb;
+      return first[a] != first[b] ? first[a] < first[b] : a < b;
     });
   };
   sortBy(orders[0], rounded);
