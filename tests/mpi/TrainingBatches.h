@@ -23,4 +23,12 @@ inline std::pair<Tensor, Tensor> progressionBatch(int step, int64_t batch, int64
   return {Tensor::from_vector(ids, {batch, seq}), Tensor::from_vector(next, {batch, seq})};
 }
 
+/// The workload the data-parallel and ZeRO tests train: 20 steps of global batches of 8
+/// rows of 16 tokens from a vocabulary of 256, the same on every rank.
+constexpr int64_t kMpiGlobalBatch = 8, kMpiSeq = 16, kMpiVocab = 256;
+constexpr int kMpiSteps = 20;
+inline std::pair<Tensor, Tensor> mpiGlobalBatch(int step) {
+  return progressionBatch(step, kMpiGlobalBatch, kMpiSeq, kMpiVocab);
+}
+
 } // namespace rcjit::test

@@ -21,12 +21,10 @@ namespace {
 
 using test::errorOf;
 
-constexpr int64_t kGlobalBatch = 8, kSeq = 16, kVocab = 256;
-constexpr int kSteps = 20;
-
-std::pair<Tensor, Tensor> globalBatch(int step) {
-  return test::progressionBatch(step, kGlobalBatch, kSeq, kVocab);
-}
+using test::kMpiGlobalBatch;
+using test::kMpiSeq;
+using test::kMpiSteps;
+using test::mpiGlobalBatch;
 
 struct Curve {
   std::vector<double> losses;
@@ -41,8 +39,8 @@ struct Curve {
 Curve train(bool ddp, Mode mode, bool adamw) {
   const int world = ddp ? dist::world_size() : 1, rank = ddp ? dist::rank() : 0;
   tools::ModelConfig c;
-  c.batch = kGlobalBatch / world;
-  c.seq = kSeq;
+  c.batch = kMpiGlobalBatch / world;
+  c.seq = kMpiSeq;
   c.seed = rank == 0 ? 0 : 1000 + static_cast<uint64_t>(rank);
   std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
   Curve out;
@@ -58,9 +56,9 @@ Curve train(bool ddp, Mode mode, bool adamw) {
   auto loss = compile(
       [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
       CompileOptions{.mode = mode});
-  for (int step = 0; step < kSteps; ++step) {
-    auto [ids, next] = globalBatch(step);
-    const int64_t rows = kGlobalBatch / world;
+  for (int step = 0; step < kMpiSteps; ++step) {
+    auto [ids, next] = mpiGlobalBatch(step);
+    const int64_t rows = kMpiGlobalBatch / world;
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
     adam ? adam->zero_grad() : sgd->zero_grad();

@@ -22,12 +22,10 @@ namespace {
 
 using test::errorOf;
 
-constexpr int64_t kZeroBatch = 8, kZeroSeq = 16, kZeroVocab = 256;
-constexpr int kZeroSteps = 20;
-
-std::pair<Tensor, Tensor> zeroBatch(int step) {
-  return test::progressionBatch(step, kZeroBatch, kZeroSeq, kZeroVocab);
-}
+using test::kMpiGlobalBatch;
+using test::kMpiSeq;
+using test::kMpiSteps;
+using test::mpiGlobalBatch;
 
 struct ZeroRun {
   std::vector<double> losses;
@@ -46,8 +44,8 @@ ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager, bool prefetch 
   const bool distributed = stage >= 0;
   const int world = distributed ? dist::world_size() : 1, rank = distributed ? dist::rank() : 0;
   tools::ModelConfig c;
-  c.batch = kZeroBatch / world;
-  c.seq = kZeroSeq;
+  c.batch = kMpiGlobalBatch / world;
+  c.seq = kMpiSeq;
   c.seed = rank == 0 ? 0 : 1000 + static_cast<uint64_t>(rank);
   const int64_t before = memory_stats().current_bytes;
   std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
@@ -70,9 +68,9 @@ ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager, bool prefetch 
   auto loss = compile(
       [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
       CompileOptions{.mode = mode});
-  for (int step = 0; step < kZeroSteps; ++step) {
-    auto [ids, next] = zeroBatch(step);
-    const int64_t rows = kZeroBatch / world;
+  for (int step = 0; step < kMpiSteps; ++step) {
+    auto [ids, next] = mpiGlobalBatch(step);
+    const int64_t rows = kMpiGlobalBatch / world;
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
     if (step == 1) reset_peak_memory_stats();
@@ -135,7 +133,7 @@ void expectZeroMatches(int stage, bool adamw, Mode mode = Mode::eager, bool pref
     // per step: the rest, h.0 and h.1 in the forward (h.0 released when h.1 is called), and
     // h.0 again for its backward: the blocks really are released and gathered back (with
     // prefetch, h.1's gather starts while h.0 runs: the same number)
-    EXPECT_EQ(run.gathers, 4 * kZeroSteps);
+    EXPECT_EQ(run.gathers, 4 * kMpiSteps);
   }
   if (dist::rank() == 0) {
     std::printf("%s%s on %d ranks (%s, %s): losses %.3f -> %.3f, largest loss difference %.3g "
@@ -194,13 +192,13 @@ TEST(Zero, BadUsesAreErrors) {
   {
     dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 3});
     auto compiled = compile([&](const std::vector<Tensor> &in) { return m->forward(in); });
-    msg = errorOf([&] { compiled(std::vector<Tensor>{zeroBatch(0).first}); });
+    msg = errorOf([&] { compiled(std::vector<Tensor>{mpiGlobalBatch(0).first}); });
     EXPECT_NE(msg.find("the model was called inside rcjit::compile; ZeRO-3 gathers each block's "
                        "parameters as it is called"),
               std::string::npos)
         << msg;
     z.unshard(); // the parameters back in the model; the module can be used as before
-    EXPECT_EQ(m->forward({zeroBatch(0).first}).size(-1), kZeroVocab);
+    EXPECT_EQ(m->forward({mpiGlobalBatch(0).first}).size(-1), test::kMpiVocab);
     msg = errorOf([&] { z.step(); });
     EXPECT_NE(msg.find("step() after unshard()"), std::string::npos) << msg;
   }
