@@ -38,10 +38,6 @@ std::map<std::string, ScheduledPassFn> &scheduledRegistry() {
   return passes;
 }
 thread_local const ActiveSchedule *activeSchedule = nullptr;
-
-bool endsWith(const std::string &s, const std::string &tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 } // namespace
 
 void register_scheduled_pass(std::string name, ScheduledPassFn fn) {
@@ -84,13 +80,12 @@ std::vector<Pass> scheduledPasses(const std::string &label) {
   PassContext ctx;
   ctx.function = a->function;
   ctx.graph = label;
-  ctx.backward = endsWith(label, " backward");
+  ctx.backward = label.ends_with(" backward");
   ctx.step = a->step;
   ctx.passes = a->passes;
   ctx.memory_budget = a->memoryBudget;
   // the graphs that take the call's inputs: the entry's own (or its training forward)
-  const std::string entry = a->function + " entry ";
-  if (!a->inputs.empty() && label.compare(0, entry.size(), entry) == 0 && !ctx.backward &&
+  if (!a->inputs.empty() && label.starts_with(a->function + " entry ") && !ctx.backward &&
       label.find(" stage ") == std::string::npos) {
     std::vector<Tensor> inputs = a->inputs;
     ctx.profile = [inputs](const Graph &g) { return profileGraph(g, inputs); };
