@@ -107,7 +107,8 @@ struct Interpreter {
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node &n = g.nodes[i];
       if (n.op == OpKind::input) continue;
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = profile ? std::chrono::steady_clock::now()
+                              : std::chrono::steady_clock::time_point{};
       values[i] = runNode(n);
       if (profile) {
         NodeProfile &p = (*profile)[i];
