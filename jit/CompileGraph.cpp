@@ -3,9 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <sstream>
+
+#include <omp.h>
 
 #include <rcjit/Error.h>
 
+#include "cache/Key.h"
+#include "cache/ObjectStore.h"
 #include "jit/Pipeline.h"
 #include "support/Events.h"
 #include "support/Log.h"
@@ -13,6 +19,7 @@
 #include "targets/Lower.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
+#include "targets/cpu/CpuKernels.h"
 #include "tracer/GraphIO.h"
 #include "tracer/GraphVerify.h"
 
@@ -154,10 +161,60 @@ bool autotunesLowering(const CompileRequest &r) {
          smallMatmulMacsFor(Target::cpu) == kCpuSmallMatmulMacs;
 }
 
+std::string loweringName(int64_t macs) {
+  return macs == 0 ? "library matmuls"
+                   : "generated matmuls up to " + std::to_string(macs) + " multiply-adds";
+}
+
+// max_autotune's lowering choice in the compile cache: "rcjit-lowering 1 <threshold>", under
+// the traced graph's structural hash, the CPU features and the thread count. A later compile
+// of the same graph (another process too) compiles only the lowering chosen.
+std::string loweringChoiceKey(const CompileRequest &r) {
+  const std::string hash = hashGraph(r.samples[0].graph).hex(), features = cpu::cpuFeatures(),
+                    threads = std::to_string(omp_get_max_threads());
+  return cache::contentKey({"cpu-lowering-choice-1", hash, features, threads});
+}
+
+/// The threshold recorded for `key`, or -1 (none, or a malformed record, then evicted).
+int64_t recordedLowering(const std::string &key, const std::string &moduleId) {
+  cache::ObjectStore &store = cache::ObjectStore::instance();
+  cache::Bytes b = store.lookup(key, moduleId + " lowering choice");
+  if (!b) return -1;
+  std::istringstream in(std::string(b->begin(), b->end()));
+  std::string magic;
+  int version = 0;
+  int64_t macs = -2;
+  const bool ok = static_cast<bool>(in >> magic >> version >> macs) && magic == "rcjit-lowering" &&
+                  version == 1 && (in >> std::ws).eof() &&
+                  (macs == 0 || macs == kCpuSmallMatmulMacs ||
+                   std::find(std::begin(kAutotuneMatmulMacs), std::end(kAutotuneMatmulMacs),
+                             macs) != std::end(kAutotuneMatmulMacs));
+  if (!ok) {
+    store.evict(key, "not a well-formed lowering choice record");
+    return -1;
+  }
+  return macs;
+}
+
 CompileResult compileFastestLowering(const CompileRequest &r) {
+  const std::string key = loweringChoiceKey(r);
+  if (const int64_t macs = recordedLowering(key, r.moduleId); macs >= 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    CompileRequest c = r;
+    c.smallMatmulMacs = macs;
+    CompileResult res = compileGraph(c);
+    logging::emit(logging::CompileStepEvent{
+        .graph = r.moduleId,
+        .step = "autotune",
+        .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+        .result = "lowering: kept " + loweringName(macs) +
+                  " (the choice recorded in the compile cache; no candidate timed)"});
+    return res;
+  }
   CompileResult first;
   std::vector<std::shared_ptr<Executable>> candidates;
   std::vector<std::string> names;
+  std::vector<int64_t> thresholds;
   std::vector<std::string> seen; // graph hashes after the passes
   for (int64_t macs : kAutotuneMatmulMacs) {
     CompileRequest c = r;
@@ -172,12 +229,18 @@ CompileResult compileFastestLowering(const CompileRequest &r) {
     c.moduleId = r.moduleId + "_mm" + std::to_string(candidates.size());
     CompileResult res = compileGraph(c);
     candidates.push_back(res.executable);
-    names.push_back(macs == 0 ? "library matmuls"
-                              : "generated matmuls up to " + std::to_string(c.smallMatmulMacs) +
-                                    " multiply-adds");
+    names.push_back(loweringName(c.smallMatmulMacs));
+    thresholds.push_back(c.smallMatmulMacs);
     if (candidates.size() == 1) first = std::move(res);
   }
-  first.executable = fastestOf(std::move(candidates), std::move(names), r.moduleId);
+  auto record = [key, thresholds, moduleId = r.moduleId](int k) {
+    const std::string text =
+        "rcjit-lowering 1 " + std::to_string(thresholds[static_cast<size_t>(k)]) + "\n";
+    cache::ObjectStore::instance().store(
+        key, std::span<const uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()),
+        moduleId + " lowering choice");
+  };
+  first.executable = fastestOf(std::move(candidates), std::move(names), r.moduleId, record);
   return first;
 }
 

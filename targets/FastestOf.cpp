@@ -17,8 +17,9 @@ namespace {
 class FastestOfCandidates final : public Executable {
 public:
   FastestOfCandidates(std::vector<std::shared_ptr<Executable>> c, std::vector<std::string> names,
-                      std::string moduleId)
-      : candidates_(std::move(c)), names_(std::move(names)), moduleId_(std::move(moduleId)) {
+                      std::string moduleId, std::function<void(int)> onChosen)
+      : candidates_(std::move(c)), names_(std::move(names)), moduleId_(std::move(moduleId)),
+        onChosen_(std::move(onChosen)) {
     assert(!candidates_.empty() && names_.size() == candidates_.size());
   }
 
@@ -76,6 +77,7 @@ private:
       }
     }
     chosen_.store(k, std::memory_order_release);
+    if (onChosen_) onChosen_(k);
     logging::emit(logging::CompileStepEvent{
         .graph = moduleId_,
         .step = "autotune",
@@ -87,6 +89,7 @@ private:
   std::vector<std::shared_ptr<Executable>> candidates_;
   std::vector<std::string> names_;
   std::string moduleId_;
+  std::function<void(int)> onChosen_;
   mutable std::mutex mu_;
   mutable std::atomic<int> chosen_{-1};
 };
@@ -94,10 +97,11 @@ private:
 } // namespace
 
 std::shared_ptr<Executable> fastestOf(std::vector<std::shared_ptr<Executable>> candidates,
-                                      std::vector<std::string> names, std::string moduleId) {
+                                      std::vector<std::string> names, std::string moduleId,
+                                      std::function<void(int)> onChosen) {
   if (candidates.size() == 1) return std::move(candidates[0]);
   return std::make_shared<FastestOfCandidates>(std::move(candidates), std::move(names),
-                                               std::move(moduleId));
+                                               std::move(moduleId), std::move(onChosen));
 }
 
 } // namespace rcjit

@@ -6,11 +6,15 @@
 #include "tests/AutogradTestUtil.h"
 #include "tests/TestUtil.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <rcjit/rcjit.h>
+
+#include "cache/ObjectStore.h"
 
 using namespace rcjit;
 
@@ -96,6 +100,57 @@ TEST(MaxAutotune, ChoosesBetweenAGeneratedMatmulAndTheLibraryOnTheRealShapes) {
   EXPECT_TRUE(allclose(g(x), fn(x), 1e-4, 1e-4));
   log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(count(log, "lowering: kept "), 0u) << log;
+}
+
+// The lowering kept is recorded in the compile cache: compiling the same graph again (as a
+// later process would, from the disk cache) compiles only that lowering and times nothing;
+// a damaged record is evicted and the candidates are timed again.
+TEST(MaxAutotune, TheLoweringChoiceIsRecordedAndReusedByALaterCompile) {
+  LogsOff off;
+  cache::clear();
+  Tensor w = Tensor::randn({48, 200}, 1), b = Tensor::randn({48}, 2);
+  auto fn = [&](const Tensor &x) { return relu(linear(x, w, b)); };
+  Tensor x = Tensor::randn({16, 200}, 3);
+  CompileOptions tuned;
+  tuned.max_autotune = true;
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  auto f = compile(fn, tuned);
+  Tensor first = f(x);
+  std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(count(log, "lowering: kept "), 1u) << log;
+  const size_t at = log.find("lowering: kept ") + 15;
+  const std::string kept = log.substr(at, log.find('\n', at) - at);
+
+  testing::internal::CaptureStderr();
+  auto g = compile(fn, tuned);
+  Tensor second = g(x);
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(allclose(second, first, 1e-5, 1e-5));
+  EXPECT_EQ(count(log, "lowering: kept " + kept + " (the choice recorded in the compile cache"),
+            1u)
+      << "kept " << kept << "\n"
+      << log;
+  EXPECT_EQ(log.find("library matmuls: "), std::string::npos) << "nothing timed again:\n" << log;
+
+  // the record is evicted when it is damaged: every key the cache holds for this process
+  // whose object is a lowering record gets garbage, and the next compile times again
+  int damaged = 0;
+  for (auto &[key, object] : cache::ObjectStore::instance().usedObjects()) {
+    const std::string text(object->begin(), object->end());
+    if (text.rfind("rcjit-lowering ", 0) != 0) continue;
+    const std::string junk = "rcjit-lowering 1 12345\n";
+    cache::ObjectStore::instance().store(
+        key, std::span<const uint8_t>(reinterpret_cast<const uint8_t *>(junk.data()), junk.size()));
+    ++damaged;
+  }
+  ASSERT_EQ(damaged, 1);
+  testing::internal::CaptureStderr();
+  auto h = compile(fn, tuned);
+  EXPECT_TRUE(allclose(h(x), first, 1e-5, 1e-5));
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(log, "lowering: kept "), 1u) << log;
+  EXPECT_NE(log.find("library matmuls: "), std::string::npos) << "timed again:\n" << log;
 }
 
 // A symbolic entry is tuned per set of sizes it runs at.
