@@ -103,7 +103,8 @@ TEST(Cli, BenchReportsSpreadAndSplitsTheFirstCall) {
   Result r = run({"bench", "--model", "toy64", "--layers", "2", "--modes", "eager,full", "--batch",
                   "1", "--seq", "4", "--reps", "5", "--json", file.c_str()});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char *what : {"| median    IQR       min       n    | compile   first run\n",
+  for (const char *what : {"| median    IQR       min       n     vs eager | compile   first run\n",
+                           "vs eager: eager's median over the row's at the same batch",
                            "toy64 - cpu, f32, seq 4, 2 layers; 5 timed calls per row",
                            "compile: tracing + compiling inside the first call",
                            "Full compilation        | 1x4    | ", "  full b=1x4: 1 compile, "}) {
@@ -134,7 +135,12 @@ TEST(Cli, BenchReportsSpreadAndSplitsTheFirstCall) {
     if (res["mode"] == "full") {
       EXPECT_GT(compile, 0);
       EXPECT_DOUBLE_EQ(compile, res["compile_seconds"].get<double>() * 1e3);
+      // eager's median over full's: the table's "vs eager" column
+      const double eagerMedian = j["results"][0]["inference_ms"]["median"];
+      EXPECT_DOUBLE_EQ(res["speedup_vs_eager"].get<double>(),
+                       eagerMedian / inf["median"].get<double>());
     } else {
+      EXPECT_TRUE(res["speedup_vs_eager"].is_null());
       EXPECT_EQ(compile, 0);
     }
   }

@@ -43,6 +43,18 @@ struct Row {
   Spread spread() const { return summarize(samples); }
 };
 
+/// eager's median over `r`'s median at r's batch (above 1: r is faster), or 0 where r is
+/// eager itself or eager was not run at that batch.
+double speedupVsEager(const Row &r, const std::vector<Row> &rows) {
+  if (r.mode == "eager") return 0;
+  for (const Row &e : rows) {
+    if (e.mode != "eager" || e.batch != r.batch) continue;
+    const double mine = r.spread().median, theirs = e.spread().median;
+    return mine > 0 && theirs > 0 ? theirs / mine : 0;
+  }
+  return 0;
+}
+
 // What the user asked for, as run: the table's title, the JSON's options and the plot's title.
 struct BenchOptions {
   std::string model, target, label; // label: "cpu" or "cuda (<GPU name>)"
@@ -205,31 +217,35 @@ void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std:
   out << o.model << " - " << o.label << ", " << dtypeName(o.config.dtype) << ", seq " << seq << ", "
       << layersText(o) << "; " << plural(o.reps, "timed call")
       << " per row after the first; times in ms\n";
-  char buf[160];
-  const char *fmt = "%-24s| %-7s| %-9s %-9s %-9s %-5s| %-9s %s";
+  char buf[200];
+  const char *fmt = "%-24s| %-7s| %-9s %-9s %-9s %-5s %-9s| %-9s %s";
   auto line = [&] { // without the padding's trailing blanks
     std::string l = buf;
     out << l.substr(0, l.find_last_not_of(' ') + 1) << "\n";
   };
-  std::snprintf(buf, sizeof buf, fmt, "", "", "inference", "", "", "", "first call", "");
+  std::snprintf(buf, sizeof buf, fmt, "", "", "inference", "", "", "", "", "first call", "");
   line();
-  std::snprintf(buf, sizeof buf, fmt, "mode", "batch", "median", "IQR", "min", "n", "compile",
-                "first run");
+  std::snprintf(buf, sizeof buf, fmt, "mode", "batch", "median", "IQR", "min", "n", "vs eager",
+                "compile", "first run");
   line();
   for (const std::string &mode : modes) {
     for (const Row &r : rows) {
       if (r.mode != mode) continue;
       const Spread s = r.spread();
+      const double speedup = speedupVsEager(r, rows);
+      char ratio[32] = "-";
+      if (speedup > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", speedup);
       std::snprintf(buf, sizeof buf, fmt, modeTitle(mode).c_str(), batchLabel(r.batch, seq).c_str(),
                     formatMeasured(s.median).c_str(), formatMeasured(s.iqr()).c_str(),
-                    formatMeasured(s.min).c_str(), std::to_string(s.n).c_str(),
+                    formatMeasured(s.min).c_str(), std::to_string(s.n).c_str(), ratio,
                     mode == "eager" ? "-" : formatMeasured(r.compileMs()).c_str(),
                     formatMeasured(r.firstRunMs()).c_str());
       line();
     }
   }
-  out << "compile: tracing + compiling inside the first call (stats().compile_seconds); first "
-         "run: the rest of that call\n";
+  out << "vs eager: eager's median over the row's at the same batch (above 1: faster than "
+         "eager); compile: tracing + compiling inside the first call (stats().compile_seconds); "
+         "first run: the rest of that call\n";
   for (const Row &r : rows) {
     if (r.mode == "eager") continue;
     out << "  " << r.mode << " b=" << batchLabel(r.batch, o.config.seq) << ": "
@@ -274,6 +290,8 @@ nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const
          {"batch", r.batch},
          {"samples_ms", r.samples},
          {"inference_ms", spreadJson(s)},
+         {"speedup_vs_eager", speedupVsEager(r, rows) > 0 ? nlohmann::json(speedupVsEager(r, rows))
+                                                          : nlohmann::json()},
          {"first_call_ms", r.firstMs},
          {"compile_ms", r.compileMs()},
          {"first_run_ms", r.firstRunMs()},
