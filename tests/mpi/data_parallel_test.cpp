@@ -2,6 +2,7 @@
 // batch of 8, split over the ranks with the gradients averaged, give one process's loss curve
 // and final parameters on the full batch; and `rcjit train --dist ddp` does the same.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -176,7 +177,8 @@ TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
     EXPECT_EQ(code, 0) << err.str();
     return out.str();
   };
-  const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
+  // a name per process: the mpi CTest entries (1, 2 and 4 ranks) may run at the same time
+  const std::string dir = testing::TempDir(), rank = std::to_string(getpid());
   const std::string oneJson = dir + "ddp_none_" + rank + ".json",
                     ddpJson = dir + "ddp_ddp_" + rank + ".json";
   run("none", oneJson);
