@@ -113,9 +113,11 @@ std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, siz
 }
 
 /// Runs the steps of `p` in order, handing each to the target's hook for its kind:
-/// kernel(i, step), library(i, step), eager(i, step).
-template <class Kernel, class Library, class Eager>
-void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&eager) {
+/// kernel(i, step), library(i, step), eager(i, step), collective(i, step) (the collective
+/// and wait steps: the hook tells them apart by step.kind).
+template <class Kernel, class Library, class Eager, class Collective>
+void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&eager,
+                 Collective &&collective) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step &s = p.steps[i];
     switch (s.kind) {
@@ -127,6 +129,10 @@ void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&e
       break;
     case Step::Kind::eager:
       eager(i, s);
+      break;
+    case Step::Kind::collective:
+    case Step::Kind::wait:
+      collective(i, s);
       break;
     }
   }
