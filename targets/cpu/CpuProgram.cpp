@@ -19,6 +19,7 @@
 #include "support/Events.h"
 #include "support/Profiler.h"
 #include "support/Threads.h"
+#include "support/WorkPool.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
@@ -30,6 +31,17 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
+// A parallel kernel is cut into chunks of at least this many element operations, at most
+// kChunksPerThread per pool thread: many more chunks than threads, so a thread the
+// scheduler holds back delays only its own chunk (the others take the rest), each still
+// long enough (~10 us) that claiming it costs little.
+constexpr int64_t kChunkWork = 1 << 14;
+constexpr int64_t kChunksPerThread = 16;
+
+int64_t poolChunks(int64_t work, int64_t points, int threads) {
+  const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
+  return std::max<int64_t>(1, std::min({points, most, std::max<int64_t>(threads, work / kChunkWork)}));
+}
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;
@@ -227,12 +239,11 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     fn(pp, syms, 0, outer);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
+  const int64_t chunks = poolChunks(outer * innerSize(k, syms), outer, threads);
+  WorkPool::instance().run(chunks, [&](int64_t c) {
+    const int64_t begin = outer * c / chunks, end = outer * (c + 1) / chunks;
     if (begin < end) fn(pp, syms, begin, end);
-  }
+  });
 }
 
 void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
@@ -266,8 +277,10 @@ void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
     }
   };
   if (threads < 2) return share(0, 1);
-#pragma omp parallel num_threads(threads)
-  share(omp_get_thread_num(), omp_get_num_threads());
+  int64_t points = 0; // the chunks cut at outer points, of which the run has this many
+  for (const Member &m : members) points += m.outer;
+  const int64_t chunks = poolChunks(total, points, threads);
+  WorkPool::instance().run(chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); });
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,

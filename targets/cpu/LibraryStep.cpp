@@ -2,18 +2,22 @@
 #include "targets/cpu/LibraryStep.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "tracer/OpCases.h"
 
 #include <mutex>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
 #include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
+#include "support/Threads.h"
+#include "support/WorkPool.h"
 
 namespace rcjit::cpu {
 
@@ -208,6 +212,152 @@ memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_
   return memory::desc({b, r, c}, memory::data_type::f32, {sb, sr, sc});
 }
 
+// A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
+// columns of B and C), each run by a primitive made for one thread, the blocks claimed one
+// at a time through the work pool: a thread the scheduler holds back delays only the block
+// it runs, where oneDNN's own OpenMP split waits at its barrier for every thread.
+class BlockedMatmulStep : public LibraryStep {
+public:
+  struct Block {
+    int64_t src, wei, dst, bias; // byte offsets into the operands and the result
+    int prim;                    // index into prims_
+  };
+  BlockedMatmulStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
+                    double macs, bool hasBias)
+      : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias) {}
+
+  double macs() const override { return macs_; }
+  int blocks() const override { return static_cast<int>(blocks_.size()); }
+
+  void run(char *const *operands, char *result) const override {
+    WorkPool::instance().run(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
+      const Block &b = blocks_[static_cast<size_t>(c)];
+      char *ops[3] = {operands[0] + b.src, operands[1] + b.wei,
+                      hasBias_ ? operands[2] + b.bias : nullptr};
+      prims_[static_cast<size_t>(b.prim)]->run(ops, result + b.dst);
+    });
+  }
+
+private:
+  std::vector<std::unique_ptr<MatmulStep>> prims_;
+  std::vector<Block> blocks_;
+  double macs_;
+  bool hasBias_;
+};
+
+// How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
+// off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
+// than one block; for measurements).
+enum class GemmSplit { automatic, off, batch, rows, cols };
+
+GemmSplit gemmSplitSetting() {
+  static const GemmSplit setting = [] {
+    const char *env = std::getenv("RCJIT_GEMM_SPLIT");
+    if (!env || !*env || std::string(env) == "auto") return GemmSplit::automatic;
+    const std::string v = env;
+    if (v == "off") return GemmSplit::off;
+    if (v == "batch") return GemmSplit::batch;
+    if (v == "rows") return GemmSplit::rows;
+    if (v == "cols") return GemmSplit::cols;
+    throw Error("RCJIT_GEMM_SPLIT: expected auto, off, batch, rows or cols, got '" + v + "'");
+  }();
+  return setting;
+}
+
+// Cuts [0, size) into blocks of `block` (the last one shorter): (start, length) pairs.
+std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t at = 0; at < size; at += block) out.emplace_back(at, std::min(block, size - at));
+  return out;
+}
+
+// The block size along a dimension of `size` for `threads` pool threads: about
+// kBlocksPerThread blocks per thread, a multiple of `align`, at least `least`; 0 when that
+// leaves fewer than two blocks.
+int64_t blockSizeFor(int64_t size, int threads, int64_t align, int64_t least) {
+  constexpr int64_t kBlocksPerThread = 4;
+  int64_t block = (size + kBlocksPerThread * threads - 1) / (kBlocksPerThread * threads);
+  block = std::max(least, (block + align - 1) / align * align);
+  return block < size ? block : 0;
+}
+
+// `l` split into blocks by the cost model (or RCJIT_GEMM_SPLIT), or null: too small to
+// split (the serial path or oneDNN's own threads take it), or the pool has one thread.
+std::unique_ptr<LibraryStep> createBlocked(const MatmulLayout &l, const std::vector<PostOp> &postOps,
+                                           double macs) {
+  const GemmSplit setting = gemmSplitSetting();
+  const int threads = WorkPool::instance().threads();
+  // (a primitive asked for on one thread, as the serial and autotune paths do, stays whole)
+  if (setting == GemmSplit::off || threads < 2 || omp_get_max_threads() < 2 ||
+      macs < kParallelMacs)
+    return nullptr;
+  // the dimension and block size
+  GemmSplit dim = GemmSplit::off;
+  int64_t block = 0;
+  auto tryDim = [&](GemmSplit d) {
+    if (dim != GemmSplit::off) return;
+    int64_t b = 0;
+    if (d == GemmSplit::batch && l.batch > 1) b = blockSizeFor(l.batch, threads, 1, 1);
+    if (d == GemmSplit::rows) b = blockSizeFor(l.m, threads, 8, 16);
+    if (d == GemmSplit::cols) b = blockSizeFor(l.n, threads, 16, 64);
+    if (b > 0) {
+      dim = d;
+      block = b;
+    }
+  };
+  if (setting != GemmSplit::automatic) {
+    tryDim(setting);
+  } else {
+    tryDim(GemmSplit::batch);
+    tryDim(GemmSplit::rows);
+    tryDim(GemmSplit::cols);
+  }
+  if (dim == GemmSplit::off) return nullptr;
+  auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
+    return l.batch > 1 ? g.batch : rows * cols;
+  };
+  constexpr int64_t f = 4; // f32
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> primLength; // the block length each primitive is made for
+  std::vector<BlockedMatmulStep::Block> blocks;
+  OmpThreads one(1); // primitives made for one thread
+  for (const auto &[at, len] :
+       cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
+    size_t prim = 0;
+    while (prim < primLength.size() && primLength[prim] != len) ++prim;
+    if (prim == primLength.size()) {
+      const int64_t nb = dim == GemmSplit::batch ? len : l.batch;
+      const int64_t m = dim == GemmSplit::rows ? len : l.m;
+      const int64_t n = dim == GemmSplit::cols ? len : l.n;
+      auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
+        return nb > 1 ? g.batch : batchStride(g, rows, cols);
+      };
+      memory::desc src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col);
+      memory::desc wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col);
+      memory::desc dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col);
+      memory::desc bias;
+      if (l.bias) bias = md3(1, 1, n, n, n, 1);
+      prims.push_back(std::make_unique<MatmulStep>(src, wei, bias, dst, postOps, l.bias));
+      primLength.push_back(len);
+    }
+    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+    if (dim == GemmSplit::batch) {
+      b.src = at * l.a.batch * f;
+      b.wei = at * l.b.batch * f;
+      b.dst = at * l.c.batch * f;
+    } else if (dim == GemmSplit::rows) {
+      b.src = at * l.a.row * f;
+      b.dst = at * l.c.row * f;
+    } else {
+      b.wei = at * l.b.col * f;
+      b.dst = at * l.c.col * f;
+      b.bias = at * f;
+    }
+    blocks.push_back(b);
+  }
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+}
+
 // The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
 // strides (a batch of one gets a dense batch stride, which oneDNN never steps over).
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
@@ -241,6 +391,7 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
       return std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
     }
   }
+  if (auto blocked = createBlocked(l, s.postOps, macs)) return blocked;
   return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, l.bias);
 }
 

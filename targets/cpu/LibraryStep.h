@@ -17,6 +17,9 @@ public:
   virtual void run(char *const *operands, char *result) const = 0;
   /// Multiply-adds of one run (the executor's cost model for threads).
   virtual double macs() const = 0;
+  /// How many independent blocks a run is cut into, each run by a one-thread primitive
+  /// through the work pool (support/WorkPool.h); 1: one oneDNN call.
+  virtual int blocks() const { return 1; }
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
   /// then runs it through the eager target). `sizeFree`: the program is specialized per
