@@ -7,11 +7,14 @@
 //   bench/gemm_bench --benchmark_filter=... (args: M, K, N, threads, packed)
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "support/WorkPool.h"
 
 namespace {
 
@@ -58,6 +61,77 @@ void BM_Linear(benchmark::State &state) {
   state.SetLabel(pd.impl_info_str());
   omp_set_num_threads(before);
 }
+
+// The same linear cut into blocks of rows (dim 0) or weight columns (dim 1), each run by
+// a primitive made for one thread, the blocks claimed through rcjit's work pool (what the
+// compiled program does with RCJIT_GEMM_SPLIT=rows or cols), over plain or packed weights.
+void BM_LinearBlocks(benchmark::State &state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const int dim = static_cast<int>(state.range(3));
+  const int64_t block = state.range(4);
+  const bool packed = state.range(5) != 0;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s0(eng);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), w(static_cast<size_t>(k * n), 0.25f),
+      b(static_cast<size_t>(n), 1.f), y(static_cast<size_t>(m * n));
+  struct Blk {
+    int64_t at, len;
+    dnnl::matmul prim;
+    memory::desc src, wei, bias, dst;
+  };
+  std::vector<Blk> blocks;
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  memory packedW;
+  for (int64_t at = 0; at < (dim == 0 ? m : n); at += block) {
+    const int64_t len = std::min(block, (dim == 0 ? m : n) - at);
+    const int64_t bm = dim == 0 ? len : m, bn = dim == 1 ? len : n;
+    memory::desc src({bm, k}, memory::data_type::f32, {k, 1});
+    memory::desc wei({k, bn}, memory::data_type::f32, {1, k});
+    memory::desc bias({1, bn}, memory::data_type::f32, {bn, 1});
+    memory::desc dst({bm, bn}, memory::data_type::f32, {n, 1});
+    memory::desc weiAny({k, bn}, memory::data_type::f32, tag::any);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, packed ? weiAny : wei, bias, dst), eng);
+    if (packed && !packedW) {
+      packedW = memory(pd.weights_desc(), eng);
+      memory wm(wei, eng, w.data());
+      dnnl::reorder(wm, packedW).execute(s0, wm, packedW);
+      s0.wait();
+    }
+    blocks.push_back({at, len, dnnl::matmul(pd), src, packed ? pd.weights_desc() : wei, bias, dst});
+  }
+  omp_set_num_threads(before);
+  for (auto _ : state) {
+    rcjit::WorkPool::instance().run(static_cast<int64_t>(blocks.size()), [&](int64_t c) {
+      const Blk &bl = blocks[static_cast<size_t>(c)];
+      dnnl::stream st(eng);
+      float *xs = x.data() + (dim == 0 ? bl.at * k : 0);
+      float *ws = packed ? static_cast<float *>(packedW.get_data_handle())
+                         : w.data() + (dim == 1 ? bl.at * k : 0);
+      float *ys = y.data() + (dim == 0 ? bl.at * n : bl.at);
+      memory xm(bl.src, eng, xs), wm(bl.wei, eng, ws), bm(bl.bias, eng, b.data()),
+          ym(bl.dst, eng, ys);
+      bl.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm},
+                           {DNNL_ARG_DST, ym}});
+      st.wait();
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(m * k * n), benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+
+void blockShapes(benchmark::internal::Benchmark *b) {
+  const int64_t shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  for (int64_t m : {128, 512})
+    for (const auto &kn : shapes) {
+      for (int64_t rows : {16, 32, 64}) b->Args({m, kn[0], kn[1], 0, rows, 1});
+      for (int64_t cols : {64, 128, 256}) b->Args({m, kn[0], kn[1], 1, cols, 0});
+    }
+}
+
+BENCHMARK(BM_LinearBlocks)->Apply(blockShapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void linearShapes(benchmark::internal::Benchmark *b) {
   // gpt2: qkv, proj, fc, fc2; llama-3.2-1b: q/o, k/v, gate/up, down

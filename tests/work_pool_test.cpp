@@ -14,6 +14,8 @@
 #include <vector>
 
 #include <rcjit/Error.h>
+#include <rcjit/Optim.h>
+#include <rcjit/rcjit.h>
 
 #include "support/Threads.h"
 #include "support/WorkPool.h"
@@ -252,7 +254,7 @@ void expectSplitMatchesWhole(GemmProgram &g) {
 
 } // namespace
 
-TEST(BlockedGemm, RowsNotDivisibleByTheBlock) {
+TEST(BlockedGemm, ColumnsNotDivisibleByTheBlock) {
   GemmProgram g(OpKind::matmul, {{37, 129}, {129, 301}}, {37, 301});
   expectSplitMatchesWhole(g);
 }
@@ -301,4 +303,105 @@ TEST(BlockedGemm, ConcurrentCallsAgree) {
   }
   for (auto &t : ts) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(BlockedGemm, BatchDimsThatDoNotCollapseSplitByTheFirst) {
+  // a [B, H, M, K] view of a [B, M, H, K] tensor (attention's heads) times a dense
+  // [B, H, K, N]: no single batch stride, so one block per index of the first dim
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  const int64_t B = 3, H = 4, M = 33, K = 40, N = 81; // 2^20 multiply-adds or more
+  GemmProgram g(OpKind::matmul, {{B, M, H, K}, {B, H, K, N}}, {B, H, M, N});
+  Value &a = g.p.values[static_cast<size_t>(g.p.steps[0].operands[0])];
+  a.shape = {B, H, M, K};
+  a.strides = {M * H * K, K, H * K, 1};
+  OmpThreads many(WorkPool::instance().threads());
+  auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(split) << "expected a blocked step, not the eager path";
+  EXPECT_EQ(split->blocks(), B);
+  const std::vector<float> got = g.run(*split);
+  const std::vector<float> &x = g.data[0], &y = g.data[1];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = 0;
+          for (int64_t k = 0; k < K; ++k)
+            want += static_cast<double>(x[static_cast<size_t>(b * M * H * K + i * H * K + h * K + k)]) *
+                    y[static_cast<size_t>(((b * H + h) * K + k) * N + j)];
+          const float v = got[static_cast<size_t>(((b * H + h) * M + i) * N + j)];
+          ASSERT_NEAR(v, want, 1e-4 * (1 + std::fabs(want))) << b << " " << h << " " << i << " " << j;
+        }
+}
+
+namespace {
+struct PackWeightsOn {
+  PackWeightsOn() { cpu::LibraryStep::setPackWeights(true); }
+  ~PackWeightsOn() { cpu::LibraryStep::setPackWeights(false); }
+};
+} // namespace
+
+TEST(PackedWeights, RepackedWhenTheStorageVersionChanges) {
+  PackWeightsOn on;
+  GemmProgram g(OpKind::linear, {{64, 300}, {200, 300}, {200}}, {64, 200});
+  std::unique_ptr<cpu::LibraryStep> packed, plain;
+  {
+    OmpThreads one(1); // not split: one call over the packed weight
+    packed = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    cpu::LibraryStep::setPackWeights(false);
+    plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    cpu::LibraryStep::setPackWeights(true);
+  }
+  ASSERT_TRUE(packed && plain);
+  EXPECT_TRUE(packed->packsWeights());
+  EXPECT_FALSE(plain->packsWeights());
+  // the weight in a storage of its own, as a parameter is
+  const size_t nw = g.data[1].size();
+  auto storage = detail::allocateStorage(nw * 4, Device::cpu());
+  float *w = static_cast<float *>(storage->data);
+  std::copy(g.data[1].begin(), g.data[1].end(), w);
+  std::vector<float> out(g.out.size()), want(g.out.size());
+  auto check = [&](float *weight, const std::shared_ptr<detail::Storage> &owner) {
+    char *ops[3] = {reinterpret_cast<char *>(g.data[0].data()), reinterpret_cast<char *>(weight),
+                    reinterpret_cast<char *>(g.data[2].data())};
+    packed->runWith(ops, reinterpret_cast<char *>(out.data()), &owner);
+    plain->runWith(ops, reinterpret_cast<char *>(want.data()), nullptr);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
+  };
+  check(w, storage);
+  check(w, storage); // the packed copy reused
+  // an in-place update bumps the version (as copy_ and the optimizers do)
+  for (size_t i = 0; i < nw; ++i) w[i] = -2.f * w[i] + 0.5f;
+  storage->version.fetch_add(1);
+  check(w, storage);
+  // another storage (another parameter passed in its place) at version 0
+  auto other = detail::allocateStorage(nw * 4, Device::cpu());
+  float *w2 = static_cast<float *>(other->data);
+  for (size_t i = 0; i < nw; ++i) w2[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  check(w2, other);
+  check(w, storage);
+}
+
+TEST(PackedWeights, CompiledLinearFollowsParameterUpdates) {
+  PackWeightsOn on;
+  Tensor w = Tensor::randn({256, 512}, 3);
+  Tensor b = Tensor::randn({256}, 4);
+  Tensor x = Tensor::randn({64, 512}, 5);
+  auto cf = compile([&](const Tensor &in) { return relu(linear(in, w, b)); });
+  auto check = [&] { EXPECT_TRUE(allclose(cf(x), relu(linear(x, w, b)), 1e-4, 1e-4)); };
+  {
+    OmpThreads one(1); // compiled and run on one thread: the GEMM is not split, so packed
+    check();
+    check();
+    w.copy_(Tensor::randn({256, 512}, 6)); // in place: a new version
+    check();
+    // an optimizer step
+    w.requires_grad_(true);
+    Tensor loss = sum(linear(x, w, b));
+    loss.backward();
+    optim::SGD opt({w}, {.lr = 0.5});
+    opt.step();
+    check();
+  }
+  check(); // and at the default thread count (split, or packed when the pool has one thread)
 }

@@ -284,13 +284,21 @@ void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
-                            int threads) const {
+                            int threads, const Tensor *const *inputs) const {
+  // the weight's storage when it is a program input: a step packing its weight keeps the
+  // packed copy while that storage keeps its version
+  const std::shared_ptr<detail::Storage> *weight = nullptr;
+  const Step &s = spec.layout.steps[i];
+  if (s.operands.size() >= 2) {
+    const Buffer &b = spec.layout.buffers[spec.layout.values[s.operands[1]].buffer];
+    if (b.kind == Buffer::Kind::input) weight = &inputs[b.index]->impl()->storage;
+  }
   if (threads == 1 && spec.serialLibrary[i]) {
     OmpThreads one(1);
-    spec.serialLibrary[i]->run(operands, result);
+    spec.serialLibrary[i]->runWith(operands, result, weight);
     return;
   }
-  spec.library[i]->run(operands, result);
+  spec.library[i]->runWith(operands, result, weight);
 }
 
 // max_autotune's record: "rcjit-autotune 1 <steps> <threads per step>...".
@@ -726,12 +734,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
           }
           if (spec->serialLibrary[i]) {
             tuner->choose(i, std::string(opName(s.op)).c_str(),
-                          [&](int t) { runLibrary(*spec, i, ops, result, t); });
+                          [&](int t) { runLibrary(*spec, i, ops, result, t, inputs); });
             done(i);
             return;
           }
         }
-        runLibrary(*spec, i, ops, result, threadsOf(i));
+        runLibrary(*spec, i, ops, result, threadsOf(i), inputs);
         done(i);
       },
       runEagerStep);

@@ -95,12 +95,12 @@ private:
   // `threads`: 0 the default heuristic, else that many threads (at most the outer size)
   void runKernel(const Step &s, const Program &layout, char *const *bases, const int64_t *syms,
                  int threads = 0) const;
-  // steps [first, last) of a launch run: one parallel region, each thread its share of
+  // steps [first, last) of a launch run: one job of the work pool, each chunk its share of
   // the run's total work, member by member
   void runKernels(size_t first, size_t last, const Program &layout, char *const *bases,
                   const int64_t *syms) const;
-  void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
-                  int threads) const;
+  void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result, int threads,
+                  const Tensor *const *inputs) const;
   // max_autotune: the cache key of `spec`'s choices, and reading them back
   std::string tuningKey(const Spec &spec) const;
   bool loadTuning(const Spec &spec) const;

@@ -2,11 +2,13 @@
 #include "targets/cpu/LibraryStep.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "tracer/OpCases.h"
+#include "tracer/TensorImpl.h"
 
 #include <mutex>
 #include <omp.h>
@@ -128,15 +130,20 @@ std::shared_ptr<dnnl::primitive> runtimeMatmul(bool hasBias, const std::vector<P
 // A 2-D or 3-D (batched) f32 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
 class MatmulStep : public LibraryStep {
 public:
+  /// `packedWeights`: the primitive reads its weight in the layout oneDNN picks for it
+  /// (weightsDesc(); the caller passes a copy reordered into it, see WeightPack).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
-             const std::vector<PostOp> &postOps, bool hasBias)
+             const std::vector<PostOp> &postOps, bool hasBias, bool packedWeights = false)
       : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias) {
     auto &ctx = eager::DnnlContext::instance();
+    if (packedWeights) wei = memory::desc(wei.dims(), memory::data_type::f32, memory::format_tag::any);
     auto d = hasBias ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
     dnnl::matmul::primitive_desc pd(d, attrFor(postOps, dnnl::scratchpad_mode::user), ctx.engine());
     prim_ = dnnl::matmul(pd);
     scratch_ = pd.scratchpad_desc();
+    if (packedWeights) wei_ = pd.weights_desc();
   }
+  const memory::desc &weightsDesc() const { return wei_; }
   /// The same call through a shared runtime-dims primitive (no scratchpad argument: the
   /// library allocates its own).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
@@ -149,7 +156,8 @@ public:
            static_cast<double>(dst_.dims()[2]) * static_cast<double>(src_.dims()[2]);
   }
 
-  void run(char *const *operands, char *result) const override {
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
     auto &ctx = eager::DnnlContext::instance();
     std::unique_ptr<Mems> m = acquire();
     m->src.set_data_handle(operands[0]);
@@ -229,7 +237,8 @@ public:
   double macs() const override { return macs_; }
   int blocks() const override { return static_cast<int>(blocks_.size()); }
 
-  void run(char *const *operands, char *result) const override {
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
     WorkPool::instance().run(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
       const Block &b = blocks_[static_cast<size_t>(c)];
       char *ops[3] = {operands[0] + b.src, operands[1] + b.wei,
@@ -244,6 +253,93 @@ private:
   double macs_;
   bool hasBias_;
 };
+
+// A weight kept reordered into a primitive's blocked layout: made on the first run and
+// again when the weight's address, storage or storage version changes (a parameter
+// updated in place: copy_, an optimizer step, a compiled training step's write-back).
+class WeightPack {
+public:
+  struct Packed {
+    memory mem; // owns its buffer
+    const char *data = nullptr;
+    std::weak_ptr<detail::Storage> owner;
+    uint32_t version = 0;
+  };
+  WeightPack(const memory::desc &plain, const memory::desc &packed)
+      : plain_(plain), packed_(packed),
+        reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain,
+                                               eager::DnnlContext::instance().engine(), packed)) {}
+
+  // The packed copy of the weight at `data` (in `owner`, when known: else packed afresh)
+  std::shared_ptr<const Packed> get(char *data,
+                                    const std::shared_ptr<detail::Storage> *owner) const {
+    const uint32_t version = owner ? (*owner)->version.load(std::memory_order_acquire) : 0;
+    if (owner) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (current_ && current_->data == data && current_->version == version &&
+          !current_->owner.owner_before(*owner) && !owner->owner_before(current_->owner))
+        return current_;
+    }
+    auto &ctx = eager::DnnlContext::instance();
+    auto p = std::make_shared<Packed>();
+    p->mem = memory(packed_, ctx.engine());
+    memory src(plain_, ctx.engine(), data);
+    dnnl::stream &s = ctx.stream();
+    reorder_.execute(s, src, p->mem);
+    s.wait();
+    p->data = data;
+    p->version = version;
+    if (owner) {
+      p->owner = *owner;
+      std::lock_guard<std::mutex> lock(mu_);
+      current_ = p;
+    }
+    return p;
+  }
+
+private:
+  memory::desc plain_, packed_;
+  dnnl::reorder reorder_;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const Packed> current_;
+};
+
+// A step whose weight operand is passed packed (WeightPack) to `inner`.
+class PackingStep : public LibraryStep {
+public:
+  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack)
+      : inner_(std::move(inner)), pack_(std::move(pack)) {}
+  double macs() const override { return inner_->macs(); }
+  int blocks() const override { return inner_->blocks(); }
+  bool packsWeights() const override { return true; }
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *weight) const override {
+    std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
+    char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
+    inner_->runWith(ops, result, nullptr);
+  }
+
+private:
+  std::unique_ptr<LibraryStep> inner_;
+  std::unique_ptr<WeightPack> pack_;
+};
+
+// RCJIT_PACK_WEIGHTS=1: packed weights (see LibraryStep::create); off by default.
+std::atomic<int> &packWeightsOverride() {
+  static std::atomic<int> v{-1}; // -1: the environment decides
+  return v;
+}
+bool packWeightsSetting() {
+  const int forced = packWeightsOverride().load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool on = [] {
+    const char *env = std::getenv("RCJIT_PACK_WEIGHTS");
+    if (!env || !*env || std::string(env) == "0") return false;
+    if (std::string(env) == "1") return true;
+    throw Error(std::string("RCJIT_PACK_WEIGHTS: expected 0 or 1, got '") + env + "'");
+  }();
+  return on;
+}
 
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
 // off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
@@ -281,16 +377,41 @@ int64_t blockSizeFor(int64_t size, int threads, int64_t align, int64_t least) {
   return block < size ? block : 0;
 }
 
-// `l` split into blocks by the cost model (or RCJIT_GEMM_SPLIT), or null: too small to
-// split (the serial path or oneDNN's own threads take it), or the pool has one thread.
-std::unique_ptr<LibraryStep> createBlocked(const MatmulLayout &l, const std::vector<PostOp> &postOps,
-                                           double macs) {
+// Row blocks (RCJIT_GEMM_SPLIT=rows) have at least this many rows, and weights are packed
+// for products with at least this many (bench/gemm_bench: row blocks of 16 run ~10 %
+// slower than of 32; packing was measured at 128 and 512 rows only).
+constexpr int64_t kMinRowBlock = 32;
+
+// The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns
+// (strides as in `l`; a batch of one gets a dense batch stride).
+struct GemmDescs {
+  memory::desc src, wei, bias, dst;
+};
+GemmDescs gemmDescs(const MatmulLayout &l, int64_t nb, int64_t m, int64_t n) {
+  auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
+    return nb > 1 ? g.batch : rows * cols;
+  };
+  GemmDescs d;
+  d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col);
+  d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col);
+  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col);
+  if (l.bias) d.bias = md3(1, 1, n, n, n, 1);
+  return d;
+}
+
+// `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
+// work pool, and/or over a packed weight (`packable`: the weight is a program input and
+// packing is on). Null: one plain oneDNN call (too small to split, the pool has one
+// thread, or a shape where oneDNN's own threads measured faster).
+std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
+                                                 const std::vector<PostOp> &postOps, double macs,
+                                                 bool packable) {
   const GemmSplit setting = gemmSplitSetting();
   const int threads = WorkPool::instance().threads();
-  // (a primitive asked for on one thread, as the serial and autotune paths do, stays whole)
-  if (setting == GemmSplit::off || threads < 2 || omp_get_max_threads() < 2 ||
-      macs < kParallelMacs)
-    return nullptr;
+  if (macs < kParallelMacs) return nullptr;
+  packable = packable && l.batch == 1 && l.m >= kMinRowBlock;
+  // a primitive asked for on one thread (the serial and autotune paths) stays whole
+  const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
   // the dimension and block size
   GemmSplit dim = GemmSplit::off;
   int64_t block = 0;
@@ -298,71 +419,133 @@ std::unique_ptr<LibraryStep> createBlocked(const MatmulLayout &l, const std::vec
     if (dim != GemmSplit::off) return;
     int64_t b = 0;
     if (d == GemmSplit::batch && l.batch > 1) b = blockSizeFor(l.batch, threads, 1, 1);
-    if (d == GemmSplit::rows) b = blockSizeFor(l.m, threads, 8, 16);
-    if (d == GemmSplit::cols) b = blockSizeFor(l.n, threads, 16, 64);
+    if (d == GemmSplit::rows) b = blockSizeFor(l.m, threads, 8, kMinRowBlock);
+    if (d == GemmSplit::cols) b = blockSizeFor(l.n, threads, 16, 128);
     if (b > 0) {
       dim = d;
       block = b;
     }
   };
-  if (setting != GemmSplit::automatic) {
-    tryDim(setting);
-  } else {
+  if (split && setting != GemmSplit::automatic) {
     tryDim(GemmSplit::batch);
-    tryDim(GemmSplit::rows);
+    tryDim(setting);
+  } else if (split) {
+    // Measured on gpt2 (README, "On a busy machine"): blocks of weight columns over the
+    // plain weight run about as fast as oneDNN's own two threads on an idle machine (each
+    // block copies only its slice of the weight, and the activations stay in cache);
+    // blocks of rows over a packed weight ran ~8 % slower in the model (each block
+    // streams the whole weight from memory: bench/gemm_bench, whose weights stay in cache,
+    // does not show it), and over the plain weight far slower (each block repacks it).
+    tryDim(GemmSplit::batch);
     tryDim(GemmSplit::cols);
   }
-  if (dim == GemmSplit::off) return nullptr;
-  auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
-    return l.batch > 1 ? g.batch : rows * cols;
-  };
+  const bool pack = packable && (dim == GemmSplit::off || dim == GemmSplit::rows);
+  if (dim == GemmSplit::off && !pack) return nullptr;
   constexpr int64_t f = 4; // f32
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength; // the block length each primitive is made for
-  std::vector<BlockedMatmulStep::Block> blocks;
-  OmpThreads one(1); // primitives made for one thread
-  for (const auto &[at, len] :
-       cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      const int64_t nb = dim == GemmSplit::batch ? len : l.batch;
-      const int64_t m = dim == GemmSplit::rows ? len : l.m;
-      const int64_t n = dim == GemmSplit::cols ? len : l.n;
-      auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
-        return nb > 1 ? g.batch : batchStride(g, rows, cols);
-      };
-      memory::desc src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col);
-      memory::desc wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col);
-      memory::desc dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col);
-      memory::desc bias;
-      if (l.bias) bias = md3(1, 1, n, n, n, 1);
-      prims.push_back(std::make_unique<MatmulStep>(src, wei, bias, dst, postOps, l.bias));
-      primLength.push_back(len);
+  std::unique_ptr<LibraryStep> inner;
+  memory::desc packedDesc;
+  if (dim == GemmSplit::off) { // one call over the packed weight
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
+    packedDesc = whole->weightsDesc();
+    inner = std::move(whole);
+  } else {
+    std::vector<std::unique_ptr<MatmulStep>> prims;
+    std::vector<int64_t> primLength; // the block length each primitive is made for
+    std::vector<BlockedMatmulStep::Block> blocks;
+    OmpThreads one(1); // primitives made for one thread
+    for (const auto &[at, len] :
+         cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
+      size_t prim = 0;
+      while (prim < primLength.size() && primLength[prim] != len) ++prim;
+      if (prim == primLength.size()) {
+        GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? len : l.batch,
+                                dim == GemmSplit::rows ? len : l.m,
+                                dim == GemmSplit::cols ? len : l.n);
+        prims.push_back(
+            std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
+        if (pack) { // every block reads the one packed copy: the same layout for all
+          if (prims.size() == 1) packedDesc = prims.back()->weightsDesc();
+          else if (prims.back()->weightsDesc() != packedDesc) return nullptr;
+        }
+        primLength.push_back(len);
+      }
+      BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+      if (dim == GemmSplit::batch) {
+        b.src = at * l.a.batch * f;
+        b.wei = at * l.b.batch * f;
+        b.dst = at * l.c.batch * f;
+      } else if (dim == GemmSplit::rows) {
+        b.src = at * l.a.row * f;
+        b.dst = at * l.c.row * f;
+      } else {
+        b.wei = at * l.b.col * f;
+        b.dst = at * l.c.col * f;
+        b.bias = at * f;
+      }
+      blocks.push_back(b);
     }
-    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
-    if (dim == GemmSplit::batch) {
-      b.src = at * l.a.batch * f;
-      b.wei = at * l.b.batch * f;
-      b.dst = at * l.c.batch * f;
-    } else if (dim == GemmSplit::rows) {
-      b.src = at * l.a.row * f;
-      b.dst = at * l.c.row * f;
-    } else {
-      b.wei = at * l.b.col * f;
-      b.dst = at * l.c.col * f;
-      b.bias = at * f;
-    }
-    blocks.push_back(b);
+    inner = std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
   }
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+  if (!pack) return inner;
+  const memory::desc plain = gemmDescs(l, l.batch, l.m, l.n).wei;
+  return std::make_unique<PackingStep>(std::move(inner),
+                                       std::make_unique<WeightPack>(plain, packedDesc));
 }
 
 // The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
 // strides (a batch of one gets a dense batch stride, which oneDNN never steps over).
+// A batched matmul whose batch dims do not collapse into one (attention's heads: a
+// [B, H, T, D] view of a [B, T, H, D] tensor) as one block per index of its first dim,
+// each a GEMM batched over the rest, run through the work pool; null when the rest does
+// not collapse either, or the pool would not split it (the eager path then runs it, on
+// OpenMP's threads, whose spin-waiting afterwards takes the cores from the pool).
+std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
+  if (s.op != OpKind::matmul || s.result < 0) return nullptr;
+  const Value &a = p.values[s.operands[0]], &b = p.values[s.operands[1]];
+  const Value &c = p.values[s.result];
+  if (a.shape.size() < 3 || b.shape.size() != a.shape.size() || c.shape.size() != a.shape.size() ||
+      a.shape[0] != b.shape[0] || a.shape[0] < 2)
+    return nullptr;
+  if (gemmSplitSetting() == GemmSplit::off || WorkPool::instance().threads() < 2 ||
+      omp_get_max_threads() < 2)
+    return nullptr;
+  auto inner = [](Value v) {
+    v.shape.erase(v.shape.begin());
+    v.strides.erase(v.strides.begin());
+    v.offset = 0;
+    return v;
+  };
+  Program q; // the operands without their first dim
+  q.values = {inner(a), inner(b), inner(c)};
+  if (q.values[2].strides != detail::contiguousStrides(q.values[2].shape) ||
+      c.strides[0] != c.shape[1] * q.values[2].strides[0])
+    return nullptr; // the result as the library step writes it: dense
+  Step t = s;
+  t.operands = {0, 1};
+  t.result = 2;
+  MatmulLayout l;
+  if (!matmulLayout(q, t, l)) return nullptr;
+  const double macs = static_cast<double>(a.shape[0]) * static_cast<double>(l.batch) *
+                      static_cast<double>(l.m) * static_cast<double>(l.n) *
+                      static_cast<double>(l.k);
+  if (macs < kParallelMacs) return nullptr;
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  {
+    OmpThreads one(1); // a primitive made for one thread
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, s.postOps, false));
+  }
+  std::vector<BlockedMatmulStep::Block> blocks;
+  constexpr int64_t f = 4; // f32
+  for (int64_t i = 0; i < a.shape[0]; ++i)
+    blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * f, 0, 0});
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false);
+}
+
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
   MatmulLayout l;
-  if (!matmulLayout(p, s, l)) return nullptr; // the eager path runs it
+  if (!matmulLayout(p, s, l)) return createOuterSplit(p, s); // null: the eager path runs it
   auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
     return l.batch > 1 ? g.batch : rows * cols;
   };
@@ -391,11 +574,17 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
       return std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
     }
   }
-  if (auto blocked = createBlocked(l, s.postOps, macs)) return blocked;
+  const Value &w = p.values[s.operands[1]];
+  const bool packable = packWeightsSetting() && p.buffers[w.buffer].kind == Buffer::Kind::input;
+  if (auto better = createSplitOrPacked(l, s.postOps, macs, packable)) return better;
   return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, l.bias);
 }
 
 } // namespace
+
+void LibraryStep::setPackWeights(bool on) {
+  packWeightsOverride().store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {
   for (int v : s.operands) {

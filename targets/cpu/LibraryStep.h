@@ -6,6 +6,10 @@
 
 #include "targets/Program.h"
 
+namespace rcjit::detail {
+struct Storage;
+}
+
 namespace rcjit::cpu {
 
 /// One prepared library call. Thread-safe: concurrent runs use separate oneDNN memory
@@ -14,7 +18,17 @@ class LibraryStep {
 public:
   virtual ~LibraryStep() = default;
   /// Runs with the addresses of the step's operands (in op order) and its result.
-  virtual void run(char *const *operands, char *result) const = 0;
+  void run(char *const *operands, char *result) const { runWith(operands, result, nullptr); }
+  /// As run(). `weight`: the storage that operand 1 (the weight) lives in, when it is a
+  /// program input (a parameter), or null. A step that packs its weight (packsWeights())
+  /// reorders it once into oneDNN's blocked layout and reuses that copy while the weight
+  /// has the same address in the same storage at the same version (Tensor::copy_ and the
+  /// optimizers bump it; a write through data_ptr() does not, as for autograd's saved
+  /// values); with no storage it packs on every call.
+  virtual void runWith(char *const *operands, char *result,
+                       const std::shared_ptr<detail::Storage> *weight) const = 0;
+  /// Whether runs keep a packed copy of the weight (see runWith).
+  virtual bool packsWeights() const { return false; }
   /// Multiply-adds of one run (the executor's cost model for threads).
   virtual double macs() const = 0;
   /// How many independent blocks a run is cut into, each run by a one-thread primitive
@@ -26,8 +40,20 @@ public:
   /// size (symbolic dims), so a small GEMM uses one oneDNN primitive with runtime dims,
   /// shared by every size and program, instead of creating one per size (which costs far
   /// more than such a multiply).
+  ///
+  /// A large GEMM (2^20 multiply-adds or more) is cut into blocks run through the work
+  /// pool (blocks()) when the pool has several threads and the calling thread's OpenMP
+  /// count is above 1: batches of a batched product (also one whose batch dims do not
+  /// collapse into one: per index of its first dim), else blocks of weight columns.
+  /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that
+  /// split where it applies (for measurements). With RCJIT_PACK_WEIGHTS=1 (off by
+  /// default), a GEMM of 32 rows or more that is not split, or is split by rows, reads a
+  /// copy of its weight packed into oneDNN's blocked layout once per version, when the
+  /// weight is a program input (runWith); the copy costs the weight's size in memory.
   static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
                                              bool sizeFree = false);
+  /// Overrides RCJIT_PACK_WEIGHTS for steps created from now on (tests). Thread-safe.
+  static void setPackWeights(bool on);
 };
 
 } // namespace rcjit::cpu
