@@ -127,7 +127,8 @@ void blockShapes(benchmark::internal::Benchmark *b) {
   for (int64_t m : {128, 512})
     for (const auto &kn : shapes) {
       for (int64_t rows : {16, 32, 64}) b->Args({m, kn[0], kn[1], 0, rows, 1});
-      for (int64_t cols : {64, 128, 256}) b->Args({m, kn[0], kn[1], 1, cols, 0});
+      for (int64_t cols : {128, 192, 256, 384, 576, 768})
+        if (cols < kn[1]) b->Args({m, kn[0], kn[1], 1, cols, 0});
     }
 }
 

@@ -218,13 +218,21 @@ struct GemmProgram {
     out.assign(static_cast<size_t>(n), 0.f);
   }
 
-  std::vector<float> run(const cpu::LibraryStep &s) {
+  // `withStorage`: the weight (operand 1) from a storage of its own, as a parameter's, so
+  // a step packing its weight packs it; without, such a step runs over the plain weight
+  std::vector<float> run(const cpu::LibraryStep &s, bool withStorage = true) {
+    if (!weight) {
+      weight = detail::allocateStorage(data[1].size() * 4, Device::cpu());
+      std::copy(data[1].begin(), data[1].end(), static_cast<float *>(weight->data));
+    }
     std::vector<char *> ops;
     for (auto &d : data) ops.push_back(reinterpret_cast<char *>(d.data()));
+    if (withStorage) ops[1] = static_cast<char *>(weight->data);
     std::fill(out.begin(), out.end(), -7.f);
-    s.run(ops.data(), reinterpret_cast<char *>(out.data()));
+    s.runWith(ops.data(), reinterpret_cast<char *>(out.data()), withStorage ? &weight : nullptr);
     return out;
   }
+  std::shared_ptr<detail::Storage> weight;
 };
 
 // The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
@@ -243,9 +251,12 @@ void expectSplitMatchesWhole(GemmProgram &g) {
   ASSERT_TRUE(whole);
   EXPECT_EQ(whole->blocks(), 1);
   const std::vector<float> a = g.run(*split), b = g.run(*whole);
+  // a step packing its weight, run without the weight's storage: over the plain weight
+  const std::vector<float> c = g.run(*split, false);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
+    ASSERT_NEAR(c[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
   }
   // the pool again, with a job of its own in between
   std::vector<float> again = g.run(*split);
@@ -254,7 +265,7 @@ void expectSplitMatchesWhole(GemmProgram &g) {
 
 } // namespace
 
-TEST(BlockedGemm, ColumnsNotDivisibleByTheBlock) {
+TEST(BlockedGemm, RowsNotDivisibleByTheBlock) {
   GemmProgram g(OpKind::matmul, {{37, 129}, {129, 301}}, {37, 301});
   expectSplitMatchesWhole(g);
 }
@@ -295,8 +306,9 @@ TEST(BlockedGemm, ConcurrentCallsAgree) {
       std::vector<float> out(want.size());
       std::vector<char *> ops;
       for (auto &d : g.data) ops.push_back(reinterpret_cast<char *>(d.data()));
+      ops[1] = static_cast<char *>(g.weight->data); // the packed copy, shared
       for (int rep = 0; rep < 20; ++rep) {
-        split->run(ops.data(), reinterpret_cast<char *>(out.data()));
+        split->runWith(ops.data(), reinterpret_cast<char *>(out.data()), &g.weight);
         bad += out != want;
       }
     });

@@ -15,6 +15,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
 
 #include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
@@ -254,6 +255,26 @@ private:
   bool hasBias_;
 };
 
+// Bytes of packed weight copies alive in the process, and the most there may be
+// (RCJIT_PACK_WEIGHTS_MAX_MB, default 1024): past it a step runs over the plain weight.
+std::atomic<int64_t> &packedBytesAlive() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+int64_t packedBytesBudget() {
+  static const int64_t budget = [] {
+    const char *env = std::getenv("RCJIT_PACK_WEIGHTS_MAX_MB");
+    if (!env || !*env) return int64_t{1024} << 20;
+    char *end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || mb < 0 || mb > (int64_t{1} << 40))
+      throw Error(std::string("RCJIT_PACK_WEIGHTS_MAX_MB: expected a size in MiB, got '") + env +
+                  "'");
+    return static_cast<int64_t>(mb) << 20;
+  }();
+  return budget;
+}
+
 // A weight kept reordered into a primitive's blocked layout: made on the first run and
 // again when the weight's address, storage or storage version changes (a parameter
 // updated in place: copy_, an optimizer step, a compiled training step's write-back).
@@ -264,24 +285,46 @@ public:
     const char *data = nullptr;
     std::weak_ptr<detail::Storage> owner;
     uint32_t version = 0;
+    int64_t bytes = 0;
+    ~Packed() { packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed); }
   };
   WeightPack(const memory::desc &plain, const memory::desc &packed)
       : plain_(plain), packed_(packed),
         reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain,
                                                eager::DnnlContext::instance().engine(), packed)) {}
 
-  // The packed copy of the weight at `data` (in `owner`, when known: else packed afresh)
+  // The packed copy of the weight at `data` in `owner`; null when the storage is not
+  // known or the process's packed copies would pass their budget (the caller then runs
+  // over the plain weight). One copy per weight address: a regional program runs the
+  // same step with every layer's weight.
   std::shared_ptr<const Packed> get(char *data,
                                     const std::shared_ptr<detail::Storage> *owner) const {
-    const uint32_t version = owner ? (*owner)->version.load(std::memory_order_acquire) : 0;
-    if (owner) {
+    if (!owner || !*owner) return nullptr;
+    const uint32_t version = (*owner)->version.load(std::memory_order_acquire);
+    {
       std::lock_guard<std::mutex> lock(mu_);
-      if (current_ && current_->data == data && current_->version == version &&
-          !current_->owner.owner_before(*owner) && !owner->owner_before(current_->owner))
-        return current_;
+      auto it = copies_.find(data);
+      if (it != copies_.end()) {
+        const Packed &p = *it->second;
+        if (p.version == version && !p.owner.owner_before(*owner) &&
+            !owner->owner_before(p.owner))
+          return it->second;
+        copies_.erase(it); // stale: its bytes go back to the budget once no run uses it
+      }
+      if (copies_.size() >= 64) { // drop the copies of weights that no longer exist
+        for (auto i = copies_.begin(); i != copies_.end();)
+          i = i->second->owner.expired() ? copies_.erase(i) : std::next(i);
+      }
+    }
+    const int64_t bytes = static_cast<int64_t>(packed_.get_size());
+    if (packedBytesAlive().fetch_add(bytes, std::memory_order_relaxed) + bytes >
+        packedBytesBudget()) {
+      packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed);
+      return nullptr;
     }
     auto &ctx = eager::DnnlContext::instance();
     auto p = std::make_shared<Packed>();
+    p->bytes = bytes;
     p->mem = memory(packed_, ctx.engine());
     memory src(plain_, ctx.engine(), data);
     dnnl::stream &s = ctx.stream();
@@ -289,11 +332,9 @@ public:
     s.wait();
     p->data = data;
     p->version = version;
-    if (owner) {
-      p->owner = *owner;
-      std::lock_guard<std::mutex> lock(mu_);
-      current_ = p;
-    }
+    p->owner = *owner;
+    std::lock_guard<std::mutex> lock(mu_);
+    copies_[data] = p;
     return p;
   }
 
@@ -301,20 +342,23 @@ private:
   memory::desc plain_, packed_;
   dnnl::reorder reorder_;
   mutable std::mutex mu_;
-  mutable std::shared_ptr<const Packed> current_;
+  mutable std::unordered_map<const char *, std::shared_ptr<const Packed>> copies_;
 };
 
-// A step whose weight operand is passed packed (WeightPack) to `inner`.
+// A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
+// packed copy can be had, as it is to `plain`.
 class PackingStep : public LibraryStep {
 public:
-  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack)
-      : inner_(std::move(inner)), pack_(std::move(pack)) {}
+  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack,
+              std::unique_ptr<LibraryStep> plain)
+      : inner_(std::move(inner)), pack_(std::move(pack)), plain_(std::move(plain)) {}
   double macs() const override { return inner_->macs(); }
   int blocks() const override { return inner_->blocks(); }
   bool packsWeights() const override { return true; }
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *weight) const override {
     std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
+    if (!packed) return plain_->runWith(operands, result, nullptr);
     char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
     inner_->runWith(ops, result, nullptr);
   }
@@ -322,9 +366,10 @@ public:
 private:
   std::unique_ptr<LibraryStep> inner_;
   std::unique_ptr<WeightPack> pack_;
+  std::unique_ptr<LibraryStep> plain_;
 };
 
-// RCJIT_PACK_WEIGHTS=1: packed weights (see LibraryStep::create); off by default.
+// RCJIT_PACK_WEIGHTS=0 turns packed weights off (see LibraryStep::create).
 std::atomic<int> &packWeightsOverride() {
   static std::atomic<int> v{-1}; // -1: the environment decides
   return v;
@@ -334,8 +379,8 @@ bool packWeightsSetting() {
   if (forced >= 0) return forced != 0;
   static const bool on = [] {
     const char *env = std::getenv("RCJIT_PACK_WEIGHTS");
-    if (!env || !*env || std::string(env) == "0") return false;
-    if (std::string(env) == "1") return true;
+    if (!env || !*env || std::string(env) == "1") return true;
+    if (std::string(env) == "0") return false;
     throw Error(std::string("RCJIT_PACK_WEIGHTS: expected 0 or 1, got '") + env + "'");
   }();
   return on;
@@ -368,11 +413,10 @@ std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block) {
 }
 
 // The block size along a dimension of `size` for `threads` pool threads: about
-// kBlocksPerThread blocks per thread, a multiple of `align`, at least `least`; 0 when that
+// `perThread` blocks per thread, a multiple of `align`, at least `least`; 0 when that
 // leaves fewer than two blocks.
-int64_t blockSizeFor(int64_t size, int threads, int64_t align, int64_t least) {
-  constexpr int64_t kBlocksPerThread = 4;
-  int64_t block = (size + kBlocksPerThread * threads - 1) / (kBlocksPerThread * threads);
+int64_t blockSizeFor(int64_t size, int threads, int64_t perThread, int64_t align, int64_t least) {
+  int64_t block = (size + perThread * threads - 1) / (perThread * threads);
   block = std::max(least, (block + align - 1) / align * align);
   return block < size ? block : 0;
 }
@@ -399,10 +443,69 @@ GemmDescs gemmDescs(const MatmulLayout &l, int64_t nb, int64_t m, int64_t n) {
   return d;
 }
 
+// Blocks per pool thread by dimension: batches and weight columns are cut finely (many
+// more blocks than threads, so a thread held back by the scheduler delays little);
+// rows over a packed weight into one block per thread, since every row block streams the
+// whole weight from memory (measured in the model: 4 per thread ran 12 % slower than 1).
+constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocksPerThread = 1;
+
+// `l` cut into blocks along `dim` (`block` long; the last may be shorter), each run by a
+// primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
+// goes to `packedDesc` (null when the blocks' layouts differ).
+std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vector<PostOp> &postOps,
+                                         double macs, GemmSplit dim, int64_t block, bool pack,
+                                         memory::desc *packedDesc) {
+  constexpr int64_t f = 4; // f32
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> primLength; // the block length each primitive is made for
+  std::vector<BlockedMatmulStep::Block> blocks;
+  OmpThreads one(1); // primitives made for one thread
+  for (const auto &[at, len] :
+       cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
+    size_t prim = 0;
+    while (prim < primLength.size() && primLength[prim] != len) ++prim;
+    if (prim == primLength.size()) {
+      GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? len : l.batch,
+                              dim == GemmSplit::rows ? len : l.m,
+                              dim == GemmSplit::cols ? len : l.n);
+      prims.push_back(
+          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
+      if (pack) { // every block reads the one packed copy: the same layout for all
+        if (prims.size() == 1) *packedDesc = prims.back()->weightsDesc();
+        else if (prims.back()->weightsDesc() != *packedDesc) return nullptr;
+      }
+      primLength.push_back(len);
+    }
+    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+    if (dim == GemmSplit::batch) {
+      b.src = at * l.a.batch * f;
+      b.wei = at * l.b.batch * f;
+      b.dst = at * l.c.batch * f;
+    } else if (dim == GemmSplit::rows) {
+      b.src = at * l.a.row * f;
+      b.dst = at * l.c.row * f;
+    } else {
+      b.wei = at * l.b.col * f;
+      b.dst = at * l.c.col * f;
+      b.bias = at * f;
+    }
+    blocks.push_back(b);
+  }
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+}
+
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
 // work pool, and/or over a packed weight (`packable`: the weight is a program input and
-// packing is on). Null: one plain oneDNN call (too small to split, the pool has one
-// thread, or a shape where oneDNN's own threads measured faster).
+// packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
+// calling thread has one thread and there is nothing to pack).
+//
+// Measured on gpt2 at 1 x 128 and 4 x 128 (README, "On a busy machine"; bench/gemm_bench
+// per shape): one block of rows per thread over a packed weight runs as fast as oneDNN's
+// own two threads over the plain weight on an idle machine; blocks of weight columns over
+// the plain weight ran 10-25 % slower per GEMM (each block reads all the activations, and
+// oneDNN copies each block's weight slice), blocks of rows over the plain weight far
+// slower (each block copies the whole weight). Under a build on both cores every split
+// beats oneDNN's own threads by 1.4-3x.
 std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
                                                  const std::vector<PostOp> &postOps, double macs,
                                                  bool packable) {
@@ -412,85 +515,51 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   packable = packable && l.batch == 1 && l.m >= kMinRowBlock;
   // a primitive asked for on one thread (the serial and autotune paths) stays whole
   const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
-  // the dimension and block size
-  GemmSplit dim = GemmSplit::off;
-  int64_t block = 0;
-  auto tryDim = [&](GemmSplit d) {
-    if (dim != GemmSplit::off) return;
-    int64_t b = 0;
-    if (d == GemmSplit::batch && l.batch > 1) b = blockSizeFor(l.batch, threads, 1, 1);
-    if (d == GemmSplit::rows) b = blockSizeFor(l.m, threads, 8, kMinRowBlock);
-    if (d == GemmSplit::cols) b = blockSizeFor(l.n, threads, 16, 128);
-    if (b > 0) {
-      dim = d;
-      block = b;
-    }
+  auto sizeFor = [&](GemmSplit d) -> int64_t {
+    if (d == GemmSplit::batch && l.batch > 1)
+      return blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1);
+    if (d == GemmSplit::rows) return blockSizeFor(l.m, threads, kRowBlocksPerThread, 8, kMinRowBlock);
+    if (d == GemmSplit::cols) return blockSizeFor(l.n, threads, kColBlocksPerThread, 16, 128);
+    return 0;
   };
-  if (split && setting != GemmSplit::automatic) {
-    tryDim(GemmSplit::batch);
-    tryDim(setting);
-  } else if (split) {
-    // Measured on gpt2 (README, "On a busy machine"): blocks of weight columns over the
-    // plain weight run about as fast as oneDNN's own two threads on an idle machine (each
-    // block copies only its slice of the weight, and the activations stay in cache);
-    // blocks of rows over a packed weight ran ~8 % slower in the model (each block
-    // streams the whole weight from memory: bench/gemm_bench, whose weights stay in cache,
-    // does not show it), and over the plain weight far slower (each block repacks it).
-    tryDim(GemmSplit::batch);
-    tryDim(GemmSplit::cols);
-  }
-  const bool pack = packable && (dim == GemmSplit::off || dim == GemmSplit::rows);
-  if (dim == GemmSplit::off && !pack) return nullptr;
-  constexpr int64_t f = 4; // f32
+  // the plain split: batches, else weight columns (null: none)
+  auto plainSplit = [&](GemmSplit prefer) -> std::unique_ptr<LibraryStep> {
+    if (!split) return nullptr;
+    for (GemmSplit d : {GemmSplit::batch, prefer}) {
+      if (d == GemmSplit::off || d == GemmSplit::automatic) continue;
+      if (d == GemmSplit::rows && l.batch == 1 && packable) continue; // rows: packed below
+      if (int64_t b = sizeFor(d)) return blockedGemm(l, postOps, macs, d, b, false, nullptr);
+    }
+    return nullptr;
+  };
+  const GemmSplit prefer = setting == GemmSplit::automatic ? GemmSplit::cols : setting;
+  if (!packable || (split && prefer != GemmSplit::rows && setting != GemmSplit::automatic))
+    return plainSplit(prefer);
+  // over a packed weight: one block of rows per thread, or one call when not split
+  const int64_t rowBlock = split ? sizeFor(GemmSplit::rows) : 0;
+  if (split && rowBlock == 0) return plainSplit(GemmSplit::cols); // too few rows
   std::unique_ptr<LibraryStep> inner;
   memory::desc packedDesc;
-  if (dim == GemmSplit::off) { // one call over the packed weight
+  if (rowBlock > 0) {
+    inner = blockedGemm(l, postOps, macs, GemmSplit::rows, rowBlock, true, &packedDesc);
+  } else {
     GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
     auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
     packedDesc = whole->weightsDesc();
     inner = std::move(whole);
-  } else {
-    std::vector<std::unique_ptr<MatmulStep>> prims;
-    std::vector<int64_t> primLength; // the block length each primitive is made for
-    std::vector<BlockedMatmulStep::Block> blocks;
-    OmpThreads one(1); // primitives made for one thread
-    for (const auto &[at, len] :
-         cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
-      size_t prim = 0;
-      while (prim < primLength.size() && primLength[prim] != len) ++prim;
-      if (prim == primLength.size()) {
-        GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? len : l.batch,
-                                dim == GemmSplit::rows ? len : l.m,
-                                dim == GemmSplit::cols ? len : l.n);
-        prims.push_back(
-            std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
-        if (pack) { // every block reads the one packed copy: the same layout for all
-          if (prims.size() == 1) packedDesc = prims.back()->weightsDesc();
-          else if (prims.back()->weightsDesc() != packedDesc) return nullptr;
-        }
-        primLength.push_back(len);
-      }
-      BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
-      if (dim == GemmSplit::batch) {
-        b.src = at * l.a.batch * f;
-        b.wei = at * l.b.batch * f;
-        b.dst = at * l.c.batch * f;
-      } else if (dim == GemmSplit::rows) {
-        b.src = at * l.a.row * f;
-        b.dst = at * l.c.row * f;
-      } else {
-        b.wei = at * l.b.col * f;
-        b.dst = at * l.c.col * f;
-        b.bias = at * f;
-      }
-      blocks.push_back(b);
-    }
-    inner = std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
   }
-  if (!pack) return inner;
-  const memory::desc plain = gemmDescs(l, l.batch, l.m, l.n).wei;
+  // without a packed copy (no storage known, or past the budget): the plain split, or
+  // one plain call
+  std::unique_ptr<LibraryStep> plain = plainSplit(GemmSplit::cols);
+  if (!plain) {
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    plain = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
+  }
+  if (!inner) return plain;
+  const memory::desc plainWeight = gemmDescs(l, l.batch, l.m, l.n).wei;
   return std::make_unique<PackingStep>(std::move(inner),
-                                       std::make_unique<WeightPack>(plain, packedDesc));
+                                       std::make_unique<WeightPack>(plainWeight, packedDesc),
+                                       std::move(plain));
 }
 
 // The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
