@@ -162,9 +162,9 @@ struct WorkPool::State {
     }
   }
 
-  void wake() {
+  void wake(bool sleepersToo = true) {
     generation.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) > 0) {
+    if (sleepersToo && sleepers.load(std::memory_order_seq_cst) > 0) {
       { std::lock_guard<std::mutex> lock(sleepMu); }
       sleepCv.notify_all();
     }
@@ -228,7 +228,8 @@ namespace {
 }
 } // namespace
 
-void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx) {
+void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx,
+                         bool wakeSleepers) {
   if (chunks <= 0) return;
   State &s = *state_;
   PoolOmpOne one;
@@ -266,7 +267,7 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
       std::lock_guard<std::mutex> lock(s.jobMu);
       s.job = j;
     }
-    s.wake();
+    s.wake(wakeSleepers);
     s.parallelJobs.fetch_add(1, std::memory_order_relaxed);
   }
   State::work(*j);
