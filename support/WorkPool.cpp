@@ -162,9 +162,9 @@ struct WorkPool::State {
     }
   }
 
-  void wake(bool sleepersToo = true) {
+  void wake() {
     generation.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepersToo && sleepers.load(std::memory_order_seq_cst) > 0) {
+    if (sleepers.load(std::memory_order_seq_cst) > 0) {
       { std::lock_guard<std::mutex> lock(sleepMu); }
       sleepCv.notify_all();
     }
@@ -228,8 +228,7 @@ namespace {
 }
 } // namespace
 
-void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx,
-                         bool wakeSleepers) {
+void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx) {
   if (chunks <= 0) return;
   State &s = *state_;
   PoolOmpOne one;
@@ -267,7 +266,7 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx,
       std::lock_guard<std::mutex> lock(s.jobMu);
       s.job = j;
     }
-    s.wake(wakeSleepers);
+    s.wake();
     s.parallelJobs.fetch_add(1, std::memory_order_relaxed);
   }
   State::work(*j);

@@ -36,14 +36,12 @@ public:
   /// thread's OpenMP thread count is 1, another job is running (a concurrent caller, or a
   /// chunk using the pool: nested use), or there is a single chunk. The first exception a
   /// chunk throws is rethrown here as rcjit::Error (a non-rcjit exception becomes one
-  /// naming its what()); chunks not started by then are skipped. `wakeSleepers`: false
-  /// for a short job, which only workers still spinning join (waking a sleeping one costs
-  /// the caller a system call and, on a busy machine, a wait for the scheduler). Thread-safe.
-  template <class F> void run(int64_t chunks, F &&f, bool wakeSleepers = true) {
+  /// naming its what()); chunks not started by then are skipped. Thread-safe.
+  template <class F> void run(int64_t chunks, F &&f) {
     using Fn = std::remove_reference_t<F>;
     runErased(
         chunks, [](void *ctx, int64_t c) { (*static_cast<Fn *>(ctx))(c); },
-        const_cast<void *>(static_cast<const void *>(&f)), wakeSleepers);
+        const_cast<void *>(static_cast<const void *>(&f)));
   }
 
   /// Jobs run in parallel since the pool started, and how many chunks workers (not the
@@ -55,7 +53,7 @@ public:
 
 private:
   struct State;
-  void runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx, bool wakeSleepers);
+  void runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx);
   int threads_;
   std::unique_ptr<State> state_;
 };

@@ -38,9 +38,6 @@ constexpr int64_t kParallelWork = 1 << 15;
 // operations per chunk ran ~10 % slower than 64K or 256K).
 constexpr int64_t kChunkWork = 1 << 16;
 constexpr int64_t kChunksPerThread = 16;
-// A kernel of fewer element operations (~100 us on one core) wakes no sleeping pool worker:
-// only workers still spinning from the last job join it.
-constexpr int64_t kWakeWork = 1 << 18;
 
 int64_t poolChunks(int64_t work, int64_t points, int threads) {
   const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
@@ -244,14 +241,10 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     return;
   }
   const int64_t chunks = poolChunks(outer * innerSize(k, syms), outer, threads);
-  const int64_t work = outer * innerSize(k, syms);
-  WorkPool::instance().run(
-      chunks,
-      [&](int64_t c) {
-        const int64_t begin = outer * c / chunks, end = outer * (c + 1) / chunks;
-        if (begin < end) fn(pp, syms, begin, end);
-      },
-      work >= kWakeWork);
+  WorkPool::instance().run(chunks, [&](int64_t c) {
+    const int64_t begin = outer * c / chunks, end = outer * (c + 1) / chunks;
+    if (begin < end) fn(pp, syms, begin, end);
+  });
 }
 
 void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
@@ -288,9 +281,7 @@ void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
   int64_t points = 0; // the chunks cut at outer points, of which the run has this many
   for (const Member &m : members) points += m.outer;
   const int64_t chunks = poolChunks(total, points, threads);
-  WorkPool::instance().run(
-      chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); },
-      total >= kWakeWork);
+  WorkPool::instance().run(chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); });
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
