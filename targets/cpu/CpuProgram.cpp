@@ -38,6 +38,9 @@ constexpr int64_t kParallelWork = 1 << 15;
 // operations per chunk ran ~10 % slower than 64K or 256K).
 constexpr int64_t kChunkWork = 1 << 16;
 constexpr int64_t kChunksPerThread = 16;
+// An eager step (an op with no compiled form, as embedding) with a result under this many
+// elements runs on the calling thread.
+constexpr int64_t kSerialEagerElems = 1 << 20;
 
 int64_t poolChunks(int64_t work, int64_t points, int threads) {
   const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
@@ -418,6 +421,13 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
     in.push_back(viewOf(bases[val.buffer], val, owner));
   }
   const Value &r = layout.values[s.result];
+  // a small eager step runs on this thread: an OpenMP region would leave libgomp's threads
+  // spin-waiting for milliseconds afterwards, taking the cores from the work pool (and,
+  // on a busy machine, from everyone)
+  int64_t elems = 1;
+  for (int64_t d : r.shape) elems *= d;
+  std::optional<OmpThreads> one;
+  if (elems < kSerialEagerElems) one.emplace(1);
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
