@@ -250,6 +250,8 @@ void expectSplitMatchesWhole(GemmProgram &g) {
   }
   ASSERT_TRUE(whole);
   EXPECT_EQ(whole->blocks(), 1);
+  g.run(*split); // a weight is packed the second time it is seen at its version
+  g.run(*whole);
   const std::vector<float> a = g.run(*split), b = g.run(*whole);
   // a step packing its weight, run without the weight's storage: over the plain weight
   const std::vector<float> c = g.run(*split, false);
@@ -298,6 +300,7 @@ TEST(BlockedGemm, ConcurrentCallsAgree) {
   OmpThreads many(WorkPool::instance().threads());
   auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
   ASSERT_TRUE(split);
+  g.run(*split); // seen once; packed from the second run on
   const std::vector<float> want = g.run(*split);
   std::vector<std::thread> ts;
   std::atomic<int> bad{0};
@@ -380,17 +383,26 @@ TEST(PackedWeights, RepackedWhenTheStorageVersionChanges) {
     for (size_t i = 0; i < out.size(); ++i)
       ASSERT_NEAR(out[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
   };
-  check(w, storage);
+  check(w, storage); // seen once: unpacked
+  check(w, storage); // packed
   check(w, storage); // the packed copy reused
   // an in-place update bumps the version (as copy_ and the optimizers do)
   for (size_t i = 0; i < nw; ++i) w[i] = -2.f * w[i] + 0.5f;
   storage->version.fetch_add(1);
+  check(w, storage);
   check(w, storage);
   // another storage (another parameter passed in its place) at version 0
   auto other = detail::allocateStorage(nw * 4, Device::cpu());
   float *w2 = static_cast<float *>(other->data);
   for (size_t i = 0; i < nw; ++i) w2[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
   check(w2, other);
+  check(w2, other);
+  check(w, storage);
+  check(w, storage);
+  // the packed copy of w is stale after this write
+  for (size_t i = 0; i < nw; ++i) w[i] = 1.f - w[i];
+  storage->version.fetch_add(1);
+  check(w, storage);
   check(w, storage);
 }
 
@@ -404,8 +416,10 @@ TEST(PackedWeights, CompiledLinearFollowsParameterUpdates) {
   {
     OmpThreads one(1); // compiled and run on one thread: the GEMM is not split, so packed
     check();
+    check(); // packed from here on
     check();
     w.copy_(Tensor::randn({256, 512}, 6)); // in place: a new version
+    check();
     check();
     // an optimizer step
     w.requires_grad_(true);
@@ -413,6 +427,7 @@ TEST(PackedWeights, CompiledLinearFollowsParameterUpdates) {
     loss.backward();
     optim::SGD opt({w}, {.lr = 0.5});
     opt.step();
+    check();
     check();
   }
   check(); // and at the default thread count (split, or packed when the pool has one thread)

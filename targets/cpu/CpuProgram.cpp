@@ -38,8 +38,8 @@ constexpr int64_t kParallelWork = 1 << 15;
 // operations per chunk ran ~10 % slower than 64K or 256K).
 constexpr int64_t kChunkWork = 1 << 16;
 constexpr int64_t kChunksPerThread = 16;
-// An eager step (an op with no compiled form, as embedding) with a result under this many
-// elements runs on the calling thread.
+// An eager step (an op with no compiled form, as embedding) whose operands and result each
+// have fewer elements than this runs on the calling thread.
 constexpr int64_t kSerialEagerElems = 1 << 20;
 
 int64_t poolChunks(int64_t work, int64_t points, int threads) {
@@ -424,8 +424,13 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
   // a small eager step runs on this thread: an OpenMP region would leave libgomp's threads
   // spin-waiting for milliseconds afterwards, taking the cores from the work pool (and,
   // on a busy machine, from everyone)
-  int64_t elems = 1;
-  for (int64_t d : r.shape) elems *= d;
+  auto numel = [](const Shape &shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  };
+  int64_t elems = numel(r.shape); // the most elements the op reads or writes
+  for (const Tensor &t : in) elems = std::max(elems, numel(t.shape()));
   std::optional<OmpThreads> one;
   if (elems < kSerialEagerElems) one.emplace(1);
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});

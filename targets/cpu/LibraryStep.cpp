@@ -293,9 +293,10 @@ public:
         reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain,
                                                eager::DnnlContext::instance().engine(), packed)) {}
 
-  // The packed copy of the weight at `data` in `owner`; null when the storage is not
-  // known or the process's packed copies would pass their budget (the caller then runs
-  // over the plain weight). One copy per weight address: a regional program runs the
+  // The packed copy of the weight at `data` in `owner`, made the second time it is seen
+  // at the same version; null the first time, when the storage is not known, or when the
+  // process's packed copies would pass their budget (the caller then runs over the plain
+  // weight). One copy per weight address: a regional program runs the
   // same step with every layer's weight.
   std::shared_ptr<const Packed> get(char *data,
                                     const std::shared_ptr<detail::Storage> *owner) const {
@@ -304,16 +305,23 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = copies_.find(data);
-      if (it != copies_.end()) {
-        const Packed &p = *it->second;
-        if (p.version == version && !p.owner.owner_before(*owner) &&
-            !owner->owner_before(p.owner))
-          return it->second;
-        copies_.erase(it); // stale: its bytes go back to the budget once no run uses it
-      }
-      if (copies_.size() >= 64) { // drop the copies of weights that no longer exist
-        for (auto i = copies_.begin(); i != copies_.end();)
-          i = i->second->owner.expired() ? copies_.erase(i) : std::next(i);
+      const bool same = it != copies_.end() && it->second->version == version &&
+                        !it->second->owner.owner_before(*owner) &&
+                        !owner->owner_before(it->second->owner);
+      if (same && it->second->bytes > 0) return it->second; // packed
+      if (!same) {
+        // first sight of this weight at this version: remember it, run unpacked (a weight
+        // that changes every call, as in training, would pay a repack per call)
+        if (copies_.size() >= 64) { // drop the entries of weights that no longer exist
+          for (auto i = copies_.begin(); i != copies_.end();)
+            i = i->second->owner.expired() ? copies_.erase(i) : std::next(i);
+        }
+        auto seen = std::make_shared<Packed>();
+        seen->data = data;
+        seen->version = version;
+        seen->owner = *owner;
+        copies_[data] = std::move(seen); // a stale copy goes back to the budget once unused
+        return nullptr;
       }
     }
     const int64_t bytes = static_cast<int64_t>(packed_.get_size());
@@ -532,9 +540,15 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
     }
     return nullptr;
   };
-  const GemmSplit prefer = setting == GemmSplit::automatic ? GemmSplit::cols : setting;
-  if (!packable || (split && prefer != GemmSplit::rows && setting != GemmSplit::automatic))
-    return plainSplit(prefer);
+  const bool automatic = setting == GemmSplit::automatic;
+  if (!packable) {
+    if (!automatic) return plainSplit(setting);
+    // batches, or weight columns of a product with few rows; else oneDNN's own threads
+    // (column blocks measured 10-25 % slower on an idle machine)
+    if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
+    return nullptr;
+  }
+  if (split && !automatic && setting != GemmSplit::rows) return plainSplit(setting);
   // over a packed weight: one block of rows per thread, or one call when not split
   const int64_t rowBlock = split ? sizeFor(GemmSplit::rows) : 0;
   if (split && rowBlock == 0) return plainSplit(GemmSplit::cols); // too few rows
@@ -548,9 +562,10 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
     packedDesc = whole->weightsDesc();
     inner = std::move(whole);
   }
-  // without a packed copy (no storage known, or past the budget): the plain split, or
-  // one plain call
-  std::unique_ptr<LibraryStep> plain = plainSplit(GemmSplit::cols);
+  // without a packed copy (a weight seen once at its version, as in training, where each
+  // step changes it; no storage known; past the budget): one plain call on oneDNN's own
+  // threads, as fast as main's on an idle machine (forced splits: weight columns)
+  std::unique_ptr<LibraryStep> plain = automatic ? nullptr : plainSplit(GemmSplit::cols);
   if (!plain) {
     GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
     plain = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
