@@ -508,12 +508,13 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
 // calling thread has one thread and there is nothing to pack).
 //
 // Measured on gpt2 at 1 x 128 and 4 x 128 (README, "On a busy machine"; bench/gemm_bench
-// per shape): one block of rows per thread over a packed weight runs as fast as oneDNN's
-// own two threads over the plain weight on an idle machine; blocks of weight columns over
-// the plain weight ran 10-25 % slower per GEMM (each block reads all the activations, and
-// oneDNN copies each block's weight slice), blocks of rows over the plain weight far
-// slower (each block copies the whole weight). Under a build on both cores every split
-// beats oneDNN's own threads by 1.4-3x.
+// per shape): one block of rows per thread over a packed weight runs about as fast as
+// oneDNN's own two threads over the plain weight on an idle machine; blocks of weight
+// columns over the plain weight ran 10-25 % slower per GEMM (each block reads all the
+// activations, and oneDNN copies each block's weight slice), so they are kept for
+// products with few rows; blocks of rows over the plain weight far slower (each block
+// copies the whole weight). Under a build on both cores every split beat oneDNN's own
+// threads by 1.4-3x.
 std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
                                                  const std::vector<PostOp> &postOps, double macs,
                                                  bool packable) {

@@ -43,13 +43,16 @@ public:
   ///
   /// A large GEMM (2^20 multiply-adds or more) is cut into blocks run through the work
   /// pool (blocks()) when the pool has several threads and the calling thread's OpenMP
-  /// count is above 1: batches of a batched product (also one whose batch dims do not
-  /// collapse into one: per index of its first dim), else blocks of weight columns.
-  /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that
-  /// split where it applies (for measurements). With RCJIT_PACK_WEIGHTS=1 (off by
-  /// default), a GEMM of 32 rows or more that is not split, or is split by rows, reads a
-  /// copy of its weight packed into oneDNN's blocked layout once per version, when the
-  /// weight is a program input (runWith); the copy costs the weight's size in memory.
+  /// count is above 1: a batched product by batches (also one whose batch dims do not
+  /// collapse into one: per index of its first dim); a product whose weight is a program
+  /// input, with more than 32 rows, into one block of rows per thread over a copy of the
+  /// weight packed into oneDNN's blocked layout (packsWeights(), runWith; until it is
+  /// packed, and past the process's budget RCJIT_PACK_WEIGHTS_MAX_MB, one plain call on
+  /// oneDNN's threads); a product with fewer than 32 rows by weight columns; any other
+  /// keeps oneDNN's own threads. Without a split (one thread), a product whose weight is a
+  /// program input, with 32 rows or more, still reads a packed copy. RCJIT_GEMM_SPLIT=off
+  /// keeps oneDNN's own threads; rows, cols or batch force that split where it applies
+  /// (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
   static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
                                              bool sizeFree = false);
   /// Overrides RCJIT_PACK_WEIGHTS for steps created from now on (tests). Thread-safe.
