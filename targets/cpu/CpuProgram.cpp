@@ -20,6 +20,7 @@
 #include "support/Events.h"
 #include "support/Profiler.h"
 #include "support/Threads.h"
+#include "support/WorkPool.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuKernels.h"
@@ -31,6 +32,21 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
+// A parallel kernel is cut into chunks of at least this many element operations, at most
+// kChunksPerThread per pool thread: more chunks than threads where the work allows, so a
+// thread the scheduler holds back delays only its own chunk (the others take the rest),
+// each long enough (tens of us) that claiming it costs little (toy64 4 x 128: 16K
+// operations per chunk ran ~10 % slower than 64K or 256K).
+constexpr int64_t kChunkWork = 1 << 16;
+constexpr int64_t kChunksPerThread = 16;
+// An eager step (an op with no compiled form, as embedding) whose operands and result each
+// have fewer elements than this runs on the calling thread.
+constexpr int64_t kSerialEagerElems = 1 << 20;
+
+int64_t poolChunks(int64_t work, int64_t points, int threads) {
+  const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
+  return std::max<int64_t>(1, std::min({points, most, std::max<int64_t>(threads, work / kChunkWork)}));
+}
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   int64_t n = 1;
@@ -228,12 +244,11 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     fn(pp, syms, 0, outer);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
+  const int64_t chunks = poolChunks(outer * innerSize(k, syms), outer, threads);
+  WorkPool::instance().run(chunks, [&](int64_t c) {
+    const int64_t begin = outer * c / chunks, end = outer * (c + 1) / chunks;
     if (begin < end) fn(pp, syms, begin, end);
-  }
+  });
 }
 
 void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
@@ -267,18 +282,28 @@ void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
     }
   };
   if (threads < 2) return share(0, 1);
-#pragma omp parallel num_threads(threads)
-  share(omp_get_thread_num(), omp_get_num_threads());
+  int64_t points = 0; // the chunks cut at outer points, of which the run has this many
+  for (const Member &m : members) points += m.outer;
+  const int64_t chunks = poolChunks(total, points, threads);
+  WorkPool::instance().run(chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); });
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
-                            int threads) const {
+                            int threads, const Tensor *const *inputs) const {
+  // the weight's storage when it is a program input: a step packing its weight keeps the
+  // packed copy while that storage keeps its version
+  const std::shared_ptr<detail::Storage> *weight = nullptr;
+  const Step &s = spec.layout.steps[i];
+  if (s.operands.size() >= 2) {
+    const Buffer &b = spec.layout.buffers[spec.layout.values[s.operands[1]].buffer];
+    if (b.kind == Buffer::Kind::input) weight = &inputs[b.index]->impl()->storage;
+  }
   if (threads == 1 && spec.serialLibrary[i]) {
     OmpThreads one(1);
-    spec.serialLibrary[i]->run(operands, result);
+    spec.serialLibrary[i]->runWith(operands, result, weight);
     return;
   }
-  spec.library[i]->run(operands, result);
+  spec.library[i]->runWith(operands, result, weight);
 }
 
 // max_autotune's record: "rcjit-autotune 1 <steps> <threads per step>...".
@@ -397,6 +422,18 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
     in.push_back(viewOf(bases[val.buffer], val, owner));
   }
   const Value &r = layout.values[s.result];
+  // a small eager step runs on this thread: an OpenMP region would leave libgomp's threads
+  // spin-waiting for milliseconds afterwards, taking the cores from the work pool (and,
+  // on a busy machine, from everyone)
+  auto numel = [](const Shape &shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  };
+  int64_t elems = numel(r.shape); // the most elements the op reads or writes
+  for (const Tensor &t : in) elems = std::max(elems, numel(t.shape()));
+  std::optional<OmpThreads> one;
+  if (elems < kSerialEagerElems) one.emplace(1);
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
@@ -760,12 +797,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
           }
           if (spec->serialLibrary[i]) {
             tuner->choose(i, std::string(opName(s.op)).c_str(),
-                          [&](int t) { runLibrary(*spec, i, ops, result, t); });
+                          [&](int t) { runLibrary(*spec, i, ops, result, t, inputs); });
             done(i);
             return;
           }
         }
-        runLibrary(*spec, i, ops, result, threadsOf(i));
+        runLibrary(*spec, i, ops, result, threadsOf(i), inputs);
         done(i);
       },
       runEagerStep, runCollectiveStep);

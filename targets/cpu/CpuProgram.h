@@ -71,7 +71,7 @@ private:
     mutable std::vector<int> threads;
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
     std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
-    std::vector<int> runs; // per step: end of the steps run with it in one parallel region
+    std::vector<int> runs; // per step: end of the steps run with it as one pool job
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
     mutable std::mutex intoMu;
@@ -95,12 +95,12 @@ private:
   // `threads`: 0 the default heuristic, else that many threads (at most the outer size)
   void runKernel(const Step &s, const Program &layout, char *const *bases, const int64_t *syms,
                  int threads = 0) const;
-  // steps [first, last) of a launch run: one parallel region, each thread its share of
+  // steps [first, last) of a launch run: one job of the work pool, each chunk its share of
   // the run's total work, member by member
   void runKernels(size_t first, size_t last, const Program &layout, char *const *bases,
                   const int64_t *syms) const;
-  void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
-                  int threads) const;
+  void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result, int threads,
+                  const Tensor *const *inputs) const;
   // max_autotune: the cache key of `spec`'s choices, and reading them back
   std::string tuningKey(const Spec &spec) const;
   bool loadTuning(const Spec &spec) const;
@@ -119,7 +119,7 @@ private:
 };
 
 /// Horizontal fusion at launch: per step of `p` (a layout: concrete sizes), the end of the
-/// run of steps that starts there and runs in one parallel region (i + 1: alone). A run
+/// run of steps that starts there and runs as one job of the work pool (i + 1: alone). A run
 /// is consecutive purely elementwise kernel steps with the default thread choice
 /// (`defaultThreads[i] == 0`) whose memory is independent: no member reads or writes what
 /// an earlier member writes, and none writes what an earlier one reads. Arena buffers

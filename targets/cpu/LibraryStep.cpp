@@ -2,18 +2,25 @@
 #include "targets/cpu/LibraryStep.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "tracer/OpCases.h"
+#include "tracer/TensorImpl.h"
 
 #include <mutex>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
 
 #include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
+#include "support/Threads.h"
+#include "support/WorkPool.h"
 
 namespace rcjit::cpu {
 
@@ -125,15 +132,20 @@ std::shared_ptr<dnnl::primitive> runtimeMatmul(bool hasBias, const std::vector<P
 // A 2-D or 3-D (batched) f32 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
 class MatmulStep : public LibraryStep {
 public:
+  /// `packedWeights`: the primitive reads its weight in the layout oneDNN picks for it
+  /// (weightsDesc(); the caller passes a copy reordered into it, see WeightPack).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
-             const std::vector<PostOp> &postOps, bool hasBias)
+             const std::vector<PostOp> &postOps, bool hasBias, bool packedWeights = false)
       : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias) {
     auto &ctx = eager::DnnlContext::instance();
+    if (packedWeights) wei = memory::desc(wei.dims(), memory::data_type::f32, memory::format_tag::any);
     auto d = hasBias ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
     dnnl::matmul::primitive_desc pd(d, attrFor(postOps, dnnl::scratchpad_mode::user), ctx.engine());
     prim_ = dnnl::matmul(pd);
     scratch_ = pd.scratchpad_desc();
+    if (packedWeights) wei_ = pd.weights_desc();
   }
+  const memory::desc &weightsDesc() const { return wei_; }
   /// The same call through a shared runtime-dims primitive (no scratchpad argument: the
   /// library allocates its own).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
@@ -146,7 +158,8 @@ public:
            static_cast<double>(dst_.dims()[2]) * static_cast<double>(src_.dims()[2]);
   }
 
-  void run(char *const *operands, char *result) const override {
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
     auto &ctx = eager::DnnlContext::instance();
     std::unique_ptr<Mems> m = acquire();
     m->src.set_data_handle(operands[0]);
@@ -209,11 +222,416 @@ memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_
   return memory::desc({b, r, c}, memory::data_type::f32, {sb, sr, sc});
 }
 
+// A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
+// columns of B and C), each run by a primitive made for one thread, the blocks claimed one
+// at a time through the work pool: a thread the scheduler holds back delays only the block
+// it runs, where oneDNN's own OpenMP split waits at its barrier for every thread.
+class BlockedMatmulStep : public LibraryStep {
+public:
+  struct Block {
+    int64_t src, wei, dst, bias; // byte offsets into the operands and the result
+    int prim;                    // index into prims_
+  };
+  BlockedMatmulStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
+                    double macs, bool hasBias)
+      : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias) {}
+
+  double macs() const override { return macs_; }
+  int blocks() const override { return static_cast<int>(blocks_.size()); }
+
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
+    WorkPool::instance().run(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
+      const Block &b = blocks_[static_cast<size_t>(c)];
+      char *ops[3] = {operands[0] + b.src, operands[1] + b.wei,
+                      hasBias_ ? operands[2] + b.bias : nullptr};
+      prims_[static_cast<size_t>(b.prim)]->run(ops, result + b.dst);
+    });
+  }
+
+private:
+  std::vector<std::unique_ptr<MatmulStep>> prims_;
+  std::vector<Block> blocks_;
+  double macs_;
+  bool hasBias_;
+};
+
+// Bytes of packed weight copies alive in the process, and the most there may be
+// (RCJIT_PACK_WEIGHTS_MAX_MB, default 1024): past it a step runs over the plain weight.
+std::atomic<int64_t> &packedBytesAlive() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+int64_t packedBytesBudget() {
+  static const int64_t budget = [] {
+    const char *env = std::getenv("RCJIT_PACK_WEIGHTS_MAX_MB");
+    if (!env || !*env) return int64_t{1024} << 20;
+    char *end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || mb < 0 || mb > (int64_t{1} << 40))
+      throw Error(std::string("RCJIT_PACK_WEIGHTS_MAX_MB: expected a size in MiB, got '") + env +
+                  "'");
+    return static_cast<int64_t>(mb) << 20;
+  }();
+  return budget;
+}
+
+// A weight kept reordered into a primitive's blocked layout: made on the first run and
+// again when the weight's address, storage or storage version changes (a parameter
+// updated in place: copy_, an optimizer step, a compiled training step's write-back).
+class WeightPack {
+public:
+  struct Packed {
+    memory mem; // owns its buffer
+    const char *data = nullptr;
+    std::weak_ptr<detail::Storage> owner;
+    uint32_t version = 0;
+    int64_t bytes = 0;
+    ~Packed() { packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed); }
+  };
+  WeightPack(const memory::desc &plain, const memory::desc &packed)
+      : plain_(plain), packed_(packed),
+        reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain,
+                                               eager::DnnlContext::instance().engine(), packed)) {}
+
+  // The packed copy of the weight at `data` in `owner`, made the second time it is seen
+  // at the same version; null the first time, when the storage is not known, or when the
+  // process's packed copies would pass their budget (the caller then runs over the plain
+  // weight). One copy per weight address: a regional program runs the
+  // same step with every layer's weight.
+  std::shared_ptr<const Packed> get(char *data,
+                                    const std::shared_ptr<detail::Storage> *owner) const {
+    if (!owner || !*owner) return nullptr;
+    const uint32_t version = (*owner)->version.load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = copies_.find(data);
+      const bool same = it != copies_.end() && it->second->version == version &&
+                        !it->second->owner.owner_before(*owner) &&
+                        !owner->owner_before(it->second->owner);
+      if (same && it->second->bytes > 0) return it->second; // packed
+      if (!same) {
+        // first sight of this weight at this version: remember it, run unpacked (a weight
+        // that changes every call, as in training, would pay a repack per call)
+        if (copies_.size() >= 64) { // drop the entries of weights that no longer exist
+          for (auto i = copies_.begin(); i != copies_.end();)
+            i = i->second->owner.expired() ? copies_.erase(i) : std::next(i);
+        }
+        auto seen = std::make_shared<Packed>();
+        seen->data = data;
+        seen->version = version;
+        seen->owner = *owner;
+        copies_[data] = std::move(seen); // a stale copy goes back to the budget once unused
+        return nullptr;
+      }
+    }
+    const int64_t bytes = static_cast<int64_t>(packed_.get_size());
+    if (packedBytesAlive().fetch_add(bytes, std::memory_order_relaxed) + bytes >
+        packedBytesBudget()) {
+      packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed);
+      return nullptr;
+    }
+    auto &ctx = eager::DnnlContext::instance();
+    auto p = std::make_shared<Packed>();
+    p->bytes = bytes;
+    p->mem = memory(packed_, ctx.engine());
+    memory src(plain_, ctx.engine(), data);
+    dnnl::stream &s = ctx.stream();
+    reorder_.execute(s, src, p->mem);
+    s.wait();
+    p->data = data;
+    p->version = version;
+    p->owner = *owner;
+    std::lock_guard<std::mutex> lock(mu_);
+    copies_[data] = p;
+    return p;
+  }
+
+private:
+  memory::desc plain_, packed_;
+  dnnl::reorder reorder_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<const char *, std::shared_ptr<const Packed>> copies_;
+};
+
+// A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
+// packed copy can be had, as it is to `plain`.
+class PackingStep : public LibraryStep {
+public:
+  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack,
+              std::unique_ptr<LibraryStep> plain)
+      : inner_(std::move(inner)), pack_(std::move(pack)), plain_(std::move(plain)) {}
+  double macs() const override { return inner_->macs(); }
+  int blocks() const override { return inner_->blocks(); }
+  bool packsWeights() const override { return true; }
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *weight) const override {
+    std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
+    if (!packed) return plain_->runWith(operands, result, nullptr);
+    char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
+    inner_->runWith(ops, result, nullptr);
+  }
+
+private:
+  std::unique_ptr<LibraryStep> inner_;
+  std::unique_ptr<WeightPack> pack_;
+  std::unique_ptr<LibraryStep> plain_;
+};
+
+// RCJIT_PACK_WEIGHTS=0 turns packed weights off (see LibraryStep::create).
+std::atomic<int> &packWeightsOverride() {
+  static std::atomic<int> v{-1}; // -1: the environment decides
+  return v;
+}
+bool packWeightsSetting() {
+  const int forced = packWeightsOverride().load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool on = [] {
+    const char *env = std::getenv("RCJIT_PACK_WEIGHTS");
+    if (!env || !*env || std::string(env) == "1") return true;
+    if (std::string(env) == "0") return false;
+    throw Error(std::string("RCJIT_PACK_WEIGHTS: expected 0 or 1, got '") + env + "'");
+  }();
+  return on;
+}
+
+// How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
+// off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
+// than one block; for measurements).
+enum class GemmSplit { automatic, off, batch, rows, cols };
+
+GemmSplit gemmSplitSetting() {
+  static const GemmSplit setting = [] {
+    const char *env = std::getenv("RCJIT_GEMM_SPLIT");
+    if (!env || !*env || std::string(env) == "auto") return GemmSplit::automatic;
+    const std::string v = env;
+    if (v == "off") return GemmSplit::off;
+    if (v == "batch") return GemmSplit::batch;
+    if (v == "rows") return GemmSplit::rows;
+    if (v == "cols") return GemmSplit::cols;
+    throw Error("RCJIT_GEMM_SPLIT: expected auto, off, batch, rows or cols, got '" + v + "'");
+  }();
+  return setting;
+}
+
+// Cuts [0, size) into blocks of `block` (the last one shorter): (start, length) pairs.
+std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t at = 0; at < size; at += block) out.emplace_back(at, std::min(block, size - at));
+  return out;
+}
+
+// The block size along a dimension of `size` for `threads` pool threads: about
+// `perThread` blocks per thread, a multiple of `align`, at least `least`; 0 when that
+// leaves fewer than two blocks.
+int64_t blockSizeFor(int64_t size, int threads, int64_t perThread, int64_t align, int64_t least) {
+  int64_t block = (size + perThread * threads - 1) / (perThread * threads);
+  block = std::max(least, (block + align - 1) / align * align);
+  return block < size ? block : 0;
+}
+
+// Row blocks (RCJIT_GEMM_SPLIT=rows) have at least this many rows, and weights are packed
+// for products with at least this many (bench/gemm_bench: row blocks of 16 run ~10 %
+// slower than of 32; packing was measured at 128 and 512 rows only).
+constexpr int64_t kMinRowBlock = 32;
+
+// The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns
+// (strides as in `l`; a batch of one gets a dense batch stride).
+struct GemmDescs {
+  memory::desc src, wei, bias, dst;
+};
+GemmDescs gemmDescs(const MatmulLayout &l, int64_t nb, int64_t m, int64_t n) {
+  auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
+    return nb > 1 ? g.batch : rows * cols;
+  };
+  GemmDescs d;
+  d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col);
+  d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col);
+  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col);
+  if (l.bias) d.bias = md3(1, 1, n, n, n, 1);
+  return d;
+}
+
+// Blocks per pool thread by dimension: batches and weight columns are cut finely (many
+// more blocks than threads, so a thread held back by the scheduler delays little);
+// rows over a packed weight into one block per thread, since every row block streams the
+// whole weight from memory (measured in the model: 4 per thread ran 12 % slower than 1).
+constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocksPerThread = 1;
+
+// `l` cut into blocks along `dim` (`block` long; the last may be shorter), each run by a
+// primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
+// goes to `packedDesc` (null when the blocks' layouts differ).
+std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vector<PostOp> &postOps,
+                                         double macs, GemmSplit dim, int64_t block, bool pack,
+                                         memory::desc *packedDesc) {
+  constexpr int64_t f = 4; // f32
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> primLength; // the block length each primitive is made for
+  std::vector<BlockedMatmulStep::Block> blocks;
+  OmpThreads one(1); // primitives made for one thread
+  for (const auto &[at, len] :
+       cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
+    size_t prim = 0;
+    while (prim < primLength.size() && primLength[prim] != len) ++prim;
+    if (prim == primLength.size()) {
+      GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? len : l.batch,
+                              dim == GemmSplit::rows ? len : l.m,
+                              dim == GemmSplit::cols ? len : l.n);
+      prims.push_back(
+          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
+      if (pack) { // every block reads the one packed copy: the same layout for all
+        if (prims.size() == 1) *packedDesc = prims.back()->weightsDesc();
+        else if (prims.back()->weightsDesc() != *packedDesc) return nullptr;
+      }
+      primLength.push_back(len);
+    }
+    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+    if (dim == GemmSplit::batch) {
+      b.src = at * l.a.batch * f;
+      b.wei = at * l.b.batch * f;
+      b.dst = at * l.c.batch * f;
+    } else if (dim == GemmSplit::rows) {
+      b.src = at * l.a.row * f;
+      b.dst = at * l.c.row * f;
+    } else {
+      b.wei = at * l.b.col * f;
+      b.dst = at * l.c.col * f;
+      b.bias = at * f;
+    }
+    blocks.push_back(b);
+  }
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+}
+
+// `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
+// work pool, and/or over a packed weight (`packable`: the weight is a program input and
+// packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
+// calling thread has one thread and there is nothing to pack).
+//
+// Measured on gpt2 at 1 x 128 and 4 x 128 (README, "On a busy machine"; bench/gemm_bench
+// per shape): one block of rows per thread over a packed weight runs about as fast as
+// oneDNN's own two threads over the plain weight on an idle machine; blocks of weight
+// columns over the plain weight ran 10-25 % slower per GEMM (each block reads all the
+// activations, and oneDNN copies each block's weight slice), so they are kept for
+// products with few rows; blocks of rows over the plain weight far slower (each block
+// copies the whole weight). Under a build on both cores every split beat oneDNN's own
+// threads by 1.4-3x.
+std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
+                                                 const std::vector<PostOp> &postOps, double macs,
+                                                 bool packable) {
+  const GemmSplit setting = gemmSplitSetting();
+  const int threads = WorkPool::instance().threads();
+  if (macs < kParallelMacs) return nullptr;
+  packable = packable && l.batch == 1 && l.m >= kMinRowBlock;
+  // a primitive asked for on one thread (the serial and autotune paths) stays whole
+  const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
+  auto sizeFor = [&](GemmSplit d) -> int64_t {
+    if (d == GemmSplit::batch && l.batch > 1)
+      return blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1);
+    if (d == GemmSplit::rows) return blockSizeFor(l.m, threads, kRowBlocksPerThread, 8, kMinRowBlock);
+    if (d == GemmSplit::cols) return blockSizeFor(l.n, threads, kColBlocksPerThread, 16, 128);
+    return 0;
+  };
+  // the plain split: batches, else weight columns (null: none)
+  auto plainSplit = [&](GemmSplit prefer) -> std::unique_ptr<LibraryStep> {
+    if (!split) return nullptr;
+    for (GemmSplit d : {GemmSplit::batch, prefer}) {
+      if (d == GemmSplit::off || d == GemmSplit::automatic) continue;
+      if (d == GemmSplit::rows && l.batch == 1 && packable) continue; // rows: packed below
+      if (int64_t b = sizeFor(d)) return blockedGemm(l, postOps, macs, d, b, false, nullptr);
+    }
+    return nullptr;
+  };
+  const bool automatic = setting == GemmSplit::automatic;
+  if (!packable) {
+    if (!automatic) return plainSplit(setting);
+    // batches, or weight columns of a product with few rows; else oneDNN's own threads
+    // (column blocks measured 10-25 % slower on an idle machine)
+    if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
+    return nullptr;
+  }
+  if (split && !automatic && setting != GemmSplit::rows) return plainSplit(setting);
+  // over a packed weight: one block of rows per thread, or one call when not split
+  const int64_t rowBlock = split ? sizeFor(GemmSplit::rows) : 0;
+  if (split && rowBlock == 0) return plainSplit(GemmSplit::cols); // too few rows
+  std::unique_ptr<LibraryStep> inner;
+  memory::desc packedDesc;
+  if (rowBlock > 0) {
+    inner = blockedGemm(l, postOps, macs, GemmSplit::rows, rowBlock, true, &packedDesc);
+  } else {
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
+    packedDesc = whole->weightsDesc();
+    inner = std::move(whole);
+  }
+  // without a packed copy (a weight seen once at its version, as in training, where each
+  // step changes it; no storage known; past the budget): one plain call on oneDNN's own
+  // threads, as fast as main's on an idle machine (forced splits: weight columns)
+  std::unique_ptr<LibraryStep> plain = automatic ? nullptr : plainSplit(GemmSplit::cols);
+  if (!plain) {
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    plain = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
+  }
+  if (!inner) return plain;
+  const memory::desc plainWeight = gemmDescs(l, l.batch, l.m, l.n).wei;
+  return std::make_unique<PackingStep>(std::move(inner),
+                                       std::make_unique<WeightPack>(plainWeight, packedDesc),
+                                       std::move(plain));
+}
+
 // The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
 // strides (a batch of one gets a dense batch stride, which oneDNN never steps over).
+// A batched matmul whose batch dims do not collapse into one (attention's heads: a
+// [B, H, T, D] view of a [B, T, H, D] tensor) as one block per index of its first dim,
+// each a GEMM batched over the rest, run through the work pool; null when the rest does
+// not collapse either, or the pool would not split it (the eager path then runs it, on
+// OpenMP's threads, whose spin-waiting afterwards takes the cores from the pool).
+std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
+  if (s.op != OpKind::matmul || s.result < 0) return nullptr;
+  const Value &a = p.values[s.operands[0]], &b = p.values[s.operands[1]];
+  const Value &c = p.values[s.result];
+  if (a.shape.size() < 3 || b.shape.size() != a.shape.size() || c.shape.size() != a.shape.size() ||
+      a.shape[0] != b.shape[0] || a.shape[0] < 2)
+    return nullptr;
+  if (gemmSplitSetting() == GemmSplit::off || WorkPool::instance().threads() < 2 ||
+      omp_get_max_threads() < 2)
+    return nullptr;
+  auto inner = [](Value v) {
+    v.shape.erase(v.shape.begin());
+    v.strides.erase(v.strides.begin());
+    v.offset = 0;
+    return v;
+  };
+  Program q; // the operands without their first dim
+  q.values = {inner(a), inner(b), inner(c)};
+  if (q.values[2].strides != detail::contiguousStrides(q.values[2].shape) ||
+      c.strides[0] != c.shape[1] * q.values[2].strides[0])
+    return nullptr; // the result as the library step writes it: dense
+  Step t = s;
+  t.operands = {0, 1};
+  t.result = 2;
+  MatmulLayout l;
+  if (!matmulLayout(q, t, l)) return nullptr;
+  const double macs = static_cast<double>(a.shape[0]) * static_cast<double>(l.batch) *
+                      static_cast<double>(l.m) * static_cast<double>(l.n) *
+                      static_cast<double>(l.k);
+  if (macs < kParallelMacs) return nullptr;
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  {
+    OmpThreads one(1); // a primitive made for one thread
+    GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
+    prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, s.postOps, false));
+  }
+  std::vector<BlockedMatmulStep::Block> blocks;
+  constexpr int64_t f = 4; // f32
+  for (int64_t i = 0; i < a.shape[0]; ++i)
+    blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * f, 0, 0});
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false);
+}
+
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
   MatmulLayout l;
-  if (!matmulLayout(p, s, l)) return nullptr; // the eager path runs it
+  if (!matmulLayout(p, s, l)) return createOuterSplit(p, s); // null: the eager path runs it
   auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
     return l.batch > 1 ? g.batch : rows * cols;
   };
@@ -242,10 +660,17 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
       return std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
     }
   }
+  const Value &w = p.values[s.operands[1]];
+  const bool packable = packWeightsSetting() && p.buffers[w.buffer].kind == Buffer::Kind::input;
+  if (auto better = createSplitOrPacked(l, s.postOps, macs, packable)) return better;
   return std::make_unique<MatmulStep>(src, wei, bias, dst, s.postOps, l.bias);
 }
 
 } // namespace
+
+void LibraryStep::setPackWeights(bool on) {
+  packWeightsOverride().store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {
   for (int v : s.operands) {

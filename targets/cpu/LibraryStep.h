@@ -6,6 +6,10 @@
 
 #include "targets/Program.h"
 
+namespace rcjit::detail {
+struct Storage;
+}
+
 namespace rcjit::cpu {
 
 /// One prepared library call. Thread-safe: concurrent runs use separate oneDNN memory
@@ -14,17 +18,45 @@ class LibraryStep {
 public:
   virtual ~LibraryStep() = default;
   /// Runs with the addresses of the step's operands (in op order) and its result.
-  virtual void run(char *const *operands, char *result) const = 0;
+  void run(char *const *operands, char *result) const { runWith(operands, result, nullptr); }
+  /// As run(). `weight`: the storage that operand 1 (the weight) lives in, when it is a
+  /// program input (a parameter), or null. A step that packs its weight (packsWeights())
+  /// reorders it once into oneDNN's blocked layout and reuses that copy while the weight
+  /// has the same address in the same storage at the same version (Tensor::copy_ and the
+  /// optimizers bump it; a write through data_ptr() does not, as for autograd's saved
+  /// values); with no storage it packs on every call.
+  virtual void runWith(char *const *operands, char *result,
+                       const std::shared_ptr<detail::Storage> *weight) const = 0;
+  /// Whether runs keep a packed copy of the weight (see runWith).
+  virtual bool packsWeights() const { return false; }
   /// Multiply-adds of one run (the executor's cost model for threads).
   virtual double macs() const = 0;
+  /// How many independent blocks a run is cut into, each run by a one-thread primitive
+  /// through the work pool (support/WorkPool.h); 1: one oneDNN call.
+  virtual int blocks() const { return 1; }
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
   /// then runs it through the eager target). `sizeFree`: the program is specialized per
   /// size (symbolic dims), so a small GEMM uses one oneDNN primitive with runtime dims,
   /// shared by every size and program, instead of creating one per size (which costs far
   /// more than such a multiply).
+  ///
+  /// A large GEMM (2^20 multiply-adds or more) is cut into blocks run through the work
+  /// pool (blocks()) when the pool has several threads and the calling thread's OpenMP
+  /// count is above 1: a batched product by batches (also one whose batch dims do not
+  /// collapse into one: per index of its first dim); a product whose weight is a program
+  /// input, with more than 32 rows, into one block of rows per thread over a copy of the
+  /// weight packed into oneDNN's blocked layout (packsWeights(), runWith; until it is
+  /// packed, and past the process's budget RCJIT_PACK_WEIGHTS_MAX_MB, one plain call on
+  /// oneDNN's threads); a product with fewer than 32 rows by weight columns; any other
+  /// keeps oneDNN's own threads. Without a split (one thread), a product whose weight is a
+  /// program input, with 32 rows or more, still reads a packed copy. RCJIT_GEMM_SPLIT=off
+  /// keeps oneDNN's own threads; rows, cols or batch force that split where it applies
+  /// (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
   static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
                                              bool sizeFree = false);
+  /// Overrides RCJIT_PACK_WEIGHTS for steps created from now on (tests). Thread-safe.
+  static void setPackWeights(bool on);
 };
 
 } // namespace rcjit::cpu

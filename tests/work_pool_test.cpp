@@ -1,0 +1,434 @@
+// The work pool (support/WorkPool.h): every chunk runs once, concurrent and nested callers,
+// errors, inline runs; and the compiled program's block-split oneDNN GEMMs
+// (LibraryStep::create) against the same GEMM unsplit.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <rcjit/Error.h>
+#include <rcjit/Optim.h>
+#include <rcjit/rcjit.h>
+
+#include "support/Threads.h"
+#include "support/WorkPool.h"
+#include "targets/Program.h"
+#include "targets/cpu/LibraryStep.h"
+#include "tracer/TensorImpl.h"
+
+using namespace rcjit;
+
+namespace {
+
+// Runs a job of `chunks` on `pool` and checks every chunk ran exactly once.
+void expectEachChunkOnce(WorkPool &pool, int64_t chunks) {
+  std::vector<std::atomic<int>> ran(static_cast<size_t>(chunks));
+  for (auto &r : ran) r.store(0);
+  pool.run(chunks, [&](int64_t c) {
+    ASSERT_GE(c, 0);
+    ASSERT_LT(c, chunks);
+    ran[static_cast<size_t>(c)].fetch_add(1);
+  });
+  for (int64_t c = 0; c < chunks; ++c) EXPECT_EQ(ran[static_cast<size_t>(c)].load(), 1) << c;
+}
+
+} // namespace
+
+TEST(WorkPool, EveryChunkRunsExactlyOnce) {
+  WorkPool pool(3);
+  OmpThreads many(3); // the caller's own OpenMP count allows parallel jobs
+  for (int64_t chunks : {0, 1, 2, 3, 7, 64, 1000, 5000}) expectEachChunkOnce(pool, chunks);
+  for (int rep = 0; rep < 200; ++rep) expectEachChunkOnce(pool, 1 + rep % 13);
+}
+
+TEST(WorkPool, WorkersTakeChunks) {
+  // each chunk waits until some chunk has run on another thread than the caller (a worker
+  // took part), giving up after 30 s so that a pool whose workers never run fails
+  WorkPool pool(2, /*spinMicros=*/0);
+  OmpThreads many(2);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> workerRan{false};
+  pool.run(64, [&](int64_t) {
+    if (std::this_thread::get_id() != caller) {
+      workerRan.store(true);
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!workerRan.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  });
+  EXPECT_TRUE(workerRan.load());
+  EXPECT_GE(pool.parallelJobs(), 1);
+  EXPECT_GE(pool.workerChunks(), 1);
+}
+
+TEST(WorkPool, ConcurrentCallers) {
+  WorkPool pool(3);
+  std::vector<std::thread> callers;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      omp_set_num_threads(3);
+      for (int rep = 0; rep < 100; ++rep) {
+        const int64_t chunks = 1 + (rep * 7 + t) % 50;
+        std::vector<std::atomic<int>> ran(static_cast<size_t>(chunks));
+        for (auto &r : ran) r.store(0);
+        pool.run(chunks, [&](int64_t c) { ran[static_cast<size_t>(c)].fetch_add(1); });
+        for (auto &r : ran) bad += r.load() != 1;
+      }
+    });
+  }
+  for (std::thread &t : callers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(WorkPool, ErrorsReachTheCallerAsRcjitError) {
+  WorkPool pool(3);
+  OmpThreads many(3);
+  // a foreign exception becomes an rcjit::Error naming it
+  try {
+    pool.run(100, [](int64_t c) {
+      if (c == 37) throw std::runtime_error("chunk 37 broke");
+    });
+    FAIL() << "no exception";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 37 broke"), std::string::npos) << e.what();
+  }
+  // an rcjit::Error passes through as it is
+  try {
+    pool.run(100, [](int64_t c) {
+      if (c % 10 == 3) throw Error("bad chunk");
+    });
+    FAIL() << "no exception";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()), "bad chunk");
+  }
+  // also on the inline path
+  WorkPool one(1);
+  EXPECT_THROW(one.run(4, [](int64_t c) {
+    if (c == 2) throw std::logic_error("x");
+  }),
+               Error);
+  // the pool still works afterwards
+  expectEachChunkOnce(pool, 500);
+}
+
+TEST(WorkPool, NestedUseRunsInline) {
+  WorkPool pool(3);
+  OmpThreads many(3);
+  std::atomic<int> inner{0}, offThread{0};
+  pool.run(32, [&](int64_t) {
+    const auto self = std::this_thread::get_id();
+    int64_t last = -1;
+    pool.run(8, [&](int64_t c) {
+      offThread += std::this_thread::get_id() != self;
+      offThread += c != last + 1; // in order
+      last = c;
+      ++inner;
+    });
+  });
+  EXPECT_EQ(inner.load(), 32 * 8);
+  EXPECT_EQ(offThread.load(), 0);
+}
+
+TEST(WorkPool, OneThreadRunsInlineInOrder) {
+  auto inOrderOnCaller = [](WorkPool &pool) {
+    const auto caller = std::this_thread::get_id();
+    std::vector<int64_t> order;
+    pool.run(20, [&](int64_t c) {
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      order.push_back(c);
+    });
+    ASSERT_EQ(order.size(), 20u);
+    for (int64_t c = 0; c < 20; ++c) EXPECT_EQ(order[static_cast<size_t>(c)], c);
+  };
+  WorkPool single(1);
+  inOrderOnCaller(single);
+  // a caller whose OpenMP thread count is 1 (OMP_NUM_THREADS=1, or omp_set_num_threads)
+  WorkPool pool(3);
+  {
+    OmpThreads one(1);
+    inOrderOnCaller(pool);
+  }
+  EXPECT_EQ(pool.parallelJobs(), 0);
+}
+
+TEST(WorkPool, ChunksRunWithOneOpenMPThread) {
+  WorkPool pool(2);
+  OmpThreads many(2);
+  std::atomic<int> notOne{0};
+  pool.run(64, [&](int64_t) { notOne += omp_get_max_threads() != 1; });
+  EXPECT_EQ(notOne.load(), 0);
+  EXPECT_EQ(omp_get_max_threads(), 2); // the caller's count is back
+}
+
+namespace {
+
+// A program of one library step (matmul or linear) over input buffers holding the
+// operands, contiguous, and a contiguous output.
+struct GemmProgram {
+  Program p;
+  Step step;
+  std::vector<std::vector<float>> data; // per operand
+  std::vector<float> out;
+
+  int value(const Shape &shape, Buffer::Kind kind, int index) {
+    Buffer b;
+    b.kind = kind;
+    b.index = index;
+    b.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    b.bytes = n * 4;
+    p.buffers.push_back(b);
+    Value v;
+    v.buffer = static_cast<int>(p.buffers.size()) - 1;
+    v.shape = shape;
+    v.strides = detail::contiguousStrides(shape);
+    p.values.push_back(v);
+    return static_cast<int>(p.values.size()) - 1;
+  }
+
+  GemmProgram(OpKind op, const std::vector<Shape> &operands, const Shape &result,
+              std::vector<PostOp> post = {}) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    step.kind = Step::Kind::library;
+    step.op = op;
+    step.postOps = std::move(post);
+    for (size_t i = 0; i < operands.size(); ++i) {
+      step.operands.push_back(value(operands[i], Buffer::Kind::input, static_cast<int>(i)));
+      int64_t n = 1;
+      for (int64_t d : operands[i]) n *= d;
+      data.emplace_back(static_cast<size_t>(n));
+      for (float &x : data.back()) x = u(rng);
+    }
+    step.result = value(result, Buffer::Kind::output, 0);
+    p.numInputs = static_cast<int>(operands.size());
+    p.steps.push_back(step);
+    int64_t n = 1;
+    for (int64_t d : result) n *= d;
+    out.assign(static_cast<size_t>(n), 0.f);
+  }
+
+  // `withStorage`: the weight (operand 1) from a storage of its own, as a parameter's, so
+  // a step packing its weight packs it; without, such a step runs over the plain weight
+  std::vector<float> run(const cpu::LibraryStep &s, bool withStorage = true) {
+    if (!weight) {
+      weight = detail::allocateStorage(data[1].size() * 4, Device::cpu());
+      std::copy(data[1].begin(), data[1].end(), static_cast<float *>(weight->data));
+    }
+    std::vector<char *> ops;
+    for (auto &d : data) ops.push_back(reinterpret_cast<char *>(d.data()));
+    if (withStorage) ops[1] = static_cast<char *>(weight->data);
+    std::fill(out.begin(), out.end(), -7.f);
+    s.runWith(ops.data(), reinterpret_cast<char *>(out.data()), withStorage ? &weight : nullptr);
+    return out;
+  }
+  std::shared_ptr<detail::Storage> weight;
+};
+
+// The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
+// thread: no split) give the same result.
+void expectSplitMatchesWhole(GemmProgram &g) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  OmpThreads many(WorkPool::instance().threads());
+  auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(split);
+  EXPECT_GT(split->blocks(), 1) << "expected the GEMM to be cut into blocks";
+  std::unique_ptr<cpu::LibraryStep> whole;
+  {
+    OmpThreads one(1);
+    whole = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  }
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->blocks(), 1);
+  g.run(*split); // a weight is packed the second time it is seen at its version
+  g.run(*whole);
+  const std::vector<float> a = g.run(*split), b = g.run(*whole);
+  // a step packing its weight, run without the weight's storage: over the plain weight
+  const std::vector<float> c = g.run(*split, false);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
+    ASSERT_NEAR(c[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
+  }
+  // the pool again, with a job of its own in between
+  std::vector<float> again = g.run(*split);
+  EXPECT_EQ(again, a);
+}
+
+} // namespace
+
+TEST(BlockedGemm, RowsNotDivisibleByTheBlock) {
+  GemmProgram g(OpKind::matmul, {{37, 129}, {129, 301}}, {37, 301});
+  expectSplitMatchesWhole(g);
+}
+
+TEST(BlockedGemm, OneRowSplitsColumns) {
+  GemmProgram g(OpKind::matmul, {{1, 1537}, {1537, 1029}}, {1, 1029});
+  expectSplitMatchesWhole(g);
+}
+
+TEST(BlockedGemm, LinearWithBiasAndPostOpOddSizes) {
+  GemmProgram g(OpKind::linear, {{3, 41, 257}, {131, 257}, {131}}, {3, 41, 131},
+                {PostOp{OpKind::gelu}});
+  expectSplitMatchesWhole(g);
+}
+
+TEST(BlockedGemm, OneRowLinearWithBias) {
+  GemmProgram g(OpKind::linear, {{1, 1025}, {1031, 1025}, {1031}}, {1, 1031});
+  expectSplitMatchesWhole(g);
+}
+
+TEST(BlockedGemm, BatchedMatmul) {
+  GemmProgram g(OpKind::matmul, {{5, 67, 33}, {5, 33, 129}}, {5, 67, 129},
+                {PostOp{OpKind::relu}});
+  expectSplitMatchesWhole(g);
+}
+
+TEST(BlockedGemm, ConcurrentCallsAgree) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  GemmProgram g(OpKind::linear, {{64, 200}, {300, 200}, {300}}, {64, 300});
+  OmpThreads many(WorkPool::instance().threads());
+  auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(split);
+  g.run(*split); // seen once; packed from the second run on
+  const std::vector<float> want = g.run(*split);
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 3; ++t) {
+    ts.emplace_back([&] {
+      std::vector<float> out(want.size());
+      std::vector<char *> ops;
+      for (auto &d : g.data) ops.push_back(reinterpret_cast<char *>(d.data()));
+      ops[1] = static_cast<char *>(g.weight->data); // the packed copy, shared
+      for (int rep = 0; rep < 20; ++rep) {
+        split->runWith(ops.data(), reinterpret_cast<char *>(out.data()), &g.weight);
+        bad += out != want;
+      }
+    });
+  }
+  for (auto &t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(BlockedGemm, BatchDimsThatDoNotCollapseSplitByTheFirst) {
+  // a [B, H, M, K] view of a [B, M, H, K] tensor (attention's heads) times a dense
+  // [B, H, K, N]: no single batch stride, so one block per index of the first dim
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  const int64_t B = 3, H = 4, M = 33, K = 40, N = 81; // 2^20 multiply-adds or more
+  GemmProgram g(OpKind::matmul, {{B, M, H, K}, {B, H, K, N}}, {B, H, M, N});
+  Value &a = g.p.values[static_cast<size_t>(g.p.steps[0].operands[0])];
+  a.shape = {B, H, M, K};
+  a.strides = {M * H * K, K, H * K, 1};
+  OmpThreads many(WorkPool::instance().threads());
+  auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(split) << "expected a blocked step, not the eager path";
+  EXPECT_EQ(split->blocks(), B);
+  const std::vector<float> got = g.run(*split);
+  const std::vector<float> &x = g.data[0], &y = g.data[1];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = 0;
+          for (int64_t k = 0; k < K; ++k)
+            want += static_cast<double>(x[static_cast<size_t>(b * M * H * K + i * H * K + h * K + k)]) *
+                    y[static_cast<size_t>(((b * H + h) * K + k) * N + j)];
+          const float v = got[static_cast<size_t>(((b * H + h) * M + i) * N + j)];
+          ASSERT_NEAR(v, want, 1e-4 * (1 + std::fabs(want))) << b << " " << h << " " << i << " " << j;
+        }
+}
+
+namespace {
+struct PackWeightsOn {
+  PackWeightsOn() { cpu::LibraryStep::setPackWeights(true); }
+  ~PackWeightsOn() { cpu::LibraryStep::setPackWeights(false); }
+};
+} // namespace
+
+TEST(PackedWeights, RepackedWhenTheStorageVersionChanges) {
+  PackWeightsOn on;
+  GemmProgram g(OpKind::linear, {{64, 300}, {200, 300}, {200}}, {64, 200});
+  std::unique_ptr<cpu::LibraryStep> packed, plain;
+  {
+    OmpThreads one(1); // not split: one call over the packed weight
+    packed = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    cpu::LibraryStep::setPackWeights(false);
+    plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    cpu::LibraryStep::setPackWeights(true);
+  }
+  ASSERT_TRUE(packed && plain);
+  EXPECT_TRUE(packed->packsWeights());
+  EXPECT_FALSE(plain->packsWeights());
+  // the weight in a storage of its own, as a parameter is
+  const size_t nw = g.data[1].size();
+  auto storage = detail::allocateStorage(nw * 4, Device::cpu());
+  float *w = static_cast<float *>(storage->data);
+  std::copy(g.data[1].begin(), g.data[1].end(), w);
+  std::vector<float> out(g.out.size()), want(g.out.size());
+  auto check = [&](float *weight, const std::shared_ptr<detail::Storage> &owner) {
+    char *ops[3] = {reinterpret_cast<char *>(g.data[0].data()), reinterpret_cast<char *>(weight),
+                    reinterpret_cast<char *>(g.data[2].data())};
+    packed->runWith(ops, reinterpret_cast<char *>(out.data()), &owner);
+    plain->runWith(ops, reinterpret_cast<char *>(want.data()), nullptr);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
+  };
+  check(w, storage); // seen once: unpacked
+  check(w, storage); // packed
+  check(w, storage); // the packed copy reused
+  // an in-place update bumps the version (as copy_ and the optimizers do)
+  for (size_t i = 0; i < nw; ++i) w[i] = -2.f * w[i] + 0.5f;
+  storage->version.fetch_add(1);
+  check(w, storage);
+  check(w, storage);
+  // another storage (another parameter passed in its place) at version 0
+  auto other = detail::allocateStorage(nw * 4, Device::cpu());
+  float *w2 = static_cast<float *>(other->data);
+  for (size_t i = 0; i < nw; ++i) w2[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  check(w2, other);
+  check(w2, other);
+  check(w, storage);
+  check(w, storage);
+  // the packed copy of w is stale after this write
+  for (size_t i = 0; i < nw; ++i) w[i] = 1.f - w[i];
+  storage->version.fetch_add(1);
+  check(w, storage);
+  check(w, storage);
+}
+
+TEST(PackedWeights, CompiledLinearFollowsParameterUpdates) {
+  PackWeightsOn on;
+  Tensor w = Tensor::randn({256, 512}, 3);
+  Tensor b = Tensor::randn({256}, 4);
+  Tensor x = Tensor::randn({64, 512}, 5);
+  auto cf = compile([&](const Tensor &in) { return relu(linear(in, w, b)); });
+  auto check = [&] { EXPECT_TRUE(allclose(cf(x), relu(linear(x, w, b)), 1e-4, 1e-4)); };
+  {
+    OmpThreads one(1); // compiled and run on one thread: the GEMM is not split, so packed
+    check();
+    check(); // packed from here on
+    check();
+    w.copy_(Tensor::randn({256, 512}, 6)); // in place: a new version
+    check();
+    check();
+    // an optimizer step
+    w.requires_grad_(true);
+    Tensor loss = sum(linear(x, w, b));
+    loss.backward();
+    optim::SGD opt({w}, {.lr = 0.5});
+    opt.step();
+    check();
+    check();
+  }
+  check(); // and at the default thread count (split, or packed when the pool has one thread)
+}
