@@ -46,6 +46,7 @@ struct Settings {
   bool ddp = false;                                 // --dist ddp or zero1/2/3
   int zeroStage = 0;                                // --dist zero1/2/3
   bool prefetch = false;                            // --prefetch (zero3)
+  std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
   int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
 };
@@ -129,6 +130,15 @@ Mode parseTrainMode(const std::string &m) {
                               "' (expected eager, full, regional, whole)");
 }
 
+// The pass schedule of a compiled mode under --dist zero3 --schedule default (DeepCompile's):
+// zero3 from the first step; from the third on, once the first steps ran, also prefetch
+// (gathers started one unit ahead) and selective_unshard (the smallest units kept gathered
+// from the forward to the backward).
+std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
+  if (s.schedule == "none") return {};
+  return {{0, {"zero3"}}, {2, {"zero3", "prefetch", "selective_unshard"}}};
+}
+
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
@@ -144,6 +154,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   opts.mode = parseTrainMode(mode);
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
+  if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
   auto lossFn = [&](const std::vector<Tensor> &in) {
     std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
     Tensor out = m->forward(inputs);
@@ -265,7 +276,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   // inference: the forward alone, no graph recorded, compiled the same way; the first call
   // (its compile) is not timed
   NoGradGuard noGrad;
-  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
+  CompileOptions inferOpts = opts;
+  inferOpts.schedule.clear(); // unsharded again: the ZeRO passes have nothing to do
+  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, inferOpts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
   Autocast ac(DType::bf16, s.autocast);
   forward(in);
@@ -403,6 +416,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["dist"] = !s.ddp ? "none" : s.zeroStage ? "zero" + std::to_string(s.zeroStage) : "ddp";
   j["world_size"] = s.world;
   j["prefetch"] = s.prefetch;
+  j["schedule"] = s.schedule;
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
   j["parameters"] = parameters;
@@ -487,7 +501,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "dist", po::value(&distMode)->default_value("none"),
       "none; ddp: data parallel over the ranks mpirun starts (--batch is the global batch); "
       "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
-      "over the ranks (zero3: --modes eager)")(
+      "over the ranks (zero3 compiled: through the pass schedule, see --schedule)")(
+      "schedule", po::value(&s.schedule)->default_value("default"),
+      "zero3, compiled modes: default (the passes zero3 from step 0, + prefetch and "
+      "selective_unshard from step 2) or none (no passes: zero3 runs eagerly, --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
@@ -590,12 +607,20 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "
                                 "runs");
   }
+  if (s.schedule != "default" && s.schedule != "none") {
+    throw std::invalid_argument("--schedule: '" + s.schedule + "' is not default or none");
+  }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {
-      if (m != "eager") {
-        throw std::invalid_argument("--dist zero3 gathers each block's parameters as the block "
-                                    "is called, so the model runs eagerly: use --modes eager "
-                                    "(zero1 and zero2 train compiled modes too)");
+      if (m == "regional") {
+        throw std::invalid_argument("--dist zero3 --modes regional is not built yet: the ZeRO "
+                                    "passes rewrite full-mode graphs (use eager or full)");
+      }
+      if (m != "eager" && s.schedule == "none") {
+        throw std::invalid_argument("--dist zero3 --schedule none runs no passes, so the "
+                                    "eager hooks gather each block as it is called and the "
+                                    "model runs eagerly: use --modes eager (or --schedule "
+                                    "default: the zero3 pass gathers inside compiled code)");
       }
     }
   }

@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include <rcjit/rcjit.h>
 
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
+#include "tools/Cli.h"
 #include "tools/ModelGpt2.h"
 
 namespace rcjit {
@@ -219,6 +223,37 @@ TEST(ZeroPasses, Zero3CompiledForwardEqualsTheFullModel) {
   got = compiled(std::vector<Tensor>{ids}); // the entry reused
   EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5));
   EXPECT_EQ(compiled.stats().compiles, 1);
+}
+
+// `rcjit train --dist zero3 --modes eager,full` (the default schedule for full) trains as one
+// process does.
+TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
+  auto run = [](const std::string &distMode, const std::string &json) {
+    std::vector<std::string> args = {"rcjit",   "train", "--model", "toy64", "--layers", "2",
+                                     "--batch", "8",     "--seq",   "4",     "--steps",  "5",
+                                     "--modes", "eager,full", "--dist", distMode, "--json", json};
+    std::vector<const char *> argv;
+    for (const std::string &a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    int code = tools::runCli(static_cast<int>(argv.size()), argv.data(), out, err);
+    EXPECT_EQ(code, 0) << err.str();
+    return out.str();
+  };
+  const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
+  const std::string oneJson = dir + "zp_none_" + rank + ".json", json = dir + "zp_z3_" + rank + ".json";
+  run("none", oneJson);
+  run("zero3", json);
+  nlohmann::json one = nlohmann::json::parse(std::ifstream(oneJson));
+  nlohmann::json z = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(z["dist"], "zero3");
+  EXPECT_EQ(z["schedule"], "default");
+  ASSERT_EQ(z["results"].size(), 2u);
+  for (size_t mi = 0; mi < 2; ++mi) {
+    for (int i = 0; i < 5; ++i) {
+      double a = one["results"][mi]["losses"][i], b = z["results"][mi]["losses"][i];
+      EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << "mode " << mi << " step " << i;
+    }
+  }
 }
 
 } // namespace
