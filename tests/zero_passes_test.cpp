@@ -181,11 +181,15 @@ TEST(ZeroPasses, Zero3ReduceScattersGradientsInTheBackward) {
     EXPECT_EQ(concreteShape(mean.shape), (Shape{32}));
     EXPECT_EQ(z.nodes[static_cast<size_t>(mean.inputs[0])].op, OpKind::reduce_scatter);
   }
-  // each unit's reduce-scatter starts right after its gradient, before the next is computed
+  // each unit's reduce-scatter starts right after its gradient, before the next one is
+  // computed (the gradients are the last three matmuls)
   const std::vector<int> rs = zeroTestNodesOf(z, OpKind::reduce_scatter);
-  const std::vector<int> grads = {z.nodes[static_cast<size_t>(rs[0])].inputs[0]};
-  EXPECT_LT(rs[0], z.outputs.size() > 1 ? rs[1] : 0);
-  (void)grads;
+  const std::vector<int> mm = zeroTestNodesOf(z, OpKind::matmul);
+  ASSERT_EQ(mm.size(), 6u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_GT(rs[k], mm[3 + k]);
+    if (k < 2) EXPECT_LT(rs[k], mm[4 + k]);
+  }
 }
 
 TEST(ZeroPasses, SelectiveUnshardKeepsTheSmallestUnitsGatheredForTheBackward) {

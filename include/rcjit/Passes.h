@@ -68,9 +68,9 @@ struct ShardedInput {
 /// What is sharded in the graph a pass receives (PassContext::sharding): empty when no
 /// input is. The runtime binds each sharded input to its shard (f32 [S]), so a pass that
 /// replaces the input's uses by gathered values must also set the input node's shape to
-/// [S] (the zero3 pass does); in a backward graph, a sharded parameter's gradient output
-/// must become its unit's shard gradient (f32 [S], the mean over the ranks), the same node
-/// for every parameter of the unit (the runtime counts it once per unit).
+/// [S] (the zero3 pass does); in a backward graph, the first gradient output of each unit
+/// (in output order) must become the unit's shard gradient (f32 [S], the mean over the
+/// ranks); the runtime ignores the unit's other gradient outputs.
 struct ShardingState {
   int world_size = 1;
   int rank = 0;

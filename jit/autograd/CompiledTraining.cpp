@@ -219,7 +219,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
                     " (the pass schedule rewrote one half and not the other)");
       }
     }
-    if (in.grad_output >= 0) {
+    if (in.grad_output >= 0 && !plan->dropGrad_[static_cast<size_t>(in.grad_output)]) {
       const Node &g = bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
       if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
         throw Error(r.label + " backward: the gradient of " + in.param.name +

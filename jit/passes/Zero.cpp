@@ -284,10 +284,24 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
       for (int unit : it->second) reduceUnit(unit);
     }
   }
+  // the first gradient output of a unit is its shard gradient; the unit's other outputs are
+  // ignored by the runtime (one per unit is handed on): a scalar zero, not a copy of it
+  std::map<int, int> ignored; // unit -> its scalar
+  for (const auto &[unit, ks] : gradsOfUnit) {
+    int firstOut = INT32_MAX;
+    for (int k : ks) firstOut = std::min(firstOut, s.inputs[static_cast<size_t>(k)].grad_output);
+    for (int k : ks) {
+      if (s.inputs[static_cast<size_t>(k)].grad_output != firstOut && !ignored.count(unit))
+        ignored[unit] = b.scalar(0, DType::f32);
+    }
+  }
   Graph out = b.finish();
   for (const auto &[unit, ks] : gradsOfUnit) {
+    int firstOut = INT32_MAX;
+    for (int k : ks) firstOut = std::min(firstOut, s.inputs[static_cast<size_t>(k)].grad_output);
     for (int k : ks) {
-      out.outputs[static_cast<size_t>(s.inputs[static_cast<size_t>(k)].grad_output)] = unitGrad[unit];
+      const int o = s.inputs[static_cast<size_t>(k)].grad_output;
+      out.outputs[static_cast<size_t>(o)] = o == firstOut ? unitGrad[unit] : ignored[unit];
     }
   }
   return out;
