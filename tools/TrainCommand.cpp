@@ -136,7 +136,7 @@ Mode parseTrainMode(const std::string &m) {
 // from the forward to the backward).
 std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
   if (s.schedule == "none") return {};
-  return {{0, {"zero3"}}, {2, {"zero3", "prefetch", "selective_unshard"}}};
+  return {{0, {"zero3"}}, {2, {"zero3", "selective_unshard", "prefetch"}}};
 }
 
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
@@ -504,7 +504,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "over the ranks (zero3 compiled: through the pass schedule, see --schedule)")(
       "schedule", po::value(&s.schedule)->default_value("default"),
       "zero3, compiled modes: default (the passes zero3 from step 0, + prefetch and "
-      "selective_unshard from step 2) or none (no passes: zero3 runs eagerly, --modes eager)")(
+      "prefetch from step 2) or none (no passes: zero3 runs eagerly, --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),

@@ -398,28 +398,50 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
   }
   if (ctx.backward) {
     // the saved parameters of resident units arrive gathered: read them, not a new gather
-    GraphBuilder b(g);
-    std::map<int, int> replaceBy; // old reshape node -> old input node
+    std::set<int> dropped; // old gathers of resident units and their slices
+    for (const auto &[unit, gt] : gatherOfUnit) {
+      if (isResident(unit)) dropped.insert(gt);
+    }
+    std::map<int, int> replaceBy; // old reshape node -> old input node of its parameter
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (of[i] < 0 || !isResident(s.inputs[static_cast<size_t>(of[i])].param.unit)) continue;
-      if (auto v = valueNode.find(of[i]); v != valueNode.end()) replaceBy[v->second] = static_cast<int>(i);
+      if (auto v = valueNode.find(of[i]); v != valueNode.end())
+        replaceBy[v->second] = static_cast<int>(i);
     }
+    GraphBuilder b(g);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const int old = static_cast<int>(i);
+      const Node &src = g.nodes[i];
       b.begin(old);
-      Node n = b.remapped(old);
       if (of[i] >= 0 && isResident(s.inputs[static_cast<size_t>(of[i])].param.unit)) {
+        Node n = b.remapped(old);
         n.shape = staticShape(s.inputs[static_cast<size_t>(of[i])].param.shape);
         b.map(old, b.append(std::move(n)));
         continue;
       }
-      if (auto r = replaceBy.find(old); r != replaceBy.end()) {
+      if (dropped.count(old)) continue;
+      if (src.op == OpKind::slice && dropped.count(src.inputs[0])) {
+        dropped.insert(old);
+        continue;
+      }
+      if (src.op == OpKind::reshape && dropped.count(src.inputs[0])) {
+        auto r = replaceBy.find(old);
+        if (r == replaceBy.end()) {
+          throw Error("selective_unshard: a gathered parameter of a resident unit is read in "
+                      "the backward but not saved by the forward");
+        }
         b.map(old, b.at(r->second)); // its uses read the saved full value
         continue;
       }
-      b.map(old, b.append(std::move(n)));
+      for (int in : src.inputs) {
+        if (dropped.count(in)) {
+          throw Error("selective_unshard: node " + std::to_string(old) + " (" +
+                      std::string(opName(src.op)) + ") reads a resident unit's gather directly");
+        }
+      }
+      b.copy(old);
     }
-    return b.finish(); // the gathers left unread are removed by dce
+    return b.finish();
   }
   // forward: a resident unit's saved parameter (an output that is its input node) becomes
   // the gathered value, held until the backward

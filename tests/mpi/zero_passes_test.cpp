@@ -149,12 +149,12 @@ TEST(ZeroPasses, Zero3SelectiveUnshardEqualsOneProcess) {
 // one recompile, which the recompiles log names.
 TEST(ZeroPasses, DefaultScheduleRecompilesOnceAndSaysWhy) {
   const std::vector<ScheduleStep> schedule = {{0, {"zero3"}},
-                                              {3, {"zero3", "prefetch", "selective_unshard"}}};
+                                              {3, {"zero3", "selective_unshard", "prefetch"}}};
   expectPassesMatch(schedule, "the default schedule");
   PassRun run = passTrain(true, schedule);
   EXPECT_EQ(run.stats.recompiles, 1);
   EXPECT_NE(run.explain.find("the pass schedule reached step 3: passes [zero3] -> [zero3, "
-                             "prefetch, selective_unshard]"),
+                             "selective_unshard, prefetch]"),
             std::string::npos)
       << run.explain;
 }
