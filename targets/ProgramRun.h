@@ -113,9 +113,11 @@ std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, siz
 }
 
 /// Runs the steps of `p` in order, handing each to the target's hook for its kind:
-/// kernel(i, step), library(i, step), eager(i, step).
-template <class Kernel, class Library, class Eager>
-void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&eager) {
+/// kernel(i, step), library(i, step), eager(i, step), collective(i, step) (the collective
+/// and wait steps: the hook tells them apart by step.kind).
+template <class Kernel, class Library, class Eager, class Collective>
+void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&eager,
+                 Collective &&collective) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step &s = p.steps[i];
     switch (s.kind) {
@@ -127,6 +129,10 @@ void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&e
       break;
     case Step::Kind::eager:
       eager(i, s);
+      break;
+    case Step::Kind::collective:
+    case Step::Kind::wait:
+      collective(i, s);
       break;
     }
   }
@@ -143,6 +149,11 @@ std::vector<std::vector<int>> outputsByFirstStep(const Program &p);
 /// Per step of `p`: the program inputs whose last use it is and that no output views,
 /// which a consuming run may drop after the step (Executable::runConsuming).
 std::vector<std::vector<int>> inputsDoneAt(const Program &p);
+
+/// Per step of `p`: the dynamic buffers (eager steps' and collectives' results) whose last
+/// use it is and that no output views: a run frees them after the step, so a gathered
+/// parameter lives from its gather to its last reader, as in eager, not to the program's end.
+std::vector<std::vector<int>> dynamicDoneAt(const Program &p);
 
 std::vector<Tensor> collectOutputs(const Program &layout, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,

@@ -114,9 +114,8 @@ void expectPassesMatch(const std::vector<ScheduleStep> &schedule, const std::str
     EXPECT_TRUE(allclose(run.params[i], one.params[i], 1e-4, 2e-4)) << what << " parameter " << i;
     worstParam = std::max(worstParam, amax(abs(run.params[i] - one.params[i]), {}, false).item());
   }
-  // the compiled code gathered: the optimizer's eager hooks never did (only full_parameters'
-  // one gather per unit at the end)
-  EXPECT_EQ(run.eagerGathers, 3) << what;
+  // the compiled code gathered: the optimizer's eager hooks never did
+  EXPECT_EQ(run.eagerGathers, 0) << what;
   EXPECT_EQ(run.stats.fallbacks, 0) << what;
   if (dist::rank() == 0) {
     std::printf("%s on %d ranks (compiled, AdamW): losses %.3f -> %.3f, largest loss difference "
@@ -242,7 +241,11 @@ TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
   const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
   const std::string oneJson = dir + "zp_none_" + rank + ".json", json = dir + "zp_z3_" + rank + ".json";
   run("none", oneJson);
-  run("zero3", json);
+  const std::string table = run("zero3", json);
+  if (dist::rank() != 0) { // only rank 0 prints and writes the JSON file
+    EXPECT_EQ(table, "");
+    return;
+  }
   nlohmann::json one = nlohmann::json::parse(std::ifstream(oneJson));
   nlohmann::json z = nlohmann::json::parse(std::ifstream(json));
   EXPECT_EQ(z["dist"], "zero3");
