@@ -175,11 +175,11 @@ TEST(ZeroPasses, Zero3ReduceScattersGradientsInTheBackward) {
   const Graph z = zero3Pass(g, ctx);
   ASSERT_EQ(z.outputs.size(), 3u);
   EXPECT_EQ(zeroTestNodesOf(z, OpKind::reduce_scatter).size(), 3u);
-  for (int o : z.outputs) {
+  for (int o : z.outputs) { // the sum over the ranks of each rank's gradient / world
     const Node &mean = z.nodes[static_cast<size_t>(o)];
-    EXPECT_EQ(mean.op, OpKind::mul); // the sum over the ranks times 1 / world
+    EXPECT_EQ(mean.op, OpKind::reduce_scatter);
     EXPECT_EQ(concreteShape(mean.shape), (Shape{32}));
-    EXPECT_EQ(z.nodes[static_cast<size_t>(mean.inputs[0])].op, OpKind::reduce_scatter);
+    EXPECT_EQ(z.nodes[static_cast<size_t>(mean.inputs[0])].op, OpKind::mul);
   }
   // each unit's reduce-scatter starts right after its gradient, before the next one is
   // computed (the gradients are the last three matmuls)

@@ -253,9 +253,11 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
     Attrs cat;
     cat.dim = 0;
     const int flat = pieces.size() == 1 ? pieces[0] : b.emit(OpKind::cat, pieces, cat);
-    const int summed = b.emit(OpKind::reduce_scatter, {flat}, zeroCollectiveAttrs(world));
-    unitGrad[unit] =
-        b.emit(OpKind::mul, {summed, b.scalar(1.0 / static_cast<double>(world), DType::f32)});
+    // scaled before the reduce-scatter (the scaling joins the flattening kernel), so that the
+    // reduce-scatter's result is the output itself and nothing waits for it before the end
+    const int scaled =
+        b.emit(OpKind::mul, {flat, b.scalar(1.0 / static_cast<double>(world), DType::f32)});
+    unitGrad[unit] = b.emit(OpKind::reduce_scatter, {scaled}, zeroCollectiveAttrs(world));
   };
 
   for (size_t i = 0; i < g.nodes.size(); ++i) {

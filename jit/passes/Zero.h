@@ -7,9 +7,9 @@
 // slice + reshape of the gathered value; the buffer planner frees the gathered buffer after
 // its last reader. In a backward graph the saved parameter is the shard too, so the
 // backward gathers the unit again instead of holding it from the forward, and each unit's
-// gradient (its parameters' gradients flattened into the unit's layout) is reduce-scattered
-// as soon as the last of them is computed and scaled by 1 / world: this rank's shard of the
-// mean gradient is the output of every parameter of the unit.
+// gradient (its parameters' gradients flattened into the unit's layout, scaled by 1 / world)
+// is reduce-scattered as soon as the last of them is computed: this rank's shard of the mean
+// gradient is the output of the unit's first parameter (the others' are ignored).
 // prefetch: each gather is started earlier — where the previous unit's gather is first read
 // (one unit ahead), or, with a memory budget, as early as the graph's estimated live bytes
 // plus the gathered bytes stay within it — so communication overlaps compute (the compiled

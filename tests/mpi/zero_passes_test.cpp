@@ -87,6 +87,30 @@ PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {},
   return out;
 }
 
+// The all_gathers of the compiled training entry's forward or backward program, as explain()
+// prints them ("step 7: start all_gather %51" ... "step 9: wait all_gather %51 (started at
+// step 7)"): per gather, how many steps after its start it is waited for.
+std::vector<int> gatherGaps(const std::string &explain, const std::string &half) {
+  const size_t from = explain.find(half + " program:");
+  if (from == std::string::npos) return {};
+  size_t to = explain.find(" program:", from + half.size() + 10);
+  const std::string text = explain.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  std::vector<int> gaps;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t w = line.find(": wait all_gather ");
+    const size_t at = line.find("(started at step ");
+    if (w == std::string::npos || at == std::string::npos) continue;
+    const int waitStep = std::stoi(line.substr(line.find("step ") + 5));
+    const int startStep = std::stoi(line.substr(at + 17));
+    gaps.push_back(waitStep - startStep);
+  }
+  return gaps;
+}
+size_t programGathers(const std::string &explain, const std::string &half) {
+  return gatherGaps(explain, half).size();
+}
+
 const PassRun &oneProcess() {
   static std::optional<PassRun> one;
   if (!one) one = passTrain(false);
@@ -133,6 +157,19 @@ TEST(ZeroPasses, Zero3CompiledEqualsOneProcess) {
 
 TEST(ZeroPasses, Zero3PrefetchCompiledEqualsOneProcess) {
   expectPassesMatch({{0, {"zero3", "prefetch"}}}, "zero3 + prefetch");
+  // without prefetch each gather is waited for at the next step; with it, the gathers after
+  // the first start a unit earlier, with compute steps between start and wait
+  PassRun z3 = passTrain(true, {{0, {"zero3"}}});
+  PassRun pf = passTrain(true, {{0, {"zero3", "prefetch"}}});
+  for (const char *half : {"forward", "backward"}) {
+    const std::vector<int> plain = gatherGaps(z3.explain, half), ahead = gatherGaps(pf.explain, half);
+    ASSERT_EQ(plain.size(), ahead.size()) << half;
+    ASSERT_GE(ahead.size(), 2u) << half;
+    for (int g : plain) EXPECT_EQ(g, 1) << half << ": no prefetch, no overlap";
+    // the first gather has nothing before it to overlap (the second one starts beside it)
+    EXPECT_LE(ahead.front(), 2) << half;
+    for (size_t k = 1; k < ahead.size(); ++k) EXPECT_GT(ahead[k], 2) << half << " gather " << k;
+  }
 }
 
 TEST(ZeroPasses, Zero3PrefetchWithinABudgetEqualsOneProcess) {
@@ -140,8 +177,16 @@ TEST(ZeroPasses, Zero3PrefetchWithinABudgetEqualsOneProcess) {
 }
 
 TEST(ZeroPasses, Zero3SelectiveUnshardEqualsOneProcess) {
-  expectPassesMatch({{0, {"zero3", "prefetch", "selective_unshard"}}},
-                    "zero3 + prefetch + selective_unshard");
+  expectPassesMatch({{0, {"zero3", "selective_unshard", "prefetch"}}},
+                    "zero3 + selective_unshard + prefetch");
+  // the backward gathers one unit fewer: the smallest (the embeddings and final norm, 1/2.4
+  // of a block) crosses from the forward gathered
+  PassRun z3 = passTrain(true, {{0, {"zero3"}}});
+  PassRun sel = passTrain(true, {{0, {"zero3", "selective_unshard"}}});
+  EXPECT_EQ(programGathers(z3.explain, "forward"), 3u);
+  EXPECT_EQ(programGathers(z3.explain, "backward"), 3u);
+  EXPECT_EQ(programGathers(sel.explain, "forward"), 3u);
+  EXPECT_EQ(programGathers(sel.explain, "backward"), 2u);
 }
 
 // DeepCompile's schedule: zero3 from the first step, then prefetch and selective_unshard:
