@@ -13,6 +13,7 @@
 
 #include "tracer/Autocast.h"
 #include "tracer/OpCases.h"
+#include "tracer/OpsInternal.h"
 
 namespace rcjit::autograd {
 
@@ -85,7 +86,8 @@ Tensor unaryGrad(OpKind op, const Tensor &x, const Tensor &y, const Tensor &g) {
     return -g * sin(x);
   case OpKind::cast: // cast back by the caller
     return g;
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   assert(false && "unaryGrad: not a unary op");
@@ -125,7 +127,8 @@ Grads binaryGrad(OpKind op, const Tensor &a, const Tensor &b, const Tensor &y, c
     if (need[1]) r[1] = where(bWins, g, tie);
     break;
   }
-    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     assert(false && "binaryGrad: not a binary op");
     throw Error("internal: binaryGrad called for " + std::string(opName(op)));
   }
@@ -268,6 +271,50 @@ Grads catGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
   return r;
 }
 
+// A collective of `g` with `a` (a copy of the forward node's attrs: the same world size) as an
+// op: recorded in a trace, run through rcjit::dist on eager tensors.
+Tensor collectiveOf(OpKind op, const Tensor &g, Attrs a) { return detail::applyOp(op, {g}, a); }
+
+// The gradients of the collectives, with the job's objective the sum of every rank's loss:
+// each rank's input gradient sums what every rank's output gradient says about it.
+Tensor collectiveGrad(OpKind op, const Attrs &a, const Tensor &x, const Tensor &y,
+                      const Tensor &g) {
+  switch (op) {
+  case OpKind::all_reduce: {
+    if (a.reduce != 2) return collectiveOf(OpKind::all_reduce, g, a); // sum -> sum, mean -> mean
+    // max: the summed gradient, split evenly among the ranks (and elements) holding the max
+    Attrs sumAttrs = a;
+    sumAttrs.reduce = 0;
+    Tensor mask = eq(x, y).to(g.dtype());
+    Tensor count = collectiveOf(OpKind::all_reduce, mask, sumAttrs);
+    return collectiveOf(OpKind::all_reduce, g, sumAttrs) * mask / maximum(count, 1.0);
+  }
+  case OpKind::all_gather: // every rank's gradient of this rank's block, summed
+    return collectiveOf(OpKind::reduce_scatter, g, a);
+  case OpKind::reduce_scatter: // each rank's slice's gradient, gathered in rank order
+    return collectiveOf(OpKind::all_gather, g, a);
+  case OpKind::broadcast: {
+    // the root gets the sum of every rank's gradient, the others zero: a reduce_scatter of
+    // [world, ...g] holding g at the root's index and zeros elsewhere gives rank r
+    // onehot[r] * sum(g), with no rank number in the graph (one graph serves every rank)
+    const int64_t w = a.world;
+    Shape lead(static_cast<size_t>(g.dim()) + 1, 1);
+    lead[0] = w;
+    Tensor onehot = eq(Tensor::arange(w, DType::i64, g.device()), static_cast<double>(a.root))
+                        .to(g.dtype())
+                        .reshape(Dims(lead.begin(), lead.end()));
+    Tensor stacked = onehot * unsqueeze(g, 0);
+    Attrs rs = a;
+    rs.dim = 0;
+    return reshape(collectiveOf(OpKind::reduce_scatter, stacked, rs),
+                   Dims(x.shape().begin(), x.shape().end()));
+  }
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    break;
+  }
+  throw Error("internal: collectiveGrad of " + std::string(opName(op)));
+}
+
 // The rule table: a switch without default, so an op added to Ops.def without a rule (or
 // "no gradient") fails to compile (-Wswitch -Werror).
 Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Tensor &y,
@@ -367,6 +414,11 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
     return catGrad(in, a, g, need);
   case OpKind::contiguous:
     return {g};
+  case OpKind::all_reduce:
+  case OpKind::all_gather:
+  case OpKind::reduce_scatter:
+  case OpKind::broadcast:
+    return {collectiveGrad(op, a, in[0], y, g)};
   }
   throw Error("internal: unknown op in the gradient rules");
 }

@@ -66,6 +66,10 @@ GradKind gradKind(OpKind op) {
   case OpKind::slice:
   case OpKind::cat:
   case OpKind::contiguous:
+  case OpKind::all_reduce:
+  case OpKind::all_gather:
+  case OpKind::reduce_scatter:
+  case OpKind::broadcast:
     return GradKind::differentiable;
   }
   throw Error("internal: unknown op in gradKind");
@@ -96,7 +100,12 @@ SavedUse savedUse(OpKind op) {
   case OpKind::slice:
   case OpKind::cat:
   case OpKind::contiguous:
+  case OpKind::all_gather: // collectives of the gradient
+  case OpKind::reduce_scatter:
+  case OpKind::broadcast:
     return {false, 0};
+  case OpKind::all_reduce: // max reads where the maximum was (sum and mean need neither)
+    return {true, 1u};
   case OpKind::exp: // the output only
   case OpKind::sqrt:
   case OpKind::rsqrt:

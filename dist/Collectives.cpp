@@ -10,7 +10,10 @@
 #include <rcjit/Ops.h>
 
 #include "dist/Agreement.h"
+#include "dist/IrCollectives.h"
+#include "tracer/OpsInternal.h"
 #include "tracer/TensorImpl.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::dist {
 
@@ -258,10 +261,37 @@ Work broadcast_async(Tensor &t, int root) {
   return Work(std::move(s));
 }
 
-void all_reduce(Tensor &t, ReduceOp op) { all_reduce_async(t, op).wait(); }
-Tensor all_gather(const Tensor &t, int64_t dim) { return all_gather_async(t, dim).wait(); }
-Tensor reduce_scatter(const Tensor &t, int64_t dim) { return reduce_scatter_async(t, dim).wait(); }
-void broadcast(Tensor &t, int root) { broadcast_async(t, root).wait(); }
+namespace {
+// Inside a trace a collective is a node of the graph (an op of the IR): recorded like any op,
+// run at trace time by the eager target (not in a shape-only trace), compiled as its own step.
+Tensor tracedCollective(OpKind op, const Tensor &t, int64_t dim, ReduceOp reduce, int root) {
+  if (t.defined() && dim < 0) dim += t.dim(); // the IR's dims are normalized
+  return rcjit::detail::applyOp(op, {t}, detail::collectiveAttrs(dim, reduce, root));
+}
+} // namespace
+
+void all_reduce(Tensor &t, ReduceOp op) {
+  if (Tracer::current()) {
+    t = tracedCollective(OpKind::all_reduce, t, 0, op, 0);
+    return;
+  }
+  all_reduce_async(t, op).wait();
+}
+Tensor all_gather(const Tensor &t, int64_t dim) {
+  if (Tracer::current()) return tracedCollective(OpKind::all_gather, t, dim, ReduceOp::sum, 0);
+  return all_gather_async(t, dim).wait();
+}
+Tensor reduce_scatter(const Tensor &t, int64_t dim) {
+  if (Tracer::current()) return tracedCollective(OpKind::reduce_scatter, t, dim, ReduceOp::sum, 0);
+  return reduce_scatter_async(t, dim).wait();
+}
+void broadcast(Tensor &t, int root) {
+  if (Tracer::current()) {
+    t = tracedCollective(OpKind::broadcast, t, 0, ReduceOp::sum, root);
+    return;
+  }
+  broadcast_async(t, root).wait();
+}
 
 void barrier() {
   auto lock = detail::lockMpi();

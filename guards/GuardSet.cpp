@@ -1,6 +1,8 @@
 // Guard construction from example inputs, the fast check, and failure explanations.
 #include "guards/GuardSet.h"
 
+#include <rcjit/Dist.h>
+
 #include <rcjit/Autograd.h>
 
 #include "autograd/Autograd.h"
@@ -172,6 +174,15 @@ std::string GuardSet::checkAll(const Tensor *const *inputs, size_t n, bool all) 
     }
     return "x";
   }
+  if (world_ > 0) {
+    if (const int now = dist::world_size(); now != world_) {
+      if constexpr (explain) {
+        return "world size: expected " + std::to_string(world_) + " ranks, got " +
+               std::to_string(now);
+      }
+      return "x";
+    }
+  }
   if (n != tensors_.size()) {
     if constexpr (explain) {
       return "number of inputs: expected " + std::to_string(tensors_.size()) + ", got " +
@@ -213,6 +224,7 @@ std::string GuardSet::allFailures(const Tensor *const *inputs, size_t n) const {
 std::string GuardSet::print() const {
   std::ostringstream os;
   if (autocast_ >= 0) os << "autocast: " << autocastText(autocast_) << "\n";
+  if (world_ > 0) os << "world size: " << world_ << " ranks (collectives)\n";
   for (const TensorGuard &g : tensors_) {
     os << g.label << ": " << dtypeName(g.dtype) << " " << g.device.str() << " [";
     for (size_t d = 0; d < g.dims.size(); ++d) {

@@ -67,6 +67,12 @@ public:
 
   /// The Autocast dtype the entry was traced under (-1: none); calls must match it.
   int autocast() const { return autocast_; }
+  /// The entry's graph holds collectives made for a world of `world` ranks: calls must come
+  /// from a job of that size (dist::world_size()). The rank is not guarded: every rank of a
+  /// job shares one compiled entry.
+  void requireWorldSize(int world) { world_ = world; }
+  /// The world size guarded, or 0 when the entry holds no collective.
+  int worldSize() const { return world_; }
   /// Number of symbols (0 for a static guard set).
   int numSymbols() const { return static_cast<int>(symbolAt_.size()); }
 
@@ -76,6 +82,7 @@ private:
 
   std::vector<TensorGuard> tensors_;
   int autocast_ = -1; // detail::autocastCode() at trace time
+  int world_ = 0;     // > 0: the graph's collectives were made for this world size
   std::vector<std::string> symbolAt_; // per symbol: "arg 0 dim 1", where it is first read
 };
 

@@ -225,6 +225,12 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   std::vector<Tensor> inputs = t.args;
   inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
   e->guards = GuardSet::fromInputs(inputs, inputLabels(t), t.args.size());
+  for (const Node &n : t.graph.nodes) { // collectives bake the world size into the graph
+    if (opInfo(n.op).category == OpCategory::Collective) {
+      e->guards.requireWorldSize(static_cast<int>(n.attrs.world));
+      break;
+    }
+  }
   e->captured = t.captured;
   e->slots = t.capturedSlots;
   for (size_t j = 0; j < e->slots.size(); ++j) { // lambda captures: read the variable per call

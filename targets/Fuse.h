@@ -31,7 +31,8 @@ struct FusionGroup {
 /// A step that is not a generated kernel: a library call or an eager op.
 struct FusionCall {
   int node = -1;
-  bool library = true;      // false: an eager step
+  bool library = true;      // false: an eager step (or a collective)
+  bool collective = false;  // a collective: started here, waited for before its first use
   std::vector<int> postOps; // unary nodes folded into the library call's epilogue
   int order = 0;
 };

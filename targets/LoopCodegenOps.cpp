@@ -239,7 +239,8 @@ Value *unaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x) {
   case OpKind::cos:
     return intr(llvm::Intrinsic::cos);
   case OpKind::cast: // emitCompute converts
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   noEmitterFor(op, "unaryFloat");
@@ -267,7 +268,8 @@ Value *unaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x) {
   case OpKind::sin:
   case OpKind::cos:
   case OpKind::cast: // emitCompute converts
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   noEmitterFor(op, "unaryInt");
@@ -289,7 +291,8 @@ Value *binaryFloat(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y);
   case OpKind::minimum:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y);
-    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   noEmitterFor(op, "binaryFloat");
@@ -319,7 +322,8 @@ Value *binaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y);
   case OpKind::minimum:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y);
-    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   noEmitterFor(op, "binaryInt");
@@ -347,7 +351,8 @@ Value *compare(llvm::IRBuilder<> &b, OpKind op, Value *x, Value *y, bool isFloat
   case OpKind::ge:
     p = isFloat ? P::FCMP_OGE : P::ICMP_SGE;
     break;
-    RCJIT_OP_CASES(Source, Unary, Binary, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     noEmitterFor(op, "compare");
   }
   return b.CreateCmp(p, x, y);
@@ -398,7 +403,8 @@ bool floatOnly(OpKind op) {
   case OpKind::abs:
   case OpKind::relu:
   case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     return false;
   }
   return false;

@@ -144,7 +144,8 @@ bool isLoopReduction(OpKind op) {
   case OpKind::amax:
   case OpKind::argmax:
     return true;
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     return false;
   }
   return false;

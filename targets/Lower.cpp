@@ -61,6 +61,12 @@ std::string printProgram(const Program &p) {
     case Step::Kind::eager:
       os << "eager " << s.note;
       break;
+    case Step::Kind::collective:
+      os << "start " << s.note;
+      break;
+    case Step::Kind::wait:
+      os << "wait " << s.note << " (started at step " << s.kernel << ")";
+      break;
     }
     os << "\n";
   }

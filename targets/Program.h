@@ -44,13 +44,22 @@ struct PostOp {
   OpKind op = OpKind::relu; // relu, sigmoid, tanh, gelu, silu, exp, abs, sqrt, log
 };
 
+/// A collective node (Ops.def's Collective category) is two steps: `collective` starts it
+/// (non-blocking: rcjit::dist's *_async) where the node stands, writing `result` (a dynamic
+/// buffer) only when waited for; `wait` finishes it just before the first later step that
+/// reads the result's buffer (or at the end). The wait's operands are the collective's
+/// input and result, so the buffer planner keeps the input alive, and its arena bytes
+/// unshared, while the transfer is in flight. A graph pass overlaps communication with
+/// compute by moving a collective node earlier.
 struct Step {
-  enum class Kind : uint8_t { kernel, library, eager };
+  enum class Kind : uint8_t { kernel, library, eager, collective, wait };
   Kind kind = Kind::kernel;
-  int kernel = -1;           // kernel: index into Program::kernels
+  int kernel = -1;           // kernel: index into Program::kernels;
+                             // wait: the index of the collective step it finishes
   std::vector<int> operands; // kernel: values in the kernel's tensor order;
-                             // library/eager: input values in op order
-  int result = -1;           // library/eager: the value written
+                             // library/eager/collective: input values in op order;
+                             // wait: the collective's input, then its result
+  int result = -1;           // library/eager/collective: the value written
   OpKind op = OpKind::add;   // library/eager: the graph op
   Attrs attrs;
   std::vector<PostOp> postOps; // library: fused epilogue

@@ -278,7 +278,8 @@ double reference(OpKind op, double x) {
     return std::cos(x);
   case OpKind::cast:
     return x;
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   ADD_FAILURE() << opName(op) << " is not a unary op";

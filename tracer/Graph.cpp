@@ -61,7 +61,8 @@ bool attrsEqual(OpKind op, const Attrs &a, const Attrs &b) {
            differs(kStride, a.stride == b.stride) || differs(kPadding, a.padding == b.padding) ||
            differs(kValue, sameDouble(a.value, b.value)) ||
            differs(kEps, sameDouble(a.eps, b.eps)) || differs(kKeepdim, a.keepdim == b.keepdim) ||
-           differs(kCausal, a.causal == b.causal));
+           differs(kCausal, a.causal == b.causal) || differs(kReduce, a.reduce == b.reduce) ||
+           differs(kRoot, a.root == b.root) || differs(kWorld, a.world == b.world));
 }
 
 bool operator==(const Node &a, const Node &b) {

@@ -93,6 +93,9 @@ void hashAttrs(Bytes &b, OpKind op, const Attrs &a) {
   if (used & kEps) b.f64(a.eps);
   if (used & kKeepdim) b.u64(a.keepdim);
   if (used & kCausal) b.u64(a.causal);
+  if (used & kReduce) b.i64(a.reduce);
+  if (used & kRoot) b.i64(a.root);
+  if (used & kWorld) b.i64(a.world);
 }
 
 void hashShape(Bytes &b, const Graph &g, const SymShape &shape, const Canon *canon) {

@@ -18,6 +18,8 @@ Graph parseGraphText(std::string_view text);
 /// The text form's name of one Attrs field ("dims", "keepdim", ...), shared by printer and
 /// parser; empty for a value that is not a single AttrBit.
 std::string_view attrName(AttrBit bit);
+/// The text form of Attrs::reduce: "sum", "mean", "max" (0, 1, 2); "?" for another number.
+std::string_view collectiveReduceName(int64_t reduce);
 
 /// 128-bit structural hash of a graph.
 struct GraphHash {

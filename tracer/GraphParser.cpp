@@ -339,6 +339,17 @@ private:
     return v;
   }
 
+  // A collective's reduce op: sum, mean or max (Attrs::reduce 0, 1, 2).
+  int64_t expectReduce() {
+    for (int64_t r = 0; r < 3; ++r) {
+      if (atWord(collectiveReduceName(r))) {
+        advance();
+        return r;
+      }
+    }
+    fail("expected reduce ('sum', 'mean' or 'max')");
+  }
+
   // A value reference %N with N < limit.
   int expectValue(std::string_view what, size_t limit) {
     if (tok_.kind != Tok::Value) fail("expected " + std::string(what) + " (%N)");
@@ -529,7 +540,7 @@ private:
       expectPunct('=');
       parseAttrValue(bit, n.attrs);
     }
-    for (uint32_t bit = 1; bit <= kCausal; bit <<= 1) {
+    for (uint32_t bit = 1; bit <= kLastAttrBit; bit <<= 1) {
       if ((used & bit) && !(seen & bit)) {
         fail("expected attribute '" + std::string(attrName(static_cast<AttrBit>(bit))) +
              "' of op '" + std::string(opName(n.op)) + "'");
@@ -538,7 +549,7 @@ private:
   }
 
   AttrBit attrBitOf(std::string_view name, uint32_t used) const {
-    for (uint32_t bit = 1; bit <= kCausal; bit <<= 1) {
+    for (uint32_t bit = 1; bit <= kLastAttrBit; bit <<= 1) {
       if ((used & bit) && attrName(static_cast<AttrBit>(bit)) == name) {
         return static_cast<AttrBit>(bit);
       }
@@ -577,6 +588,15 @@ private:
       break;
     case kCausal:
       a.causal = expectBool("causal");
+      break;
+    case kReduce:
+      a.reduce = expectReduce();
+      break;
+    case kRoot:
+      a.root = expectInt64("root");
+      break;
+    case kWorld:
+      a.world = expectInt64("world");
       break;
     }
   }

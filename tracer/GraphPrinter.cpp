@@ -138,12 +138,21 @@ void appendAttr(std::string &out, AttrBit bit, const Attrs &a) {
   case kCausal:
     out += a.causal ? "true" : "false";
     break;
+  case kReduce:
+    out += collectiveReduceName(a.reduce);
+    break;
+  case kRoot:
+    appendInt(out, a.root);
+    break;
+  case kWorld:
+    appendInt(out, a.world);
+    break;
   }
 }
 
 void appendAttrs(std::string &out, OpKind op, const Attrs &a) {
   const uint32_t used = opInfo(op).attrs;
-  for (uint32_t bit = 1; bit <= kCausal; bit <<= 1) {
+  for (uint32_t bit = 1; bit <= kLastAttrBit; bit <<= 1) {
     if (used & bit) appendAttr(out, static_cast<AttrBit>(bit), a);
   }
 }
@@ -224,8 +233,27 @@ std::string_view attrName(AttrBit bit) {
     return "keepdim";
   case kCausal:
     return "causal";
+  case kReduce:
+    return "reduce";
+  case kRoot:
+    return "root";
+  case kWorld:
+    return "world";
   }
   return {};
+}
+
+std::string_view collectiveReduceName(int64_t reduce) {
+  switch (reduce) {
+  case 0:
+    return "sum";
+  case 1:
+    return "mean";
+  case 2:
+    return "max";
+  default:
+    return "?";
+  }
 }
 
 std::string printGraph(const Graph &g) {

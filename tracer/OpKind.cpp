@@ -19,7 +19,7 @@ constexpr std::array<OpKind, kNumOps> kAllOps = {{
 #undef RCJIT_OP
 }};
 
-constexpr size_t kNumCategories = static_cast<size_t>(OpCategory::Copy) + 1;
+constexpr size_t kNumCategories = static_cast<size_t>(OpCategory::Collective) + 1;
 
 // All ops ordered by category (a stable sort of the table), and where each category starts.
 struct ByCategory {
@@ -42,7 +42,7 @@ constexpr ByCategory byCategory() {
 
 constexpr ByCategory kByCategory = byCategory();
 static_assert(kByCategory.begin[kNumCategories] == kNumOps,
-              "an op's category is past OpCategory::Copy: update kNumCategories");
+              "an op's category is past OpCategory::Collective: update kNumCategories");
 } // namespace
 
 const OpInfo &opInfo(OpKind op) { return kOpTable[static_cast<size_t>(op)]; }
@@ -89,6 +89,8 @@ std::string_view categoryName(OpCategory category) {
     return "View";
   case OpCategory::Copy:
     return "Copy";
+  case OpCategory::Collective:
+    return "Collective";
   }
   assert(false && "categoryName: not an OpCategory");
   return "?";

@@ -90,7 +90,8 @@ TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta> &in) {
   case OpKind::cos:
     expectFloating(op, x);
     return x;
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferUnary");
@@ -118,7 +119,7 @@ TensorMeta inferBinary(OpKind op, const std::vector<TensorMeta> &in) {
   case OpKind::maximum:
   case OpKind::minimum:
     return {t, s};
-    RCJIT_OP_CASES(Source, Unary, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Where, Reduce, Normalize, Matmul, Nn, View, Copy, Collective)
     break;
   }
   notHandledBy(op, "inferBinary");
@@ -193,7 +194,8 @@ TensorMeta inferReduce(OpKind op, const std::vector<TensorMeta> &in, const Attrs
     return inferReduceDims(op, in[0], a);
   case OpKind::argmax:
     return inferArgmax(op, in[0], a);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferReduce");
@@ -204,7 +206,8 @@ TensorMeta inferNormalize(OpKind op, const std::vector<TensorMeta> &in, const At
   case OpKind::softmax:
   case OpKind::log_softmax:
     break;
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Matmul, Nn, View, Copy,
+                   Collective)
     notHandledBy(op, "inferNormalize");
   }
   expectArity(op, in, 1, 1);
@@ -333,7 +336,8 @@ TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, con
     return inferLinear(in);
   case OpKind::conv2d:
     return inferConv2d(in, a);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferMatmulCategory");
@@ -389,7 +393,8 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a)
     s.back() = v.back();
     return {in[0].dtype, s};
   }
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferNn");
@@ -443,7 +448,8 @@ TensorMeta inferView(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     out[a.dim] = a.end - a.start;
     return {x.dtype, out};
   }
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferView");
@@ -478,10 +484,71 @@ TensorMeta inferCopy(OpKind op, const std::vector<TensorMeta> &in, const Attrs &
     return in[0];
   case OpKind::cat:
     return inferCat(op, in, a);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View,
+                   Collective)
     break;
   }
   notHandledBy(op, "inferCopy");
+}
+
+// The dtypes the reducing collectives take (dist's rule: MPI reduces these natively).
+void expectReducible(OpKind op, const TensorMeta &x, const Attrs &a) {
+  const DType t = x.dtype;
+  if (t != DType::f32 && t != DType::f64 && t != DType::i32 && t != DType::i64) {
+    fail(op, metaStr(x) + " cannot be reduced (takes f32, f64, i32, i64: convert first)");
+  }
+  if (op == OpKind::all_reduce && a.reduce == 1 && !isFloating(t)) {
+    fail(op, "the mean of " + metaStr(x) + " (mean takes f32 and f64; use sum)");
+  }
+}
+
+void expectCollectiveDim(OpKind op, const TensorMeta &x, const Attrs &a) {
+  if (a.dim < 0 || a.dim >= static_cast<int64_t>(x.shape.size())) {
+    fail(op, "dim " + std::to_string(a.dim) + " is out of range for " + metaStr(x));
+  }
+}
+
+TensorMeta inferCollective(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
+  expectArity(op, in, 1, 1);
+  const TensorMeta &x = in[0];
+  if (a.world < 1) fail(op, "world size " + std::to_string(a.world) + " (must be at least 1)");
+  switch (op) {
+  case OpKind::all_reduce:
+    if (a.reduce < 0 || a.reduce > 2) {
+      fail(op, "reduce " + std::to_string(a.reduce) + " is not sum (0), mean (1) or max (2)");
+    }
+    expectReducible(op, x, a);
+    return x;
+  case OpKind::all_gather: {
+    expectCollectiveDim(op, x, a);
+    TensorMeta out = x;
+    out.shape[static_cast<size_t>(a.dim)] = detail::checkedMul(
+        x.shape[static_cast<size_t>(a.dim)], a.world, "all_gather", "the gathered dim");
+    return out;
+  }
+  case OpKind::reduce_scatter: {
+    expectReducible(op, x, a);
+    expectCollectiveDim(op, x, a);
+    const int64_t n = x.shape[static_cast<size_t>(a.dim)];
+    if (n % a.world != 0) {
+      fail(op, "dim " + std::to_string(a.dim) + " of " + metaStr(x) + " has size " +
+                   std::to_string(n) + ", which " + std::to_string(a.world) +
+                   " ranks cannot split evenly");
+    }
+    TensorMeta out = x;
+    out.shape[static_cast<size_t>(a.dim)] = n / a.world;
+    return out;
+  }
+  case OpKind::broadcast:
+    if (a.root < 0 || a.root >= a.world) {
+      fail(op, "root " + std::to_string(a.root) + " is not a rank of a world of " +
+                   std::to_string(a.world));
+    }
+    return x;
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    break;
+  }
+  notHandledBy(op, "inferCollective");
 }
 
 } // namespace
@@ -558,6 +625,8 @@ TensorMeta inferUnchecked(OpKind op, const std::vector<TensorMeta> &in, const At
     return inferView(op, in, a);
   case OpCategory::Copy:
     return inferCopy(op, in, a);
+  case OpCategory::Collective:
+    return inferCollective(op, in, a);
   }
   fail(op, "unknown op category");
 }

@@ -11,8 +11,21 @@
 // copied to a contiguous buffer and, for in-place collectives, written back). Reductions
 // (all_reduce, reduce_scatter) take f32, f64, i32 and i64; f16, bf16 and bool are an Error
 // (convert to f32 first); `mean` takes f32 and f64 only. broadcast and all_gather move any
-// dtype. Collectives inside a traced or compiled function are an Error: they are not ops of
-// the IR yet.
+// dtype.
+//
+// Inside a traced or compiled function (rcjit::compile, full or regional mode) the blocking
+// all_reduce, all_gather, reduce_scatter and broadcast are ops of the IR (Ops.def's
+// Collective category): they record a node (the in-place all_reduce and broadcast rebind the
+// caller's Tensor to the node's value instead of writing the tensor passed), differentiate by
+// the gradient rules (all_reduce sum/mean/max, all_gather <-> reduce_scatter, broadcast: the
+// summed gradient at the root), and compile to a non-blocking step that is waited for just
+// before the first step reading its result, so compute placed between them overlaps the
+// transfer. Such a graph is made for the job's world size (the node's `world` attribute, a
+// guard of the compiled entry); the rank is not in it, so every rank shares one compiled
+// function. The *_async forms, barrier, broadcast_parameters and all_reduce_gradients inside
+// a trace are an Error. A compiled step checks shapes with every rank as the eager calls do.
+// The cuda target has no collectives (an Error when compiling for it). Outside a trace the
+// collectives record no autograd.
 //
 // Thread-safety: the functions may be called from any thread; calls are serialized inside
 // (MPI is initialized with MPI_THREAD_SERIALIZED). As with MPI, the ranks must issue their

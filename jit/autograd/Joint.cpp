@@ -28,6 +28,7 @@ Tensor replayNode(const Node &n, const std::vector<Tensor> &in, Device device) {
   case OpCategory::Nn:
   case OpCategory::View:
   case OpCategory::Copy:
+  case OpCategory::Collective: // a meta trace: no communication
     return detail::applyOp(n.op, in, n.attrs);
   }
   throw Error("joint graph: cannot replay op " + std::string(opName(n.op)));

@@ -29,6 +29,7 @@ bool cheap(const Node &n) {
   case OpCategory::Matmul:
   case OpCategory::Nn:
   case OpCategory::Copy:
+  case OpCategory::Collective:
     return false;
   }
   return false;

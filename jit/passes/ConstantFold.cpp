@@ -21,6 +21,7 @@ bool isElementwise(OpKind op) {
   case OpCategory::Nn:
   case OpCategory::View:
   case OpCategory::Copy:
+  case OpCategory::Collective:
     return false;
   }
   return false;

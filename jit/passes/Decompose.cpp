@@ -210,7 +210,8 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
   case OpKind::conv2d_backward_input:  // run by the eager kernel
   case OpKind::conv2d_backward_weight: // run by the eager kernel
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy) // lowered as is
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy,
+                   Collective) // lowered as is
     return -1;
   }
   return -1;

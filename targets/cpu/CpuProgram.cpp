@@ -16,6 +16,7 @@
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
+#include "dist/IrCollectives.h"
 #include "support/Events.h"
 #include "support/Profiler.h"
 #include "support/Threads.h"
@@ -655,6 +656,39 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     if (!consumed) return;
     for (int in : spec->inputsDone[i]) consumed[in] = Tensor();
   };
+  // collectives in flight, by the index of the step that started them; declared after the
+  // arena, so an error unwinding the call waits for them before the arena is released
+  std::vector<dist::Work> inFlight(p.steps.size());
+  auto runCollectiveStep = [&](size_t i, const Step &s) {
+    if (s.kind == Step::Kind::collective) {
+      profiler::Scope scope("collective start", [&s] { return std::string(opName(s.op)); });
+      open(i);
+      const Value &val = p.values[s.operands.at(0)];
+      const Buffer &b = p.buffers[val.buffer];
+      std::shared_ptr<detail::Storage> owner;
+      if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
+      if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
+      if (b.kind == Buffer::Kind::output && outBuffers[val.buffer].defined())
+        owner = outBuffers[val.buffer].impl()->storage;
+      inFlight[i] =
+          dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
+      done(i);
+      return;
+    }
+    profiler::Scope scope("collective wait", [&s] { return std::string(opName(s.op)); });
+    Tensor r = inFlight.at(static_cast<size_t>(s.kernel)).wait().contiguous();
+    inFlight[static_cast<size_t>(s.kernel)] = dist::Work();
+    const Value &rv = p.values[s.operands.at(1)];
+    if (r.dtype() != rv.dtype || r.shape() != rv.shape) {
+      throw Error(std::string(opName(s.op)) + ": the collective gave " +
+                  std::string(dtypeName(r.dtype())) + shapeStr(r.shape()) +
+                  ", the program expects " + std::string(dtypeName(rv.dtype)) + shapeStr(rv.shape) +
+                  " (internal error)");
+    }
+    dynamic[rv.buffer] = r;
+    bases[rv.buffer] = static_cast<char *>(r.data_ptr());
+    done(i);
+  };
   auto runEagerStep = [&](size_t i, const Step &s) {
     profiler::Scope scope("eager step", [&s] { return std::string(opName(s.op)); });
     open(i);
@@ -721,7 +755,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         runLibrary(*spec, i, ops, result, threadsOf(i));
         done(i);
       },
-      runEagerStep);
+      runEagerStep, runCollectiveStep);
   if (tuner) {
     tuner->finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - tuneStart).count());

@@ -59,7 +59,8 @@ bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
   case OpKind::sin:
   case OpKind::cos:
   case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     return false;
   }
   return false;

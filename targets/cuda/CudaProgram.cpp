@@ -142,6 +142,10 @@ std::string unsupportedStep(const Program &p, const Step &s) {
   std::string what = std::string(opName(s.op)) + " (" + s.note + ")";
   if (s.kind == Step::Kind::eager && s.op == OpKind::arange) return ""; // a constant per size
   if (s.kind == Step::Kind::eager) return what + " has no GPU implementation yet";
+  if (s.kind == Step::Kind::collective || s.kind == Step::Kind::wait) {
+    return what + " is a collective: the cuda target has none (NCCL is not built); compile "
+                  "the function for the CPU (Target::cpu), where collectives run over MPI";
+  }
   if (!s.postOps.empty()) return what + " has fused post-ops (lower with lowerOptionsFor(cuda))";
   MatmulLayout l;
   if (!matmulLayout(p, s, l)) {
@@ -305,7 +309,8 @@ void CudaProgram::enqueue(const Spec &spec, const std::vector<CUdeviceptr> &base
             reinterpret_cast<void *>(address(s.result)), ctx_->stream());
   };
   // an eager step (arange) is a constant of the spec, bound as a buffer in run()
-  forEachStep(p, kernel, gemm, [](size_t, const Step &) {});
+  forEachStep(
+      p, kernel, gemm, [](size_t, const Step &) {}, [](size_t, const Step &) {});
 }
 
 std::vector<Tensor> CudaProgram::run(const Tensor *const *inputs, size_t n) const {

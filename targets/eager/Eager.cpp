@@ -1,6 +1,7 @@
 // The eager target's entry point: dispatch one op to its family by category.
 #include "targets/eager/Eager.h"
 
+#include "dist/IrCollectives.h"
 #include "tracer/DeviceBackend.h"
 
 namespace rcjit::eager {
@@ -26,6 +27,8 @@ Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tenso
   case OpCategory::View:
   case OpCategory::Copy:
     return runShape(op, in, a, out);
+  case OpCategory::Collective:
+    return dist::detail::runCollectiveOp(op, in.at(0), a, out);
   }
   throw Error("eager: no kernel for op " + std::string(opName(op)));
 }

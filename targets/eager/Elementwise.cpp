@@ -274,7 +274,7 @@ void runByOp(OpKind op, const Tensor &r, const std::vector<Tensor> &in) {
     return runBinary<true>(r, in, [](auto a, auto b) { return a >= b; });
   case OpKind::where:
     return runWhere(r, in);
-    RCJIT_OP_CASES(Source, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Reduce, Normalize, Matmul, Nn, View, Copy, Collective)
     break;
   }
   throw Error("eager::runElementwise: '" + std::string(opName(op)) + "' is not an elementwise op");

@@ -225,7 +225,8 @@ Tensor runMatmul(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const
     return runLinear(in, out);
   case OpKind::conv2d:
     return runConv2d(in, a, out);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Nn, View, Copy,
+                   Collective)
     break;
   }
   assert(false && "runMatmul: not a Matmul-category op");

@@ -328,7 +328,8 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runConv2dBackward(op, in, a, out);
   case OpKind::sdpa:
     return runSdpa(in, a, out);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy,
+                   Collective)
     break;
   }
   assert(false && "runNn: not an Nn-category op");

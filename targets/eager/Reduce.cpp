@@ -391,7 +391,7 @@ Tensor runReduce(OpKind op, const Tensor &x, const Attrs &a, const TensorMeta &o
   case OpKind::softmax:
   case OpKind::log_softmax:
     return softmaxDim(op, x, a.dim, out);
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Matmul, Nn, View, Copy, Collective)
     break;
   }
   throw Error("eager::runReduce: '" + std::string(opName(op)) + "' is not a reduction");

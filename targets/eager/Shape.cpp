@@ -123,7 +123,7 @@ Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const 
     return t;
   }
   case OpKind::input: // an argument: never run
-    RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn)
+    RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Collective)
     break;
   }
   throw Error("eager: " + std::string(opName(op)) + " is not a shape op");

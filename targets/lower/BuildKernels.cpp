@@ -92,6 +92,49 @@ void Lowering::buildKernels() {
     ordered[plan.groups[gid].order] = std::move(s);
   }
   for (auto &[order, s] : ordered) p.steps.push_back(std::move(s));
+  placeWaits();
+}
+
+// Each collective step gets a wait step just before the first later step that reads its
+// result's buffer (a view of the result reads it too), or at the end when none does.
+void Lowering::placeWaits() {
+  std::vector<Step> steps;
+  steps.reserve(p.steps.size());
+  struct Pending {
+    int start;  // index in `steps` of the collective step
+    int buffer; // its result's buffer
+  };
+  std::vector<Pending> pending;
+  auto waitFor = [&](const Pending &c) {
+    const Step &start = steps[static_cast<size_t>(c.start)];
+    Step w;
+    w.kind = Step::Kind::wait;
+    w.kernel = c.start;
+    w.op = start.op;
+    w.attrs = start.attrs;
+    w.operands = {start.operands.at(0), start.result};
+    w.note = start.note;
+    steps.push_back(std::move(w));
+  };
+  for (Step &s : p.steps) {
+    for (size_t i = 0; i < pending.size();) {
+      bool reads = false;
+      for (int v : s.operands) reads = reads || p.values[v].buffer == pending[i].buffer;
+      if (reads) {
+        waitFor(pending[i]);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    const bool starts = s.kind == Step::Kind::collective;
+    steps.push_back(std::move(s));
+    if (starts) {
+      pending.push_back({static_cast<int>(steps.size()) - 1, p.values[steps.back().result].buffer});
+    }
+  }
+  for (const Pending &c : pending) waitFor(c);
+  p.steps = std::move(steps);
 }
 
 bool Lowering::hasCopy(int gid) const {

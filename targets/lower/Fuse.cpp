@@ -41,7 +41,8 @@ bool isPostOp(OpKind op) {
   case OpKind::sin:
   case OpKind::cos:
   case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                   Collective)
     return false;
   }
   return false;
@@ -144,7 +145,8 @@ void Lowering::placeNode(int node) {
       return placeLibraryOrEager(node, Step::Kind::eager);
     case OpKind::full:
       return; // a constant until a step needs it materialized
-      RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy)
+      RCJIT_OP_CASES(Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
+                     Collective)
       break;
     }
     return;
@@ -176,13 +178,17 @@ void Lowering::placeNode(int node) {
     }
     case OpKind::cat:
       return placeCat(node);
-      RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View)
+      RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View,
+                     Collective)
       break;
     }
     return;
   case OpCategory::Normalize:
   case OpCategory::Nn:
     placeLibraryOrEager(node, Step::Kind::eager);
+    return;
+  case OpCategory::Collective:
+    placeCollective(node);
     return;
   }
 }
@@ -255,7 +261,8 @@ void Lowering::placeView(int node) {
   case OpKind::slice:
     v.offset += n.attrs.start * v.strides[n.attrs.dim];
     break;
-    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy)
+    RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, Copy,
+                   Collective)
     assert(false && "placeView: not a view op");
     throw Error("lower: " + std::string(opName(n.op)) + " is not a view op");
   }
@@ -515,7 +522,24 @@ void Lowering::placeLibraryOrEager(int node, Step::Kind kind) {
   value[node] = s.result;
   if (kind == Step::Kind::library) libraryLastNode[s.result] = node;
   otherSteps[order] = std::move(s);
-  plan.calls.push_back({node, kind == Step::Kind::library, {}, order});
+  plan.calls.push_back({node, kind == Step::Kind::library, false, {}, order});
+}
+
+// A collective: its own start step where the node stands, its result a dynamic buffer that
+// the wait step (placeWaits) fills before the first step reading it.
+void Lowering::placeCollective(int node) {
+  const Node &n = g.nodes[node];
+  Step s;
+  s.kind = Step::Kind::collective;
+  s.op = n.op;
+  s.attrs = n.attrs;
+  s.operands.push_back(materialize(n.inputs.at(0)));
+  int order = nextOrder++;
+  s.result = newBufferValue(shapeOf(node), n.dtype, order, Buffer::Kind::dynamic);
+  s.note = nodeRef(g, node);
+  value[node] = s.result;
+  otherSteps[order] = std::move(s);
+  plan.calls.push_back({node, false, true, {}, order});
 }
 
 } // namespace rcjit::lowering
@@ -554,11 +578,15 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
   }
   for (const FusionCall &c : plan.calls) {
     std::ostringstream os;
-    os << "  " << (c.library ? "library " : "eager ") << opName(g.nodes[c.node].op) << " %"
-       << c.node;
+    os << "  "
+       << (c.collective ? "collective "
+           : c.library  ? "library "
+                        : "eager ")
+       << opName(g.nodes[c.node].op) << " %" << c.node;
     for (int po : c.postOps) os << " +" << opName(g.nodes[po].op) << " %" << po;
-    os << (c.library ? " (a library call: oneDNN on the CPU, cuBLAS on cuda)"
-                     : " (no kernel covers it: runs as an eager op)")
+    os << (c.collective ? " (started here over MPI, waited for before its first use)"
+           : c.library  ? " (a library call: oneDNN on the CPU, cuBLAS on cuda)"
+                        : " (no kernel covers it: runs as an eager op)")
        << "\n";
     lines.push_back({c.order, lines.size(), os.str()});
   }

@@ -76,12 +76,14 @@ struct Lowering {
   void fuseReduce(int node);
   bool foldPostOp(int node);
   void placeLibraryOrEager(int node, Step::Kind kind);
+  void placeCollective(int node);
 
   // build kernels (BuildKernels.cpp)
   void buildKernels();
   void buildKernel(int gid, Step &step);
   int reduceInvariant(LoopKernel &k, const KernelStmt &r);
   bool hasCopy(int gid) const;
+  void placeWaits();
 
   // plan buffers (PlanBuffers.cpp)
   Program planBuffers();

@@ -43,6 +43,9 @@ struct Attrs {
   double eps = 0;      // layer_norm, rms_norm
   bool keepdim = false;
   bool causal = false;
+  int64_t reduce = 0; // all_reduce: 0 sum, 1 mean, 2 max (dist::ReduceOp's order)
+  int64_t root = 0;   // broadcast: the rank whose value every rank gets
+  int64_t world = 1;  // collectives: the world size the graph was made for
 };
 
 /// Whether an input node is an argument of the traced function or a captured tensor

@@ -18,7 +18,12 @@ enum AttrBit : uint32_t {
   kEps = 1u << 7,
   kKeepdim = 1u << 8,
   kCausal = 1u << 9,
+  kReduce = 1u << 10, // collectives: Attrs::reduce (sum, mean, max)
+  kRoot = 1u << 11,   // broadcast: Attrs::root
+  kWorld = 1u << 12,  // collectives: Attrs::world, the number of ranks the graph was made for
 };
+/// The highest AttrBit: loops over the bits run `bit <= kLastAttrBit`.
+constexpr uint32_t kLastAttrBit = kWorld;
 
 enum class OpCategory : uint8_t {
   Source,
@@ -31,7 +36,8 @@ enum class OpCategory : uint8_t {
   Matmul,
   Nn,
   View,
-  Copy
+  Copy,
+  Collective
 };
 
 enum class OpKind : uint8_t {
