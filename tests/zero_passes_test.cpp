@@ -263,5 +263,28 @@ TEST(ZeroPasses, ShardParameterChecksItsArguments) {
   EXPECT_TRUE(allclose(f(Tensor::ones({2, 8})), Tensor::zeros({2, 8})));
 }
 
+// A compiled program frees an eager step's result (a gather's, an embedding's) after its last
+// reader, not at the end of the call: two 1 MiB embeddings read one after the other never
+// take 2 MiB at once.
+TEST(ZeroPasses, CompiledProgramsFreeEagerResultsAfterTheirLastReader) {
+  const Tensor w = Tensor::ones({16, 4096});
+  std::vector<int64_t> a(64), b(64);
+  for (int64_t i = 0; i < 64; ++i) {
+    a[static_cast<size_t>(i)] = i % 16;
+    b[static_cast<size_t>(i)] = (i * 7) % 16;
+  }
+  const Tensor ia = Tensor::from_vector(a, {64}), ib = Tensor::from_vector(b, {64});
+  auto f = compile([&](const Tensor &x, const Tensor &y) {
+    return sum(embedding(w, x), {}, false) + sum(embedding(w, y), {}, false) * 2;
+  });
+  Tensor want = Tensor::full({}, 3.0 * 64 * 4096);
+  EXPECT_TRUE(allclose(f(ia, ib), want)); // compiles
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  EXPECT_TRUE(allclose(f(ia, ib), want));
+  const int64_t mib = 64 * 4096 * 4;
+  EXPECT_LT(memory_stats().peak_bytes - before, mib + mib / 2);
+}
+
 } // namespace
 } // namespace rcjit

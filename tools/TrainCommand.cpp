@@ -21,6 +21,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "dist/CompiledWaits.h"
 #include "tools/Cli.h"
 #include "tools/ModelCommon.h"
 #include "tools/Models.h"
@@ -215,7 +216,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       Autocast ac(DType::bf16, s.autocast);
       l = wholeStep(b.inputs);
     } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
-      const double waited = zero->stats().waitSeconds; // zero3 gathers in forward, backward
+      // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
+      const double waited =
+          zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds();
       zero->zero_grad();
       {
         Autocast ac(DType::bf16, s.autocast);
@@ -223,7 +226,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       }
       l.backward();
       zero->step();
-      r.commMsAll.push_back((zero->stats().waitSeconds - waited) * 1e3);
+      r.commMsAll.push_back(
+          (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
+          1e3);
     } else {
       adamw ? adamw->zero_grad() : sgd->zero_grad();
       {
