@@ -137,6 +137,7 @@ Mode parseTrainMode(const std::string &m) {
 // from the forward to the backward).
 std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
   if (s.schedule == "none") return {};
+  if (s.schedule == "zero3") return {{0, {"zero3"}}}; // no prefetch: for comparisons
   return {{0, {"zero3"}}, {2, {"zero3", "selective_unshard", "prefetch"}}};
 }
 
@@ -316,6 +317,7 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   s.prefetch ? " + prefetch" : "", s.world, s.world == 1 ? "" : "s",
                   static_cast<long long>(c.batch));
     out << buf;
+    if (s.zeroStage == 3) out << ", --schedule " << s.schedule << " for compiled modes";
   }
   out << "\n";
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
@@ -508,8 +510,9 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
       "over the ranks (zero3 compiled: through the pass schedule, see --schedule)")(
       "schedule", po::value(&s.schedule)->default_value("default"),
-      "zero3, compiled modes: default (the passes zero3 from step 0, + prefetch and "
-      "prefetch from step 2) or none (no passes: zero3 runs eagerly, --modes eager)")(
+      "zero3, compiled modes: default (the pass zero3 from step 0, + selective_unshard and "
+      "prefetch from step 2), zero3 (the zero3 pass alone) or none (no passes: zero3 runs "
+      "eagerly, --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
@@ -612,8 +615,8 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "
                                 "runs");
   }
-  if (s.schedule != "default" && s.schedule != "none") {
-    throw std::invalid_argument("--schedule: '" + s.schedule + "' is not default or none");
+  if (s.schedule != "default" && s.schedule != "zero3" && s.schedule != "none") {
+    throw std::invalid_argument("--schedule: '" + s.schedule + "' is not default, zero3 or none");
   }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {

@@ -465,7 +465,6 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
     }
   }
   Graph out = b.finish();
-  const std::vector<int> ids = zeroProgramInputNodes(g);
   for (size_t o = 0; o < g.outputs.size(); ++o) {
     const int k = of[static_cast<size_t>(g.outputs[o])];
     if (k < 0 || !isResident(s.inputs[static_cast<size_t>(k)].param.unit)) continue;
@@ -475,7 +474,6 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
       out.outputs[o] = w->second;
     }
   }
-  (void)ids;
   return out;
 }
 
