@@ -109,7 +109,9 @@ TEST(ZeroPasses, Zero3GathersEachUnitJustBeforeItsFirstUse) {
     EXPECT_EQ(concreteShape(z.nodes[static_cast<size_t>(gt)].shape), (Shape{64}));
     // gathered after the previous block's matmul, before its own: just before its first use
     EXPECT_LT(gt, matmuls[static_cast<size_t>(w)]);
-    if (w > 0) EXPECT_GT(gt, matmuls[static_cast<size_t>(w - 1)]);
+    if (w > 0) {
+      EXPECT_GT(gt, matmuls[static_cast<size_t>(w - 1)]);
+    }
     EXPECT_TRUE(zeroTestReadsThroughViews(z, matmuls[static_cast<size_t>(w)], gt));
     // nothing after the unit's last use reads the gathered value: it can be freed there
     for (size_t i = static_cast<size_t>(matmuls[static_cast<size_t>(w)]) + 1; i < z.nodes.size(); ++i)
@@ -188,7 +190,9 @@ TEST(ZeroPasses, Zero3ReduceScattersGradientsInTheBackward) {
   ASSERT_EQ(mm.size(), 6u);
   for (size_t k = 0; k < 3; ++k) {
     EXPECT_GT(rs[k], mm[3 + k]);
-    if (k < 2) EXPECT_LT(rs[k], mm[4 + k]);
+    if (k < 2) {
+      EXPECT_LT(rs[k], mm[4 + k]);
+    }
   }
 }
 
