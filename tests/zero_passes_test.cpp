@@ -145,7 +145,8 @@ TEST(ZeroPasses, PrefetchStartsGathersEarlierWithinTheBudget) {
   matmuls = zeroTestNodesOf(all, OpKind::matmul);
   for (int w = 0; w < 3; ++w) EXPECT_LT(zeroTestGatherOf(all, w), matmuls[0]) << "w" << w + 1;
   // the budget bounds the estimate: with room for one more unit, gathers move less far
-  ctx.memory_budget = *std::max_element(estimatedLiveBytes(z).begin(), estimatedLiveBytes(z).end()) + 64 * 4;
+  const std::vector<int64_t> before = estimatedLiveBytes(z);
+  ctx.memory_budget = *std::max_element(before.begin(), before.end()) + 64 * 4;
   const Graph some = prefetchPass(z, ctx);
   const std::vector<int64_t> live = estimatedLiveBytes(some);
   EXPECT_LE(*std::max_element(live.begin(), live.end()), ctx.memory_budget + 64 * 4);
@@ -235,8 +236,6 @@ TEST(ZeroPasses, BuiltInPassesAreRegisteredAndReserved) {
     register_scheduled_pass("zero3", [](const Graph &g, const PassContext &) { return g; });
   });
   EXPECT_NE(msg.find("'zero3' is a built-in pass of rcjit"), std::string::npos) << msg;
-  clear_scheduled_passes(); // removes the user's, not the built-in ones
-  EXPECT_TRUE(has_scheduled_pass("zero3"));
 }
 
 TEST(ZeroPasses, ShardParameterChecksItsArguments) {
