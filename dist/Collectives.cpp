@@ -298,6 +298,8 @@ void barrier() {
   const Comm &c = detail::commLocked();
   Record r;
   r.kind = static_cast<int32_t>(Kind::barrier);
+  // no op of the IR: a compiled function would run it only while tracing
+  if (Tracer::current()) r.problem = static_cast<int32_t>(detail::Problem::traced);
   const std::string ctx = agreeOn(r, c);
   MPI_Request request = MPI_REQUEST_NULL;
   checkMpi(MPI_Ibarrier(c.comm, &request), "MPI_Ibarrier", ctx);

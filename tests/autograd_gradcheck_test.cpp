@@ -312,6 +312,9 @@ TEST(GradRules, EveryOpIsClassifiedAndEveryDifferentiableOpHasAGradientCase) {
   }
   covered.insert(
       OpKind::cast); // f64 cases cast to lower precision only: Autograd.CastGradientIsCastBack
+  // the collectives need an MPI job: tests/mpi/compiled_collectives_test.cpp checks each rule
+  // (CompiledCollectives.GradientRulesMatchTheReference) on 1, 2 and 4 ranks
+  for (OpKind op : opsOfCategory(OpCategory::Collective)) covered.insert(op);
   for (int k = 0; k < kNumOps; ++k) {
     const OpKind op = static_cast<OpKind>(k);
     const GradKind g = autograd::gradKind(op);

@@ -72,7 +72,7 @@ TEST(CollectiveOps, ShapeRuleErrorsNameWhatIsWrong) {
   EXPECT_NE(msg.find("reduce 7 is not sum (0), mean (1) or max (2)"), std::string::npos) << msg;
 }
 
-const char *kFourRanks = R"(graph {
+const char *kFourRanks = R"(graph() {
   %0 = input arg 0 : f32[8, 6]
   %1 = mul(%0, %0) : f32[8, 6]
   %2 = all_reduce(%1) reduce=mean world=4 : f32[8, 6]
@@ -115,13 +115,13 @@ TEST(CollectiveOps, PrintParseAndHash) {
   EXPECT_NE(hashGraph(parseGraph(replaced(text, "reduce=mean", "reduce=max"))), h);
   EXPECT_NE(hashGraph(parseGraph(replaced(text, "root=3", "root=2"))), h);
   // a world of 1 against a world of 4: the one-rank graph differs only in `world` and shapes
-  const Graph one = parseGraph(R"(graph {
+  const Graph one = parseGraph(R"(graph() {
   %0 = input arg 0 : f32[8, 6]
   %1 = all_gather(%0) dim=0 world=1 : f32[8, 6]
   return %1
 }
 )");
-  const Graph oneAs4 = parseGraph(R"(graph {
+  const Graph oneAs4 = parseGraph(R"(graph() {
   %0 = input arg 0 : f32[8, 6]
   %1 = all_gather(%0) dim=0 world=4 : f32[32, 6]
   return %1

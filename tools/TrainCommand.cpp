@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include <rcjit/DistPasses.h>
 #include <rcjit/rcjit.h>
 
 #include "dist/CompiledWaits.h"
@@ -61,6 +62,7 @@ struct TrainRow {
   std::vector<double> stepMsAll, losses;
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
+  bool graphDdp = false;         // ddp in full mode: the compiled backward averages the gradients
   double tokensPerS = 0;         // global batch * seq per median training step
   double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
   double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
@@ -157,6 +159,16 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
   if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
+  // ddp in full mode: the compiled backward averages the gradients itself, with bucketed
+  // all_reduce nodes that a graph pass places as soon as each bucket's gradients exist
+  // (dist::ddp_gradient_pass); eager and regional mode average them after backward()
+  const bool graphDdp = s.ddp && s.zeroStage == 0 && mode == "full";
+  if (graphDdp) {
+    const std::string pass = "rcjit_train_ddp_" + std::to_string(s.bucketBytes);
+    if (!has_scheduled_pass(pass))
+      register_scheduled_pass(pass, dist::ddp_gradient_pass(s.bucketBytes));
+    opts.schedule = {{0, {pass}}};
+  }
   auto lossFn = [&](const std::vector<Tensor> &in) {
     std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
     Tensor out = m->forward(inputs);
@@ -205,6 +217,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   auto wholeStep = compile(step, opts);
   TrainRow r;
   r.mode = mode;
+  r.graphDdp = graphDdp;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < s.steps; ++i) {
     Batch b = batchAt(globalTemplates, s.seed, i);
@@ -237,7 +250,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
         l = loss(b.inputs);
       }
       l.backward();
-      if (s.ddp) { // each rank's loss is the mean over its equal slice: average the gradients
+      if (graphDdp) { // averaged inside the compiled backward: no separate wait
+        r.commMsAll.push_back(0);
+      } else if (s.ddp) { // each rank's loss is the mean over its equal slice: average them
         r.commMsAll.push_back(dist::all_reduce_gradients(params, s.bucketBytes).waitSeconds * 1e3);
       }
       adamw ? adamw->step() : sgd->step();
@@ -349,7 +364,10 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps", r.mode.c_str(),
                   r.tokensPerS, r.laterPeakMiB);
     out << buf;
-    if (s.ddp && s.zeroStage == 0) {
+    if (r.graphDdp) {
+      out << "; the gradients averaged inside the compiled backward (bucketed all_reduce nodes "
+             "of a graph pass)";
+    } else if (s.ddp && s.zeroStage == 0) {
       std::snprintf(buf, sizeof buf,
                     "; waiting on the gradients' all_reduce %.1f ms per step (median, %.0f %% of "
                     "the step)",

@@ -665,6 +665,14 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   // collectives in flight, by the index of the step that started them; declared after the
   // arena, so an error unwinding the call waits for them before the arena is released
   std::vector<dist::Work> inFlight(p.steps.size());
+  size_t pending = 0; // collectives started and not yet waited for
+  // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress
+  // thread): between steps, each collective in flight gets one MPI_Test, so the transfer
+  // advances while the program computes instead of all at the wait
+  auto progress = [&] {
+    if (pending == 0) return;
+    for (dist::Work &w : inFlight) w.test();
+  };
   auto runCollectiveStep = [&](size_t i, const Step &s) {
     if (s.kind == Step::Kind::collective) {
       profiler::Scope scope("collective start", [&s] { return std::string(opName(s.op)); });
@@ -681,6 +689,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
           dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
       dist::detail::addCompiledCollectiveWait(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      ++pending;
       done(i);
       return;
     }
@@ -690,6 +699,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     dist::detail::addCompiledCollectiveWait(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count());
     inFlight[static_cast<size_t>(s.kernel)] = dist::Work();
+    --pending;
     const Value &rv = p.values[s.operands.at(1)];
     if (r.dtype() != rv.dtype || r.shape() != rv.shape) {
       throw Error(std::string(opName(s.op)) + ": the collective gave " +
@@ -702,6 +712,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     done(i);
   };
   auto runEagerStep = [&](size_t i, const Step &s) {
+    progress();
     profiler::Scope scope("eager step", [&s] { return std::string(opName(s.op)); });
     open(i);
     runEager(s, p, bases.data(), dynamic, outBuffers, inputs);
@@ -721,6 +732,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
       p,
       [&](size_t i, const Step &s) {
         if (i < runEnd) return;
+        progress();
         if (!tuner && !chosen && (*runs)[i] > static_cast<int>(i) + 1) {
           runEnd = static_cast<size_t>((*runs)[i]);
           profiler::Scope scope("kernel", [&] {
@@ -745,6 +757,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         done(i);
       },
       [&](size_t i, const Step &s) {
+        progress();
         profiler::Scope scope("library", stepName(i));
         if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
         open(i);

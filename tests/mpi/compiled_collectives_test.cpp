@@ -375,6 +375,13 @@ TEST(CompiledCollectives, WhatIsNotAnOpOfTheIrIsAClearError) {
   });
   std::string msg = errorOf([&] { f(Tensor::ones({4})); });
   EXPECT_NE(msg.find("the *_async forms"), std::string::npos) << msg;
+  auto fenced = compile([](const Tensor &x) {
+    dist::barrier(); // would run only while tracing
+    return x * 2.0;
+  });
+  msg = errorOf([&] { fenced(Tensor::ones({4})); });
+  EXPECT_NE(msg.find("dist::barrier (rank " + std::to_string(rankOf())), std::string::npos) << msg;
+  EXPECT_NE(msg.find("inside a traced or compiled function"), std::string::npos) << msg;
   auto g = compile([](const Tensor &x) { return dist::reduce_scatter(x, 0); });
   if (worldOf() > 1) {
     msg = errorOf([&] { g(Tensor::ones({2 * worldOf() + 1})); });

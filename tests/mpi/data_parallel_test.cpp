@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include <rcjit/DistPasses.h>
 #include <rcjit/rcjit.h>
 
 #include "tests/TestUtil.h"
@@ -30,13 +31,24 @@ struct Curve {
   std::vector<double> losses;
   std::vector<Tensor> params;
   int buckets = 0;
+  int graphAllReduces = 0; // all_reduce nodes in the compiled backward (the graph pass)
 };
+
+// How a ddp run averages its gradients: after backward() (all_reduce_gradients), or inside
+// the compiled backward (dist::ddp_gradient_pass, scheduled from step 0).
+enum class Averaging { afterBackward, graphPass };
 
 // 20 AdamW steps of the 2-layer gpt2 (hidden 64, 4 heads, vocab 256). With `ddp`, this rank
 // trains on its rows of each global batch and averages the gradients over the ranks (its
 // weights start from another seed on ranks other than 0: broadcast_parameters fixes them);
 // without, it trains alone on the whole batch. The losses are the global batch's means.
-Curve train(bool ddp, Mode mode, bool adamw) {
+// The all_reduce nodes test_count_all_reduces saw in the last backward graph compiled.
+int &backwardAllReduces() {
+  static int n = 0;
+  return n;
+}
+
+Curve train(bool ddp, Mode mode, bool adamw, Averaging how = Averaging::afterBackward) {
   const int world = ddp ? dist::world_size() : 1, rank = ddp ? dist::rank() : 0;
   tools::ModelConfig c;
   c.batch = kMpiGlobalBatch / world;
@@ -53,9 +65,28 @@ Curve train(bool ddp, Mode mode, bool adamw) {
   } else {
     sgd.emplace(out.params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
   }
+  CompileOptions opts{.mode = mode};
+  const bool graphPass = ddp && how == Averaging::graphPass;
+  if (graphPass) {
+    // 64 KiB buckets, as below; the second pass counts the all_reduce nodes the first placed
+    if (!has_scheduled_pass("test_ddp_gradients"))
+      register_scheduled_pass("test_ddp_gradients", dist::ddp_gradient_pass(64 << 10));
+    if (!has_scheduled_pass("test_count_all_reduces")) {
+      register_scheduled_pass("test_count_all_reduces", [](const Graph &g, const PassContext &ctx) {
+        if (ctx.backward) {
+          int n = 0;
+          for (const Node &node : g.nodes) n += node.op == OpKind::all_reduce;
+          backwardAllReduces() = n;
+        }
+        return g;
+      });
+    }
+    opts.schedule = {{0, {"test_ddp_gradients", "test_count_all_reduces"}}};
+    backwardAllReduces() = 0;
+  }
   auto loss = compile(
       [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
-      CompileOptions{.mode = mode});
+      opts);
   for (int step = 0; step < kMpiSteps; ++step) {
     auto [ids, next] = mpiGlobalBatch(step);
     const int64_t rows = kMpiGlobalBatch / world;
@@ -65,12 +96,13 @@ Curve train(bool ddp, Mode mode, bool adamw) {
     Tensor l = loss(std::vector<Tensor>{ids, next});
     l.backward();
     // small buckets: several all_reduces in flight at once
-    if (ddp) out.buckets = dist::all_reduce_gradients(out.params, 64 << 10).buckets;
+    if (ddp && !graphPass) out.buckets = dist::all_reduce_gradients(out.params, 64 << 10).buckets;
     adam ? adam->step() : sgd->step();
     Tensor mean = Tensor::full({}, l.item(), DType::f64);
     if (ddp) dist::all_reduce(mean, dist::ReduceOp::mean);
     out.losses.push_back(mean.item());
   }
+  if (graphPass) out.graphAllReduces = backwardAllReduces();
   return out;
 }
 
@@ -81,8 +113,9 @@ Curve train(bool ddp, Mode mode, bool adamw) {
 // so where a gradient is near zero (a sum that cancels) a rounding difference moves the
 // parameter by up to a fraction of the learning rate: there atol 2e-4 (lr 3e-3; measured:
 // at most 4e-5 apart).
-void expectSameTraining(Mode mode, bool adamw, double paramRtol, double paramAtol) {
-  Curve one = train(false, mode, adamw), ddp = train(true, mode, adamw);
+void expectSameTraining(Mode mode, bool adamw, double paramRtol, double paramAtol,
+                        Averaging how = Averaging::afterBackward) {
+  Curve one = train(false, mode, adamw), ddp = train(true, mode, adamw, how);
   ASSERT_EQ(ddp.losses.size(), one.losses.size());
   double worstLoss = 0;
   for (size_t i = 0; i < one.losses.size(); ++i) {
@@ -101,13 +134,19 @@ void expectSameTraining(Mode mode, bool adamw, double paramRtol, double paramAto
     Tensor diff = abs(ddp.params[i] - one.params[i]);
     worstParam = std::max(worstParam, amax(diff, {}, false).item());
   }
-  if (dist::world_size() > 1) {
+  if (how == Averaging::graphPass) {
+    EXPECT_GT(ddp.graphAllReduces, 1) << "the backward graph holds the buckets' all_reduces";
+    ddp.buckets = ddp.graphAllReduces;
+  } else if (dist::world_size() > 1) {
     EXPECT_GT(ddp.buckets, 1);
   }
   if (dist::rank() == 0) {
     std::printf("ddp on %d ranks (%s, %s): losses %.3f -> %.3f, largest loss difference %.3g "
                 "(relative), largest parameter difference %.3g; %d gradient buckets\n",
-                dist::world_size(), mode == Mode::eager ? "eager" : "compiled",
+                dist::world_size(),
+                mode == Mode::eager           ? "eager"
+                : how == Averaging::graphPass ? "compiled, all_reduce nodes in the backward"
+                                              : "compiled",
                 adamw ? "AdamW" : "SGD", one.losses.front(), one.losses.back(), worstLoss,
                 worstParam, ddp.buckets);
   }
@@ -118,6 +157,11 @@ TEST(DataParallel, Gpt2EagerEqualsOneProcessOnTheFullBatch) {
 }
 TEST(DataParallel, Gpt2CompiledEqualsOneProcessOnTheFullBatch) {
   expectSameTraining(Mode::full, false, 1e-5, 1e-6);
+}
+// Compiled ddp as a graph pass: the backward graph all-reduces the gradients in buckets, each
+// started as soon as its gradients exist (dist::ddp_gradient_pass).
+TEST(DataParallel, Gpt2CompiledGraphPassEqualsOneProcessOnTheFullBatch) {
+  expectSameTraining(Mode::full, false, 1e-5, 1e-6, Averaging::graphPass);
 }
 TEST(DataParallel, Gpt2AdamWEqualsOneProcessOnTheFullBatch) {
   expectSameTraining(Mode::eager, true, 1e-4, 2e-4);
