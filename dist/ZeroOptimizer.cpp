@@ -8,6 +8,7 @@
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Error.h>
+#include <rcjit/Passes.h>
 
 #include "autograd/Autograd.h"
 #include "dist/Collectives.h"
@@ -30,9 +31,11 @@ int64_t f32Bytes(int64_t n) { return n * 4; }
 struct Slot {
   Tensor *slot;
   const nn::ModuleBase *owner;
+  std::string name;
 };
 void collectSlots(const nn::ModuleBase &m, std::vector<Slot> &out) {
-  for (const auto &[name, t] : m.own_parameters()) out.push_back({t, &m});
+  for (const auto &[name, t] : m.own_parameters())
+    out.push_back({t, &m, m.path().empty() ? name : m.path() + "." + name});
   for (const auto &[name, child] : m.children()) collectSlots(*child, out);
 }
 
@@ -88,6 +91,10 @@ struct ZeroOptimizer::Impl {
   void release(size_t i);
   void enterRoot();
   void enterBlock(size_t i);
+  // stage 3 traced by rcjit::compile: the members hold sharded placeholders (see ZeroMember)
+  void installPlaceholders();
+  void forgetPlaceholders();
+  bool traced = false; // the placeholders are declared
   void unitBackward(size_t i, const std::vector<Tensor> &grads, size_t pos,
                     const std::shared_ptr<std::vector<size_t>> &order, bool retain);
   Work startReduceScatter(ZeroUnit &u, const std::vector<Tensor> &grads);
@@ -195,7 +202,7 @@ void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
         return;
       }
     }
-    u.members.push_back({s.slot->shape(), 0, s.slot->numel(), {s.slot}, {index}});
+    u.members.push_back({s.slot->shape(), 0, s.slot->numel(), {s.slot}, {index}, s.name, {}});
   };
   if (stage < 3) { // buckets of about bucketBytes in parameter order
     ZeroUnit u;
@@ -352,13 +359,55 @@ void ZeroOptimizer::Impl::release(size_t i) {
   u.present = false;
 }
 
-void ZeroOptimizer::Impl::enterRoot() {
-  if (Tracer::current()) {
-    throw Error(where() + ": the model was called inside rcjit::compile; ZeRO-3 gathers each "
-                          "block's parameters as it is called, so the model runs eagerly (use "
-                          "stage 1 or 2 with a compiled model)");
+void ZeroOptimizer::Impl::installPlaceholders() {
+  for (size_t i = 0; i < units.size(); ++i) {
+    ZeroUnit &u = units[i];
+    for (ZeroMember &mem : u.members) {
+      if (!mem.placeholder.defined()) {
+        Tensor t = Tensor::empty(mem.shape);
+        detail::releaseStorage(t);
+        t.requires_grad_(true);
+        mem.placeholder = t;
+        ShardedParameter info;
+        info.name = mem.name;
+        info.unit = static_cast<int>(i);
+        info.offset = mem.offset;
+        info.unit_numel = u.numel;
+        info.shape = mem.shape;
+        info.shard = u.slice;
+        info.world_size = world;
+        info.rank = rank;
+        info.stage = 3;
+        shard_parameter(t, std::move(info));
+      }
+      for (Tensor *slot : mem.slots) *slot = mem.placeholder;
+    }
   }
+  traced = true;
+}
+
+void ZeroOptimizer::Impl::forgetPlaceholders() {
+  for (ZeroUnit &u : units) {
+    for (ZeroMember &mem : u.members) {
+      if (!mem.placeholder.defined()) continue;
+      unshard_parameter(mem.placeholder);
+      for (Tensor *slot : mem.slots) {
+        if (slot->defined() && slot->impl() == mem.placeholder.impl()) *slot = Tensor();
+      }
+      mem.placeholder = Tensor();
+    }
+  }
+  traced = false;
+}
+
+void ZeroOptimizer::Impl::enterRoot() {
   if (unsharded) return;
+  if (Tracer::current()) {
+    // rcjit::compile traces the model: the compiled code gathers the units itself (the zero3
+    // scheduled pass); the modules hold placeholders that stand for the sharded parameters
+    installPlaceholders();
+    return;
+  }
   pass = std::make_shared<std::vector<size_t>>();
   lastBlock.reset();
   if (!blockOrder.empty()) previousBlockOrder = std::move(blockOrder);
@@ -369,8 +418,8 @@ void ZeroOptimizer::Impl::enterRoot() {
 }
 
 void ZeroOptimizer::Impl::enterBlock(size_t i) {
-  if (Tracer::current()) enterRoot(); // throws the same Error
   if (unsharded) return;
+  if (Tracer::current()) return enterRoot(); // the placeholders are in place
   if (!pass) enterRoot(); // a block called without the model: a pass of its own
   ZeroUnit &u = units[i];
   if (u.entered) {
@@ -430,6 +479,10 @@ void ZeroOptimizer::Impl::unitBackward(size_t i, const std::vector<Tensor> &grad
 // Waits for the unit's reduce-scatters and sets its slice's gradient to their mean over the
 // ranks; false (and no gradient) when no rank had one.
 bool ZeroOptimizer::Impl::finishGradient(ZeroUnit &u) {
+  if (u.pending.empty() && traced) {
+    // compiled code reduce-scattered it: the slice's grad() is this rank's mean already
+    return u.slice.grad().defined();
+  }
   Tensor sum;
   for (Work &w : u.pending) {
     Tensor part = w.wait();
@@ -529,8 +582,8 @@ void ZeroOptimizer::Impl::stepStage3() {
   for (size_t i = 0; i < units.size(); ++i) release(i);
   for (ZeroUnit &u : units) {
     u.params.clear();
-    for (ZeroMember &mem : u.members) {
-      for (Tensor *slot : mem.slots) *slot = Tensor();
+    for (ZeroMember &mem : u.members) { // placeholders stay: compiled code keeps reading them
+      for (Tensor *slot : mem.slots) *slot = mem.placeholder;
     }
   }
   pass.reset();
@@ -561,7 +614,9 @@ ZeroOptimizer::ZeroOptimizer(nn::ModuleBase &model, optim::SGDOptions sgd, ZeroO
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
-  if (impl_) impl_->unhook();
+  if (!impl_) return;
+  impl_->unhook();
+  impl_->forgetPlaceholders();
 }
 
 void ZeroOptimizer::zero_grad() {
@@ -596,6 +651,7 @@ void ZeroOptimizer::unshard() {
   NoGradGuard noGrad;
   impl_->dropPrefetch();
   impl_->pass = std::make_shared<std::vector<size_t>>();
+  impl_->forgetPlaceholders();
   for (size_t i = 0; i < impl_->units.size(); ++i) impl_->gatherFresh(i);
   impl_->unhook();
   impl_->unsharded = true;

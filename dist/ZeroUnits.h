@@ -20,6 +20,10 @@ struct ZeroMember {
   int64_t offset = 0, numel = 0;
   std::vector<Tensor *> slots;
   std::vector<size_t> indices; // of each slot in model.parameters()
+  std::string name;            // its dotted path in the model
+  // stage 3 under rcjit::compile: a full-shape leaf with no memory that the module holds
+  // while traced, declared sharded (shard_parameter) so compiled code reads the unit's slice
+  Tensor placeholder;
 };
 
 /// A group of parameters flattened in order to `numel` elements, padded to world * sliceLen.

@@ -15,6 +15,7 @@
 #include "jit/CompileGraph.h"
 #include "jit/CompiledState.h"
 #include "jit/Pipeline.h"
+#include "jit/Sharding.h"
 #include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
 #include "support/Profiler.h"
@@ -282,6 +283,26 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   }
   std::vector<Shape> strides;
   for (const Tensor &in : inputs) strides.push_back(in.strides());
+  // sharded parameters (ZeRO-3): the compiled code takes their shards in their place
+  ShardingState sharding = shardingOf(inputs);
+  if (!sharding.empty()) {
+    if (s.opts.mode == Mode::regional || e->wholeStep || s.opts.target != Target::cpu) {
+      throw Error("compile: " + s.label() + " reads the sharded parameter " +
+                  sharding.inputs.front().param.name +
+                  "; sharded parameters compile in full mode on the CPU, as a forward or a "
+                  "training entry (not regional mode, a whole step or cuda)");
+    }
+    for (const ShardedInput &in : sharding.inputs) {
+      e->shardBinds.push_back({in.input, in.param.shard});
+      strides[static_cast<size_t>(in.input)] = {1};
+    }
+    if (!dynamic.empty()) {
+      e->dynamicNotes.push_back(
+          {.why = "a function reading sharded parameters compiles for static shapes"});
+    }
+  }
+  const std::vector<DynSymbol> noSymbols;
+  const std::vector<DynSymbol> &dyn = sharding.empty() ? dynamic : noSymbols;
   std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
   ExecutableOptions exec = executableOptions(s.opts, inputs);
   const std::string label = s.label() + " entry " + std::to_string(e->id);
@@ -311,9 +332,10 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
                       .wantGrad = wantGrad,
                       .exec = exec,
                       .moduleId = moduleId,
-                      .label = label};
-    if (!dynamic.empty()) {
-      SymbolicTraining sym = makeSymbolicTraining(fn, t, strides, dynamic, r);
+                      .label = label,
+                      .sharding = sharding};
+    if (!dyn.empty()) {
+      SymbolicTraining sym = makeSymbolicTraining(fn, t, strides, dyn, r);
       e->dynamicNotes = std::move(sym.notes);
       if (sym.plan) {
         e->training = std::move(sym.plan);
@@ -332,11 +354,13 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   r.label = label;
   r.samples.push_back({t.graph, strides});
   r.stop = CompileStop::optimized;
+  r.sharding = sharding;
   e->graph = std::move(compileGraph(r).graphs.at(0));
+  checkShardedInputs(e->graph, sharding, label);
   r.samples[0] = {e->graph, strides, {}, true};
   r.stop = CompileStop::executable;
-  if (!dynamic.empty()) {
-    SymbolicResult sym = makeSymbolic(fn, t, strides, dynamic, exec.target);
+  if (!dyn.empty()) {
+    SymbolicResult sym = makeSymbolic(fn, t, strides, dyn, exec.target);
     e->dynamicNotes = std::move(sym.notes);
     if (!sym.symbols.empty()) {
       r.samples = std::move(sym.request.samples);
@@ -350,7 +374,7 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
   r.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
   // max_autotune of a static program: compileGraph tries each lowering of the traced graph
   // (small matmuls generated or library calls), so it starts again before the passes
-  if (exec.autotune && r.samples.size() == 1) r.samples[0] = {t.graph, strides};
+  if (exec.autotune && r.samples.size() == 1 && sharding.empty()) r.samples[0] = {t.graph, strides};
   CompileResult c = compileGraph(std::move(r));
   e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
   e->program = std::move(c.executable);
@@ -439,8 +463,14 @@ void logNewEntry(const CompiledState &s, const Entry &e, const Graph &traced) {
       .regionsReused = e.regional ? e.regional->reused : 0});
 }
 
-std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &inputs,
+std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &guarded,
                              const std::vector<Tensor> &args, const TracedFn &fn) {
+  std::vector<const Tensor *> bound;
+  if (!e.shardBinds.empty()) { // the shards in the sharded parameters' place
+    bound = guarded;
+    for (const auto &[i, shard] : e.shardBinds) bound[static_cast<size_t>(i)] = &shard;
+  }
+  const std::vector<const Tensor *> &inputs = e.shardBinds.empty() ? guarded : bound;
   if (e.training) return e.training->run(inputs.data(), inputs.size());
   if (e.regional) return e.regional->run(inputs.data(), inputs.size());
   if (e.segments) {

@@ -261,7 +261,8 @@ CompileResult compileGraph(CompileRequest r) {
   // a symbolic program: small matmuls stay library calls, the same lowering at every
   // sample's sizes (the cost model counts multiply-adds, which vary with the symbols)
   if (ns > 1 && r.smallMatmulMacs < 0) pipeline.decomposeOptions.smallMatmulMacs = 0;
-  const std::vector<Pass> passes = defaultPasses(pipeline, r.label);
+  const std::vector<Pass> passes =
+      defaultPasses(pipeline, r.label, r.sharding.empty() ? nullptr : &r.sharding);
   for (size_t k = 0; k < ns; ++k)
     res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
   if (r.stop == CompileStop::optimized) return res;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <rcjit/Compile.h>
+#include <rcjit/Passes.h>
 
 #include "targets/Executable.h"
 #include "targets/Fuse.h"
@@ -60,6 +61,8 @@ struct CompileRequest {
   /// that leaves it -1 compiles every distinct lowering of kAutotuneMatmulMacs and keeps
   /// the one fastest on the first call (targets/FastestOf.h).
   int64_t smallMatmulMacs = -1;
+  /// The sharded parameters among the graph's inputs (ZeRO-3), told to scheduled passes.
+  ShardingState sharding;
 };
 
 /// The thresholds max_autotune tries, in order (a lowering equal to an earlier one is

@@ -50,6 +50,9 @@ struct Entry {
   std::vector<WriteBack> writes;
   std::vector<std::pair<int, int>> into; // (program output, program input) written in place
   std::vector<GradGuard> gradGuards;
+  // sharded parameters (shard_parameter) among the program inputs: (input, its shard), bound
+  // in the parameter's place after the guards passed
+  std::vector<std::pair<int, Tensor>> shardBinds;
   size_t userOutputs = 0;
   bool wholeStep = false;
   // candidate dims that stayed static, and why

@@ -15,6 +15,7 @@
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
 #include "jit/passes/Remat.h"
+#include "jit/passes/Zero.h"
 #include "targets/Target.h"
 
 namespace rcjit {
@@ -43,6 +44,9 @@ thread_local const ActiveSchedule *activeSchedule = nullptr;
 void register_scheduled_pass(std::string name, ScheduledPassFn fn) {
   if (name.empty()) throw Error("register_scheduled_pass: a pass needs a name");
   if (!fn) throw Error("register_scheduled_pass: pass '" + name + "' has no function");
+  if (builtinScheduledPasses().count(name)) {
+    throw Error("register_scheduled_pass: '" + name + "' is a built-in pass of rcjit");
+  }
   std::lock_guard<std::mutex> lock(passesMutex());
   if (!scheduledRegistry().emplace(name, std::move(fn)).second) {
     throw Error("register_scheduled_pass: a pass named '" + name + "' is already registered");
@@ -50,6 +54,7 @@ void register_scheduled_pass(std::string name, ScheduledPassFn fn) {
 }
 
 bool has_scheduled_pass(const std::string &name) {
+  if (builtinScheduledPasses().count(name)) return true;
   std::lock_guard<std::mutex> lock(passesMutex());
   return scheduledRegistry().count(name) > 0;
 }
@@ -67,14 +72,14 @@ ScheduleScope::~ScheduleScope() { activeSchedule = saved_; }
 void checkScheduledPasses(const std::vector<std::string> &names, const std::string &who) {
   std::lock_guard<std::mutex> lock(passesMutex());
   for (const std::string &n : names) {
-    if (!scheduledRegistry().count(n)) {
+    if (!scheduledRegistry().count(n) && !builtinScheduledPasses().count(n)) {
       throw Error(who + ": no scheduled pass named '" + n +
                   "' is registered (register_scheduled_pass before compiling)");
     }
   }
 }
 
-std::vector<Pass> scheduledPasses(const std::string &label) {
+std::vector<Pass> scheduledPasses(const std::string &label, const ShardingState *sharding) {
   const ActiveSchedule *a = activeSchedule;
   if (!a || a->passes.empty()) return {};
   PassContext ctx;
@@ -84,21 +89,31 @@ std::vector<Pass> scheduledPasses(const std::string &label) {
   ctx.step = a->step;
   ctx.passes = a->passes;
   ctx.memory_budget = a->memoryBudget;
+  if (sharding) ctx.sharding = *sharding;
   // the graphs that take the call's inputs: the entry's own (or its training forward)
   if (!a->inputs.empty() && label.starts_with(a->function + " entry ") && !ctx.backward &&
       label.find(" stage ") == std::string::npos) {
     std::vector<Tensor> inputs = a->inputs;
+    for (const ShardedInput &in : ctx.sharding.inputs) { // bound as the compiled code binds them
+      if (in.input >= 0 && in.input < static_cast<int>(inputs.size()))
+        inputs[static_cast<size_t>(in.input)] = in.param.shard.detach();
+    }
     ctx.profile = [inputs](const Graph &g) { return profileGraph(g, inputs); };
   }
   std::vector<Pass> out;
   std::lock_guard<std::mutex> lock(passesMutex());
   for (const std::string &n : a->passes) {
-    auto it = scheduledRegistry().find(n);
-    if (it == scheduledRegistry().end()) {
+    const ScheduledPassFn *found = nullptr;
+    if (auto it = scheduledRegistry().find(n); it != scheduledRegistry().end()) {
+      found = &it->second;
+    } else if (auto b = builtinScheduledPasses().find(n); b != builtinScheduledPasses().end()) {
+      found = &b->second;
+    }
+    if (!found) {
       throw Error(a->function + ": the pass schedule at step " + std::to_string(a->step) +
                   " names '" + n + "', which is no longer registered");
     }
-    ScheduledPassFn fn = it->second;
+    ScheduledPassFn fn = *found;
     out.push_back({n, [fn, ctx](const Graph &g) { return fn(g, ctx); }});
   }
   return out;
@@ -132,7 +147,8 @@ PipelineOptions pipelineOptionsFor(Target t) {
   return o;
 }
 
-std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &label) {
+std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &label,
+                                const ShardingState *sharding) {
   std::vector<Pass> passes;
   // decompose first: its scalars (eps, 1/sqrt(D)) then fold, and the casts and constants
   // it emits for each composite are merged by CSE.
@@ -146,7 +162,7 @@ std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &
   // user passes see the canonical (decomposed, folded, deduplicated) graph
   for (Pass &p : registeredPasses()) passes.push_back(std::move(p));
   // then the pass schedule's, in its order (a schedule's passes build on the user's graph)
-  for (Pass &p : scheduledPasses(label)) passes.push_back(std::move(p));
+  for (Pass &p : scheduledPasses(label, sharding)) passes.push_back(std::move(p));
   // remat after every rewrite (it judges the final order of uses), before DCE, which drops
   // the originals it left without uses; after CSE, which would merge its clones back.
   if (opts.remat) passes.push_back({"remat", [](const Graph &g) { return remat(g); }});

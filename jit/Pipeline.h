@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <rcjit/Compile.h>
+#include <rcjit/Passes.h>
 
 #include "jit/passes/Decompose.h"
 #include "tracer/Graph.h"
@@ -65,7 +66,9 @@ private:
 
 /// The active schedule's passes for the graph labelled `label` (its PassContext names the
 /// graph; "... backward" marks a backward half). Empty without an active schedule.
-std::vector<Pass> scheduledPasses(const std::string &label);
+/// `sharding`: what is sharded among the graph's inputs (PassContext::sharding), or null.
+std::vector<Pass> scheduledPasses(const std::string &label,
+                                  const ShardingState *sharding = nullptr);
 
 /// "" without an active schedule, else "passes:a,b/": process-wide tables of compiled
 /// pieces keyed by a graph before its passes (regional stages) put it in their keys.
@@ -76,7 +79,8 @@ void checkScheduledPasses(const std::vector<std::string> &names, const std::stri
 
 /// decompose, constant_fold, cse, the registered graph passes, the active schedule's passes
 /// (for the graph labelled `label`), remat, dce (those enabled in `opts`), in that order.
-std::vector<Pass> defaultPasses(const PipelineOptions &opts = {}, const std::string &label = "");
+std::vector<Pass> defaultPasses(const PipelineOptions &opts = {}, const std::string &label = "",
+                                const ShardingState *sharding = nullptr);
 
 /// Runs `passes` in order on `g`. A pass that throws rcjit::Error is reported as
 /// "pass <name>: <message>". Thread-safe when the passes are.

@@ -63,6 +63,25 @@ std::vector<std::vector<int>> inputsDoneAt(const Program &p) {
   return at;
 }
 
+std::vector<std::vector<int>> dynamicDoneAt(const Program &p) {
+  std::vector<int> last(p.buffers.size(), -1);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    for (int v : s.operands) last[p.values[static_cast<size_t>(v)].buffer] = static_cast<int>(i);
+    if (s.result >= 0) {
+      int &l = last[p.values[static_cast<size_t>(s.result)].buffer];
+      l = std::max(l, static_cast<int>(i));
+    }
+  }
+  for (int v : p.outputs) last[p.values[static_cast<size_t>(v)].buffer] = -1; // returned
+  std::vector<std::vector<int>> at(p.steps.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (p.buffers[b].kind == Buffer::Kind::dynamic && last[b] >= 0)
+      at[static_cast<size_t>(last[b])].push_back(static_cast<int>(b));
+  }
+  return at;
+}
+
 std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers) {

@@ -150,6 +150,11 @@ std::vector<std::vector<int>> outputsByFirstStep(const Program &p);
 /// which a consuming run may drop after the step (Executable::runConsuming).
 std::vector<std::vector<int>> inputsDoneAt(const Program &p);
 
+/// Per step of `p`: the dynamic buffers (eager steps' and collectives' results) whose last
+/// use it is and that no output views: a run frees them after the step, so a gathered
+/// parameter lives from its gather to its last reader, as in eager, not to the program's end.
+std::vector<std::vector<int>> dynamicDoneAt(const Program &p);
+
 std::vector<Tensor> collectOutputs(const Program &layout, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers);

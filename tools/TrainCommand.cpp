@@ -22,6 +22,7 @@
 #include <rcjit/DistPasses.h>
 #include <rcjit/rcjit.h>
 
+#include "dist/CompiledWaits.h"
 #include "tools/Cli.h"
 #include "tools/ModelCommon.h"
 #include "tools/Models.h"
@@ -47,6 +48,7 @@ struct Settings {
   bool ddp = false;                                 // --dist ddp or zero1/2/3
   int zeroStage = 0;                                // --dist zero1/2/3
   bool prefetch = false;                            // --prefetch (zero3)
+  std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
   int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
 };
@@ -131,6 +133,16 @@ Mode parseTrainMode(const std::string &m) {
                               "' (expected eager, full, regional, whole)");
 }
 
+// The pass schedule of a compiled mode under --dist zero3 --schedule default (DeepCompile's):
+// zero3 from the first step; from the third on, once the first steps ran, also prefetch
+// (gathers started one unit ahead) and selective_unshard (the smallest units kept gathered
+// from the forward to the backward).
+std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
+  if (s.schedule == "none") return {};
+  if (s.schedule == "zero3") return {{0, {"zero3"}}}; // no prefetch: for comparisons
+  return {{0, {"zero3"}}, {2, {"zero3", "selective_unshard", "prefetch"}}};
+}
+
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
@@ -146,6 +158,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   opts.mode = parseTrainMode(mode);
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
+  if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
   // ddp in full mode: the compiled backward averages the gradients itself, with bucketed
   // all_reduce nodes that a graph pass places as soon as each bucket's gradients exist
   // (dist::ddp_gradient_pass); eager and regional mode average them after backward()
@@ -217,7 +230,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       Autocast ac(DType::bf16, s.autocast);
       l = wholeStep(b.inputs);
     } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
-      const double waited = zero->stats().waitSeconds; // zero3 gathers in forward, backward
+      // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
+      const double waited =
+          zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds();
       zero->zero_grad();
       {
         Autocast ac(DType::bf16, s.autocast);
@@ -225,7 +240,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       }
       l.backward();
       zero->step();
-      r.commMsAll.push_back((zero->stats().waitSeconds - waited) * 1e3);
+      r.commMsAll.push_back(
+          (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
+          1e3);
     } else {
       adamw ? adamw->zero_grad() : sgd->zero_grad();
       {
@@ -280,7 +297,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   // inference: the forward alone, no graph recorded, compiled the same way; the first call
   // (its compile) is not timed
   NoGradGuard noGrad;
-  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
+  CompileOptions inferOpts = opts;
+  inferOpts.schedule.clear(); // unsharded again: the ZeRO passes have nothing to do
+  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, inferOpts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
   Autocast ac(DType::bf16, s.autocast);
   forward(in);
@@ -313,6 +332,7 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   s.prefetch ? " + prefetch" : "", s.world, s.world == 1 ? "" : "s",
                   static_cast<long long>(c.batch));
     out << buf;
+    if (s.zeroStage == 3) out << ", --schedule " << s.schedule << " for compiled modes";
   }
   out << "\n";
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
@@ -421,6 +441,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["dist"] = !s.ddp ? "none" : s.zeroStage ? "zero" + std::to_string(s.zeroStage) : "ddp";
   j["world_size"] = s.world;
   j["prefetch"] = s.prefetch;
+  j["schedule"] = s.schedule;
   j["seq"] = c.seq;
   j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
   j["parameters"] = parameters;
@@ -505,7 +526,11 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "dist", po::value(&distMode)->default_value("none"),
       "none; ddp: data parallel over the ranks mpirun starts (--batch is the global batch); "
       "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
-      "over the ranks (zero3: --modes eager)")(
+      "over the ranks (zero3 compiled: through the pass schedule, see --schedule)")(
+      "schedule", po::value(&s.schedule)->default_value("default"),
+      "zero3, compiled modes: default (the pass zero3 from step 0, + selective_unshard and "
+      "prefetch from step 2), zero3 (the zero3 pass alone) or none (no passes: zero3 runs "
+      "eagerly, --modes eager)")(
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
@@ -608,12 +633,20 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "
                                 "runs");
   }
+  if (s.schedule != "default" && s.schedule != "zero3" && s.schedule != "none") {
+    throw std::invalid_argument("--schedule: '" + s.schedule + "' is not default, zero3 or none");
+  }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {
-      if (m != "eager") {
-        throw std::invalid_argument("--dist zero3 gathers each block's parameters as the block "
-                                    "is called, so the model runs eagerly: use --modes eager "
-                                    "(zero1 and zero2 train compiled modes too)");
+      if (m == "regional") {
+        throw std::invalid_argument("--dist zero3 --modes regional is not built yet: the ZeRO "
+                                    "passes rewrite full-mode graphs (use eager or full)");
+      }
+      if (m != "eager" && s.schedule == "none") {
+        throw std::invalid_argument("--dist zero3 --schedule none runs no passes, so the "
+                                    "eager hooks gather each block as it is called and the "
+                                    "model runs eagerly: use --modes eager (or --schedule "
+                                    "default: the zero3 pass gathers inside compiled code)");
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <rcjit/Tensor.h>
 #include <rcjit/ir/Graph.h>
 
 namespace rcjit {
@@ -28,6 +29,56 @@ struct NodeProfile {
   int64_t live_bytes = 0; // the values held after it ran (inputs excluded)
 };
 
+/// A parameter whose values live sharded over the ranks (ZeRO-3, dist::ZeroOptimizer): the
+/// parameters of one unit are flattened in order to `unit_numel` elements, padded to
+/// world_size * shard.numel(), and rank r holds elements [r * S, (r + 1) * S) of it (S =
+/// shard.numel()) in `shard`. The parameter tensor itself has its full shape but need not
+/// hold data.
+struct ShardedParameter {
+  std::string name;       // for messages and logs ("h.0.attn.c_attn.weight")
+  int unit = 0;           // which unit: parameters of one unit share `shard`
+  int64_t offset = 0;     // its first element in the unit's flat layout
+  int64_t unit_numel = 0; // elements of the unit before padding
+  Shape shape;            // its full shape
+  Tensor shard;           // this rank's slice of the unit: f32 [S], a leaf that requires grad
+  int world_size = 1;
+  int rank = 0;
+  int stage = 3;
+};
+
+/// Declares `param` sharded: a compiled function that captures it binds `info.shard` in its
+/// place, and its graphs must read the shard (the zero3 scheduled pass rewrites them so; a
+/// compiled graph still reading the full parameter is an Error naming it). A parameter's
+/// gradient then flows into the shard's grad() as this rank's slice of the mean gradient.
+/// Throws for a shard that is not an f32 1-D tensor. Process-wide; thread-safe.
+void shard_parameter(const Tensor &param, ShardedParameter info);
+/// Forgets `param`'s sharding (no-op when it had none).
+void unshard_parameter(const Tensor &param);
+/// Whether `param` is sharded, and how (false: `out` untouched).
+bool sharded_parameter(const Tensor &param, ShardedParameter &out);
+
+/// One program input (or gradient output) of the graph a pass receives that is a sharded
+/// parameter.
+struct ShardedInput {
+  int input = -1;       // its program input (args, then captured), -1: not an input here
+  int grad_output = -1; // a backward graph: the output that is its gradient, or -1
+  ShardedParameter param;
+};
+
+/// What is sharded in the graph a pass receives (PassContext::sharding): empty when no
+/// input is. The runtime binds each sharded input to its shard (f32 [S]), so a pass that
+/// replaces the input's uses by gathered values must also set the input node's shape to
+/// [S] (the zero3 pass does); in a backward graph, the first gradient output of each unit
+/// (in output order) must become the unit's shard gradient (f32 [S], the mean over the
+/// ranks); the runtime ignores the unit's other gradient outputs.
+struct ShardingState {
+  int world_size = 1;
+  int rank = 0;
+  int stage = 0; // 0: nothing sharded
+  std::vector<ShardedInput> inputs;
+  bool empty() const { return inputs.empty(); }
+};
+
 /// What a scheduled pass is told about the graph it receives (DeepCompile's pass context).
 struct PassContext {
   std::string function;  // the compiled function: "function 3 (step, train.cpp:40)"
@@ -42,6 +93,9 @@ struct PassContext {
   /// node its time and memory (DeepCompile's profiling run; values computed are dropped,
   /// nothing is written back). Costs about one eager call, so it runs only when asked.
   std::function<std::vector<NodeProfile>(const Graph &)> profile;
+  /// The sharded parameters among the graph's inputs and gradients (ZeRO-3); the profile
+  /// binds each sharded input to its shard.
+  ShardingState sharding;
 };
 
 /// A pass run only where a compile's pass schedule names it (CompileOptions::schedule).

@@ -2,6 +2,7 @@
 // autograd node whose backward runs the compiled backward).
 #include "jit/autograd/CompiledTraining.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <rcjit/Autograd.h>
@@ -9,6 +10,7 @@
 
 #include "autograd/Autograd.h"
 #include "jit/CompileGraph.h"
+#include "jit/Sharding.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
 #include "targets/SymbolicProgram.h"
@@ -52,7 +54,7 @@ public:
     std::vector<Tensor> out(p.numInputs_);
     for (size_t j = 0; j < p.gradInput_.size(); ++j) {
       size_t i = static_cast<size_t>(p.gradInput_[j]);
-      if (i < needs.size() && needs[i]) out[i] = grads[j];
+      if (i < needs.size() && needs[i] && !p.dropGrad_[j]) out[i] = grads[j];
     }
     return out;
   }
@@ -113,8 +115,54 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->savedBytes_ = parts[0].savedBytes;
 
   // the forward and the backward, each through the one compile path
+  // what is sharded in the backward: the saved values that are sharded inputs of the
+  // forward, and the gradients of sharded inputs
+  ShardingState backwardSharding;
+  plan->dropGrad_.assign(plan->gradInput_.size(), false);
+  if (!r.sharding.empty()) {
+    backwardSharding.world_size = r.sharding.world_size;
+    backwardSharding.rank = r.sharding.rank;
+    backwardSharding.stage = r.sharding.stage;
+    const Graph &fwd = parts[0].forward;
+    const std::vector<int> ids = fwd.programInputs();
+    auto shardedAt = [&](int programInput) -> const ShardedInput * {
+      for (const ShardedInput &in : r.sharding.inputs) {
+        if (in.input == programInput) return &in;
+      }
+      return nullptr;
+    };
+    for (size_t sv = 0; sv < parts[0].savedOutput.size(); ++sv) {
+      const int node = fwd.outputs[static_cast<size_t>(parts[0].savedOutput[sv])];
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] != node) continue;
+        if (const ShardedInput *in = shardedAt(static_cast<int>(i)))
+          backwardSharding.inputs.push_back({static_cast<int>(sv), -1, in->param});
+      }
+    }
+    std::vector<const detail::TensorImpl *> counted; // shards whose gradient is handed on
+    for (size_t j = 0; j < plan->gradInput_.size(); ++j) {
+      const ShardedInput *in = shardedAt(plan->gradInput_[j]);
+      if (!in) continue;
+      ShardedInput *merged = nullptr;
+      for (ShardedInput &b : backwardSharding.inputs) {
+        if (b.input >= 0 && b.grad_output < 0 && b.param.name == in->param.name &&
+            b.param.shard.impl() == in->param.shard.impl() && b.param.offset == in->param.offset)
+          merged = &b;
+      }
+      if (merged) {
+        merged->grad_output = static_cast<int>(j);
+      } else {
+        backwardSharding.inputs.push_back({-1, static_cast<int>(j), in->param});
+      }
+      const detail::TensorImpl *shard = in->param.shard.impl().get();
+      plan->dropGrad_[j] = std::find(counted.begin(), counted.end(), shard) != counted.end();
+      if (!plan->dropGrad_[j]) counted.push_back(shard);
+    }
+  }
+
   auto compileHalf = [&](const char *suffix, const char *half, bool findSources, auto sample) {
     CompileRequest c;
+    c.sharding = std::string(half) == "forward" ? r.sharding : backwardSharding;
     c.exec = r.exec;
     c.moduleId = r.moduleId + suffix;
     c.label = r.label + " " + half;
@@ -132,6 +180,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   });
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
+  checkShardedInputs(plan->forwardGraph_, r.sharding, r.label + " forward");
   // the backward takes the saved values as the forward returns them (views stay views) and
   // the output gradients row-major (CompiledBackward makes them so); it reads its sizes
   // from them
@@ -154,6 +203,32 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   });
   plan->backwardGraph_ = std::move(br.graphs.at(0));
   plan->backward_ = std::move(br.executable);
+  // the passes of the two halves agree on what crosses between them, and a sharded
+  // parameter's gradient is its unit's shard gradient
+  const Graph &fg = plan->forwardGraph_, &bg = plan->backwardGraph_;
+  const std::vector<int> bids = bg.programInputs();
+  for (const ShardedInput &in : backwardSharding.inputs) {
+    if (in.input >= 0) {
+      const Node &got = bg.nodes[static_cast<size_t>(bids.at(static_cast<size_t>(in.input)))];
+      const Node &given = fg.nodes[static_cast<size_t>(
+          fg.outputs.at(static_cast<size_t>(plan->savedOutput_[static_cast<size_t>(in.input)])))];
+      if (got.shape != given.shape) {
+        throw Error(r.label + ": the backward reads the saved " + in.param.name + " as " +
+                    shapeStr(concreteShape(got.shape)) + " but the forward saves " +
+                    shapeStr(concreteShape(given.shape)) +
+                    " (the pass schedule rewrote one half and not the other)");
+      }
+    }
+    if (in.grad_output >= 0 && !plan->dropGrad_[static_cast<size_t>(in.grad_output)]) {
+      const Node &g = bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
+      if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
+        throw Error(r.label + " backward: the gradient of " + in.param.name +
+                    ", a sharded parameter, is " + shapeStr(concreteShape(g.shape)) +
+                    ", not its unit's shard gradient [" + std::to_string(in.param.shard.numel()) +
+                    "]: compile it with a pass schedule that runs the zero3 pass");
+      }
+    }
+  }
   return plan;
 }
 

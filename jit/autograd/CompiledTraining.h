@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <rcjit/Compile.h>
+#include <rcjit/Passes.h>
 #include <rcjit/Tensor.h>
 
 #include "jit/CompileGraph.h"
@@ -40,6 +41,10 @@ struct TrainingRequest {
   std::string moduleId; // the modules are "<moduleId>_fwd" and "<moduleId>_bwd"
   std::string label;    // names both halves in logs ("function 3 entry 0" + " backward")
   SymbolicSpec symbolic;
+  /// Sharded parameters among the program inputs (ZeRO-3): the forward's passes get it as
+  /// is, the backward's where those parameters are saved values and gradients; a gradient
+  /// of one is its unit's shard gradient, handed to the shard (the bound input) once per unit.
+  ShardingState sharding;
 };
 
 /// The compiled forward and backward of one entry. Immutable; run() is thread-safe.
@@ -69,6 +74,7 @@ private:
   size_t numOutputs_ = 0;        // the function's outputs
   std::vector<DType> outputDtypes_;
   std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
+  std::vector<bool> dropGrad_; // per backward output: a unit's shard gradient counted already
   size_t numInputs_ = 0;
   Device device_; // where the programs run
   int64_t savedBytes_ = 0;

@@ -16,6 +16,7 @@
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
+#include "dist/CompiledWaits.h"
 #include "dist/IrCollectives.h"
 #include "support/Events.h"
 #include "support/Profiler.h"
@@ -192,6 +193,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   }
   spec->outputsAt = outputsByFirstStep(l);
   spec->inputsDone = inputsDoneAt(l);
+  spec->dynamicDone = dynamicDoneAt(l);
   spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr);
   return spec;
 }
@@ -690,6 +692,10 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     }
   };
   auto done = [&](size_t i) { // the inputs step i used last
+    for (int b : spec->dynamicDone[i]) { // results past their last reader: freed now
+      dynamic[static_cast<size_t>(b)] = Tensor();
+      bases[static_cast<size_t>(b)] = nullptr;
+    }
     if (!consumed) return;
     for (int in : spec->inputsDone[i]) consumed[in] = Tensor();
   };
@@ -715,14 +721,20 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
       if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
       if (b.kind == Buffer::Kind::output && outBuffers[val.buffer].defined())
         owner = outBuffers[val.buffer].impl()->storage;
+      const auto started = std::chrono::steady_clock::now(); // the shape check blocks
       inFlight[i] =
           dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
+      dist::detail::addCompiledCollectiveWait(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       ++pending;
       done(i);
       return;
     }
     profiler::Scope scope("collective wait", [&s] { return std::string(opName(s.op)); });
+    const auto waiting = std::chrono::steady_clock::now();
     Tensor r = inFlight.at(static_cast<size_t>(s.kernel)).wait().contiguous();
+    dist::detail::addCompiledCollectiveWait(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count());
     inFlight[static_cast<size_t>(s.kernel)] = dist::Work();
     --pending;
     const Value &rv = p.values[s.operands.at(1)];

@@ -64,6 +64,7 @@ private:
     std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
     std::vector<std::vector<int>> outputsAt;           // per step: output buffers it opens
     std::vector<std::vector<int>> inputsDone;          // per step: inputs used last there
+    std::vector<std::vector<int>> dynamicDone; // per step: dynamic buffers freed after it
     // max_autotune's choice per step: 0 the default heuristic, 1 one thread, n n threads;
     // written once (under tuneMu) before `tuned` is set, read-only after
     mutable std::mutex tuneMu;
