@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unistd.h>
 
 #include <rcjit/rcjit.h>
 
@@ -283,7 +284,9 @@ TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
     EXPECT_EQ(code, 0) << err.str();
     return out.str();
   };
-  const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
+  // this process's own files (rank 0 writes and reads them): runs at once do not share them
+  const std::string dir = testing::TempDir(),
+                    rank = std::to_string(dist::rank()) + "_" + std::to_string(::getpid());
   const std::string oneJson = dir + "zp_none_" + rank + ".json", json = dir + "zp_z3_" + rank + ".json";
   run("none", oneJson);
   const std::string table = run("zero3", json);
