@@ -18,9 +18,9 @@
 
 namespace rcjit::dist {
 
+using detail::secondsSince;
 using detail::ZeroMember;
 using detail::ZeroUnit;
-using detail::secondsSince;
 
 namespace {
 
@@ -420,7 +420,7 @@ void ZeroOptimizer::Impl::enterRoot() {
 void ZeroOptimizer::Impl::enterBlock(size_t i) {
   if (unsharded) return;
   if (Tracer::current()) return enterRoot(); // the placeholders are in place
-  if (!pass) enterRoot(); // a block called without the model: a pass of its own
+  if (!pass) enterRoot();                    // a block called without the model: a pass of its own
   ZeroUnit &u = units[i];
   if (u.entered) {
     if (!u.present) {

@@ -536,8 +536,8 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
   }
   ScheduleScope scheduleScope(schedule.passes.empty() ? nullptr : &schedule);
   if (!scheduled.empty()) {
-    logging::emit(logging::RecompileEvent{
-        .function = s.id, .name = s.name, .entry = 0, .guard = scheduled});
+    logging::emit(
+        logging::RecompileEvent{.function = s.id, .name = s.name, .entry = 0, .guard = scheduled});
   }
   for (const auto &e : entries) { // another thread may have compiled meanwhile
     gatherInputs(*e, args, inputs);
@@ -774,8 +774,8 @@ CompiledState::CompiledState(const CompileOptions &o, const void *fnObject, size
   for (size_t i = 0; i < o.schedule.size(); ++i) {
     const ScheduleStep &st = o.schedule[i];
     if (st.step < 0 || (i > 0 && st.step <= o.schedule[i - 1].step)) {
-      throw Error("compile: schedule steps must be >= 0 and increasing; step " +
-                  std::to_string(i) + " is at " + std::to_string(st.step) +
+      throw Error("compile: schedule steps must be >= 0 and increasing; step " + std::to_string(i) +
+                  " is at " + std::to_string(st.step) +
                   (i > 0 ? " after " + std::to_string(o.schedule[i - 1].step) : ""));
     }
     checkScheduledPasses(st.passes, "compile: schedule step at " + std::to_string(st.step));

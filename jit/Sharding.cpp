@@ -24,7 +24,8 @@ std::map<const detail::TensorImpl *, ShardedParameter> &shardTable() {
 
 void shard_parameter(const Tensor &param, ShardedParameter info) {
   if (!param.defined()) throw Error("shard_parameter: the parameter is undefined");
-  const std::string who = "shard_parameter(" + (info.name.empty() ? "a parameter" : info.name) + ")";
+  const std::string who =
+      "shard_parameter(" + (info.name.empty() ? "a parameter" : info.name) + ")";
   if (!info.shard.defined() || info.shard.dim() != 1 || info.shard.dtype() != DType::f32) {
     throw Error(who + ": the shard must be a 1-D f32 tensor");
   }
@@ -41,8 +42,8 @@ void shard_parameter(const Tensor &param, ShardedParameter info) {
       info.unit_numel > shardLen * info.world_size) {
     throw Error(who + ": elements [" + std::to_string(info.offset) + ", " +
                 std::to_string(info.offset + param.numel()) + ") of a unit of " +
-                std::to_string(info.unit_numel) + " do not fit " +
-                std::to_string(info.world_size) + " shards of " + std::to_string(shardLen));
+                std::to_string(info.unit_numel) + " do not fit " + std::to_string(info.world_size) +
+                " shards of " + std::to_string(shardLen));
   }
   std::lock_guard<std::mutex> lock(shardTableMutex());
   shardTable()[param.impl().get()] = std::move(info);
@@ -88,9 +89,9 @@ void checkShardedInputs(const Graph &g, const ShardingState &s, const std::strin
     if (in.input < 0) continue;
     const Node &n = g.nodes[static_cast<size_t>(ids.at(static_cast<size_t>(in.input)))];
     if (n.dtype == DType::f32 && concreteShape(n.shape) == Shape{in.param.shard.numel()}) continue;
-    throw Error(what + " reads the full value of " + in.param.name +
-                ", a parameter sharded over " + std::to_string(in.param.world_size) +
-                " ranks (ZeRO stage " + std::to_string(in.param.stage) +
+    throw Error(what + " reads the full value of " + in.param.name + ", a parameter sharded over " +
+                std::to_string(in.param.world_size) + " ranks (ZeRO stage " +
+                std::to_string(in.param.stage) +
                 ": this rank holds only its shard): compile it with a pass schedule that runs "
                 "the zero3 pass (CompileOptions::schedule = {{0, {\"zero3\"}}})");
   }

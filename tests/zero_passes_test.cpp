@@ -114,7 +114,8 @@ TEST(ZeroPasses, Zero3GathersEachUnitJustBeforeItsFirstUse) {
     }
     EXPECT_TRUE(zeroTestReadsThroughViews(z, matmuls[static_cast<size_t>(w)], gt));
     // nothing after the unit's last use reads the gathered value: it can be freed there
-    for (size_t i = static_cast<size_t>(matmuls[static_cast<size_t>(w)]) + 1; i < z.nodes.size(); ++i)
+    for (size_t i = static_cast<size_t>(matmuls[static_cast<size_t>(w)]) + 1; i < z.nodes.size();
+         ++i)
       EXPECT_FALSE(zeroTestReadsThroughViews(z, static_cast<int>(i), gt)) << "node " << i;
   }
   // estimated live bytes: the gathered 64 floats of one unit at a time, not three
@@ -200,7 +201,7 @@ TEST(ZeroPasses, Zero3ReduceScattersGradientsInTheBackward) {
 TEST(ZeroPasses, SelectiveUnshardKeepsTheSmallestUnitsGatheredForTheBackward) {
   ShardingState s = zeroTestSharding();
   s.inputs[2].param.unit_numel = 64;
-  s.inputs[2].param.shard = Tensor::zeros({64}); // a unit of twice the size (padded)
+  s.inputs[2].param.shard = Tensor::zeros({64});               // a unit of twice the size (padded)
   EXPECT_EQ(residentUnits(s, 0), (std::vector<int>{0, 1, 2})); // within twice the smallest
   EXPECT_EQ(residentUnits(s, 2 * 64 * 4), (std::vector<int>{0, 1}));
   EXPECT_EQ(residentUnits(s, 64 * 4), (std::vector<int>{0}));
@@ -240,11 +241,17 @@ TEST(ZeroPasses, BuiltInPassesAreRegisteredAndReserved) {
 
 TEST(ZeroPasses, ShardParameterChecksItsArguments) {
   Tensor w = Tensor::zeros({8, 8});
-  ShardedParameter p{.name = "w", .unit = 0, .offset = 0, .unit_numel = 64, .shape = {8, 8},
-                     .shard = Tensor::zeros({16}), .world_size = 2};
+  ShardedParameter p{.name = "w",
+                     .unit = 0,
+                     .offset = 0,
+                     .unit_numel = 64,
+                     .shape = {8, 8},
+                     .shard = Tensor::zeros({16}),
+                     .world_size = 2};
   std::string msg = test::errorOf([&] { shard_parameter(w, p); });
-  EXPECT_NE(msg.find("shard_parameter(w): elements [0, 64) of a unit of 64 do not fit 2 shards of 16"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("shard_parameter(w): elements [0, 64) of a unit of 64 do not fit 2 shards of 16"),
+      std::string::npos)
       << msg;
   p.shard = Tensor::zeros({32});
   p.shape = {4, 16};

@@ -49,7 +49,7 @@ struct Settings {
   int zeroStage = 0;                                // --dist zero1/2/3
   bool prefetch = false;                            // --prefetch (zero3)
   std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
-  int rank = 0, world = 1; // this process's rank and the number of ranks (ddp)
+  int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
 };
 
@@ -394,8 +394,7 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     out << "  " << r.mode << ": training step median " << formatMeasured(st.median) << " ms, IQR "
         << formatMeasured(st.iqr()) << ", min " << formatMeasured(st.min) << ", n " << st.n
         << "; inference median " << formatMeasured(in.median) << " ms, IQR "
-        << formatMeasured(in.iqr()) << ", min " << formatMeasured(in.min) << ", n " << in.n
-        << "\n";
+        << formatMeasured(in.iqr()) << ", min " << formatMeasured(in.min) << ", n " << in.n << "\n";
   }
   for (const TrainRow &r : rows) {
     out << spreadWarning(modeTitle(r.mode) + " training step", r.stepSpread)

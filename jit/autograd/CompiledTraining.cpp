@@ -220,7 +220,8 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
       }
     }
     if (in.grad_output >= 0 && !plan->dropGrad_[static_cast<size_t>(in.grad_output)]) {
-      const Node &g = bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
+      const Node &g =
+          bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
       if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
         throw Error(r.label + " backward: the gradient of " + in.param.name +
                     ", a sharded parameter, is " + shapeStr(concreteShape(g.shape)) +

@@ -196,8 +196,8 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
     const ShardedInput &in = s.inputs[k];
     if (in.grad_output < 0) continue;
     if (in.grad_output >= static_cast<int>(g.outputs.size())) {
-      throw Error("the gradient output " + std::to_string(in.grad_output) + " of " +
-                  in.param.name + " is past the graph's outputs");
+      throw Error("the gradient output " + std::to_string(in.grad_output) + " of " + in.param.name +
+                  " is past the graph's outputs");
     }
     gradsOfUnit[in.param.unit].push_back(static_cast<int>(k));
     const int node = g.outputs[static_cast<size_t>(in.grad_output)];
@@ -212,8 +212,8 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
   std::map<int, int> unitGrad;                  // unit -> the new node of its shard gradient
   auto gatherUnit = [&](const ShardedUnitUses &u) {
     const ShardedParameter &rep = s.inputs[static_cast<size_t>(u.params.front())].param;
-    const int gathered = b.emit(OpKind::all_gather, {b.at(u.inputs.front())},
-                                zeroCollectiveAttrs(rep.world_size));
+    const int gathered =
+        b.emit(OpKind::all_gather, {b.at(u.inputs.front())}, zeroCollectiveAttrs(rep.world_size));
     for (size_t j = 0; j < u.inputs.size(); ++j) {
       const ShardedParameter &p = s.inputs[static_cast<size_t>(u.params[j])].param;
       const int64_t n = zeroNumel(p.shape);
@@ -225,7 +225,8 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
   auto reduceUnit = [&](int unit) {
     // the unit's flat gradient: each parameter's at its offset, zeros between and after
     std::vector<std::pair<int64_t, int>> parts; // offset, sharded input index
-    for (int k : gradsOfUnit[unit]) parts.push_back({s.inputs[static_cast<size_t>(k)].param.offset, k});
+    for (int k : gradsOfUnit[unit])
+      parts.push_back({s.inputs[static_cast<size_t>(k)].param.offset, k});
     std::sort(parts.begin(), parts.end());
     const ShardedParameter &first = s.inputs[static_cast<size_t>(parts.front().second)].param;
     const int world = first.world_size;
@@ -244,7 +245,8 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
       const ShardedParameter &p = s.inputs[static_cast<size_t>(k)].param;
       if (offset < at) continue; // a parameter listed twice
       if (offset > at) zeros(offset - at);
-      const int grad = b.at(g.outputs[static_cast<size_t>(s.inputs[static_cast<size_t>(k)].grad_output)]);
+      const int grad =
+          b.at(g.outputs[static_cast<size_t>(s.inputs[static_cast<size_t>(k)].grad_output)]);
       const int64_t n = zeroNumel(p.shape);
       pieces.push_back(b.emit(OpKind::reshape, {b.cast(grad, DType::f32)}, zeroReshapeAttrs({n})));
       at = offset + n;
@@ -324,9 +326,9 @@ Graph prefetchPass(const Graph &g, const PassContext &ctx) {
     const int64_t bytes = zeroNodeBytes(g.nodes[static_cast<size_t>(gt)]);
     int at = gt;
     if (ctx.memory_budget > 0) { // as early as the budget allows
-      while (at - 1 >= floor && live[static_cast<size_t>(at - 1)] +
-                                        extra[static_cast<size_t>(at - 1)] + bytes <=
-                                    ctx.memory_budget)
+      while (at - 1 >= floor &&
+             live[static_cast<size_t>(at - 1)] + extra[static_cast<size_t>(at - 1)] + bytes <=
+                 ctx.memory_budget)
         --at;
     } else if (previousReader >= 0) { // one unit ahead: with the previous unit's first use
       at = std::max(floor, std::min(gt, previousReader));
@@ -376,7 +378,8 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
   // the gathered value of each sharded parameter: reshape(slice(all_gather(input))) as the
   // zero3 pass builds it, found by the parameter's offset
   std::vector<int> gatherOfInput(g.nodes.size(), -1); // shard input node -> its all_gather
-  for (int gt : zeroGathersOfInputs(g)) gatherOfInput[static_cast<size_t>(g.nodes[gt].inputs[0])] = gt;
+  for (int gt : zeroGathersOfInputs(g))
+    gatherOfInput[static_cast<size_t>(g.nodes[gt].inputs[0])] = gt;
   std::map<int, int> gatherOfUnit; // unit -> all_gather node
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (of[i] >= 0 && gatherOfInput[i] >= 0)
@@ -388,7 +391,8 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
     const Node &r = g.nodes[i];
     if (r.op != OpKind::reshape) continue;
     const Node &sl = g.nodes[static_cast<size_t>(r.inputs[0])];
-    if (sl.op != OpKind::slice || g.nodes[static_cast<size_t>(sl.inputs[0])].op != OpKind::all_gather)
+    if (sl.op != OpKind::slice ||
+        g.nodes[static_cast<size_t>(sl.inputs[0])].op != OpKind::all_gather)
       continue;
     for (size_t k = 0; k < s.inputs.size(); ++k) {
       const ShardedParameter &p = s.inputs[k].param;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unistd.h>
 
 #include <rcjit/rcjit.h>
 
@@ -40,8 +41,7 @@ struct PassRun {
 
 // sharded: ZeroOptimizer stage 3 on every rank, compiled with `schedule`; else one process
 // on the whole batch with optim::AdamW, compiled without passes.
-PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {},
-                  int64_t memoryBudget = 0) {
+PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {}, int64_t memoryBudget = 0) {
   const int world = sharded ? dist::world_size() : 1, rank = sharded ? dist::rank() : 0;
   tools::ModelConfig c;
   c.batch = kMpiGlobalBatch / world;
@@ -94,7 +94,8 @@ std::vector<int> gatherGaps(const std::string &explain, const std::string &half)
   const size_t from = explain.find(half + " program:");
   if (from == std::string::npos) return {};
   size_t to = explain.find(" program:", from + half.size() + 10);
-  const std::string text = explain.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  const std::string text =
+      explain.substr(from, to == std::string::npos ? std::string::npos : to - from);
   std::vector<int> gaps;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
@@ -151,9 +152,7 @@ void expectPassesMatch(const std::vector<ScheduleStep> &schedule, const std::str
   }
 }
 
-TEST(ZeroPasses, Zero3CompiledEqualsOneProcess) {
-  expectPassesMatch({{0, {"zero3"}}}, "zero3");
-}
+TEST(ZeroPasses, Zero3CompiledEqualsOneProcess) { expectPassesMatch({{0, {"zero3"}}}, "zero3"); }
 
 TEST(ZeroPasses, Zero3PrefetchCompiledEqualsOneProcess) {
   expectPassesMatch({{0, {"zero3", "prefetch"}}}, "zero3 + prefetch");
@@ -162,7 +161,8 @@ TEST(ZeroPasses, Zero3PrefetchCompiledEqualsOneProcess) {
   PassRun z3 = passTrain(true, {{0, {"zero3"}}});
   PassRun pf = passTrain(true, {{0, {"zero3", "prefetch"}}});
   for (const char *half : {"forward", "backward"}) {
-    const std::vector<int> plain = gatherGaps(z3.explain, half), ahead = gatherGaps(pf.explain, half);
+    const std::vector<int> plain = gatherGaps(z3.explain, half),
+                           ahead = gatherGaps(pf.explain, half);
     ASSERT_EQ(plain.size(), ahead.size()) << half;
     ASSERT_GE(ahead.size(), 2u) << half;
     for (int g : plain) EXPECT_EQ(g, 1) << half << ": no prefetch, no overlap";
@@ -214,8 +214,7 @@ TEST(ZeroPasses, Zero3CompiledHoldsAFractionOfOneProcesssModelState) {
     std::printf("zero3 compiled on %d ranks: %lld bytes of model state per rank after a step, one "
                 "process %lld (ratio %.3f); step peak %lld vs %lld\n",
                 w, static_cast<long long>(z3.stateBytes), static_cast<long long>(one.stateBytes),
-                ratio, static_cast<long long>(z3.peakBytes),
-                static_cast<long long>(one.peakBytes));
+                ratio, static_cast<long long>(z3.peakBytes), static_cast<long long>(one.peakBytes));
   }
   EXPECT_GT(one.stateBytes, 0);
   EXPECT_NEAR(static_cast<double>(z3.stateBytes), static_cast<double>(z3.ledger.total()),
@@ -273,9 +272,10 @@ TEST(ZeroPasses, Zero3CompiledForwardEqualsTheFullModel) {
 // process does.
 TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
   auto run = [](const std::string &distMode, const std::string &json) {
-    std::vector<std::string> args = {"rcjit",   "train", "--model", "toy64", "--layers", "2",
-                                     "--batch", "8",     "--seq",   "4",     "--steps",  "5",
-                                     "--modes", "eager,full", "--dist", distMode, "--json", json};
+    std::vector<std::string> args = {"rcjit",   "train",   "--model", "toy64",      "--layers",
+                                     "2",       "--batch", "8",       "--seq",      "4",
+                                     "--steps", "5",       "--modes", "eager,full", "--dist",
+                                     distMode,  "--json",  json};
     std::vector<const char *> argv;
     for (const std::string &a : args) argv.push_back(a.c_str());
     std::ostringstream out, err;
@@ -283,8 +283,11 @@ TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
     EXPECT_EQ(code, 0) << err.str();
     return out.str();
   };
-  const std::string dir = testing::TempDir(), rank = std::to_string(dist::rank());
-  const std::string oneJson = dir + "zp_none_" + rank + ".json", json = dir + "zp_z3_" + rank + ".json";
+  // this process's own files (rank 0 writes and reads them): runs at once do not share them
+  const std::string dir = testing::TempDir(),
+                    rank = std::to_string(dist::rank()) + "_" + std::to_string(::getpid());
+  const std::string oneJson = dir + "zp_none_" + rank + ".json",
+                    json = dir + "zp_z3_" + rank + ".json";
   run("none", oneJson);
   const std::string table = run("zero3", json);
   if (dist::rank() != 0) { // only rank 0 prints and writes the JSON file
