@@ -16,6 +16,7 @@
 
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
+#include "tests/mpi/ZeroTraining.h"
 #include "tools/Cli.h"
 #include "tools/ModelGpt2.h"
 
@@ -28,63 +29,16 @@ using test::kMpiSeq;
 using test::kMpiSteps;
 using test::mpiGlobalBatch;
 
-struct PassRun {
-  std::vector<double> losses;
-  std::vector<Tensor> params;   // final values, model.parameters() order
-  int64_t stateBytes = 0;       // memory_stats: held after the last step, less what was before
-  int64_t peakBytes = 0;        // memory_stats: the peak of the steps after the first
-  dist::ModelStateBytes ledger; // the optimizer's count (ZeRO runs)
-  int eagerGathers = 0;         // gathers the optimizer itself started (not the compiled code)
-  CompileStats stats;
-  std::string explain;
-};
+using PassRun = test::ZeroTrainRun;
 
-// sharded: ZeroOptimizer stage 3 on every rank, compiled with `schedule`; else one process
-// on the whole batch with optim::AdamW, compiled without passes.
+// 20 compiled steps (full mode): ZeroOptimizer stage 3 with `schedule` when sharded, else one
+// process with AdamW on the whole batch.
 PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {}, int64_t memoryBudget = 0) {
-  const int world = sharded ? dist::world_size() : 1, rank = sharded ? dist::rank() : 0;
-  tools::ModelConfig c;
-  c.batch = kMpiGlobalBatch / world;
-  c.seq = kMpiSeq;
-  c.seed = rank == 0 ? 0 : 1000 + static_cast<uint64_t>(rank);
-  const int64_t before = memory_stats().current_bytes;
-  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
-  PassRun out;
-  const optim::AdamWOptions ao{.lr = 3e-3};
-  std::optional<optim::AdamW> adam;
-  std::optional<dist::ZeroOptimizer> zero;
-  if (sharded) {
-    zero.emplace(m->module(), ao, dist::ZeroOptions{.stage = 3});
-  } else {
-    adam.emplace(m->module().parameters(), ao);
-  }
-  auto loss = compile(
-      [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
-      CompileOptions{.mode = Mode::full, .schedule = schedule, .memory_budget = memoryBudget});
-  for (int step = 0; step < kMpiSteps; ++step) {
-    auto [ids, next] = mpiGlobalBatch(step);
-    const int64_t rows = kMpiGlobalBatch / world;
-    ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
-    next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
-    if (step == 1) reset_peak_memory_stats();
-    zero ? zero->zero_grad() : adam->zero_grad();
-    Tensor l = loss(std::vector<Tensor>{ids, next});
-    l.backward();
-    zero ? zero->step() : adam->step();
-    Tensor mean = Tensor::full({}, l.item(), DType::f64);
-    if (sharded) dist::all_reduce(mean, dist::ReduceOp::mean);
-    out.losses.push_back(mean.item());
-  }
-  out.peakBytes = memory_stats().peak_bytes - before;
-  out.stateBytes = memory_stats().current_bytes - before;
-  out.stats = loss.stats();
-  out.explain = loss.explain();
-  if (zero) {
-    out.ledger = zero->model_state_bytes();
-    out.eagerGathers = zero->stats().gathers;
-  }
-  out.params = zero ? zero->full_parameters() : m->module().parameters();
-  return out;
+  return test::zeroTrain({.stage = sharded ? 3 : -1,
+                          .mode = Mode::full,
+                          .bucketBytes = int64_t{25} << 20,
+                          .schedule = std::move(schedule),
+                          .memoryBudget = memoryBudget});
 }
 
 // The all_gathers of the compiled training entry's forward or backward program, as explain()
@@ -140,7 +94,7 @@ void expectPassesMatch(const std::vector<ScheduleStep> &schedule, const std::str
     worstParam = std::max(worstParam, amax(abs(run.params[i] - one.params[i]), {}, false).item());
   }
   // the compiled code gathered: the optimizer's eager hooks never did
-  EXPECT_EQ(run.eagerGathers, 0) << what;
+  EXPECT_EQ(run.gathers, 0) << what;
   EXPECT_EQ(run.stats.fallbacks, 0) << what;
   if (dist::rank() == 0) {
     std::printf("%s on %d ranks (compiled, AdamW): losses %.3f -> %.3f, largest loss difference "

@@ -15,6 +15,7 @@
 
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
+#include "tests/mpi/ZeroTraining.h"
 #include "tools/Cli.h"
 #include "tools/ModelGpt2.h"
 
@@ -28,74 +29,10 @@ using test::kMpiSeq;
 using test::kMpiSteps;
 using test::mpiGlobalBatch;
 
-struct ZeroRun {
-  std::vector<double> losses;
-  std::vector<Tensor> params;   // final values, model.parameters() order
-  int64_t stateBytes = 0;       // memory_stats: held after the last step, less what was before
-  int64_t peakBytes = 0;        // memory_stats: the peak of the steps after the first
-  dist::ModelStateBytes ledger; // the optimizer's own count (ZeRO runs)
-  int units = 0;
-  int gathers = 0; // all-gathers the optimizer started
-};
+using ZeroRun = test::ZeroTrainRun;
 
-// 20 steps of the 2-layer gpt2 (hidden 64, 4 heads, vocab 256). stage -1: one process on
-// the whole batch with optim::AdamW / SGD; 0: ddp; 1-3: ZeroOptimizer. Every distributed
-// rank trains on its rows and starts from another seed than rank 0 (the broadcast fixes it).
 ZeroRun zeroTrain(int stage, bool adamw, Mode mode = Mode::eager, bool prefetch = false) {
-  const bool distributed = stage >= 0;
-  const int world = distributed ? dist::world_size() : 1, rank = distributed ? dist::rank() : 0;
-  tools::ModelConfig c;
-  c.batch = kMpiGlobalBatch / world;
-  c.seq = kMpiSeq;
-  c.seed = rank == 0 ? 0 : 1000 + static_cast<uint64_t>(rank);
-  const int64_t before = memory_stats().current_bytes;
-  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
-  ZeroRun out;
-  const optim::AdamWOptions ao{.lr = 3e-3};
-  const optim::SGDOptions so{.lr = 0.1, .momentum = 0.9};
-  std::optional<optim::AdamW> adam;
-  std::optional<optim::SGD> sgd;
-  std::optional<dist::ZeroOptimizer> zero;
-  if (stage >= 1) {
-    // small units: several collectives in flight at once
-    const dist::ZeroOptions zo{.stage = stage, .bucket_bytes = 64 << 10, .prefetch = prefetch};
-    adamw ? zero.emplace(m->module(), ao, zo) : zero.emplace(m->module(), so, zo);
-    out.units = zero->units();
-  } else {
-    std::vector<Tensor> params = m->module().parameters();
-    if (stage == 0) dist::broadcast_parameters(params);
-    adamw ? (void)adam.emplace(params, ao) : (void)sgd.emplace(params, so);
-  }
-  auto loss = compile(
-      [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
-      CompileOptions{.mode = mode});
-  for (int step = 0; step < kMpiSteps; ++step) {
-    auto [ids, next] = mpiGlobalBatch(step);
-    const int64_t rows = kMpiGlobalBatch / world;
-    ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
-    next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
-    if (step == 1) reset_peak_memory_stats();
-    zero ? zero->zero_grad() : adam ? adam->zero_grad() : sgd->zero_grad();
-    Tensor l = loss(std::vector<Tensor>{ids, next});
-    l.backward();
-    if (zero) {
-      zero->step();
-    } else {
-      if (stage == 0) dist::all_reduce_gradients(m->module().parameters(), 64 << 10);
-      adam ? adam->step() : sgd->step();
-    }
-    Tensor mean = Tensor::full({}, l.item(), DType::f64);
-    if (distributed) dist::all_reduce(mean, dist::ReduceOp::mean);
-    out.losses.push_back(mean.item());
-  }
-  out.peakBytes = memory_stats().peak_bytes - before;
-  out.stateBytes = memory_stats().current_bytes - before;
-  if (zero) {
-    out.ledger = zero->model_state_bytes();
-    out.gathers = zero->stats().gathers;
-  }
-  out.params = zero ? zero->full_parameters() : m->module().parameters();
-  return out;
+  return test::zeroTrain({.stage = stage, .adamw = adamw, .mode = mode, .prefetch = prefetch});
 }
 
 // Tolerance, as for ddp (data_parallel_test): the gradients are the same sums of f32 terms in
