@@ -95,6 +95,31 @@ CpuJit &processJit() {
   return *jit;
 }
 
+// The head of a loop over the flat points [begin, end) of rows of `len` points, a row (or the
+// part of one in the range) per trip: `block` (named `name`), entered when begin < end
+// (else `exitBB`), starts each trip; `i` is the trip's first flat point (the caller adds its
+// back edge), `row` its row, `col` its column and `stop` the column the trip ends at.
+struct FlatRowHead {
+  llvm::BasicBlock *block;
+  llvm::PHINode *i;
+  llvm::Value *row, *col, *stop;
+};
+
+FlatRowHead emitFlatRowHead(llvm::IRBuilder<> &b, llvm::Value *begin, llvm::Value *end,
+                            llvm::Value *len, llvm::BasicBlock *exitBB, const char *name) {
+  llvm::BasicBlock *pre = b.GetInsertBlock();
+  auto *block = llvm::BasicBlock::Create(b.getContext(), name, pre->getParent());
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), block, exitBB);
+  b.SetInsertPoint(block);
+  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
+  i->addIncoming(begin, pre);
+  llvm::Value *row = b.CreateUDiv(i, len);
+  llvm::Value *col = b.CreateSub(i, b.CreateMul(row, len));
+  llvm::Value *stop =
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
+  return {block, i, row, col, stop};
+}
+
 // Elementwise kernels: [begin, end) is a flat range over the whole domain. Walk it row by
 // row (one division per row), with the last dim as a counted, unit-step loop that LLVM
 // vectorizes whenever that dim's strides are constant.
@@ -104,18 +129,11 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Value *b
   int last = static_cast<int>(k.domain.size()) - 1;
   llvm::Value *len = body.size(k.domain[last]);
   llvm::Function *fn = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock *pre = b.GetInsertBlock();
-  auto *rowBB = llvm::BasicBlock::Create(b.getContext(), "row", fn);
   auto *exitBB = llvm::BasicBlock::Create(b.getContext(), "row.exit", fn);
-  b.CreateCondBr(b.CreateICmpSLT(begin, end), rowBB, exitBB);
-
-  b.SetInsertPoint(rowBB);
-  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
-  i->addIncoming(begin, pre);
-  llvm::Value *row = b.CreateUDiv(i, len);
-  llvm::Value *col = b.CreateSub(i, b.CreateMul(row, len));
-  llvm::Value *stop =
-      b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
+  const FlatRowHead h = emitFlatRowHead(b, begin, end, len, exitBB, "row");
+  llvm::BasicBlock *rowBB = h.block;
+  llvm::PHINode *i = h.i;
+  llvm::Value *row = h.row, *col = h.col, *stop = h.stop;
   Values rowIdx = body.unflatten(row, 0, last);
   codegen::emitCountedLoop(
       b, col, stop, {},
@@ -281,16 +299,10 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
         },
         "pack.j", 1, codegen::kNoUnroll);
   }
-  llvm::BasicBlock *pre = b.GetInsertBlock();
-  auto *rowBB = llvm::BasicBlock::Create(b.getContext(), "mm.row", fn);
-  b.CreateCondBr(b.CreateICmpSLT(begin, end), rowBB, exitBB);
-  b.SetInsertPoint(rowBB);
-  llvm::PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, "flat");
-  i->addIncoming(begin, pre);
-  llvm::Value *row = b.CreateUDiv(i, len);
-  llvm::Value *col = b.CreateSub(i, b.CreateMul(row, len));
-  llvm::Value *stop =
-      b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateAdd(col, b.CreateSub(end, i)), len);
+  const FlatRowHead h = emitFlatRowHead(b, begin, end, len, exitBB, "mm.row");
+  llvm::BasicBlock *rowBB = h.block;
+  llvm::PHINode *i = h.i;
+  llvm::Value *row = h.row, *col = h.col, *stop = h.stop;
   // kRowBlock whole rows at once where they fit in the range, else one (part of a) row
   auto *blockBB = llvm::BasicBlock::Create(b.getContext(), "mm.rows", fn);
   auto *oneBB = llvm::BasicBlock::Create(b.getContext(), "mm.one", fn);
