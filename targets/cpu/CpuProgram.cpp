@@ -702,13 +702,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   // collectives in flight, by the index of the step that started them; declared after the
   // arena, so an error unwinding the call waits for them before the arena is released
   std::vector<dist::Work> inFlight(p.steps.size());
-  size_t pending = 0; // collectives started and not yet waited for
+  std::vector<size_t> flying; // the steps whose collectives are started and not yet waited for
   // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress
   // thread): between steps, each collective in flight gets one MPI_Test, so the transfer
   // advances while the program computes instead of all at the wait
   auto progress = [&] {
-    if (pending == 0) return;
-    for (dist::Work &w : inFlight) w.test();
+    for (size_t at : flying) inFlight[at].test();
   };
   auto runCollectiveStep = [&](size_t i, const Step &s) {
     if (s.kind == Step::Kind::collective) {
@@ -726,7 +725,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
           dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
       dist::detail::addCompiledCollectiveWait(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      ++pending;
+      flying.push_back(i);
       done(i);
       return;
     }
@@ -736,7 +735,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
     dist::detail::addCompiledCollectiveWait(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count());
     inFlight[static_cast<size_t>(s.kernel)] = dist::Work();
-    --pending;
+    flying.erase(std::find(flying.begin(), flying.end(), static_cast<size_t>(s.kernel)));
     const Value &rv = p.values[s.operands.at(1)];
     if (r.dtype() != rv.dtype || r.shape() != rv.shape) {
       throw Error(std::string(opName(s.op)) + ": the collective gave " +
