@@ -1,5 +1,6 @@
 // The graph IR's value semantics: input lookup, attribute and structural equality, shapes.
 #include "tracer/Graph.h"
+#include "tracer/GraphIO.h"
 
 #include <rcjit/Error.h>
 
@@ -81,6 +82,12 @@ bool operator==(const Region &a, const Region &b) {
 bool operator==(const Graph &a, const Graph &b) {
   return a.nodes == b.nodes && a.outputs == b.outputs && a.regions == b.regions &&
          a.symbols == b.symbols;
+}
+
+int64_t tracedBytes(const Node &n) {
+  int64_t count = 1;
+  for (const Dim &d : n.shape) count *= d.value;
+  return count * static_cast<int64_t>(dtypeSize(n.dtype));
 }
 
 Shape concreteShape(const SymShape &s) {

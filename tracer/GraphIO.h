@@ -21,6 +21,9 @@ std::string_view attrName(AttrBit bit);
 /// The text form of Attrs::reduce: "sum", "mean", "max" (0, 1, 2); "?" for another number.
 std::string_view collectiveReduceName(int64_t reduce);
 
+/// The bytes of node `n`'s value at its traced sizes (every dim's traced value).
+int64_t tracedBytes(const Node &n);
+
 /// 128-bit structural hash of a graph.
 struct GraphHash {
   uint64_t lo = 0, hi = 0;

@@ -7,6 +7,8 @@
 
 #include <rcjit/Error.h>
 
+#include "tracer/GraphIO.h"
+
 namespace rcjit {
 
 namespace {
@@ -33,12 +35,6 @@ bool cheap(const Node &n) {
     return false;
   }
   return false;
-}
-
-int64_t bytesOf(const Node &n) {
-  int64_t count = 1;
-  for (const Dim &d : n.shape) count *= d.value;
-  return count * static_cast<int64_t>(dtypeSize(n.dtype));
 }
 
 // Recomputing a value needs at most this many saved values; past it, the value is saved.
@@ -77,8 +73,8 @@ struct Planner {
       std::sort(from.begin(), from.end());
       from.erase(std::unique(from.begin(), from.end()), from.end());
       int64_t bytes = 0;
-      for (int l : from) bytes += isInput(l) ? 0 : bytesOf(g.nodes[l]);
-      if (from.size() <= kMaxRecomputeLeaves && bytes <= bytesOf(n)) {
+      for (int l : from) bytes += isInput(l) ? 0 : tracedBytes(g.nodes[l]);
+      if (from.size() <= kMaxRecomputeLeaves && bytes <= tracedBytes(n)) {
         choice[v] = Choice::recompute;
         leaves[v] = std::move(from);
       } else {
@@ -178,7 +174,7 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
   for (size_t v = 0; v < n; ++v) {
     if (!save[v]) continue;
     p.saved.push_back(static_cast<int>(v));
-    if (!plan.isInput(static_cast<int>(v))) p.savedBytes += bytesOf(g.nodes[v]);
+    if (!plan.isInput(static_cast<int>(v))) p.savedBytes += tracedBytes(g.nodes[v]);
     auto it = outputIndex.find(static_cast<int>(v));
     if (it == outputIndex.end()) {
       it = outputIndex.emplace(static_cast<int>(v), static_cast<int>(p.forward.outputs.size()))

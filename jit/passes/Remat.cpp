@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/passes/GraphBuilder.h"
+#include "tracer/GraphIO.h"
 
 namespace rcjit {
 
@@ -30,12 +31,6 @@ bool rematCheap(OpKind op) {
 }
 
 bool rematIsView(OpKind op) { return opInfo(op).category == OpCategory::View; }
-
-int64_t rematBytes(const Node &n) {
-  int64_t count = 1;
-  for (const Dim &d : n.shape) count *= d.value;
-  return count * static_cast<int64_t>(dtypeSize(n.dtype));
-}
 
 // A use of a candidate: node `user` reads `via` (the candidate, or a view chain over it).
 struct RematUse {
@@ -110,7 +105,7 @@ private:
     if (n.op == OpKind::input || n.op == OpKind::full || output_[static_cast<size_t>(v)])
       return true;
     if (lastUse_[static_cast<size_t>(v)] >= until) return true;
-    if (rematBytes(n) * 16 <= o_.minBytes) return true; // a small value may live longer
+    if (tracedBytes(n) * 16 <= o_.minBytes) return true; // a small value may live longer
     if (depth == 0 || !(rematCheap(n.op) || rematIsView(n.op))) return false;
     for (int in : n.inputs) {
       if (!available(in, until, depth - 1, chain)) return false;
@@ -136,7 +131,7 @@ private:
   void plan(int f, std::map<int, std::vector<int>> &lateReads) {
     const Node &n = g_.nodes[static_cast<size_t>(f)];
     if (n.op == OpKind::input || !rematCheap(n.op) || output_[static_cast<size_t>(f)]) return;
-    if (rematBytes(n) < o_.minBytes) return;
+    if (tracedBytes(n) < o_.minBytes) return;
     std::vector<RematUse> uses;
     viewsOnPath_.clear();
     if (!usesOf(f, uses) || uses.empty()) return;

@@ -9,16 +9,11 @@
 #include <rcjit/Error.h>
 
 #include "jit/passes/GraphBuilder.h"
+#include "tracer/GraphIO.h"
 
 namespace rcjit {
 
 namespace {
-
-int64_t zeroNodeBytes(const Node &n) {
-  int64_t e = 1;
-  for (const Dim &d : n.shape) e *= d.value;
-  return e * static_cast<int64_t>(dtypeSize(n.dtype));
-}
 
 int64_t zeroNumel(const Shape &s) {
   int64_t e = 1;
@@ -26,13 +21,10 @@ int64_t zeroNumel(const Shape &s) {
   return e;
 }
 
-// The node id of each program input of g (by program input index).
-std::vector<int> zeroProgramInputNodes(const Graph &g) { return g.programInputs(); }
-
 // Index of the sharded input whose program input is node `id`, per node (-1: none).
 std::vector<int> zeroShardedIndexOfNode(const Graph &g, const ShardingState &s) {
   std::vector<int> of(g.nodes.size(), -1);
-  const std::vector<int> ids = zeroProgramInputNodes(g);
+  const std::vector<int> ids = g.programInputs();
   for (size_t k = 0; k < s.inputs.size(); ++k) {
     const int in = s.inputs[k].input;
     if (in < 0) continue;
@@ -146,8 +138,8 @@ std::vector<int64_t> estimatedLiveBytes(const Graph &g) {
     const Node &nd = g.nodes[i];
     if (nd.op == OpKind::input || opInfo(nd.op).category == OpCategory::View) continue;
     const int end = std::max(last[i], static_cast<int>(i));
-    delta[i] += zeroNodeBytes(nd);
-    delta[static_cast<size_t>(end) + 1] -= zeroNodeBytes(nd);
+    delta[i] += tracedBytes(nd);
+    delta[static_cast<size_t>(end) + 1] -= tracedBytes(nd);
   }
   std::vector<int64_t> live(n, 0);
   int64_t cur = 0;
@@ -323,7 +315,7 @@ Graph prefetchPass(const Graph &g, const PassContext &ctx) {
   int floor = 0; // gathers keep their order
   int previousReader = -1;
   for (int gt : gathers) {
-    const int64_t bytes = zeroNodeBytes(g.nodes[static_cast<size_t>(gt)]);
+    const int64_t bytes = tracedBytes(g.nodes[static_cast<size_t>(gt)]);
     int at = gt;
     if (ctx.memory_budget > 0) { // as early as the budget allows
       while (at - 1 >= floor &&
