@@ -435,6 +435,10 @@ int64_t blockSizeFor(int64_t size, int threads, int64_t perThread, int64_t align
 // slower than of 32; packing was measured at 128 and 512 rows only).
 constexpr int64_t kMinRowBlock = 32;
 
+// Products over a parameter with an inner dim and a column count this large or larger
+// keep oneDNN's own threads (see createSplitOrPacked).
+constexpr int64_t kLongInnerDim = 2048;
+
 // The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns
 // (strides as in `l`; a batch of one gets a dense batch stride).
 struct GemmDescs {
@@ -558,6 +562,12 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   // (below) leaves it half the work. Each column block reads all the activations and each
   // row block the whole weight: columns where they read fewer bytes (gpt2 at 1 x 128 all
   // its products; at 4 x 128 rows for those with 768 columns).
+  // Products with a long inner dim and many columns (Llama's, K and N >= 2048) keep
+  // oneDNN's own threads over the weight as it is: its two-thread kernel ran 5-10 %
+  // faster there than one-thread column blocks (whose strided output slice rules out
+  // oneDNN 2.6's brgemm kernel; 128 x 2048 x 8192: 21.6 ms against 23.2, idle, 2
+  // threads), and a packed copy gains nothing for one call (23.3 ms row-major).
+  if (automatic && split && l.k >= kLongInnerDim && l.n >= kLongInnerDim) return nullptr;
   const int64_t colBlock = split && automatic ? sizeFor(GemmSplit::cols) : 0;
   const int64_t colBlocks = colBlock ? (l.n + colBlock - 1) / colBlock : 0;
   if (colBlock && l.m * colBlocks <= threads * l.n) {
