@@ -512,14 +512,15 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
 // calling thread has one thread and there is nothing to pack).
 //
-// Measured on gpt2 at 1 x 128 and 4 x 128 (README, "On a busy machine"; bench/gemm_bench
-// per shape): one block of rows per thread over a packed weight runs about as fast as
-// oneDNN's own two threads over the plain weight on an idle machine; blocks of weight
-// columns over the plain weight ran 10-25 % slower per GEMM (each block reads all the
-// activations, and oneDNN copies each block's weight slice), so they are kept for
-// products with few rows; blocks of rows over the plain weight far slower (each block
-// copies the whole weight). Under a build on both cores every split beat oneDNN's own
-// threads by 1.4-3x.
+// Measured on gpt2 and llama-3.2-1b (README, "On a busy machine"; bench/gemm_bench per
+// shape): over a parameter's weight, blocks of columns of a row-major copy ran 5-10 %
+// faster than oneDNN's own two threads at gpt2's shapes and 5-10 % slower at Llama's
+// (K, N >= 2048), one block of rows per thread over a packed weight about as fast as
+// oneDNN's threads; blocks of weight columns over the plain (transposed) weight ran
+// 10-25 % slower (oneDNN copies each block's weight slice), so without a packed copy
+// they are kept for products with few rows; blocks of rows over the plain weight far
+// slower (each block copies the whole weight). Under a build on both cores every split
+// beat oneDNN's own threads by 1.4-3x.
 std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
                                                  const std::vector<PostOp> &postOps, double macs,
                                                  bool packable) {
@@ -577,7 +578,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
     if (l.b.row == l.n && l.b.col == 1) return inner; // row-major already: nothing to pack
     // until packed (a weight seen once at its version, as in training): one call on
     // oneDNN's own threads over the plain weight (column blocks over a transposed weight
-    // ran up to 2x slower, 128 x 3072 x 768 in blocks of 96 columns)
+    // ran up to 2x slower: gemm_bench's BM_LinearBlocks/128/3072/768/1/128/0)
     GemmDescs d = gemmDescs(l, l.batch, l.m, l.n);
     return std::make_unique<PackingStep>(
         std::move(inner),
