@@ -86,6 +86,7 @@ std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers) {
   std::vector<Tensor> outs;
+  outs.reserve(p.outputs.size());
   for (size_t o = 0; o < p.outputs.size(); ++o) {
     int v = p.outputs[o];
     const Value &val = p.values[v];
@@ -93,9 +94,16 @@ std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs
     const Tensor &base = b.kind == Buffer::Kind::input     ? *inputs[b.index]
                          : b.kind == Buffer::Kind::dynamic ? dynamic[val.buffer]
                                                            : outBuffers[val.buffer];
-    Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
     // the same value returned twice (CSE merged two outputs): hand out separate storage
     bool repeated = std::find(p.outputs.begin(), p.outputs.begin() + o, v) != p.outputs.begin() + o;
+    // a buffer made for this call that is the value as it is: handed out itself (no view
+    // to allocate); an input never is, so an output never aliases an input's metadata
+    if (!repeated && b.kind != Buffer::Kind::input && val.offset == 0 && base.offset() == 0 &&
+        base.impl()->shape == val.shape && base.impl()->strides == val.strides) {
+      outs.push_back(base);
+      continue;
+    }
+    Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
     outs.push_back(repeated ? out.clone() : out);
   }
   return outs;

@@ -195,6 +195,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   spec->inputsDone = inputsDoneAt(l);
   spec->dynamicDone = dynamicDoneAt(l);
   spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr);
+  for (const Step &s : l.steps) spec->hasCollectives |= s.kind == Step::Kind::collective;
   return spec;
 }
 
@@ -640,8 +641,9 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   // calls meanwhile use the defaults), unless the cache remembers the choice
   std::unique_lock<std::mutex> tuneLock;
   std::optional<Tuner> tuner;
-  auto tuneStart = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point tuneStart;
   if (autotune_ && !spec->tuned.load(std::memory_order_acquire)) {
+    tuneStart = std::chrono::steady_clock::now();
     tuneLock = std::unique_lock<std::mutex>(spec->tuneMu, std::try_to_lock);
     if (tuneLock.owns_lock() && !spec->tuned.load(std::memory_order_relaxed)) {
       if (loadTuning(*spec)) {
@@ -701,7 +703,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   };
   // collectives in flight, by the index of the step that started them; declared after the
   // arena, so an error unwinding the call waits for them before the arena is released
-  std::vector<dist::Work> inFlight(p.steps.size());
+  std::vector<dist::Work> inFlight(spec->hasCollectives ? p.steps.size() : 0);
   std::vector<size_t> flying; // the steps whose collectives are started and not yet waited for
   // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress
   // thread): between steps, each collective in flight gets one MPI_Test, so the transfer

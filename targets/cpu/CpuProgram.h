@@ -73,6 +73,7 @@ private:
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
     std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
     std::vector<int> runs; // per step: end of the steps run with it as one pool job
+    bool hasCollectives = false; // a collective start step (their handles are kept per call)
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
     mutable std::mutex intoMu;
