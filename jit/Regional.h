@@ -28,6 +28,8 @@ struct RegionalStage {
   std::vector<int> inputs;                // graph node ids, in the program's input order
   std::vector<int> outputs;               // graph node ids of the program's outputs
   bool reused = false;                    // the program came from an earlier identical stage
+  // run()'s slots of `inputs` and `outputs` (see RegionalPlan::assignSlots)
+  std::vector<int> inputSlots, outputSlots;
 };
 
 /// A function compiled region by region. Immutable; run() is thread-safe.
@@ -38,7 +40,13 @@ struct RegionalPlan {
   int numNodes = 0;
   int compiled = 0; // programs compiled now (a training stage's forward and backward: 2)
   int reused = 0;   // programs served by an already compiled identical stage
+  // run()'s tensors by slot, not by node id: the program inputs first, then the stages'
+  // outputs (a call touches these, not every node of the graph)
+  int numSlots = 0;
+  std::vector<int> graphOutputSlots;
 
+  /// Numbers the slots once the stages are known.
+  void assignSlots();
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
   std::string print() const;
 };
