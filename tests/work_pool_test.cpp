@@ -294,6 +294,42 @@ TEST(BlockedGemm, BatchedMatmul) {
   expectSplitMatchesWhole(g);
 }
 
+// A symbolic program's product through the shared runtime-dims primitive: cut into blocks
+// (of rows, or of batches) when large, one call when small; the same results as one call.
+void expectRuntimeDimsSplitMatchesWhole(GemmProgram &g, bool split) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  OmpThreads many(WorkPool::instance().threads());
+  auto step = cpu::LibraryStep::create(g.p, g.p.steps[0], /*sizeFree=*/true);
+  ASSERT_TRUE(step);
+  EXPECT_EQ(step->blocks() > 1, split);
+  std::unique_ptr<cpu::LibraryStep> whole;
+  {
+    OmpThreads one(1);
+    whole = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  }
+  ASSERT_TRUE(whole);
+  const std::vector<float> a = g.run(*step), b = g.run(*whole);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
+}
+
+TEST(BlockedGemm, RuntimeDimsProductSplitsByRows) {
+  GemmProgram g(OpKind::linear, {{72, 256}, {128, 256}, {128}}, {72, 128});
+  expectRuntimeDimsSplitMatchesWhole(g, true);
+}
+
+TEST(BlockedGemm, RuntimeDimsBatchedProductSplitsByBatches) {
+  GemmProgram g(OpKind::matmul, {{6, 33, 128}, {6, 128, 72}}, {6, 33, 72},
+                {PostOp{OpKind::relu}});
+  expectRuntimeDimsSplitMatchesWhole(g, true);
+}
+
+TEST(BlockedGemm, SmallRuntimeDimsProductIsOneCall) {
+  GemmProgram g(OpKind::matmul, {{16, 64}, {64, 48}}, {16, 48});
+  expectRuntimeDimsSplitMatchesWhole(g, false);
+}
+
 TEST(BlockedGemm, ConcurrentCallsAgree) {
   if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
   GemmProgram g(OpKind::linear, {{64, 200}, {300, 200}, {300}}, {64, 300});

@@ -182,12 +182,13 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   for (size_t i = 0; i < l.steps.size(); ++i) {
     if (l.steps[i].kind != Step::Kind::library) continue;
     spec->library[i] = LibraryStep::create(l, l.steps[i], symbolic);
-    // a static program's small product: a primitive made for one thread, run on this one
-    // (a symbolic program's small products share one runtime-dims primitive instead)
-    if (costModel && !symbolic && spec->library[i] && spec->library[i]->macs() < kParallelMacs &&
+    // a small product: a primitive made for one thread (a symbolic program's dense ones
+    // share the runtime-dims primitive), run on this one; an OpenMP region for it left
+    // libgomp's threads spinning on the cores the work pool needs
+    if (costModel && spec->library[i] && spec->library[i]->macs() < kParallelMacs &&
         omp_get_max_threads() > 1) {
       OmpThreads one(1);
-      spec->serialLibrary[i] = LibraryStep::create(l, l.steps[i], false);
+      spec->serialLibrary[i] = LibraryStep::create(l, l.steps[i], symbolic);
       if (spec->serialLibrary[i]) spec->defaultThreads[i] = 1;
     }
   }

@@ -527,9 +527,13 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   const GemmSplit setting = gemmSplitSetting();
   const int threads = WorkPool::instance().threads();
   if (macs < kParallelMacs) return nullptr;
-  packable = packable && l.batch == 1 && l.m >= kMinRowBlock;
   // a primitive asked for on one thread (the serial and autotune paths) stays whole
   const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
+  // packed for the column split at any row count (blocks of columns of the transposed
+  // weight made oneDNN copy each block's slice on every call: gpt2 at 1 x 16 ran 20 %
+  // slower than oneDNN's own threads), else from kMinRowBlock rows on
+  packable = packable && l.batch == 1 &&
+             (l.m >= kMinRowBlock || (split && setting == GemmSplit::automatic));
   auto sizeFor = [&](GemmSplit d) -> int64_t {
     if (d == GemmSplit::batch && l.batch > 1)
       return blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1);
@@ -663,6 +667,68 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false);
 }
 
+// A step run with OpenMP's thread count at 1 on the calling thread: the shared runtime-dims
+// primitive reads the count at every call (a primitive made for fixed sizes fixes it when
+// made), so a small product of a symbolic program stays off OpenMP's threads, whose
+// spin-waiting afterwards takes the cores the work pool needs (gpt2 at 1 x 16 in dynamic
+// mode ran 1.7x slower than the same shapes specialized).
+class OneThreadStep : public LibraryStep {
+public:
+  explicit OneThreadStep(std::unique_ptr<LibraryStep> inner) : inner_(std::move(inner)) {}
+  double macs() const override { return inner_->macs(); }
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *weight) const override {
+    OmpThreads one(1);
+    inner_->runWith(operands, result, weight);
+  }
+
+private:
+  std::unique_ptr<LibraryStep> inner_;
+};
+
+// A symbolic program's product of 2^20 multiply-adds or more through the shared
+// runtime-dims primitive, cut into blocks of batches, else of rows (when A is row-major, so
+// that each block's operands are dense as the primitive's layout asks), claimed through the
+// work pool; each block's call runs on one thread (the pool sets OpenMP's count to 1 in a
+// chunk). Null when the pool would not split it.
+std::unique_ptr<LibraryStep> runtimeBlocks(const MatmulLayout &l,
+                                           const std::shared_ptr<dnnl::primitive> &shared,
+                                           bool aRowMajor, double macs) {
+  const int threads = WorkPool::instance().threads();
+  if (macs < kParallelMacs || gemmSplitSetting() == GemmSplit::off || threads < 2 ||
+      omp_get_max_threads() < 2)
+    return nullptr;
+  const bool batches = l.batch > 1;
+  if (!batches && !aRowMajor) return nullptr;
+  const int64_t block = batches ? blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1)
+                                : blockSizeFor(l.m, threads, 2, 8, 8);
+  if (block == 0) return nullptr;
+  constexpr int64_t f = 4; // f32
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> primLength;
+  std::vector<BlockedMatmulStep::Block> blocks;
+  for (const auto &[at, len] : cutInto(batches ? l.batch : l.m, block)) {
+    size_t prim = 0;
+    while (prim < primLength.size() && primLength[prim] != len) ++prim;
+    if (prim == primLength.size()) {
+      GemmDescs d = gemmDescs(l, batches ? len : 1, batches ? l.m : len, l.n);
+      prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias));
+      primLength.push_back(len);
+    }
+    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+    if (batches) {
+      b.src = at * l.a.batch * f;
+      b.wei = at * l.b.batch * f;
+      b.dst = at * l.c.batch * f;
+    } else {
+      b.src = at * l.a.row * f;
+      b.dst = at * l.c.row * f;
+    }
+    blocks.push_back(b);
+  }
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+}
+
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
   MatmulLayout l;
   if (!matmulLayout(p, s, l)) return createOuterSplit(p, s); // null: the eager path runs it
@@ -691,7 +757,10 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
   if (sizeFree && ta >= 0 && tb >= 0 && tc == 0 &&
       macs <= static_cast<double>(kRuntimeDimsMaxMacs)) {
     if (auto shared = runtimeMatmul(l.bias, s.postOps, ta == 1, tb == 1)) {
-      return std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
+      if (auto blocked = runtimeBlocks(l, shared, ta == 0, macs)) return blocked;
+      auto whole = std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
+      if (macs < kParallelMacs) return std::make_unique<OneThreadStep>(std::move(whole));
+      return whole;
     }
   }
   const Value &w = p.values[s.operands[1]];

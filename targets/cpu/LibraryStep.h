@@ -45,14 +45,17 @@ public:
   /// pool (blocks()) when the pool has several threads and the calling thread's OpenMP
   /// count is above 1: a batched product by batches (also one whose batch dims do not
   /// collapse into one: per index of its first dim); a product whose weight is a program
-  /// input, with more than 32 rows, into one block of rows per thread over a copy of the
-  /// weight packed into oneDNN's blocked layout (packsWeights(), runWith; until it is
-  /// packed, and past the process's budget RCJIT_PACK_WEIGHTS_MAX_MB, one plain call on
-  /// oneDNN's threads); a product with fewer than 32 rows by weight columns; any other
-  /// keeps oneDNN's own threads. Without a split (one thread), a product whose weight is a
-  /// program input, with 32 rows or more, still reads a packed copy. RCJIT_GEMM_SPLIT=off
-  /// keeps oneDNN's own threads; rows, cols or batch force that split where it applies
-  /// (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
+  /// input into blocks of weight columns (4 per thread) over a row-major copy of the
+  /// weight (packsWeights(), runWith; the weight itself when row-major already; until it
+  /// is packed, and past the process's budget RCJIT_PACK_WEIGHTS_MAX_MB, one plain call on
+  /// oneDNN's threads), or with many rows and few columns into one block of rows per
+  /// thread over the packed copy, or with K and N >= 2048 not at all (oneDNN's threads);
+  /// a product with fewer than 32 rows by weight columns; a runtime-dims product
+  /// (`sizeFree`) by batches or rows; any other keeps oneDNN's own threads. A small
+  /// runtime-dims product runs on one thread. Without a split (one thread), a product
+  /// whose weight is a program input, with 32 rows or more, still reads a packed copy.
+  /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that split
+  /// where it applies (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
   static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
                                              bool sizeFree = false);
   /// Overrides RCJIT_PACK_WEIGHTS for steps created from now on (tests). Thread-safe.
