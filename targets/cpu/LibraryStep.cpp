@@ -19,6 +19,7 @@
 
 #include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
+#include "support/Env.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
 
@@ -263,16 +264,8 @@ std::atomic<int64_t> &packedBytesAlive() {
   return n;
 }
 int64_t packedBytesBudget() {
-  static const int64_t budget = [] {
-    const char *env = std::getenv("RCJIT_PACK_WEIGHTS_MAX_MB");
-    if (!env || !*env) return int64_t{1024} << 20;
-    char *end = nullptr;
-    const long long mb = std::strtoll(env, &end, 10);
-    if (end == env || *end != '\0' || mb < 0 || mb > (int64_t{1} << 40))
-      throw Error(std::string("RCJIT_PACK_WEIGHTS_MAX_MB: expected a size in MiB, got '") + env +
-                  "'");
-    return static_cast<int64_t>(mb) << 20;
-  }();
+  static const int64_t budget =
+      envInteger("RCJIT_PACK_WEIGHTS_MAX_MB", 1024, 0, int64_t{1} << 40, "MiB") << 20;
   return budget;
 }
 
@@ -386,12 +379,7 @@ std::atomic<int> &packWeightsOverride() {
 bool packWeightsSetting() {
   const int forced = packWeightsOverride().load(std::memory_order_relaxed);
   if (forced >= 0) return forced != 0;
-  static const bool on = [] {
-    const char *env = std::getenv("RCJIT_PACK_WEIGHTS");
-    if (!env || !*env || std::string(env) == "1") return true;
-    if (std::string(env) == "0") return false;
-    throw Error(std::string("RCJIT_PACK_WEIGHTS: expected 0 or 1, got '") + env + "'");
-  }();
+  static const bool on = envFlag("RCJIT_PACK_WEIGHTS", true);
   return on;
 }
 
@@ -401,16 +389,9 @@ bool packWeightsSetting() {
 enum class GemmSplit { automatic, off, batch, rows, cols };
 
 GemmSplit gemmSplitSetting() {
-  static const GemmSplit setting = [] {
-    const char *env = std::getenv("RCJIT_GEMM_SPLIT");
-    if (!env || !*env || std::string(env) == "auto") return GemmSplit::automatic;
-    const std::string v = env;
-    if (v == "off") return GemmSplit::off;
-    if (v == "batch") return GemmSplit::batch;
-    if (v == "rows") return GemmSplit::rows;
-    if (v == "cols") return GemmSplit::cols;
-    throw Error("RCJIT_GEMM_SPLIT: expected auto, off, batch, rows or cols, got '" + v + "'");
-  }();
+  // the words in GemmSplit's order
+  static const GemmSplit setting = static_cast<GemmSplit>(
+      envChoice("RCJIT_GEMM_SPLIT", {"auto", "off", "batch", "rows", "cols"}, 0));
   return setting;
 }
 
