@@ -257,16 +257,24 @@ private:
   bool hasBias_;
 };
 
-// Bytes of packed weight copies alive in the process, and the most there may be
+// The most bytes of packed weight copies there may be in the process
 // (RCJIT_PACK_WEIGHTS_MAX_MB, default 1024): past it a step runs over the plain weight.
-std::atomic<int64_t> &packedBytesAlive() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
+// Those alive are counted in detail::packedWeightBytes (memory_stats).
 int64_t packedBytesBudget() {
   static const int64_t budget =
       envInteger("RCJIT_PACK_WEIGHTS_MAX_MB", 1024, 0, int64_t{1} << 40, "MiB") << 20;
   return budget;
+}
+
+// Counts `bytes` more of packed copies if the budget allows; false (nothing counted) if not.
+bool reservePackedBytes(int64_t bytes) {
+  std::atomic<int64_t> &alive = detail::packedWeightBytes();
+  const int64_t budget = packedBytesBudget();
+  int64_t now = alive.load(std::memory_order_relaxed);
+  do {
+    if (now + bytes > budget) return false;
+  } while (!alive.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  return true;
 }
 
 // A weight kept reordered into a primitive's blocked layout: made on the first run and
@@ -280,7 +288,7 @@ public:
     std::weak_ptr<detail::Storage> owner;
     uint32_t version = 0;
     int64_t bytes = 0;
-    ~Packed() { packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed); }
+    ~Packed() { detail::packedWeightBytes().fetch_sub(bytes, std::memory_order_relaxed); }
   };
   WeightPack(const memory::desc &plain, const memory::desc &packed)
       : plain_(plain), packed_(packed),
@@ -319,14 +327,10 @@ public:
       }
     }
     const int64_t bytes = static_cast<int64_t>(packed_.get_size());
-    if (packedBytesAlive().fetch_add(bytes, std::memory_order_relaxed) + bytes >
-        packedBytesBudget()) {
-      packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed);
-      return nullptr;
-    }
-    auto &ctx = eager::DnnlContext::instance();
     auto p = std::make_shared<Packed>();
-    p->bytes = bytes;
+    if (!reservePackedBytes(bytes)) return nullptr;
+    p->bytes = bytes; // given back by ~Packed, also if the reorder below throws
+    auto &ctx = eager::DnnlContext::instance();
     p->mem = memory(packed_, ctx.engine());
     memory src(plain_, ctx.engine(), data);
     dnnl::stream &s = ctx.stream();
