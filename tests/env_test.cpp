@@ -39,41 +39,41 @@ private:
   std::optional<std::string> old_;
 };
 
-bool contains(const std::string &s, const std::string &part) {
+bool envTextHas(const std::string &s, const std::string &part) {
   return s.find(part) != std::string::npos;
 }
 
-constexpr const char *kVar = "RCJIT_ENV_TEST_SWITCH";
+constexpr const char *kEnvTestVar = "RCJIT_ENV_TEST_SWITCH";
 
 } // namespace
 
 TEST(EnvSwitch, ChoiceUnsetOrEmptyIsTheDefault) {
   {
-    EnvVarScope unset(kVar, std::nullopt);
-    EXPECT_EQ(envChoice(kVar, {"a", "b", "c"}, 1), 1);
-    EXPECT_EQ(envChoice(kVar, {"a", "b"}, -1), -1);
+    EnvVarScope unset(kEnvTestVar, std::nullopt);
+    EXPECT_EQ(envChoice(kEnvTestVar, {"a", "b", "c"}, 1), 1);
+    EXPECT_EQ(envChoice(kEnvTestVar, {"a", "b"}, -1), -1);
   }
-  EnvVarScope empty(kVar, "");
-  EXPECT_EQ(envChoice(kVar, {"a", "b", "c"}, 2), 2);
-  EXPECT_FALSE(envValue(kVar).has_value());
+  EnvVarScope empty(kEnvTestVar, "");
+  EXPECT_EQ(envChoice(kEnvTestVar, {"a", "b", "c"}, 2), 2);
+  EXPECT_FALSE(envValue(kEnvTestVar).has_value());
 }
 
 TEST(EnvSwitch, ChoiceEveryWord) {
   const char *words[] = {"never", "small", "always"};
   for (int i = 0; i < 3; ++i) {
-    EnvVarScope set(kVar, words[i]);
-    EXPECT_EQ(envChoice(kVar, {"never", "small", "always"}, 1), i) << words[i];
+    EnvVarScope set(kEnvTestVar, words[i]);
+    EXPECT_EQ(envChoice(kEnvTestVar, {"never", "small", "always"}, 1), i) << words[i];
   }
 }
 
 TEST(EnvSwitch, ChoiceBadWordNamesTheVariableTheValueAndTheWords) {
-  EnvVarScope set(kVar, "Small");
+  EnvVarScope set(kEnvTestVar, "Small");
   EXPECT_EQ(errorOf([] {
-              envChoice(kVar, {"never", "small", "always"}, 1);
+              envChoice(kEnvTestVar, {"never", "small", "always"}, 1);
             }),
             "RCJIT_ENV_TEST_SWITCH='Small': expected never, small or always");
   EXPECT_EQ(errorOf([] {
-              envChoice(kVar, {"f32", "native"}, -1, "or unset");
+              envChoice(kEnvTestVar, {"f32", "native"}, -1, "or unset");
             }),
             "RCJIT_ENV_TEST_SWITCH='Small': expected f32 or native (or unset)");
   EXPECT_EQ(errorOf([] { parseEnvChoice("X", std::string("small "), {"small"}, 0); }),
@@ -82,20 +82,20 @@ TEST(EnvSwitch, ChoiceBadWordNamesTheVariableTheValueAndTheWords) {
 
 TEST(EnvSwitch, IntegerDefaultRangeAndJunk) {
   {
-    EnvVarScope unset(kVar, std::nullopt);
-    EXPECT_EQ(envInteger(kVar, 50, 0, 100), 50);
+    EnvVarScope unset(kEnvTestVar, std::nullopt);
+    EXPECT_EQ(envInteger(kEnvTestVar, 50, 0, 100), 50);
   }
   {
-    EnvVarScope empty(kVar, "");
-    EXPECT_EQ(envInteger(kVar, 50, 0, 100), 50);
+    EnvVarScope empty(kEnvTestVar, "");
+    EXPECT_EQ(envInteger(kEnvTestVar, 50, 0, 100), 50);
   }
   for (const char *v : {"0", "7", "100"}) {
-    EnvVarScope set(kVar, v);
-    EXPECT_EQ(envInteger(kVar, 50, 0, 100), std::stoll(v));
+    EnvVarScope set(kEnvTestVar, v);
+    EXPECT_EQ(envInteger(kEnvTestVar, 50, 0, 100), std::stoll(v));
   }
   for (const char *v : {"-1", "101", "abc", "12x", "1.5", "99999999999999999999999"}) {
-    EnvVarScope set(kVar, v);
-    EXPECT_EQ(errorOf([] { envInteger(kVar, 50, 0, 100, "microseconds"); }),
+    EnvVarScope set(kEnvTestVar, v);
+    EXPECT_EQ(errorOf([] { envInteger(kEnvTestVar, 50, 0, 100, "microseconds"); }),
               std::string("RCJIT_ENV_TEST_SWITCH='") + v +
                   "': expected an integer from 0 to 100 (microseconds)");
   }
@@ -105,9 +105,9 @@ TEST(EnvSwitch, IntegerDefaultRangeAndJunk) {
 
 TEST(EnvSwitch, FlagIsZeroOrOne) {
   {
-    EnvVarScope unset(kVar, std::nullopt);
-    EXPECT_TRUE(envFlag(kVar, true));
-    EXPECT_FALSE(envFlag(kVar, false));
+    EnvVarScope unset(kEnvTestVar, std::nullopt);
+    EXPECT_TRUE(envFlag(kEnvTestVar, true));
+    EXPECT_FALSE(envFlag(kEnvTestVar, false));
   }
   EXPECT_FALSE(parseEnvFlag("X", std::string("0"), true));
   EXPECT_TRUE(parseEnvFlag("X", std::string("1"), false));
@@ -147,7 +147,8 @@ TEST(EnvSwitch, MatmulKernelsValuesAndBadValue) {
   }
   EnvVarScope bad("RCJIT_MATMUL_KERNELS", "some");
   const std::string msg = errorOf([] { smallMatmulMacsFor(Target::cpu); });
-  EXPECT_TRUE(contains(msg, "RCJIT_MATMUL_KERNELS='some': expected never, small or always")) << msg;
+  EXPECT_TRUE(envTextHas(msg, "RCJIT_MATMUL_KERNELS='some': expected never, small or always"))
+      << msg;
 }
 
 // The switches read once per process: a child process with the variable set compiles and
@@ -186,7 +187,7 @@ TEST(EnvSwitchChild, Run) {
 
 TEST(EnvSwitch, SwitchesReadOnceNameTheVariableOfABadValue) {
   // a valid value runs
-  EXPECT_TRUE(contains(envChildOutput("RCJIT_GEMM_SPLIT", "off"), "child: ran"));
+  EXPECT_TRUE(envTextHas(envChildOutput("RCJIT_GEMM_SPLIT", "off"), "child: ran"));
   const struct {
     const char *name, *value, *expected;
   } cases[] = {
@@ -201,8 +202,8 @@ TEST(EnvSwitch, SwitchesReadOnceNameTheVariableOfABadValue) {
   };
   for (const auto &c : cases) {
     const std::string out = envChildOutput(c.name, c.value);
-    EXPECT_TRUE(
-        contains(out, std::string("child error: ") + c.name + "='" + c.value + "': " + c.expected))
+    EXPECT_TRUE(envTextHas(out, std::string("child error: ") + c.name + "='" + c.value +
+                                    "': " + c.expected))
         << c.name << ":\n"
         << out;
   }
