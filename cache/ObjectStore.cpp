@@ -2,9 +2,13 @@
 #include "cache/ObjectStore.h"
 
 #include <cstdlib>
+#include <limits>
+
+#include <rcjit/Error.h>
 
 #include "cache/Key.h"
 #include "cache/Secret.h"
+#include "support/Env.h"
 #include "support/Events.h"
 
 namespace rcjit::cache {
@@ -21,19 +25,19 @@ std::string defaultDir() {
   return "";
 }
 
+// A bad value is a warning, not an error: the cache never stops a program (it falls back).
 uint64_t defaultMaxBytes() {
-  const char *s = std::getenv("RCJIT_CACHE_MAX_BYTES");
-  if (!s || !*s) return kDefaultDiskBytes;
-  char *end = nullptr;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (*end != '\0' || v == 0) {
+  const std::optional<std::string> s = envValue("RCJIT_CACHE_MAX_BYTES");
+  try {
+    return static_cast<uint64_t>(parseEnvInteger("RCJIT_CACHE_MAX_BYTES", s, kDefaultDiskBytes, 1,
+                                                 std::numeric_limits<int64_t>::max(), "bytes"));
+  } catch (const Error &) {
     logging::emit(logging::CacheBadSettingEvent{.variable = "RCJIT_CACHE_MAX_BYTES",
-                                                .value = s,
+                                                .value = *s,
                                                 .expected = "a positive integer",
                                                 .fallback = "1 GiB"});
     return kDefaultDiskBytes;
   }
-  return v;
 }
 
 bool isOff(const std::string &dir) { return dir.empty() || dir == "off"; }

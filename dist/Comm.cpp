@@ -9,6 +9,8 @@
 #include <rcjit/Dist.h>
 #include <rcjit/Error.h>
 
+#include "support/Env.h"
+
 namespace rcjit::dist::detail {
 
 namespace {
@@ -48,17 +50,7 @@ void checkMpi(int rc, const char *what, const std::string &context) {
   if (rc != MPI_SUCCESS) throw Error(context + ": " + what + " failed: " + mpiMessage(rc));
 }
 
-double timeoutSeconds() {
-  const char *env = std::getenv("RCJIT_DIST_TIMEOUT");
-  if (!env || !*env) return 600;
-  char *end = nullptr;
-  const double v = std::strtod(env, &end);
-  if (*end != '\0' || !(v > 0)) {
-    throw Error(std::string("RCJIT_DIST_TIMEOUT: '") + env +
-                "' is not a positive number of seconds");
-  }
-  return v;
-}
+double timeoutSeconds() { return envPositive("RCJIT_DIST_TIMEOUT", 600, "seconds"); }
 
 void checkNotBroken(const std::string &context) {
   if (!broken.empty()) {

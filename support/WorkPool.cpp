@@ -18,6 +18,8 @@
 
 #include <rcjit/Error.h>
 
+#include "support/Env.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define RCJIT_POOL_PAUSE() _mm_pause()
@@ -57,14 +59,8 @@ int poolInitialThreads() {
 }
 
 int poolSpinMicros() {
-  if (const char *env = std::getenv("RCJIT_POOL_SPIN_US")) {
-    char *end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && n >= 0 && n <= 1000000) return static_cast<int>(n);
-    throw Error(std::string("RCJIT_POOL_SPIN_US: expected microseconds (0 to 1000000), got '") +
-                env + "'");
-  }
-  return WorkPool::kDefaultSpinMicros;
+  return static_cast<int>(
+      envInteger("RCJIT_POOL_SPIN_US", WorkPool::kDefaultSpinMicros, 0, 1000000, "microseconds"));
 }
 
 // Polls `done()` for about `micros` microseconds; true once it holds.

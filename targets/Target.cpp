@@ -1,9 +1,9 @@
 // The targets as data: cpu and cuda, each with its options and its one compile hook.
 #include "targets/Target.h"
 
-#include <cstdlib>
 #include <limits>
 
+#include "support/Env.h"
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/CudaDriver.h"
 #include "targets/cuda/CudaProgram.h"
@@ -74,14 +74,15 @@ LowerOptions lowerOptionsFor(Target t) { return targetInfo(t).lower; }
 
 int64_t smallMatmulMacsFor(Target t) {
   if (t != Target::cpu) return 0;
-  const char *env = std::getenv("RCJIT_MATMUL_KERNELS");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "small") return kCpuSmallMatmulMacs;
-  if (v == "never") return 0;
-  if (v == "always") return std::numeric_limits<int64_t>::max();
-  throw Error("RCJIT_MATMUL_KERNELS='" + v +
-              "': expected never, small or always (generated kernels for no matmul, the "
-              "small ones, or every one)");
+  switch (envChoice("RCJIT_MATMUL_KERNELS", {"never", "small", "always"}, 1,
+                    "generated kernels for no matmul, the small ones, or every one")) {
+  case 0:
+    return 0;
+  case 2:
+    return std::numeric_limits<int64_t>::max();
+  default:
+    return kCpuSmallMatmulMacs;
+  }
 }
 
 std::shared_ptr<Executable> compileProgram(Program p, const std::string &moduleId,

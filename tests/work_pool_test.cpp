@@ -468,3 +468,39 @@ TEST(PackedWeights, CompiledLinearFollowsParameterUpdates) {
   }
   check(); // and at the default thread count (split, or packed when the pool has one thread)
 }
+
+TEST(PackedWeights, CountedInMemoryStatsApartFromTensorBytes) {
+  PackWeightsOn on;
+  const int64_t weightBytes = 256 * 512 * 4;
+  Tensor w = Tensor::randn({256, 512}, 13);
+  Tensor b = Tensor::randn({256}, 14);
+  Tensor x = Tensor::randn({64, 512}, 15);
+  const int64_t base = memory_stats().packed_weight_bytes;
+  {
+    auto cf = compile([&](const Tensor &in) { return relu(linear(in, w, b)); });
+    OmpThreads one(1); // not split: the weight is packed on its second sighting
+    cf(x);
+    EXPECT_EQ(memory_stats().packed_weight_bytes, base) << "seen once: not packed yet";
+    const int64_t tensorBytes = memory_stats().current_bytes;
+    cf(x);
+    const int64_t packed = memory_stats().packed_weight_bytes - base;
+    EXPECT_GE(packed, weightBytes);
+    EXPECT_LT(packed, 2 * weightBytes); // one copy (oneDNN's blocked layout pads a little)
+    EXPECT_EQ(memory_stats().current_bytes, tensorBytes) << "packed copies are not tensors";
+    cf(x);
+    EXPECT_EQ(memory_stats().packed_weight_bytes - base, packed) << "reused, not counted again";
+    w.copy_(Tensor::randn({256, 512}, 16)); // a new version: the stale copy is dropped...
+    cf(x);
+    EXPECT_EQ(memory_stats().packed_weight_bytes, base);
+    cf(x); // ... and the weight packed again, counted once
+    EXPECT_EQ(memory_stats().packed_weight_bytes - base, packed);
+    EXPECT_EQ(memory_stats(Device::cuda(0)).packed_weight_bytes, 0);
+  }
+  EXPECT_EQ(memory_stats().packed_weight_bytes, base) << "freed with the compiled function";
+  // packing off (RCJIT_PACK_WEIGHTS=0): nothing is counted
+  cpu::LibraryStep::setPackWeights(false);
+  auto plain = compile([&](const Tensor &in) { return relu(linear(in, w, b)); });
+  OmpThreads one(1);
+  for (int i = 0; i < 3; ++i) plain(x);
+  EXPECT_EQ(memory_stats().packed_weight_bytes, base);
+}

@@ -66,6 +66,7 @@ struct TrainRow {
   double tokensPerS = 0;         // global batch * seq per median training step
   double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
   double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
+  double packedMiB = 0;  // packed weight copies alive after the inference calls (not tensors)
   CompileStats train, infer;
 };
 
@@ -313,6 +314,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   r.inferSpread = summarize(times);
   r.inferMs = r.inferSpread.median;
   r.infer = forward.stats();
+  r.packedMiB = static_cast<double>(memory_stats().packed_weight_bytes) / (1 << 20);
   return r;
 }
 
@@ -387,6 +389,11 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   s.ddp ? "per rank (the largest over ranks):" : "memory:", r.stateMiB,
                   r.maxPeakMiB);
     out << buf;
+    if (r.packedMiB > 0) {
+      std::snprintf(buf, sizeof buf, "; packed weight copies %.1f MiB after inference",
+                    r.packedMiB);
+      out << buf;
+    }
     out << "\n";
   }
   for (const TrainRow &r : rows) { // the spread behind each median
@@ -480,6 +487,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"comm_wait_ms", r.commMs},
                             {"model_state_mib", r.stateMiB},
                             {"peak_mib_largest_rank", r.maxPeakMiB},
+                            {"packed_weight_mib", r.packedMiB},
                             {"comm_wait_ms_steps", r.commMsAll}});
   }
   return j;

@@ -1,11 +1,9 @@
 // The IR verifier's checks, in node order.
 #include "tracer/GraphVerify.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include <rcjit/Error.h>
 
+#include "support/Env.h"
 #include "tracer/GraphIO.h"
 #include "tracer/ShapeInference.h"
 
@@ -89,10 +87,7 @@ bool verifyIrEnabled() {
 #ifndef NDEBUG
   return true;
 #else
-  static const bool on = [] {
-    const char *v = std::getenv("RCJIT_VERIFY_IR");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = envFlag("RCJIT_VERIFY_IR", false);
   return on;
 #endif
 }

@@ -137,13 +137,22 @@ void countIdle(Device device, int64_t bytes, bool idle) {
   }
 }
 
+std::atomic<int64_t> &packedWeightBytes() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 } // namespace rcjit::detail
 
 namespace rcjit {
 
 MemoryStats memory_stats(Device device) {
   detail::Counter &c = detail::counterOf(device);
-  return {c.current.load(std::memory_order_relaxed), c.peak.load(std::memory_order_relaxed)};
+  MemoryStats s;
+  s.current_bytes = c.current.load(std::memory_order_relaxed);
+  s.peak_bytes = c.peak.load(std::memory_order_relaxed);
+  if (device.is_cpu()) s.packed_weight_bytes = detail::packedWeightBytes().load();
+  return s;
 }
 
 void reset_peak_memory_stats(Device device) {

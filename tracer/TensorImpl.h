@@ -37,6 +37,10 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device);
 /// Takes `bytes` of live storage on `device` out of memory_stats (`idle`: a block held for
 /// reuse, as the CPU block cache holds freed blocks) or puts it back (updating the peak).
 void countIdle(Device device, int64_t bytes, bool idle);
+/// Bytes of packed weight copies alive in this process (MemoryStats::packed_weight_bytes):
+/// the CPU target adds a copy's bytes when it makes one and takes them away when it frees
+/// it. Thread-safe (an atomic).
+std::atomic<int64_t> &packedWeightBytes();
 
 /// mark_dynamic / mark_static on one dim of a tensor.
 struct DimMark {

@@ -20,6 +20,7 @@
 
 #include <rcjit/Error.h>
 
+#include "support/Env.h"
 #include "support/Events.h"
 #include "targets/LoopCodegen.h"
 #include "targets/cpu/CpuJit.h"
@@ -73,12 +74,15 @@ std::mutex &featuresMutex() {
 // The selected set's name; initialized from RCJIT_CPU_FEATURES on first use.
 std::string &selectedFeatures() {
   static std::string name = [] {
-    const char *env = std::getenv("RCJIT_CPU_FEATURES");
-    std::string n = env && *env ? env : "native";
+    const std::initializer_list<const char *> words = {"native", "x86-64-v2", "avx2",
+                                                       "avx512", "x86-64-v3", "x86-64-v4"};
+    const std::string n =
+        words.begin()[envChoice("RCJIT_CPU_FEATURES", words, 0,
+                                "x86-64-v3 and x86-64-v4 are avx2's and avx512's LLVM names")];
     try {
-      return std::string(featureSet(n).name);
+      return std::string(featureSet(n).name); // the host may lack the set's features
     } catch (const Error &e) {
-      throw Error(std::string("RCJIT_CPU_FEATURES: ") + e.what());
+      throw Error("RCJIT_CPU_FEATURES='" + n + "': " + e.what());
     }
   }();
   return name;

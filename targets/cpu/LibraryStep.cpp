@@ -19,6 +19,7 @@
 
 #include "targets/MatmulLayout.h"
 #include "targets/eager/DnnlContext.h"
+#include "support/Env.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
 
@@ -256,24 +257,24 @@ private:
   bool hasBias_;
 };
 
-// Bytes of packed weight copies alive in the process, and the most there may be
+// The most bytes of packed weight copies there may be in the process
 // (RCJIT_PACK_WEIGHTS_MAX_MB, default 1024): past it a step runs over the plain weight.
-std::atomic<int64_t> &packedBytesAlive() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
+// Those alive are counted in detail::packedWeightBytes (memory_stats).
 int64_t packedBytesBudget() {
-  static const int64_t budget = [] {
-    const char *env = std::getenv("RCJIT_PACK_WEIGHTS_MAX_MB");
-    if (!env || !*env) return int64_t{1024} << 20;
-    char *end = nullptr;
-    const long long mb = std::strtoll(env, &end, 10);
-    if (end == env || *end != '\0' || mb < 0 || mb > (int64_t{1} << 40))
-      throw Error(std::string("RCJIT_PACK_WEIGHTS_MAX_MB: expected a size in MiB, got '") + env +
-                  "'");
-    return static_cast<int64_t>(mb) << 20;
-  }();
+  static const int64_t budget =
+      envInteger("RCJIT_PACK_WEIGHTS_MAX_MB", 1024, 0, int64_t{1} << 40, "MiB") << 20;
   return budget;
+}
+
+// Counts `bytes` more of packed copies if the budget allows; false (nothing counted) if not.
+bool reservePackedBytes(int64_t bytes) {
+  std::atomic<int64_t> &alive = detail::packedWeightBytes();
+  const int64_t budget = packedBytesBudget();
+  int64_t now = alive.load(std::memory_order_relaxed);
+  do {
+    if (now + bytes > budget) return false;
+  } while (!alive.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  return true;
 }
 
 // A weight kept reordered into a primitive's blocked layout: made on the first run and
@@ -287,7 +288,7 @@ public:
     std::weak_ptr<detail::Storage> owner;
     uint32_t version = 0;
     int64_t bytes = 0;
-    ~Packed() { packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed); }
+    ~Packed() { detail::packedWeightBytes().fetch_sub(bytes, std::memory_order_relaxed); }
   };
   WeightPack(const memory::desc &plain, const memory::desc &packed)
       : plain_(plain), packed_(packed),
@@ -326,14 +327,10 @@ public:
       }
     }
     const int64_t bytes = static_cast<int64_t>(packed_.get_size());
-    if (packedBytesAlive().fetch_add(bytes, std::memory_order_relaxed) + bytes >
-        packedBytesBudget()) {
-      packedBytesAlive().fetch_sub(bytes, std::memory_order_relaxed);
-      return nullptr;
-    }
-    auto &ctx = eager::DnnlContext::instance();
     auto p = std::make_shared<Packed>();
-    p->bytes = bytes;
+    if (!reservePackedBytes(bytes)) return nullptr;
+    p->bytes = bytes; // given back by ~Packed, also if the reorder below throws
+    auto &ctx = eager::DnnlContext::instance();
     p->mem = memory(packed_, ctx.engine());
     memory src(plain_, ctx.engine(), data);
     dnnl::stream &s = ctx.stream();
@@ -386,12 +383,7 @@ std::atomic<int> &packWeightsOverride() {
 bool packWeightsSetting() {
   const int forced = packWeightsOverride().load(std::memory_order_relaxed);
   if (forced >= 0) return forced != 0;
-  static const bool on = [] {
-    const char *env = std::getenv("RCJIT_PACK_WEIGHTS");
-    if (!env || !*env || std::string(env) == "1") return true;
-    if (std::string(env) == "0") return false;
-    throw Error(std::string("RCJIT_PACK_WEIGHTS: expected 0 or 1, got '") + env + "'");
-  }();
+  static const bool on = envFlag("RCJIT_PACK_WEIGHTS", true);
   return on;
 }
 
@@ -401,16 +393,9 @@ bool packWeightsSetting() {
 enum class GemmSplit { automatic, off, batch, rows, cols };
 
 GemmSplit gemmSplitSetting() {
-  static const GemmSplit setting = [] {
-    const char *env = std::getenv("RCJIT_GEMM_SPLIT");
-    if (!env || !*env || std::string(env) == "auto") return GemmSplit::automatic;
-    const std::string v = env;
-    if (v == "off") return GemmSplit::off;
-    if (v == "batch") return GemmSplit::batch;
-    if (v == "rows") return GemmSplit::rows;
-    if (v == "cols") return GemmSplit::cols;
-    throw Error("RCJIT_GEMM_SPLIT: expected auto, off, batch, rows or cols, got '" + v + "'");
-  }();
+  // the words in GemmSplit's order
+  static const GemmSplit setting = static_cast<GemmSplit>(
+      envChoice("RCJIT_GEMM_SPLIT", {"auto", "off", "batch", "rows", "cols"}, 0));
   return setting;
 }
 

@@ -13,6 +13,7 @@
 
 #include <rcjit/Error.h>
 
+#include "support/Env.h"
 #include "support/Threads.h"
 #include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
@@ -316,14 +317,9 @@ bool tryPackedMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const
 // f32, with each weight converted once per storage version rather than on every call;
 // RCJIT_BF16_MATMUL=f32 or native overrides the choice (tests).
 bool bf16MatmulsInF32() {
-  const char *env = std::getenv("RCJIT_BF16_MATMUL");
-  const std::string v = env ? env : "";
-  if (v == "f32") return true;
-  if (v == "native") return false;
-  if (!v.empty()) {
-    throw Error("RCJIT_BF16_MATMUL='" + v + "': expected f32 or native (or unset: f32 where " +
-                "the CPU has no native bf16)");
-  }
+  const int forced = envChoice("RCJIT_BF16_MATMUL", {"f32", "native"}, -1,
+                               "or unset: f32 where the CPU has no native bf16");
+  if (forced >= 0) return forced == 0;
   static const bool native = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
                               dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   return !native;
