@@ -13,6 +13,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "support/Threads.h"
 #include "tools/Models.h"
 
 using namespace rcjit;
@@ -73,6 +74,37 @@ TEST(Profiler, RecordsCallsStepsCompilesAndEagerOpsAsAChromeTrace) {
   EXPECT_NE(text.find("compiled calls that did not compile"), std::string::npos) << text;
   EXPECT_NE(text.find("(profiled, profile_test.cpp:"), std::string::npos) << text;
   EXPECT_NE(text.find("matmul"), std::string::npos) << text;
+}
+
+// A small product (under 2^20 multiply-adds, above the generated-kernel size) runs on the
+// calling thread, by a primitive made for one thread, in a static program and in one
+// specialized per size alike; the profile says so. With two threads.
+TEST(Profiler, SmallProductsRunOnTheCallingThreadStaticAndSymbolic) {
+  OmpThreads two(2);
+  Tensor w = Tensor::randn({128, 64}, 3);
+  auto body = [&](const Tensor &x) { return relu(matmul(x, w)); };
+  auto fixed = compile(body, CompileOptions{.name = "small_static"});
+  CompileOptions o{.name = "small_symbolic"};
+  o.dynamic = Dynamic::always;
+  auto symbolic = compile(body, o);
+  Tensor x = Tensor::randn({24, 128}, 4); // 24 x 128 x 64: 196608 multiply-adds
+  fixed(x);
+  symbolic(x);
+  const std::string path = testing::TempDir() + "rcjit_profile_small.json";
+  profiler::start(path);
+  Tensor a = fixed(x), b = symbolic(x);
+  profiler::stop();
+  EXPECT_TRUE(allclose(a, relu(matmul(x, w)), 1e-4, 1e-4));
+  EXPECT_TRUE(allclose(b, relu(matmul(x, w)), 1e-4, 1e-4));
+  int serial = 0, library = 0;
+  const nlohmann::json j = readJson(path);
+  for (const auto &e : j["traceEvents"]) {
+    if (e["cat"] != "library") continue;
+    ++library;
+    serial += e["name"].get<std::string>().find("(on the calling thread)") != std::string::npos;
+  }
+  EXPECT_EQ(library, 2) << "expected one library step per program";
+  EXPECT_EQ(serial, 2) << "expected both programs' products on the calling thread";
 }
 
 TEST(Profiler, BadUseIsAClearError) {

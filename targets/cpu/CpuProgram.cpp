@@ -797,7 +797,12 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
       },
       [&](size_t i, const Step &s) {
         progress();
-        profiler::Scope scope("library", stepName(i));
+        profiler::Scope scope("library", [&, i, name = stepName(i)] {
+          // run by a one-thread primitive on this thread (the cost model's small products,
+          // or max_autotune's choice)
+          const bool serial = !tuner && threadsOf(i) == 1 && spec->serialLibrary[i];
+          return serial ? name() + " (on the calling thread)" : name();
+        });
         if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
         open(i);
         char *ops[3];

@@ -652,25 +652,6 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false);
 }
 
-// A step run with OpenMP's thread count at 1 on the calling thread: the shared runtime-dims
-// primitive reads the count at every call (a primitive made for fixed sizes fixes it when
-// made), so a small product of a symbolic program stays off OpenMP's threads, whose
-// spin-waiting afterwards takes the cores the work pool needs (gpt2 at 1 x 16 in dynamic
-// mode ran 1.7x slower than the same shapes specialized).
-class OneThreadStep : public LibraryStep {
-public:
-  explicit OneThreadStep(std::unique_ptr<LibraryStep> inner) : inner_(std::move(inner)) {}
-  double macs() const override { return inner_->macs(); }
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *weight) const override {
-    OmpThreads one(1);
-    inner_->runWith(operands, result, weight);
-  }
-
-private:
-  std::unique_ptr<LibraryStep> inner_;
-};
-
 // A symbolic program's product of 2^20 multiply-adds or more through the shared
 // runtime-dims primitive, cut into blocks of batches, else of rows (when A is row-major, so
 // that each block's operands are dense as the primitive's layout asks), claimed through the
@@ -742,10 +723,10 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
   if (sizeFree && ta >= 0 && tb >= 0 && tc == 0 &&
       macs <= static_cast<double>(kRuntimeDimsMaxMacs)) {
     if (auto shared = runtimeMatmul(l.bias, s.postOps, ta == 1, tb == 1)) {
+      // (a small one runs on the calling thread: CpuProgram's cost model runs it with
+      // OpenMP's count at 1, which this primitive reads at every call)
       if (auto blocked = runtimeBlocks(l, shared, ta == 0, macs)) return blocked;
-      auto whole = std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
-      if (macs < kParallelMacs) return std::make_unique<OneThreadStep>(std::move(whole));
-      return whole;
+      return std::make_unique<MatmulStep>(src, wei, bias, dst, std::move(shared), l.bias);
     }
   }
   const Value &w = p.values[s.operands[1]];

@@ -51,8 +51,8 @@ public:
   /// oneDNN's threads), or with many rows and few columns into one block of rows per
   /// thread over the packed copy, or with K and N >= 2048 not at all (oneDNN's threads);
   /// a product with fewer than 32 rows by weight columns; a runtime-dims product
-  /// (`sizeFree`) by batches or rows; any other keeps oneDNN's own threads. A small
-  /// runtime-dims product runs on one thread. Without a split (one thread), a product
+  /// (`sizeFree`) by batches or rows; any other keeps oneDNN's own threads. Without a
+  /// split (one thread), a product
   /// whose weight is a program input, with 32 rows or more, still reads a packed copy.
   /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that split
   /// where it applies (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
