@@ -449,10 +449,12 @@ constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocks
 
 // `l` cut into blocks along `dim` (`block` long; the last may be shorter), each run by a
 // primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
-// goes to `packedDesc` (null when the blocks' layouts differ).
+// goes to `packedDesc` (null when the blocks' layouts differ); `shared`: every block runs
+// this runtime-dims primitive instead (`postOps` and `pack` unused).
 std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vector<PostOp> &postOps,
                                          double macs, GemmSplit dim, int64_t block, bool pack,
-                                         memory::desc *packedDesc) {
+                                         memory::desc *packedDesc,
+                                         const std::shared_ptr<dnnl::primitive> &shared = nullptr) {
   constexpr int64_t f = 4; // f32
   std::vector<std::unique_ptr<MatmulStep>> prims;
   std::vector<int64_t> primLength; // the block length each primitive is made for
@@ -467,7 +469,8 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
                               dim == GemmSplit::rows ? len : l.m,
                               dim == GemmSplit::cols ? len : l.n);
       prims.push_back(
-          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
+          shared ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
+                 : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
       if (pack) { // every block reads the one packed copy: the same layout for all
         if (prims.size() == 1) *packedDesc = prims.back()->weightsDesc();
         else if (prims.back()->weightsDesc() != *packedDesc) return nullptr;
@@ -669,30 +672,8 @@ std::unique_ptr<LibraryStep> runtimeBlocks(const MatmulLayout &l,
   const int64_t block = batches ? blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1)
                                 : blockSizeFor(l.m, threads, 2, 8, 8);
   if (block == 0) return nullptr;
-  constexpr int64_t f = 4; // f32
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength;
-  std::vector<BlockedMatmulStep::Block> blocks;
-  for (const auto &[at, len] : cutInto(batches ? l.batch : l.m, block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      GemmDescs d = gemmDescs(l, batches ? len : 1, batches ? l.m : len, l.n);
-      prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias));
-      primLength.push_back(len);
-    }
-    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
-    if (batches) {
-      b.src = at * l.a.batch * f;
-      b.wei = at * l.b.batch * f;
-      b.dst = at * l.c.batch * f;
-    } else {
-      b.src = at * l.a.row * f;
-      b.dst = at * l.c.row * f;
-    }
-    blocks.push_back(b);
-  }
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+  return blockedGemm(l, {}, macs, batches ? GemmSplit::batch : GemmSplit::rows, block, false,
+                     nullptr, shared);
 }
 
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
