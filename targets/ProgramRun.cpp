@@ -96,17 +96,12 @@ std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs
                                                            : outBuffers[val.buffer];
     // the same value returned twice (CSE merged two outputs): hand out separate storage
     bool repeated = std::find(p.outputs.begin(), p.outputs.begin() + o, v) != p.outputs.begin() + o;
-    // an output buffer made for this call that is the value as it is: handed out itself
-    // (no view to allocate); never an input's own tensor (an output buffer written in place
-    // of one by runInto) nor an eager step's result, so an output never shares another
-    // tensor's metadata
-    auto isInput = [&] { // the inputs the program reads (bindBuffers checked each is given)
-      for (const Buffer &in : p.buffers)
-        if (in.kind == Buffer::Kind::input && inputs[in.index]->impl() == base.impl()) return true;
-      return false;
-    };
+    // an output buffer made for this call (a tensor of its own, also when runInto wrote it
+    // over an input's storage) that is the value as it is: handed out itself, no view to
+    // allocate; not an eager step's result, so an output never shares another tensor's
+    // metadata
     if (!repeated && b.kind == Buffer::Kind::output && val.offset == 0 && base.offset() == 0 &&
-        base.impl()->shape == val.shape && base.impl()->strides == val.strides && !isInput()) {
+        base.impl()->shape == val.shape && base.impl()->strides == val.strides) {
       outs.push_back(base);
       continue;
     }

@@ -685,7 +685,9 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         if (in.is_contiguous() && in.offset() == 0 && in.dtype() == p.buffers[b].dtype &&
             in.shape() == p.buffers[b].shape) {
           in.impl()->storage->version.fetch_add(1, std::memory_order_relaxed); // as copy_
-          outBuffers[b] = in;
+          // a tensor of its own over the input's storage: the output the caller gets back
+          // never shares the input's metadata
+          outBuffers[b] = detail::makeView(in, in.shape(), in.strides(), 0);
           bases[b] = static_cast<char *>(in.data_ptr());
           continue;
         }
