@@ -103,6 +103,10 @@ std::vector<Value *> emitCountedLoop(llvm::IRBuilder<> &b, Value *start, Value *
       ops.push_back(flag("llvm.loop.vectorize.enable"));
       ops.push_back(flag("llvm.loop.vectorize.predicate.enable"));
     }
+    if (hints & kWidth8) {
+      ops.push_back(llvm::MDNode::get(c, {llvm::MDString::get(c, "llvm.loop.vectorize.width"),
+                                          llvm::ConstantAsMetadata::get(b.getInt32(8))}));
+    }
     llvm::MDNode *md = llvm::MDNode::getDistinct(c, ops);
     md->replaceOperandWith(0, md);
     back->setMetadata(llvm::LLVMContext::MD_loop, md);

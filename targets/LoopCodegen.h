@@ -40,6 +40,9 @@ using LoopBody = std::function<std::vector<llvm::Value *>(
 enum LoopHint : unsigned {
   kNoUnroll = 1, // code size over speed: a constant trip count is not unrolled in full
   kFoldTail = 2, // vectorize with the remainder as one masked iteration (a short row)
+  kWidth8 = 4,   // vectorize 8 lanes wide: one vector body and a scalar remainder, not a
+                 // 16-lane body plus the 8-lane vector epilogue LLVM adds behind it (for a
+                 // short loop, twice the compile time for no speed)
 };
 std::vector<llvm::Value *> emitCountedLoop(llvm::IRBuilder<> &b, llvm::Value *start,
                                            llvm::Value *end, const std::vector<llvm::Value *> &init,
