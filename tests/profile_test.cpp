@@ -107,6 +107,36 @@ TEST(Profiler, SmallProductsRunOnTheCallingThreadStaticAndSymbolic) {
   EXPECT_EQ(serial, 2) << "expected both programs' products on the calling thread";
 }
 
+// An embedding reads the rows its ids name, not its table: a small lookup from a big table
+// (an eager step of a compiled program) runs on the calling thread, a big one in OpenMP's
+// threads; the profile says which.
+TEST(Profiler, SmallLookupInABigTableRunsOnTheCallingThread) {
+  OmpThreads two(2);
+  Tensor table = Tensor::randn({4096, 512}, 5); // 2M elements
+  auto lookup = compile([&](const Tensor &ids) { return embedding(table, ids) * 2.0; },
+                        CompileOptions{.name = "lookup"});
+  std::vector<int64_t> few(16), many(4096); // 16 x 512 and 4096 x 512 elements read
+  for (size_t i = 0; i < few.size(); ++i) few[i] = static_cast<int64_t>(i * 7 % 4096);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i * 13 % 4096);
+  Tensor small = Tensor::from_vector(few, {16}), big = Tensor::from_vector(many, {4096});
+  lookup(small);
+  lookup(big);
+  const std::string path = testing::TempDir() + "rcjit_profile_lookup.json";
+  profiler::start(path);
+  Tensor a = lookup(small), b = lookup(big);
+  profiler::stop();
+  EXPECT_TRUE(allclose(a, embedding(table, small) * 2.0, 1e-6, 1e-6));
+  EXPECT_TRUE(allclose(b, embedding(table, big) * 2.0, 1e-6, 1e-6));
+  std::vector<std::string> names;
+  const nlohmann::json j = readJson(path);
+  for (const auto &e : j["traceEvents"]) {
+    if (e["cat"] == "eager step") names.push_back(e["name"].get<std::string>());
+  }
+  ASSERT_EQ(names.size(), 2u) << "expected one eager step (the lookup) per call";
+  EXPECT_EQ(names[0], "embedding (on the calling thread)");
+  EXPECT_EQ(names[1], "embedding");
+}
+
 TEST(Profiler, BadUseIsAClearError) {
   profiler::stop(); // not recording: nothing happens
   EXPECT_NE(errorOf([] { profiler::start(""); }).find("start needs a file path"),

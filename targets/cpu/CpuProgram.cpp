@@ -44,6 +44,26 @@ constexpr int64_t kChunksPerThread = 16;
 // have fewer elements than this runs on the calling thread.
 constexpr int64_t kSerialEagerElems = 1 << 20;
 
+// Whether eager step `s` runs on the calling thread (OpenMP's count at 1): when it touches
+// fewer than kSerialEagerElems elements of each operand and of its result. An OpenMP region
+// would leave libgomp's threads spin-waiting for milliseconds afterwards, taking the cores
+// from the work pool (and, on a busy machine, from everyone). embedding reads only the
+// table rows its ids name (as many as it writes), not the table: gpt2's 38.6M-element table
+// made its 98K-element lookup such a region, whose thread then spun ~20 ms of every call.
+bool eagerOnCallingThread(const Program &p, const Step &s) {
+  auto numel = [&](int v) {
+    int64_t n = 1;
+    for (int64_t d : p.values[v].shape) n *= d;
+    return n;
+  };
+  int64_t elems = numel(s.result);
+  for (size_t j = 0; j < s.operands.size(); ++j) {
+    if (s.op == OpKind::embedding && j == 0) continue;
+    elems = std::max(elems, numel(s.operands[j]));
+  }
+  return elems < kSerialEagerElems;
+}
+
 int64_t poolChunks(int64_t work, int64_t points, int threads) {
   const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
   return std::max<int64_t>(1, std::min({points, most, std::max<int64_t>(threads, work / kChunkWork)}));
@@ -426,18 +446,8 @@ void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
     in.push_back(viewOf(bases[val.buffer], val, owner));
   }
   const Value &r = layout.values[s.result];
-  // a small eager step runs on this thread: an OpenMP region would leave libgomp's threads
-  // spin-waiting for milliseconds afterwards, taking the cores from the work pool (and,
-  // on a busy machine, from everyone)
-  auto numel = [](const Shape &shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  };
-  int64_t elems = numel(r.shape); // the most elements the op reads or writes
-  for (const Tensor &t : in) elems = std::max(elems, numel(t.shape()));
   std::optional<OmpThreads> one;
-  if (elems < kSerialEagerElems) one.emplace(1);
+  if (eagerOnCallingThread(layout, s)) one.emplace(1);
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
@@ -754,7 +764,10 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   };
   auto runEagerStep = [&](size_t i, const Step &s) {
     progress();
-    profiler::Scope scope("eager step", [&s] { return std::string(opName(s.op)); });
+    profiler::Scope scope("eager step", [&s, &p] {
+      return std::string(opName(s.op)) +
+             (eagerOnCallingThread(p, s) ? " (on the calling thread)" : "");
+    });
     open(i);
     runEager(s, p, bases.data(), dynamic, outBuffers, inputs);
     done(i);
