@@ -32,6 +32,28 @@ TEST(Tensor, FactoriesFillAndAlign) {
   }
 }
 
+// Every size is 64-byte aligned and fully writable: small blocks (malloc, aligned by hand)
+// and large ones (aligned_alloc) alike, and memory_stats counts each exactly.
+TEST(Tensor, EverySizeIsAlignedAndCounted) {
+  const int64_t before = memory_stats().current_bytes;
+  std::vector<Tensor> kept;
+  for (int64_t n = 0; n <= 400; n += n < 40 ? 1 : 7) {
+    Tensor t = Tensor::full({n}, 3.0, DType::f32);
+    if (n > 0) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << n;
+    }
+    std::vector<float> v = t.to_vector<float>();
+    EXPECT_EQ(v.size(), static_cast<size_t>(n));
+    for (float x : v) ASSERT_EQ(x, 3.0f) << n;
+    kept.push_back(t);
+  }
+  int64_t bytes = 0;
+  for (const Tensor &t : kept) bytes += t.numel() * 4;
+  EXPECT_EQ(memory_stats().current_bytes - before, bytes);
+  kept.clear();
+  EXPECT_EQ(memory_stats().current_bytes, before);
+}
+
 TEST(Tensor, RandnIsSeededAndNormal) {
   Tensor a = Tensor::randn({1000}, 7), b = Tensor::randn({1000}, 7), c = Tensor::randn({1000}, 8);
   EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
