@@ -6,8 +6,8 @@
 // OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
 // more are kept (up to kCacheLimit bytes in all) and handed out again for the same size.
 #include <array>
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -27,8 +27,9 @@ constexpr size_t kAlign = 64;
 // by hand (the distance back to malloc's pointer kept in the byte before the block):
 // glibc serves such requests from its per-thread cache, where aligned_alloc goes through
 // _int_memalign, which splits a larger chunk and frees the ends each time and made glibc
-// consolidate its fast bins on nearly every call (a third of a regional toy64 call at
-// [1, 1, 10], each of its 64 stage calls making a 40-byte output).
+// consolidate its fast bins on nearly every call (a regional toy64 call at [1, 1, 10],
+// whose 64 stage calls each make a 40-byte output: ~25 % of its profile samples; the
+// call 3 % faster without it, eager toy64 5 %).
 constexpr size_t kSmallMax = 1024 - kAlign;
 constexpr size_t kCacheMin = size_t{1} << 20;
 constexpr size_t kCacheLimit = size_t{1} << 30;
@@ -125,7 +126,7 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
     p = std::aligned_alloc(kAlign, bytes);
   }
   if (!p) {
-    throw AllocationError("out of memory on the CPU (aligned_alloc of " + std::to_string(bytes) +
+    throw AllocationError("out of memory on the CPU (allocating " + std::to_string(bytes) +
                           " bytes failed)");
   }
   s->data = p;
