@@ -77,11 +77,13 @@ template <class Addr> Addr valueAddress(const Program &p, const Addr *bases, int
 /// buffer), a dynamic buffer to `dynamicBase(b)`. With `deferOutputs`, output buffers are
 /// left unbound for the caller to allocate when their first step runs (outputsByFirstStep).
 /// Throws rcjit::Error for a missing input or one on another device.
+/// bindBuffersInto fills `bases` (a vector kept from call to call: no allocation once it
+/// has the capacity).
 template <class Addr, class DynamicBase>
-std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, size_t n,
-                              Device device, Addr arena, std::vector<Tensor> &outputs,
-                              DynamicBase &&dynamicBase, bool deferOutputs = false) {
-  std::vector<Addr> bases(p.buffers.size(), Addr{});
+void bindBuffersInto(const Program &p, const Tensor *const *inputs, size_t n, Device device,
+                     Addr arena, std::vector<Tensor> &outputs, std::vector<Addr> &bases,
+                     DynamicBase &&dynamicBase, bool deferOutputs = false) {
+  bases.assign(p.buffers.size(), Addr{});
   outputs.assign(p.buffers.size(), Tensor());
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer &buf = p.buffers[b];
@@ -109,6 +111,14 @@ std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, siz
       break;
     }
   }
+}
+template <class Addr, class DynamicBase>
+std::vector<Addr> bindBuffers(const Program &p, const Tensor *const *inputs, size_t n,
+                              Device device, Addr arena, std::vector<Tensor> &outputs,
+                              DynamicBase &&dynamicBase, bool deferOutputs = false) {
+  std::vector<Addr> bases;
+  bindBuffersInto(p, inputs, n, device, arena, outputs, bases,
+                  std::forward<DynamicBase>(dynamicBase), deferOutputs);
   return bases;
 }
 

@@ -106,6 +106,10 @@ struct CpuProgram::Arena {
   char *data = nullptr;
   int64_t bytes = 0;
   bool idle = false;
+  // A call's per-buffer vectors, kept with the arena so that a call allocates none of them
+  // once they have grown (emptied of tensors between calls)
+  std::vector<char *> bases;
+  std::vector<Tensor> outBuffers, dynamic;
   void setIdle(bool now) {
     if (storage && idle != now)
       detail::countIdle(Device::cpu(), static_cast<int64_t>(storage->nbytes), now);
@@ -677,12 +681,18 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
   struct Release {
     const CpuProgram *self;
     std::unique_ptr<Arena> &a;
-    ~Release() { self->releaseArena(std::move(a)); }
+    ~Release() {
+      a->outBuffers.clear(); // the call's tensors go now, the vectors' memory stays
+      a->dynamic.clear();
+      self->releaseArena(std::move(a));
+    }
   } release{this, arena};
-  std::vector<Tensor> outBuffers;
-  std::vector<Tensor> dynamic(p.buffers.size()); // eager steps' results, by buffer
-  std::vector<char *> bases = bindBuffers(
-      p, inputs, n, Device::cpu(), arena->data, outBuffers,
+  std::vector<Tensor> &outBuffers = arena->outBuffers;
+  std::vector<Tensor> &dynamic = arena->dynamic; // eager steps' results, by buffer
+  dynamic.assign(p.buffers.size(), Tensor());
+  std::vector<char *> &bases = arena->bases;
+  bindBuffersInto(
+      p, inputs, n, Device::cpu(), arena->data, outBuffers, bases,
       [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
   auto open = [&](size_t i) { // the output buffers step i writes first (an eager step's
                               // result buffer: runEager)
