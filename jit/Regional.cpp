@@ -256,6 +256,20 @@ void RegionalPlan::assignSlots() {
   };
   for (RegionalStage &s : stages) s.inputSlots = slotsOf(s.inputs, "a stage's input");
   graphOutputSlots = slotsOf(graphOutputs, "an output");
+  // a stage output is held until its last reader has run, not to the end of the call (a
+  // deep model's every layer output at once, in inference)
+  const int firstOut = static_cast<int>(graphInputs.size());
+  std::vector<int> last(static_cast<size_t>(numSlots), -1); // the last stage reading a slot
+  for (size_t i = 0; i < stages.size(); ++i) {
+    for (int at : stages[i].outputSlots) last[static_cast<size_t>(at)] = static_cast<int>(i);
+    for (int at : stages[i].inputSlots) last[static_cast<size_t>(at)] = static_cast<int>(i);
+  }
+  for (int at : graphOutputSlots) last[static_cast<size_t>(at)] = -1; // returned: kept
+  for (RegionalStage &s : stages) s.lastUseSlots.clear();
+  for (int at = firstOut; at < numSlots; ++at) {
+    if (last[static_cast<size_t>(at)] >= 0)
+      stages[static_cast<size_t>(last[static_cast<size_t>(at)])].lastUseSlots.push_back(at);
+  }
 }
 
 namespace {
@@ -300,6 +314,7 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
       values[at - firstOut] = std::move(outs[o]);
       ptr[at] = &values[at - firstOut];
     }
+    for (int at : s.lastUseSlots) values[static_cast<size_t>(at) - firstOut] = Tensor();
   }
   std::vector<Tensor> result;
   result.reserve(graphOutputSlots.size());

@@ -28,8 +28,10 @@ struct RegionalStage {
   std::vector<int> inputs;                // graph node ids, in the program's input order
   std::vector<int> outputs;               // graph node ids of the program's outputs
   bool reused = false;                    // the program came from an earlier identical stage
-  // run()'s slots of `inputs` and `outputs` (see RegionalPlan::assignSlots)
-  std::vector<int> inputSlots, outputSlots;
+  // run()'s slots of `inputs` and `outputs` (see RegionalPlan::assignSlots), and the
+  // stage-output slots read for the last time by this stage (or never read), which run()
+  // lets go of once this stage has run
+  std::vector<int> inputSlots, outputSlots, lastUseSlots;
 };
 
 /// A function compiled region by region. Immutable; run() is thread-safe.

@@ -285,6 +285,34 @@ TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
   EXPECT_NE(cf.explain().find("reused"), std::string::npos);
 }
 
+// A regional call holds a stage's output until its last reader has run, not to the end of
+// the call: the peak of a call over 32 layers stays at a few layer outputs, not 32.
+TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
+  constexpr int kLayers = 32, kWidth = 64, kRows = 512; // an output: 128 KiB
+  std::vector<Tensor> ws;
+  for (int i = 0; i < kLayers; ++i) ws.push_back(Tensor::randn({kWidth, kWidth}, 10 + i) * 0.1);
+  auto body = [&](const Tensor &x) {
+    Tensor h = x;
+    for (int i = 0; i < kLayers; ++i)
+      h = region("layer", [&] { return tanh(linear(h, ws[static_cast<size_t>(i)])); });
+    return h;
+  };
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto cf = compile(body, o);
+  Tensor x = Tensor::randn({kRows, kWidth}, 3);
+  Tensor ref = body(x);
+  EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5)); // compiles
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  Tensor y = cf(x);
+  const int64_t output = kRows * kWidth * 4;
+  const int64_t peak = memory_stats().peak_bytes - before;
+  EXPECT_TRUE(allclose(y, ref, 1e-4, 1e-5));
+  EXPECT_LE(peak, 4 * output) << "peak " << peak << " bytes over the call: "
+                               << peak / output << " layer outputs alive at once";
+}
+
 TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
   Tensor w1 = Tensor::randn({6, 6}, 1), w2 = Tensor::randn({6, 6}, 2);
   auto body = [&](const Tensor &x) {
