@@ -220,6 +220,17 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   spec->inputsDone = inputsDoneAt(l);
   spec->dynamicDone = dynamicDoneAt(l);
   spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr);
+  spec->kernelOuter.assign(l.steps.size(), 0);
+  spec->kernelWork.assign(l.steps.size(), 0);
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    if (l.steps[i].kind != Step::Kind::kernel) continue;
+    const LoopKernel &k = p.kernels[l.steps[i].kernel];
+    spec->kernelOuter[i] = k.outerSize(syms);
+    spec->kernelWork[i] = spec->kernelOuter[i] * innerSize(k, syms);
+  }
+  spec->valueBytes.resize(l.values.size());
+  for (size_t v = 0; v < l.values.size(); ++v)
+    spec->valueBytes[v] = l.values[v].offset * static_cast<int64_t>(dtypeSize(l.values[v].dtype));
   for (const Step &s : l.steps) spec->hasCollectives |= s.kind == Step::Kind::collective;
   return spec;
 }
@@ -250,9 +261,9 @@ void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
   pool_.push_back(std::move(a));
 }
 
-void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *bases,
-                           const int64_t *syms, int threads) const {
-  const LoopKernel &k = program_.kernels[s.kernel];
+void CpuProgram::runKernel(const Spec &spec, size_t i, char *const *bases, const int64_t *syms,
+                           int threads) const {
+  const Step &s = spec.layout.steps[i];
   char *ptrs[64];
   std::vector<char *> heap;
   char **pp = ptrs;
@@ -260,27 +271,27 @@ void CpuProgram::runKernel(const Step &s, const Program &layout, char *const *ba
     heap.resize(s.operands.size());
     pp = heap.data();
   }
-  for (size_t i = 0; i < s.operands.size(); ++i) pp[i] = valueAddress(layout, bases, s.operands[i]);
-  KernelFn fn = kernels_[s.kernel];
-  int64_t outer = k.outerSize(syms);
-  if (threads <= 0) {
-    int64_t work = outer * innerSize(k, syms);
-    threads = work < kParallelWork ? 1 : omp_get_max_threads();
+  for (size_t j = 0; j < s.operands.size(); ++j) {
+    const int v = s.operands[j];
+    pp[j] = bases[spec.layout.values[v].buffer] + spec.valueBytes[v];
   }
+  KernelFn fn = kernels_[s.kernel];
+  const int64_t outer = spec.kernelOuter[i], work = spec.kernelWork[i];
+  if (threads <= 0) threads = work < kParallelWork ? 1 : omp_get_max_threads();
   threads = static_cast<int>(std::min<int64_t>(threads, outer));
   if (threads < 2) {
     fn(pp, syms, 0, outer);
     return;
   }
-  const int64_t chunks = poolChunks(outer * innerSize(k, syms), outer, threads);
+  const int64_t chunks = poolChunks(work, outer, threads);
   WorkPool::instance().run(chunks, [&](int64_t c) {
     const int64_t begin = outer * c / chunks, end = outer * (c + 1) / chunks;
     if (begin < end) fn(pp, syms, begin, end);
   });
 }
 
-void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
-                            char *const *bases, const int64_t *syms) const {
+void CpuProgram::runKernels(const Spec &spec, size_t first, size_t last, char *const *bases,
+                            const int64_t *syms) const {
   struct Member {
     KernelFn fn;
     std::vector<char *> ptrs;
@@ -289,11 +300,10 @@ void CpuProgram::runKernels(size_t first, size_t last, const Program &layout,
   std::vector<Member> members;
   int64_t total = 0;
   for (size_t i = first; i < last; ++i) {
-    const Step &s = layout.steps[i];
-    const LoopKernel &k = program_.kernels[s.kernel];
-    Member m{kernels_[s.kernel], {}, k.outerSize(syms), 0, total};
-    for (int v : s.operands) m.ptrs.push_back(valueAddress(layout, bases, v));
-    m.work = m.outer * innerSize(k, syms);
+    const Step &s = spec.layout.steps[i];
+    Member m{kernels_[s.kernel], {}, spec.kernelOuter[i], spec.kernelWork[i], total};
+    for (int v : s.operands)
+      m.ptrs.push_back(bases[spec.layout.values[v].buffer] + spec.valueBytes[v]);
     total += m.work;
     members.push_back(std::move(m));
   }
@@ -806,7 +816,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
             return "run of " + std::to_string(runEnd - i) + " kernels: " + names;
           });
           for (size_t j = i; j < runEnd; ++j) open(j);
-          runKernels(i, runEnd, p, bases.data(), syms);
+          runKernels(*spec, i, runEnd, bases.data(), syms);
           for (size_t j = i; j < runEnd; ++j) done(j);
           return;
         }
@@ -814,9 +824,9 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         open(i);
         if (tuner && program_.kernels[s.kernel].outerSize(syms) >= 2) {
           tuner->choose(i, program_.kernels[s.kernel].name.c_str(),
-                        [&](int t) { runKernel(s, p, bases.data(), syms, t); });
+                        [&](int t) { runKernel(*spec, i, bases.data(), syms, t); });
         } else {
-          runKernel(s, p, bases.data(), syms, threadsOf(i));
+          runKernel(*spec, i, bases.data(), syms, threadsOf(i));
         }
         done(i);
       },

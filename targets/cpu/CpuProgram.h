@@ -73,6 +73,9 @@ private:
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
     std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
     std::vector<int> runs; // per step: end of the steps run with it as one pool job
+    // per kernel step: its outer points and element operations at these sizes (0 for
+    // other steps); per value: its byte offset in its buffer
+    std::vector<int64_t> kernelOuter, kernelWork, valueBytes;
     bool hasCollectives = false; // a collective start step (their handles are kept per call)
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
@@ -94,12 +97,13 @@ private:
                                               bool costModel);
   std::unique_ptr<Arena> acquireArena(int64_t bytes) const;
   void releaseArena(std::unique_ptr<Arena> a) const;
-  // `threads`: 0 the default heuristic, else that many threads (at most the outer size)
-  void runKernel(const Step &s, const Program &layout, char *const *bases, const int64_t *syms,
+  // step i of `spec`; `threads`: 0 the default heuristic, else that many threads (at most
+  // the outer size)
+  void runKernel(const Spec &spec, size_t i, char *const *bases, const int64_t *syms,
                  int threads = 0) const;
   // steps [first, last) of a launch run: one job of the work pool, each chunk its share of
   // the run's total work, member by member
-  void runKernels(size_t first, size_t last, const Program &layout, char *const *bases,
+  void runKernels(const Spec &spec, size_t first, size_t last, char *const *bases,
                   const int64_t *syms) const;
   void runLibrary(const Spec &spec, size_t i, char *const *operands, char *result, int threads,
                   const Tensor *const *inputs) const;
