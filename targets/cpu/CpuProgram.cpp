@@ -271,10 +271,7 @@ void CpuProgram::runKernel(const Spec &spec, size_t i, char *const *bases, const
     heap.resize(s.operands.size());
     pp = heap.data();
   }
-  for (size_t j = 0; j < s.operands.size(); ++j) {
-    const int v = s.operands[j];
-    pp[j] = bases[spec.layout.values[v].buffer] + spec.valueBytes[v];
-  }
+  for (size_t j = 0; j < s.operands.size(); ++j) pp[j] = spec.address(bases, s.operands[j]);
   KernelFn fn = kernels_[s.kernel];
   const int64_t outer = spec.kernelOuter[i], work = spec.kernelWork[i];
   if (threads <= 0) threads = work < kParallelWork ? 1 : omp_get_max_threads();
@@ -302,8 +299,7 @@ void CpuProgram::runKernels(const Spec &spec, size_t first, size_t last, char *c
   for (size_t i = first; i < last; ++i) {
     const Step &s = spec.layout.steps[i];
     Member m{kernels_[s.kernel], {}, spec.kernelOuter[i], spec.kernelWork[i], total};
-    for (int v : s.operands)
-      m.ptrs.push_back(bases[spec.layout.values[v].buffer] + spec.valueBytes[v]);
+    for (int v : s.operands) m.ptrs.push_back(spec.address(bases, v));
     total += m.work;
     members.push_back(std::move(m));
   }
@@ -822,7 +818,7 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         }
         profiler::Scope scope("kernel", stepName(i));
         open(i);
-        if (tuner && program_.kernels[s.kernel].outerSize(syms) >= 2) {
+        if (tuner && spec->kernelOuter[i] >= 2) {
           tuner->choose(i, program_.kernels[s.kernel].name.c_str(),
                         [&](int t) { runKernel(*spec, i, bases.data(), syms, t); });
         } else {
@@ -842,8 +838,8 @@ std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, T
         open(i);
         char *ops[3];
         for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
-          ops[j] = valueAddress(p, bases.data(), s.operands[j]);
-        char *result = valueAddress(p, bases.data(), s.result);
+          ops[j] = spec->address(bases.data(), s.operands[j]);
+        char *result = spec->address(bases.data(), s.result);
         if (tuner) {
           if (!spec->serialLibrary[i]) {
             OmpThreads one(1); // a primitive made for one thread

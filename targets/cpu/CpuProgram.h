@@ -76,6 +76,11 @@ private:
     // per kernel step: its outer points and element operations at these sizes (0 for
     // other steps); per value: its byte offset in its buffer
     std::vector<int64_t> kernelOuter, kernelWork, valueBytes;
+    // the address of value `v` in a call whose buffers start at `bases`
+    char *address(char *const *bases, int v) const {
+      return bases[layout.values[static_cast<size_t>(v)].buffer] +
+             valueBytes[static_cast<size_t>(v)];
+    }
     bool hasCollectives = false; // a collective start step (their handles are kept per call)
     // runInto: per buffer, the input an output buffer is written into (-1: none), for the
     // `into` list it was computed for
