@@ -27,6 +27,16 @@ nlohmann::json readJson(const std::string &path) {
   return nlohmann::json::parse(in); // throws on invalid JSON
 }
 
+// The names of the profile's events of `category`, in the file's order.
+std::vector<std::string> eventNames(const std::string &path, const char *category) {
+  std::vector<std::string> names;
+  const nlohmann::json j = readJson(path);
+  for (const auto &e : j["traceEvents"]) {
+    if (e["cat"] == category) names.push_back(e["name"].get<std::string>());
+  }
+  return names;
+}
+
 TEST(Profiler, RecordsCallsStepsCompilesAndEagerOpsAsAChromeTrace) {
   const std::string path = testing::TempDir() + "rcjit_profile.json";
   Tensor w = Tensor::randn({128, 128}, 1);
@@ -96,14 +106,11 @@ TEST(Profiler, SmallProductsRunOnTheCallingThreadStaticAndSymbolic) {
   profiler::stop();
   EXPECT_TRUE(allclose(a, relu(matmul(x, w)), 1e-4, 1e-4));
   EXPECT_TRUE(allclose(b, relu(matmul(x, w)), 1e-4, 1e-4));
-  int serial = 0, library = 0;
-  const nlohmann::json j = readJson(path);
-  for (const auto &e : j["traceEvents"]) {
-    if (e["cat"] != "library") continue;
-    ++library;
-    serial += e["name"].get<std::string>().find("(on the calling thread)") != std::string::npos;
-  }
-  EXPECT_EQ(library, 2) << "expected one library step per program";
+  const std::vector<std::string> library = eventNames(path, "library");
+  const auto serial = std::count_if(library.begin(), library.end(), [](const std::string &n) {
+    return n.find("(on the calling thread)") != std::string::npos;
+  });
+  EXPECT_EQ(library.size(), 2u) << "expected one library step per program";
   EXPECT_EQ(serial, 2) << "expected both programs' products on the calling thread";
 }
 
@@ -127,11 +134,7 @@ TEST(Profiler, SmallLookupInABigTableRunsOnTheCallingThread) {
   profiler::stop();
   EXPECT_TRUE(allclose(a, embedding(table, small) * 2.0, 1e-6, 1e-6));
   EXPECT_TRUE(allclose(b, embedding(table, big) * 2.0, 1e-6, 1e-6));
-  std::vector<std::string> names;
-  const nlohmann::json j = readJson(path);
-  for (const auto &e : j["traceEvents"]) {
-    if (e["cat"] == "eager step") names.push_back(e["name"].get<std::string>());
-  }
+  const std::vector<std::string> names = eventNames(path, "eager step");
   ASSERT_EQ(names.size(), 2u) << "expected one eager step (the lookup) per call";
   EXPECT_EQ(names[0], "embedding (on the calling thread)");
   EXPECT_EQ(names[1], "embedding");
