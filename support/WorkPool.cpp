@@ -2,13 +2,19 @@
 // wakes sleeping workers, claims chunks itself, and waits only for chunks already claimed.
 #include "support/WorkPool.h"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -77,6 +83,48 @@ template <class F> bool spinUntil(int micros, F &&done) {
   }
 }
 
+// Packing's sampling (WorkPool.h): at most one sample per this many milliseconds, each
+// weighing this much in the running average of the other runnable tasks; a packed team
+// spreads again only once that average is this many tasks below what packs it.
+constexpr int kPackSampleMillis = 10;
+constexpr double kPackSampleWeight = 0.2;
+constexpr double kUnpackMargin = 0.5;
+// A packed job runs on its caller alone for this long before a worker is woken.
+constexpr int kPackedSoloMicros = 200;
+
+// The machine's runnable tasks now (the fourth field of /proc/loadavg, "R/TOTAL"), -1 when
+// it cannot be read.
+int runnableTasks(int fd) {
+  char buf[128];
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char *p = buf; // "0.61 0.52 0.45 2/345 6789"
+  for (int field = 0; field < 3; ++field) {
+    p = std::strchr(p, ' ');
+    if (!p) return -1;
+    ++p;
+  }
+  char *end = nullptr;
+  const long r = std::strtol(p, &end, 10);
+  if (end == p || *end != '/' || r < 0) return -1;
+  return static_cast<int>(std::min<long>(r, 1 << 20));
+}
+
+pid_t currentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// A packed job's caller on its CPU for the job (State::joinTeam); its CPUs restored after.
+struct CallerHome {
+  cpu_set_t saved;
+  bool on = false;
+  CallerHome() = default;
+  CallerHome(const CallerHome &) = delete;
+  CallerHome &operator=(const CallerHome &) = delete;
+  ~CallerHome() {
+    if (on) sched_setaffinity(0, sizeof saved, &saved);
+  }
+};
+
 } // namespace
 
 struct WorkPool::State {
@@ -94,6 +142,9 @@ struct WorkPool::State {
   };
 
   int spinMicros;
+  // spinMicros, or 0 while packed: threads sharing a CPU must not spin waiting for each
+  // other (the one waited for cannot run meanwhile: toy64 4 x 128 ran 4x slower so)
+  std::atomic<int> spinNow{0};
   std::atomic<bool> busy{false}; // a job is running
   std::mutex jobMu;
   std::shared_ptr<Job> job; // the running job, or null
@@ -107,8 +158,81 @@ struct WorkPool::State {
   std::atomic<bool> started{false};
   std::atomic<int64_t> parallelJobs{0}, workerChunks{0};
 
-  // Claims and runs chunks of `j` until none is left; returns how many it ran.
-  static int64_t work(Job &j) {
+  // Packing (WorkPool.h). `team`, `nextSample` are the running job's owner's alone.
+  bool packable = false; // the process may run on every online CPU; /proc/loadavg open
+  int loadavgFd = -1;
+  cpu_set_t allowed;     // the process's CPUs when the pool was made
+  std::vector<int> cpus; // the same, in order
+  std::unique_ptr<std::atomic<pid_t>[]> tids; // the workers' thread ids, 0 until known
+  std::vector<int> team; // the CPUs packed onto, the caller's first; empty: not packed
+  std::chrono::steady_clock::time_point nextSample{};
+  std::atomic<int> packed{0};
+  std::atomic<double> othersAvg{-1.0};
+
+  // Samples the machine's runnable tasks (at most every kPackSampleMillis) and packs or
+  // spreads the pool's threads as packTo says. Called by a job's owner after start().
+  void adapt() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < nextSample) return;
+    nextSample = now + std::chrono::milliseconds(kPackSampleMillis);
+    const int running = runnableTasks(loadavgFd);
+    if (running < 0) return;
+    // this thread, and the workers not asleep (spinning or running: runnable)
+    const int threads = 1 + static_cast<int>(workers.size());
+    const int ours = threads - sleepers.load(std::memory_order_relaxed);
+    const double others = std::max(0, running - ours);
+    double avg = othersAvg.load(std::memory_order_relaxed);
+    avg = avg < 0 ? others : avg + kPackSampleWeight * (others - avg);
+    othersAvg.store(avg, std::memory_order_relaxed);
+    const int k = packTo(static_cast<int>(cpus.size()), threads,
+                         team.empty() ? avg : avg + kUnpackMargin);
+    if (k != static_cast<int>(team.size())) pin(k);
+  }
+
+  // Moves the team to the CPU the calling thread is on (moving the caller to the team's CPU
+  // would wait for a core there: toy64 4 x 128 under a build ran 4x slower so) and keeps
+  // the caller there, unless its thread is kept to some CPUs of its own, until `home` ends.
+  void joinTeam(CallerHome &home) {
+    const int here = sched_getcpu();
+    if (here != team[0]) pin(static_cast<int>(team.size()));
+    if (!team.empty() && here == team[0] &&
+        sched_getaffinity(0, sizeof home.saved, &home.saved) == 0 &&
+        CPU_EQUAL(&home.saved, &allowed)) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(here, &one);
+      home.on = sched_setaffinity(0, sizeof one, &one) == 0;
+    }
+  }
+
+  // Sets each worker's CPU: team[(w + 1) % k] of the k CPUs from the one this thread is on,
+  // or the process's CPUs when k is 0. A worker not started yet leaves it to the next call.
+  void pin(int k) {
+    std::vector<int> next;
+    if (k > 0) {
+      const auto home = std::find(cpus.begin(), cpus.end(), sched_getcpu());
+      if (home == cpus.end()) return;
+      const size_t h = static_cast<size_t>(home - cpus.begin());
+      for (int i = 0; i < k; ++i) next.push_back(cpus[(h + static_cast<size_t>(i)) % cpus.size()]);
+    }
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const pid_t tid = tids[w].load(std::memory_order_acquire);
+      if (tid == 0) return;
+      cpu_set_t set = allowed;
+      if (!next.empty()) {
+        CPU_ZERO(&set);
+        CPU_SET(next[(w + 1) % next.size()], &set);
+      }
+      if (sched_setaffinity(tid, sizeof set, &set) != 0) return;
+    }
+    team = std::move(next);
+    packed.store(static_cast<int>(team.size()), std::memory_order_relaxed);
+    spinNow.store(team.empty() ? spinMicros : 0, std::memory_order_relaxed);
+  }
+
+  // Claims and runs chunks of `j` until none is left, or until `until` has passed (checked
+  // after each chunk; the epoch: no limit); returns how many it ran.
+  static int64_t work(Job &j, std::chrono::steady_clock::time_point until = {}) {
     int64_t ran = 0;
     for (;;) {
       const int64_t c = j.next.fetch_add(1, std::memory_order_relaxed);
@@ -128,12 +252,15 @@ struct WorkPool::State {
         std::lock_guard<std::mutex> lock(j.mu);
         j.cv.notify_all();
       }
+      if (until.time_since_epoch().count() != 0 && std::chrono::steady_clock::now() >= until)
+        break;
     }
     return ran;
   }
 
-  void workerLoop() {
+  void workerLoop(size_t index) {
     tlInsideWorkPool = true;
+    tids[index].store(currentTid(), std::memory_order_release);
     omp_set_num_threads(1); // oneDNN called from a chunk: no team of its own
     uint64_t seen = 0;
     for (;;) {
@@ -141,7 +268,7 @@ struct WorkPool::State {
         return generation.load(std::memory_order_acquire) != seen ||
                stop.load(std::memory_order_relaxed);
       };
-      if (!spinUntil(spinMicros, fresh)) {
+      if (!spinUntil(spinNow.load(std::memory_order_relaxed), fresh)) {
         std::unique_lock<std::mutex> lock(sleepMu);
         sleepers.fetch_add(1, std::memory_order_seq_cst);
         while (!fresh()) sleepCv.wait(lock);
@@ -171,8 +298,11 @@ struct WorkPool::State {
     if (started.load(std::memory_order_acquire)) return !workers.empty();
     std::lock_guard<std::mutex> lock(startMu);
     if (!started.load(std::memory_order_relaxed)) {
+      tids = std::make_unique<std::atomic<pid_t>[]>(static_cast<size_t>(std::max(count, 0)));
+      for (int i = 0; i < count; ++i) tids[static_cast<size_t>(i)].store(0);
       try {
-        for (int i = 0; i < count; ++i) workers.emplace_back([this] { workerLoop(); });
+        for (int i = 0; i < count; ++i)
+          workers.emplace_back([this, i] { workerLoop(static_cast<size_t>(i)); });
       } catch (const std::system_error &) {
         // fewer workers than asked: the ones started share the work
       }
@@ -182,9 +312,21 @@ struct WorkPool::State {
   }
 };
 
-WorkPool::WorkPool(int threads, int spinMicros)
+WorkPool::WorkPool(int threads, int spinMicros, bool pack)
     : threads_(std::max(1, threads)), state_(std::make_unique<State>()) {
-  state_->spinMicros = std::max(0, spinMicros);
+  State &s = *state_;
+  s.spinMicros = std::max(0, spinMicros);
+  s.spinNow.store(s.spinMicros, std::memory_order_relaxed);
+  CPU_ZERO(&s.allowed);
+  if (!pack || threads_ < 2 || sched_getaffinity(0, sizeof s.allowed, &s.allowed) != 0) return;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &s.allowed)) s.cpus.push_back(c);
+  // a process kept to some of the CPUs (a cpuset, taskset) does not pack: /proc/loadavg
+  // counts the tasks of every CPU
+  if (s.cpus.size() < 2 || static_cast<long>(s.cpus.size()) != sysconf(_SC_NPROCESSORS_ONLN))
+    return;
+  s.loadavgFd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  s.packable = s.loadavgFd >= 0;
 }
 
 WorkPool::~WorkPool() {
@@ -195,12 +337,28 @@ WorkPool::~WorkPool() {
   }
   state_->sleepCv.notify_all();
   for (std::thread &t : state_->workers) t.join();
+  if (state_->loadavgFd >= 0) close(state_->loadavgFd);
 }
 
 WorkPool &WorkPool::instance() {
   // never destroyed: compiled functions may run during static destruction
-  static WorkPool *pool = new WorkPool(poolInitialThreads(), poolSpinMicros());
+  static WorkPool *pool =
+      new WorkPool(poolInitialThreads(), poolSpinMicros(),
+                   envChoice("RCJIT_POOL_PACK", {"off", "auto"}, 1) == 1);
   return *pool;
+}
+
+int WorkPool::packTo(int cpus, int threads, double others) {
+  if (cpus < 2 || threads < 2 || !(others > 0)) return 0;
+  const double share = static_cast<double>(cpus) * threads / (threads + others);
+  const int k = std::max(1, static_cast<int>(std::ceil(share - 0.25)));
+  return k < threads && k < cpus ? k : 0;
+}
+
+int WorkPool::packedCpus() const { return state_->packed.load(std::memory_order_relaxed); }
+
+double WorkPool::othersRunnable() const {
+  return state_->packable ? state_->othersAvg.load(std::memory_order_relaxed) : -1.0;
 }
 
 int64_t WorkPool::parallelJobs() const {
@@ -257,18 +415,30 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
   j->ctx = ctx;
   j->chunks = chunks;
   j->left.store(chunks, std::memory_order_relaxed);
+  CallerHome home; // declared after `done`: the caller's CPUs restored before the next job
   if (s.start(threads_ - 1)) {
-    {
-      std::lock_guard<std::mutex> lock(s.jobMu);
-      s.job = j;
+    if (s.packable) s.adapt();
+    // packed (adapt): the pool's threads share CPUs, so waking a worker buys no parallel
+    // time, only the worker's turns on the shared CPU, for two thread switches per job:
+    // the caller runs the chunks alone until they have taken kPackedSoloMicros (toy64
+    // 4 x 128, ~7 us jobs, ran ~3x slower under a build with every job shared)
+    if (!s.team.empty())
+      State::work(*j, std::chrono::steady_clock::now() +
+                          std::chrono::microseconds(kPackedSoloMicros));
+    if (j->next.load(std::memory_order_relaxed) < chunks) {
+      if (!s.team.empty()) s.joinTeam(home);
+      {
+        std::lock_guard<std::mutex> lock(s.jobMu);
+        s.job = j;
+      }
+      s.wake();
+      s.parallelJobs.fetch_add(1, std::memory_order_relaxed);
     }
-    s.wake();
-    s.parallelJobs.fetch_add(1, std::memory_order_relaxed);
   }
   State::work(*j);
   // wait for chunks that workers claimed: spin, then sleep until the last one ends
   auto finished = [&] { return j->left.load(std::memory_order_acquire) == 0; };
-  if (!spinUntil(s.spinMicros, finished)) {
+  if (!spinUntil(s.spinNow.load(std::memory_order_relaxed), finished)) {
     std::unique_lock<std::mutex> lock(j->mu);
     j->callerSleeps.store(true, std::memory_order_seq_cst);
     while (!finished()) j->cv.wait(lock);

@@ -2,7 +2,9 @@
 // thread takes part, work is cut into more chunks than threads and claimed one at a time,
 // so a thread the scheduler has descheduled (a busy machine) holds up nobody but its own
 // chunk, and idle workers spin briefly and then sleep instead of burning the time slices
-// other processes need (what libgomp's spin-waiting does by default).
+// other processes need (what libgomp's spin-waiting does by default). On a machine busier
+// than its CPUs the pool packs its threads onto fewer CPUs, where they take turns instead
+// of waiting for each other (`packTo`).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,15 +17,16 @@ class WorkPool {
 public:
   /// A pool running each job on `threads` threads, the caller included (threads - 1
   /// workers, started on the first parallel job). `spinMicros`: how long an idle worker
-  /// polls for the next job before it sleeps.
-  explicit WorkPool(int threads, int spinMicros = kDefaultSpinMicros);
+  /// polls for the next job before it sleeps. `pack`: whether the pool may pack its
+  /// threads onto fewer CPUs while other tasks keep the machine's CPUs busy (packTo).
+  explicit WorkPool(int threads, int spinMicros = kDefaultSpinMicros, bool pack = true);
   ~WorkPool(); // joins the workers; no job may be running
   WorkPool(const WorkPool &) = delete;
   WorkPool &operator=(const WorkPool &) = delete;
 
   /// The process's pool. Its size is OpenMP's initial thread count (OMP_NUM_THREADS, else
   /// the CPUs this process may run on), read on first use; RCJIT_POOL_SPIN_US sets the
-  /// spin time (default 50).
+  /// spin time (default 50), RCJIT_POOL_PACK=off turns packing off (default auto).
   static WorkPool &instance();
 
   int threads() const { return threads_; }
@@ -48,6 +51,29 @@ public:
   /// callers) ran; for tests.
   int64_t parallelJobs() const;
   int64_t workerChunks() const;
+
+  /// Packing. A job's threads meet at its end, so a thread the scheduler holds back stalls
+  /// the others: two threads spread over two CPUs that each share with a busy process
+  /// spend much of their time waiting for each other (each runs half the time, at random
+  /// phases), while on one CPU, the other CPU left to the busy processes, they take turns
+  /// and waste nothing (gpt2 beside two busy processes on 2 CPUs: 400-424 ms spread, 345-363
+  /// packed; idle 188). So when the process may run on every online CPU, the pool samples
+  /// the machine's runnable tasks (/proc/loadavg) at most every 10 ms at the start of a job,
+  /// counts those not its own, and packs its threads onto packTo(...) CPUs (each worker's
+  /// affinity set, and the calling thread's for the length of each job, restored after)
+  /// while the others would leave the team less than its thread count of CPUs; it spreads
+  /// again when they go away.
+
+  /// CPUs a team of `threads` threads should be packed onto on a machine of `cpus` CPUs
+  /// with `others` other runnable tasks (an average): the CPUs a fair scheduler gives the
+  /// team, cpus * threads / (threads + others), rounded up once past a quarter, when that
+  /// is fewer than `threads`; 0 (not packed) otherwise.
+  static int packTo(int cpus, int threads, double others);
+  /// The CPUs the pool's threads are packed onto now, 0 when not packed.
+  int packedCpus() const;
+  /// Other runnable tasks beside the pool's threads, averaged over the recent samples;
+  /// -1 before the first sample or when the pool does not pack.
+  double othersRunnable() const;
 
   static constexpr int kDefaultSpinMicros = 50;
 

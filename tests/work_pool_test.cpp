@@ -1,14 +1,18 @@
 // The work pool (support/WorkPool.h): every chunk runs once, concurrent and nested callers,
-// errors, inline runs; and the compiled program's block-split oneDNN GEMMs
+// errors, inline runs, packing onto fewer CPUs on a busy machine; and the compiled program's block-split oneDNN GEMMs
 // (LibraryStep::create) against the same GEMM unsplit.
 #include <gtest/gtest.h>
 
 #include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -167,6 +171,124 @@ TEST(WorkPool, ChunksRunWithOneOpenMPThread) {
   pool.run(64, [&](int64_t) { notOne += omp_get_max_threads() != 1; });
   EXPECT_EQ(notOne.load(), 0);
   EXPECT_EQ(omp_get_max_threads(), 2); // the caller's count is back
+}
+
+TEST(WorkPool, PackToFollowsTheFairShare) {
+  // two threads on two CPUs: spread unless two others are runnable (then each thread would
+  // share its CPU at random phases: packed, they take turns on one)
+  EXPECT_EQ(WorkPool::packTo(2, 2, 0), 0);
+  EXPECT_EQ(WorkPool::packTo(2, 2, 1), 0);
+  EXPECT_EQ(WorkPool::packTo(2, 2, 1.5), 1);
+  EXPECT_EQ(WorkPool::packTo(2, 2, 2), 1);
+  EXPECT_EQ(WorkPool::packTo(2, 2, 8), 1);
+  // one thread, one CPU, or a team no smaller than its CPUs: nothing to pack
+  EXPECT_EQ(WorkPool::packTo(2, 1, 8), 0);
+  EXPECT_EQ(WorkPool::packTo(1, 2, 8), 0);
+  EXPECT_EQ(WorkPool::packTo(2, 4, 2), 0);
+  // many CPUs: the team's fair share of them, rounded up past a quarter
+  EXPECT_EQ(WorkPool::packTo(16, 4, 0), 0);
+  EXPECT_EQ(WorkPool::packTo(16, 4, 12), 0); // 4 CPUs' worth: one each
+  EXPECT_EQ(WorkPool::packTo(16, 4, 20), 3); // 2.67
+  EXPECT_EQ(WorkPool::packTo(16, 2, 40), 1); // 0.76
+}
+
+namespace {
+
+// The process may run on every online CPU (the pool packs only then).
+bool mayRunEverywhere() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 &&
+         CPU_COUNT(&set) == static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// Threads that keep every CPU busy (twice as many as CPUs) until destroyed.
+struct BusyThreads {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  explicit BusyThreads(int n) {
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([this] {
+        volatile uint64_t x = 0;
+        while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+      });
+  }
+  ~BusyThreads() {
+    stop = true;
+    for (auto &t : threads) t.join();
+  }
+};
+
+// Runs a parallel job of `chunks` chunks of ~20 us each and returns the CPUs they ran on.
+std::set<int> jobCpus(WorkPool &pool, int64_t chunks) {
+  std::mutex mu;
+  std::set<int> cpus;
+  pool.run(chunks, [&](int64_t) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    const int cpu = sched_getcpu();
+    std::lock_guard<std::mutex> lock(mu);
+    cpus.insert(cpu);
+  });
+  return cpus;
+}
+
+} // namespace
+
+TEST(WorkPool, PacksOntoOneCpuWhileTheMachineIsBusy) {
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (online < 2 || online > 16 || !mayRunEverywhere())
+    GTEST_SKIP() << "needs 2-16 online CPUs, all of them allowed to this process";
+  WorkPool pool(2);
+  OmpThreads many(2);
+  EXPECT_EQ(pool.packedCpus(), 0);
+  {
+    BusyThreads busy(2 * online); // the pool's two threads would get one CPU between them
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // a sample per 10 ms at most, at a job's start; the first sample is taken as it is
+    for (int i = 0; i < 200 && pool.packedCpus() == 0; ++i) {
+      jobCpus(pool, 8);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(pool.packedCpus(), 1) << "others runnable: " << pool.othersRunnable();
+    EXPECT_GE(pool.othersRunnable(), online);
+    // packed: the caller and the worker run the job's chunks on one CPU
+    for (int i = 0; i < 5 && pool.packedCpus() == 1; ++i) {
+      const std::set<int> cpus = jobCpus(pool, 64);
+      if (pool.packedCpus() == 1) {
+        EXPECT_EQ(cpus.size(), 1u);
+      }
+    }
+    EXPECT_GT(pool.workerChunks(), 0);
+  }
+  // after each job the caller's CPUs are its own again
+  EXPECT_TRUE(mayRunEverywhere());
+  // the load gone, the pool spreads again once its average of the others falls (unless the
+  // machine stays busy with other work: then that average must still call for packing)
+  for (int i = 0; i < 500 && pool.packedCpus() != 0; ++i) {
+    jobCpus(pool, 8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (pool.packedCpus() != 0) {
+    EXPECT_GT(WorkPool::packTo(online, 2, pool.othersRunnable() + 0.5), 0)
+        << "still packed with " << pool.othersRunnable() << " others runnable";
+  }
+  expectEachChunkOnce(pool, 500);
+}
+
+TEST(WorkPool, PackingOffNeverPacks) {
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (online < 2 || online > 16) GTEST_SKIP() << "needs 2-16 online CPUs";
+  WorkPool pool(2, WorkPool::kDefaultSpinMicros, /*pack=*/false);
+  OmpThreads many(2);
+  BusyThreads busy(2 * online);
+  for (int i = 0; i < 20; ++i) {
+    jobCpus(pool, 8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(pool.packedCpus(), 0);
+  EXPECT_EQ(pool.othersRunnable(), -1.0);
 }
 
 namespace {
