@@ -54,15 +54,16 @@ public:
 
   /// Packing. A job's threads meet at its end, so a thread the scheduler holds back stalls
   /// the others: two threads spread over two CPUs that each share with a busy process
-  /// spend much of their time waiting for each other (each runs half the time, at random
-  /// phases), while on one CPU, the other CPU left to the busy processes, they take turns
-  /// and waste nothing (gpt2 beside two busy processes on 2 CPUs: 400-424 ms spread, 345-363
-  /// packed; idle 188). So when the process may run on every online CPU, the pool samples
-  /// the machine's runnable tasks (/proc/loadavg) at most every 10 ms at the start of a job,
-  /// counts those not its own, and packs its threads onto packTo(...) CPUs (each worker's
-  /// affinity set, and the calling thread's for the length of each job, restored after)
-  /// while the others would leave the team less than its thread count of CPUs; it spreads
-  /// again when they go away.
+  /// spend much of their time waiting for each other (each runs half the time, at phases
+  /// of its own), while on one CPU, the other CPU left to the busy processes, they take
+  /// turns and waste nothing (gpt2, 2 threads beside two busy processes on 2 CPUs: 413-424
+  /// ms a call spread, 345-363 on one CPU; 172-184 idle). So when the process may run on
+  /// every online CPU, the pool samples the machine's runnable tasks (/proc/loadavg) at
+  /// most every 10 ms at the start of a job, counts those not its own, and packs its
+  /// threads onto packTo(...) CPUs (each worker's affinity set, and the calling thread's
+  /// for the length of each job, restored after) while the others would leave the team
+  /// fewer CPUs than threads; it spreads them again when the others go away. A packed job
+  /// runs on its caller alone for its first 200 us, and packed threads do not spin.
 
   /// CPUs a team of `threads` threads should be packed onto on a machine of `cpus` CPUs
   /// with `others` other runnable tasks (an average): the CPUs a fair scheduler gives the
