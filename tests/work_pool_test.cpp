@@ -253,14 +253,16 @@ TEST(WorkPool, PacksOntoOneCpuWhileTheMachineIsBusy) {
     }
     ASSERT_EQ(pool.packedCpus(), 1) << "others runnable: " << pool.othersRunnable();
     EXPECT_GE(pool.othersRunnable(), online);
-    // packed: the caller and the worker run the job's chunks on one CPU
-    for (int i = 0; i < 5 && pool.packedCpus() == 1; ++i) {
+    // packed: the caller and the worker run the job's chunks on one CPU (jobs of ~1.3 ms,
+    // the worker woken after the first 200 us, until it has taken some chunks)
+    const int64_t before = pool.workerChunks();
+    for (int i = 0; i < 200 && pool.packedCpus() == 1 && pool.workerChunks() == before; ++i) {
       const std::set<int> cpus = jobCpus(pool, 64);
       if (pool.packedCpus() == 1) {
         EXPECT_EQ(cpus.size(), 1u);
       }
     }
-    EXPECT_GT(pool.workerChunks(), 0);
+    EXPECT_GT(pool.workerChunks(), before);
   }
   // after each job the caller's CPUs are its own again
   EXPECT_TRUE(mayRunEverywhere());
