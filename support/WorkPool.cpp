@@ -87,7 +87,7 @@ template <class F> bool spinUntil(int micros, F &&done) {
 // weighing this much in the running average of the other runnable tasks; a packed team
 // spreads again only once that average is this many tasks below what packs it.
 constexpr int kPackSampleMillis = 10;
-constexpr double kPackSampleWeight = 0.2;
+constexpr double kPackSampleWeight = 0.1;
 constexpr double kUnpackMargin = 0.5;
 // A packed job runs on its caller alone for this long before a worker is woken.
 constexpr int kPackedSoloMicros = 200;
@@ -154,6 +154,9 @@ struct WorkPool::State {
   std::mutex sleepMu;
   std::condition_variable sleepCv;
   std::atomic<int> sleepers{0};
+  // Workers blocked on sleepCv and not yet woken (a woken worker is runnable before it
+  // runs and leaves the wait): what packing's samples do not count as runnable.
+  std::atomic<int> blocked{0};
   std::mutex startMu;
   std::vector<std::thread> workers;
   std::atomic<bool> started{false};
@@ -178,12 +181,14 @@ struct WorkPool::State {
     nextSample = now + std::chrono::milliseconds(kPackSampleMillis);
     const int running = runnableTasks(loadavgFd);
     if (running < 0) return;
-    // this thread, and the workers not asleep (spinning or running: runnable)
+    // this thread, and the workers not blocked (spinning, running or woken: runnable)
     const int threads = 1 + static_cast<int>(workers.size());
-    const int ours = threads - sleepers.load(std::memory_order_relaxed);
+    const int ours = threads - blocked.load(std::memory_order_relaxed);
     const double others = std::max(0, running - ours);
-    double avg = othersAvg.load(std::memory_order_relaxed);
-    avg = avg < 0 ? others : avg + kPackSampleWeight * (others - avg);
+    // from 0: a moment's burst (a library's threads spinning after a parallel region) does
+    // not pack; two other busy tasks do after ~90 ms
+    double avg = std::max(0.0, othersAvg.load(std::memory_order_relaxed));
+    avg += kPackSampleWeight * (others - avg);
     othersAvg.store(avg, std::memory_order_relaxed);
     const int k = packTo(static_cast<int>(cpus.size()), threads,
                          team.empty() ? avg : avg + kUnpackMargin);
@@ -272,7 +277,11 @@ struct WorkPool::State {
       if (!spinUntil(spinNow.load(std::memory_order_relaxed), fresh)) {
         std::unique_lock<std::mutex> lock(sleepMu);
         sleepers.fetch_add(1, std::memory_order_seq_cst);
-        while (!fresh()) sleepCv.wait(lock);
+        if (!fresh()) {
+          blocked.fetch_add(1, std::memory_order_relaxed);
+          do sleepCv.wait(lock);
+          while (!fresh());
+        }
         sleepers.fetch_sub(1, std::memory_order_relaxed);
       }
       if (stop.load(std::memory_order_relaxed)) return;
@@ -289,7 +298,10 @@ struct WorkPool::State {
   void wake() {
     generation.fetch_add(1, std::memory_order_seq_cst);
     if (sleepers.load(std::memory_order_seq_cst) > 0) {
-      { std::lock_guard<std::mutex> lock(sleepMu); }
+      {
+        std::lock_guard<std::mutex> lock(sleepMu);
+        blocked.store(0, std::memory_order_relaxed); // each now runnable
+      }
       sleepCv.notify_all();
     }
   }

@@ -59,7 +59,8 @@ public:
   /// turns and waste nothing (gpt2, 2 threads beside two busy processes on 2 CPUs: 413-424
   /// ms a call spread, 345-363 on one CPU; 172-184 idle). So when the process may run on
   /// every online CPU, the pool samples the machine's runnable tasks (/proc/loadavg) at
-  /// most every 10 ms at the start of a job, counts those not its own, and packs its
+  /// most every 10 ms at the start of a job, averages those not its own (from 0, each
+  /// sample weighing 0.1: a moment's burst does not pack), and packs its
   /// threads onto packTo(...) CPUs (each worker's affinity set, and the calling thread's
   /// for the length of each job, restored after) while the others would leave the team
   /// fewer CPUs than threads; it spreads them again when the others go away. A packed job

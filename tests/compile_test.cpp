@@ -4,11 +4,17 @@
 
 #include "tests/TestUtil.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include <rcjit/rcjit.h>
 
+#include "cache/ClearHooks.h"
+#include "support/Threads.h"
+#include "support/WorkPool.h"
 #include "tools/Models.h"
 
 using namespace rcjit;
@@ -385,6 +391,52 @@ TEST(CompileCaptured, ByValueCapturesFollowTheLambdasOwnCopy) {
   v = Tensor::full({5}, 7.0);
   EXPECT_TRUE(allclose(f(x), lambda(x))); // x + 1 in both
   EXPECT_TRUE(allclose(f(x), x + 1.0));
+}
+
+// A program of several kernels compiled with two threads: a module per kernel, compiled
+// concurrently on the work pool, each its own cache entry keyed by its kernel's text; with
+// one thread, one module. A later compile (the in-process tables dropped) finds each kernel.
+TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
+  if (WorkPool::instance().threads() < 2)
+    GTEST_SKIP() << "the work pool has one thread (OMP_NUM_THREADS=1)";
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() /
+                        ("rcjit-module-each-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string previousDir = cache::dir();
+  cache::set_key_file((root / "cache.key").string());
+  cache::set_dir((root / "cache").string());
+  cache::detail::runClearHooks();
+  auto fn = [](const Tensor &x) { return sum(softmax(x, -1) * 3.0, {0}) + 1.0; };
+  const Tensor x = Tensor::randn({16, 32}, 1);
+  const Tensor want = fn(x);
+  auto compiledModules = [&](int threads) { // modules compiled (cache misses) by a compile
+    OmpThreads t(threads);
+    const uint64_t before = cache::stats().misses;
+    auto cf = compile(fn);
+    EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5)) << threads << " threads";
+    return cache::stats().misses - before;
+  };
+  EXPECT_EQ(compiledModules(1), 1u);
+  cache::detail::runClearHooks();
+  const uint64_t kernels = compiledModules(2);
+  if (WorkPool::instance().packedCpus() == 0) { // (a busy machine compiles one module)
+    EXPECT_GE(kernels, 2u);
+    cache::detail::runClearHooks();
+    OmpThreads two(2);
+    const cache::Stats before = cache::stats();
+    auto cf = compile(fn);
+    EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
+    const cache::Stats after = cache::stats();
+    EXPECT_EQ(after.misses, before.misses);
+    EXPECT_EQ(after.disk_hits + after.memory_hits - before.disk_hits - before.memory_hits,
+              kernels);
+    EXPECT_EQ(cf.stats().cache_hits, static_cast<int>(kernels));
+  }
+  cache::set_dir(previousDir);
+  cache::detail::runClearHooks();
+  fs::remove_all(root);
 }
 
 } // namespace

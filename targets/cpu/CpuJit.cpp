@@ -80,6 +80,8 @@ void initializeNativeTarget() {
 
 // Codegen time per thread (materialization runs on the thread that looks a symbol up).
 thread_local double cpuJitCodegenSeconds = 0;
+// Modules served from the object cache per thread (as the codegen time).
+thread_local int64_t cpuJitCacheHits = 0;
 
 // The IR compiler of the JIT: object cache lookup, then O3, then host code generation.
 // Stateless apart from the CpuJit it reads, so concurrent compiles are safe.
@@ -98,7 +100,10 @@ public:
     } timed;
     llvm::ObjectCache *cache = jit_.cache_.load();
     if (cache) {
-      if (auto obj = cache->getObject(&m)) return obj;
+      if (auto obj = cache->getObject(&m)) {
+        ++cpuJitCacheHits;
+        return obj;
+      }
     }
     try {
       std::unique_ptr<llvm::TargetMachine> tm = jit_.makeTargetMachine();
@@ -225,6 +230,7 @@ CpuJit::ModuleHandle CpuJit::addModule(std::unique_ptr<llvm::Module> m,
 }
 
 double CpuJit::codegenSecondsOnThisThread() { return cpuJitCodegenSeconds; }
+int64_t CpuJit::cacheHitsOnThisThread() { return cpuJitCacheHits; }
 
 void *CpuJit::lookup(ModuleHandle h, const std::string &name) {
   auto addr = check("compiling or finding '" + name + "'", jit_->lookup(*h, name));

@@ -57,6 +57,8 @@ public:
   /// Seconds this thread has spent in O3 and machine-code generation (object cache lookups
   /// included) since it started: a lookup's time minus its growth is linking and loading.
   static double codegenSecondsOnThisThread();
+  /// Modules this thread's lookups took from the object cache instead of compiling.
+  static int64_t cacheHitsOnThisThread();
   /// Plugs in a persistent object cache (keyed by the module identifier): modules compiled
   /// later are first looked up in it and, when compiled, stored in it. Not owned; nullptr
   /// turns caching off. The cache must be thread-safe.

@@ -472,11 +472,13 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   }
   auto tLookup = std::chrono::steady_clock::now();
   const double codegenBefore = CpuJit::codegenSecondsOnThisThread();
+  const int64_t hitsBefore = CpuJit::cacheHitsOnThisThread();
   CpuJit::ModuleHandle h = jit.addModule(std::move(m), std::move(ctx));
   for (const LoopKernel &k : kernels) {
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }
   const double codegen = CpuJit::codegenSecondsOnThisThread() - codegenBefore;
+  out.fromCache = CpuJit::cacheHitsOnThisThread() > hitsBefore;
   announceCpuStep(moduleId, "O3 and machine code (or the object cache)", "llvm", codegen, "");
   announceCpuStep(moduleId, "link and load", "load",
                   std::max(0.0, cpuSecondsSince(tLookup) - codegen), "");

@@ -19,6 +19,7 @@ struct CpuCompiledKernels {
   std::vector<KernelFn> functions; // one per kernel, in order
   std::string llvmIr;              // when asked for: the optimized module
   std::string assembly;            // when asked for: its host assembly
+  bool fromCache = false;          // the module's object came from the object cache
 };
 
 /// What besides the kernels' text shapes their machine code on this host, for cache keys:
