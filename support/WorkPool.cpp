@@ -165,8 +165,8 @@ struct WorkPool::State {
   // Packing (WorkPool.h). `team`, `nextSample` are the running job's owner's alone.
   bool packable = false; // the process may run on every online CPU; /proc/loadavg open
   int loadavgFd = -1;
-  cpu_set_t allowed;     // the process's CPUs when the pool was made
-  std::vector<int> cpus; // the same, in order
+  cpu_set_t allowed;                          // the process's CPUs when the pool was made
+  std::vector<int> cpus;                      // the same, in order
   std::unique_ptr<std::atomic<pid_t>[]> tids; // the workers' thread ids, 0 until known
   std::vector<int> team; // the CPUs packed onto, the caller's first; empty: not packed
   std::chrono::steady_clock::time_point nextSample{};
@@ -190,8 +190,8 @@ struct WorkPool::State {
     double avg = std::max(0.0, othersAvg.load(std::memory_order_relaxed));
     avg += kPackSampleWeight * (others - avg);
     othersAvg.store(avg, std::memory_order_relaxed);
-    const int k = packTo(static_cast<int>(cpus.size()), threads,
-                         team.empty() ? avg : avg + kUnpackMargin);
+    const int k =
+        packTo(static_cast<int>(cpus.size()), threads, team.empty() ? avg : avg + kUnpackMargin);
     if (k != static_cast<int>(team.size())) pin(k);
   }
 
@@ -258,8 +258,7 @@ struct WorkPool::State {
         std::lock_guard<std::mutex> lock(j.mu);
         j.cv.notify_all();
       }
-      if (until.time_since_epoch().count() != 0 && std::chrono::steady_clock::now() >= until)
-        break;
+      if (until.time_since_epoch().count() != 0 && std::chrono::steady_clock::now() >= until) break;
     }
     return ran;
   }
@@ -355,9 +354,8 @@ WorkPool::~WorkPool() {
 
 WorkPool &WorkPool::instance() {
   // never destroyed: compiled functions may run during static destruction
-  static WorkPool *pool =
-      new WorkPool(poolInitialThreads(), poolSpinMicros(),
-                   envChoice("RCJIT_POOL_PACK", {"off", "auto"}, 1) == 1);
+  static WorkPool *pool = new WorkPool(poolInitialThreads(), poolSpinMicros(),
+                                       envChoice("RCJIT_POOL_PACK", {"off", "auto"}, 1) == 1);
   return *pool;
 }
 
@@ -436,8 +434,8 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
     // the caller runs the chunks alone until they have taken kPackedSoloMicros (toy64
     // 4 x 128, ~7 us jobs, ran ~3x slower under a build with every job shared)
     if (!s.team.empty())
-      State::work(*j, std::chrono::steady_clock::now() +
-                          std::chrono::microseconds(kPackedSoloMicros));
+      State::work(*j,
+                  std::chrono::steady_clock::now() + std::chrono::microseconds(kPackedSoloMicros));
     if (j->next.load(std::memory_order_relaxed) < chunks) {
       if (!s.team.empty()) s.joinTeam(home);
       {

@@ -400,8 +400,8 @@ TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
   if (WorkPool::instance().threads() < 2)
     GTEST_SKIP() << "the work pool has one thread (OMP_NUM_THREADS=1)";
   namespace fs = std::filesystem;
-  const fs::path root = fs::temp_directory_path() /
-                        ("rcjit-module-each-" + std::to_string(::getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("rcjit-module-each-" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root);
   const std::string previousDir = cache::dir();
@@ -430,8 +430,7 @@ TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
     EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
     const cache::Stats after = cache::stats();
     EXPECT_EQ(after.misses, before.misses);
-    EXPECT_EQ(after.disk_hits + after.memory_hits - before.disk_hits - before.memory_hits,
-              kernels);
+    EXPECT_EQ(after.disk_hits + after.memory_hits - before.disk_hits - before.memory_hits, kernels);
     EXPECT_EQ(cf.stats().cache_hits, static_cast<int>(kernels));
   }
   cache::set_dir(previousDir);

@@ -1,6 +1,6 @@
 // The work pool (support/WorkPool.h): every chunk runs once, concurrent and nested callers,
-// errors, inline runs, packing onto fewer CPUs on a busy machine; and the compiled program's block-split oneDNN GEMMs
-// (LibraryStep::create) against the same GEMM unsplit.
+// errors, inline runs, packing onto fewer CPUs on a busy machine; and the compiled program's
+// block-split oneDNN GEMMs (LibraryStep::create) against the same GEMM unsplit.
 #include <gtest/gtest.h>
 
 #include <omp.h>

@@ -182,7 +182,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       std::vector<CpuCompiledKernels> each(todo.size());
       const logging::CompileContext *context = logging::CompileScope::current();
       WorkPool::instance().run(static_cast<int64_t>(todo.size()), [&](int64_t i) {
-        std::optional<logging::CompileScope> scope; // the compile's entry on this thread's events too
+        std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
         if (context) scope.emplace(*context);
         std::vector<LoopKernel> one{todo[static_cast<size_t>(i)]};
         one[0].name = "k0";
