@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -25,6 +26,7 @@
 #include <rcjit/Error.h>
 
 #include "support/Env.h"
+#include "support/Events.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -231,9 +233,29 @@ struct WorkPool::State {
       }
       if (sched_setaffinity(tid, sizeof set, &set) != 0) return;
     }
+    const bool wasPacked = !team.empty();
     team = std::move(next);
     packed.store(static_cast<int>(team.size()), std::memory_order_relaxed);
     spinNow.store(team.empty() ? spinMicros : 0, std::memory_order_relaxed);
+    if (wasPacked != !team.empty() && logging::wanted(logging::Kind::perf_hints))
+      logging::emit(logging::PerfHintEvent{.hint = packingHint()});
+  }
+
+  // What the perf_hints log says when the pool packs or spreads its threads.
+  std::string packingHint() const {
+    char avg[32];
+    std::snprintf(avg, sizeof avg, "%.1f", othersAvg.load(std::memory_order_relaxed));
+    const std::string threads = std::to_string(1 + workers.size()) + " threads";
+    const std::string machine = std::to_string(cpus.size()) + " CPUs";
+    if (team.empty())
+      return "work pool: " + std::string(avg) + " other tasks runnable on average now; its " +
+             threads + " spread over the " + machine + " again";
+    std::string onto;
+    for (int c : team) onto += (onto.empty() ? "" : ", ") + std::to_string(c);
+    return "work pool: " + std::string(avg) + " other tasks runnable on average beside its " +
+           threads + " on " + machine + ": its threads now share CPU " + onto +
+           " and take turns there instead of waiting for each other across busy CPUs "
+           "(RCJIT_POOL_PACK=off keeps them spread)";
   }
 
   // Claims and runs chunks of `j` until none is left, or until `until` has passed (checked

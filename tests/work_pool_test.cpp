@@ -243,6 +243,8 @@ TEST(WorkPool, PacksOntoOneCpuWhileTheMachineIsBusy) {
   WorkPool pool(2);
   OmpThreads many(2);
   EXPECT_EQ(pool.packedCpus(), 0);
+  set_logs("perf_hints");
+  testing::internal::CaptureStderr();
   {
     BusyThreads busy(2 * online); // the pool's two threads would get one CPU between them
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -275,6 +277,19 @@ TEST(WorkPool, PacksOntoOneCpuWhileTheMachineIsBusy) {
   if (pool.packedCpus() != 0) {
     EXPECT_GT(WorkPool::packTo(online, 2, pool.othersRunnable() + 0.5), 0)
         << "still packed with " << pool.othersRunnable() << " others runnable";
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  set_logs("");
+  // the perf_hints log says when and why the pool packed, and when it spread again
+  EXPECT_NE(log.find("[rcjit:perf_hints] work pool: "), std::string::npos) << log;
+  EXPECT_NE(log.find("other tasks runnable on average beside its 2 threads on " +
+                     std::to_string(online) + " CPUs: its threads now share CPU "),
+            std::string::npos)
+      << log;
+  if (pool.packedCpus() == 0) {
+    EXPECT_NE(log.find("spread over the " + std::to_string(online) + " CPUs again"),
+              std::string::npos)
+        << log;
   }
   expectEachChunkOnce(pool, 500);
 }
