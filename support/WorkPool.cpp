@@ -162,7 +162,7 @@ struct WorkPool::State {
   std::mutex startMu;
   std::vector<std::thread> workers;
   std::atomic<bool> started{false};
-  std::atomic<int64_t> parallelJobs{0}, workerChunks{0};
+  std::atomic<int64_t> parallelJobs{0}, workerChunks{0}, pooledJobs{0}, packedJobs{0};
 
   // Packing (WorkPool.h). `team`, `nextSample` are the running job's owner's alone.
   bool packable = false; // the process may run on every online CPU; /proc/loadavg open
@@ -397,6 +397,12 @@ double WorkPool::othersRunnable() const {
 int64_t WorkPool::parallelJobs() const {
   return state_->parallelJobs.load(std::memory_order_relaxed);
 }
+int64_t WorkPool::pooledJobs() const {
+  return state_->pooledJobs.load(std::memory_order_relaxed);
+}
+int64_t WorkPool::packedJobs() const {
+  return state_->packedJobs.load(std::memory_order_relaxed);
+}
 int64_t WorkPool::workerChunks() const {
   return state_->workerChunks.load(std::memory_order_relaxed);
 }
@@ -451,10 +457,12 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
   CallerHome home; // declared after `done`: the caller's CPUs restored before the next job
   if (s.start(threads_ - 1)) {
     if (s.packable) s.adapt();
+    s.pooledJobs.fetch_add(1, std::memory_order_relaxed);
     // packed (adapt): the pool's threads share CPUs, so waking a worker buys no parallel
     // time, only the worker's turns on the shared CPU, for two thread switches per job:
     // the caller runs the chunks alone until they have taken kPackedSoloMicros (toy64
     // 4 x 128, ~7 us jobs, ran ~3x slower under a build with every job shared)
+    if (!s.team.empty()) s.packedJobs.fetch_add(1, std::memory_order_relaxed);
     if (!s.team.empty())
       State::work(*j,
                   std::chrono::steady_clock::now() + std::chrono::microseconds(kPackedSoloMicros));

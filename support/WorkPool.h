@@ -51,6 +51,11 @@ public:
   /// callers) ran; for tests.
   int64_t parallelJobs() const;
   int64_t workerChunks() const;
+  /// Jobs given to the pool's threads (not run inline for having one chunk, a busy pool,
+  /// nesting or one thread) since it started, and of those the ones run while its threads
+  /// were packed onto fewer CPUs (packTo): a benchmark's sign of a busy machine.
+  int64_t pooledJobs() const;
+  int64_t packedJobs() const;
 
   /// Packing. A job's threads meet at its end, so a thread the scheduler holds back stalls
   /// the others: two threads spread over two CPUs that each share with a busy process

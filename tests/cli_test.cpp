@@ -132,6 +132,9 @@ TEST(Cli, BenchReportsSpreadAndSplitsTheFirstCall) {
     EXPECT_DOUBLE_EQ(inf["q3"].get<double>(), s[3]);
     const double compile = res["compile_ms"], firstRun = res["first_run_ms"];
     EXPECT_NEAR(compile + firstRun, res["first_call_ms"].get<double>(), 1e-9);
+    // the work pool's jobs in the timed calls, and those run packed (a busy machine)
+    EXPECT_GE(res["pool_jobs"].get<int64_t>(), res["pool_packed_jobs"].get<int64_t>());
+    EXPECT_GE(res["pool_packed_jobs"].get<int64_t>(), 0);
     if (res["mode"] == "full") {
       EXPECT_GT(compile, 0);
       EXPECT_DOUBLE_EQ(compile, res["compile_seconds"].get<double>() * 1e3);

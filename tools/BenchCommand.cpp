@@ -16,6 +16,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "support/WorkPool.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/BenchPlot.h"
 #include "tools/BenchStats.h"
@@ -36,6 +37,7 @@ struct Row {
   double firstMs = 0;          // the first call: tracing, compiling and running
   std::vector<double> samples; // each timed call after the first, in ms
   CompileStats stats;
+  int64_t jobs = 0, packedJobs = 0; // the work pool's jobs in the timed calls, and packed ones
 
   // compile_seconds is the tracing + compiling inside the first call; the rest ran the code
   double compileMs() const { return mode == "eager" ? 0 : stats.compile_seconds * 1e3; }
@@ -187,6 +189,8 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   progress.step((mode == "eager" ? "" : "compile " + formatMeasured(r.compileMs()) + " ms, ") +
                 "first run " + formatMeasured(r.firstRunMs()) + " ms; timing " +
                 plural(reps, "call"));
+  const WorkPool &pool = WorkPool::instance();
+  const int64_t jobs0 = pool.pooledJobs(), packed0 = pool.packedJobs();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) {
     auto t1 = std::chrono::steady_clock::now();
@@ -195,6 +199,8 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
     r.samples.push_back(msSince(t1));
     progress.call(i + 1, reps, start);
   }
+  r.jobs = pool.pooledJobs() - jobs0;
+  r.packedJobs = pool.packedJobs() - packed0;
   r.stats = fn.stats();
   return r;
 }
@@ -252,7 +258,14 @@ void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std:
         << plural(r.stats.compiles, "compile") << ", " << plural(r.stats.cache_hits, "cache hit")
         << "\n";
   }
-  for (const Row &r : rows) out << spreadWarning(rowName(r, seq), r.spread());
+  for (const Row &r : rows) {
+    out << spreadWarning(rowName(r, seq), r.spread());
+    if (r.packedJobs > 0)
+      out << "warning: " << rowName(r, seq) << ": the work pool packed its threads onto fewer "
+          << "CPUs for " << r.packedJobs << " of its " << r.jobs << " jobs in the timed calls "
+          << "(other tasks kept every CPU busy): a busy machine's times (RCJIT_LOGS=perf_hints "
+          << "says when)\n";
+  }
 }
 
 nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const Tuning &tuning) {
@@ -298,7 +311,9 @@ nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const
          {"compiles", r.stats.compiles},
          {"cache_hits", r.stats.cache_hits},
          {"compile_seconds", r.stats.compile_seconds},
-         {"spread_warning", why.empty() ? nlohmann::json() : nlohmann::json(why)}});
+         {"spread_warning", why.empty() ? nlohmann::json() : nlohmann::json(why)},
+         {"pool_jobs", r.jobs},
+         {"pool_packed_jobs", r.packedJobs}});
   }
   return j;
 }
