@@ -385,7 +385,9 @@ int WorkPool::packTo(int cpus, int threads, double others) {
   if (cpus < 2 || threads < 2 || !(others > 0)) return 0;
   const double share = static_cast<double>(cpus) * threads / (threads + others);
   const int k = std::max(1, static_cast<int>(std::ceil(share - 0.25)));
-  return k < threads && k < cpus ? k : 0;
+  // at most half a CPU per thread: what was measured (two threads on one of two CPUs); a
+  // team one CPU short of its threads gains nothing from being pinned
+  return 2 * k <= threads && k < cpus ? k : 0;
 }
 
 int WorkPool::packedCpus() const { return state_->packed.load(std::memory_order_relaxed); }

@@ -74,7 +74,7 @@ public:
   /// CPUs a team of `threads` threads should be packed onto on a machine of `cpus` CPUs
   /// with `others` other runnable tasks (an average): the CPUs a fair scheduler gives the
   /// team, cpus * threads / (threads + others), rounded up once past a quarter, when that
-  /// is fewer than `threads`; 0 (not packed) otherwise.
+  /// is at most half of `threads` (and fewer than `cpus`); 0 (not packed) otherwise.
   static int packTo(int cpus, int threads, double others);
   /// The CPUs the pool's threads are packed onto now, 0 when not packed.
   int packedCpus() const;

@@ -188,8 +188,11 @@ TEST(WorkPool, PackToFollowsTheFairShare) {
   // many CPUs: the team's fair share of them, rounded up past a quarter
   EXPECT_EQ(WorkPool::packTo(16, 4, 0), 0);
   EXPECT_EQ(WorkPool::packTo(16, 4, 12), 0); // 4 CPUs' worth: one each
-  EXPECT_EQ(WorkPool::packTo(16, 4, 20), 3); // 2.67
+  EXPECT_EQ(WorkPool::packTo(16, 4, 20), 0); // 2.67: more than half a CPU per thread
+  EXPECT_EQ(WorkPool::packTo(16, 4, 40), 2); // 1.45
   EXPECT_EQ(WorkPool::packTo(16, 2, 40), 1); // 0.76
+  EXPECT_EQ(WorkPool::packTo(64, 64, 1), 0); // 63: one CPU short of the team
+  EXPECT_EQ(WorkPool::packTo(64, 64, 64), 32);
 }
 
 namespace {
