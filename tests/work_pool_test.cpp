@@ -251,7 +251,7 @@ TEST(WorkPool, PacksOntoOneCpuWhileTheMachineIsBusy) {
   {
     BusyThreads busy(2 * online); // the pool's two threads would get one CPU between them
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    // a sample per 10 ms at most, at a job's start; the first sample is taken as it is
+    // a sample per 10 ms at most, at a job's start, into an average that starts at 0
     for (int i = 0; i < 200 && pool.packedCpus() == 0; ++i) {
       jobCpus(pool, 8);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
