@@ -165,8 +165,8 @@ struct WorkPool::State {
   std::atomic<int64_t> parallelJobs{0}, workerChunks{0}, pooledJobs{0}, packedJobs{0};
 
   // Packing (WorkPool.h). `team`, `nextSample` are the running job's owner's alone.
-  bool packable = false; // the process may run on every online CPU; /proc/loadavg open
-  int loadavgFd = -1;
+  int loadavgFd = -1; // open when the pool packs: the process may run on every online CPU
+  bool packable() const { return loadavgFd >= 0; }
   cpu_set_t allowed;                          // the process's CPUs when the pool was made
   std::vector<int> cpus;                      // the same, in order
   std::unique_ptr<std::atomic<pid_t>[]> tids; // the workers' thread ids, 0 until known
@@ -360,7 +360,6 @@ WorkPool::WorkPool(int threads, int spinMicros, bool pack)
   if (s.cpus.size() < 2 || static_cast<long>(s.cpus.size()) != sysconf(_SC_NPROCESSORS_ONLN))
     return;
   s.loadavgFd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  s.packable = s.loadavgFd >= 0;
 }
 
 WorkPool::~WorkPool() {
@@ -393,7 +392,7 @@ int WorkPool::packTo(int cpus, int threads, double others) {
 int WorkPool::packedCpus() const { return state_->packed.load(std::memory_order_relaxed); }
 
 double WorkPool::othersRunnable() const {
-  return state_->packable ? state_->othersAvg.load(std::memory_order_relaxed) : -1.0;
+  return state_->packable() ? state_->othersAvg.load(std::memory_order_relaxed) : -1.0;
 }
 
 int64_t WorkPool::parallelJobs() const {
@@ -458,16 +457,17 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
   j->left.store(chunks, std::memory_order_relaxed);
   CallerHome home; // declared after `done`: the caller's CPUs restored before the next job
   if (s.start(threads_ - 1)) {
-    if (s.packable) s.adapt();
+    if (s.packable()) s.adapt();
     s.pooledJobs.fetch_add(1, std::memory_order_relaxed);
     // packed (adapt): the pool's threads share CPUs, so waking a worker buys no parallel
     // time, only the worker's turns on the shared CPU, for two thread switches per job:
     // the caller runs the chunks alone until they have taken kPackedSoloMicros (toy64
     // 4 x 128, ~7 us jobs, ran ~3x slower under a build with every job shared)
-    if (!s.team.empty()) s.packedJobs.fetch_add(1, std::memory_order_relaxed);
-    if (!s.team.empty())
+    if (!s.team.empty()) {
+      s.packedJobs.fetch_add(1, std::memory_order_relaxed);
       State::work(*j,
                   std::chrono::steady_clock::now() + std::chrono::microseconds(kPackedSoloMicros));
+    }
     if (j->next.load(std::memory_order_relaxed) < chunks) {
       if (!s.team.empty()) s.joinTeam(home);
       {
