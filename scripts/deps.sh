@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs rcjit's build dependencies from Debian's packages when any is missing.
-# `deps.sh fuzz` also installs clang 19, its libFuzzer runtime and OpenMP library (scripts/fuzz.sh).
+# `deps.sh fuzz` also installs clang 19, its libFuzzer runtime and OpenMP library (scripts/fuzz.sh);
+# `deps.sh bundle` what the GPU bundle and its rehearsal use.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
   libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin)
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang-19 libclang-rt-19-dev libomp-19-dev)
+fi
+# `deps.sh bundle`: the GPU bundle (scripts/gpu_bundle.sh) and its rehearsal (gpu_rehearsal.sh)
+if [[ ${1:-} == bundle ]]; then
+  packages+=(patchelf xz-utils binutils debootstrap)
 fi
 missing=()
 for p in "${packages[@]}"; do
