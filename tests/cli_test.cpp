@@ -14,7 +14,10 @@
 #include <sstream>
 #include <vector>
 
+#include <rcjit/Cuda.h>
+
 #include "support/Regex.h"
+#include "targets/cuda/CudaDriver.h"
 #include "tests/Ptxas.h"
 #include "tools/BenchStats.h"
 #include "tools/Cli.h"
@@ -387,6 +390,35 @@ TEST(Cli, TraceDumpsGraph) {
 
 // Every mode trains a fresh copy of the same model on the same batches: the losses agree
 // step by step, and the table, the progress lines and the JSON say so.
+// `rcjit devices` names every piece and why a missing one is missing; a GPU run without a GPU
+// is an Error with the driver's reason, before any work (the GPU check reads both).
+TEST(Cli, DevicesAndCudaTargetSayWhyWithoutAGpu) {
+  Result d = run({"devices"});
+  EXPECT_EQ(d.code, 0) << d.err;
+  for (const char *line : {"cpu: ", "cublas: ", "libdevice: "}) {
+    EXPECT_NE(("\n" + d.out).find(std::string("\n") + line), std::string::npos) << d.out;
+  }
+  if (rcjit::cuda_available()) {
+    EXPECT_NE(d.out.find("cuda: available: driver "), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("gpu 0: "), std::string::npos) << d.out;
+    EXPECT_EQ(run({"devices", "--require-cuda"}).code, 0);
+    GTEST_SKIP() << "a GPU is present: the no-GPU errors cannot be seen";
+  }
+  EXPECT_NE(d.out.find("cuda: unavailable: " + rcjit::cuda::unavailableReason()), std::string::npos)
+      << d.out;
+  EXPECT_EQ(run({"devices", "--require-cuda"}).code, 1);
+  Result t = run({"train", "--model", "toy64", "--layers", "1", "--target", "cuda"});
+  EXPECT_EQ(t.code, 1) << t.err;
+  EXPECT_NE(t.err.find("CUDA is not available"), std::string::npos) << t.err;
+  EXPECT_EQ(t.err.find("train: toy64"), std::string::npos) << "it trained before failing";
+  Result bad = run({"train", "--model", "toy64", "--target", "tpu"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--target: 'tpu' is not cpu or cuda"), std::string::npos) << bad.err;
+  Result dist = run({"train", "--model", "toy64", "--target", "cuda", "--dist", "ddp"});
+  EXPECT_EQ(dist.code, 2);
+  EXPECT_NE(dist.err.find("--target cuda trains in one process"), std::string::npos) << dist.err;
+}
+
 TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
   std::string json = tempFile("cli_train.json");
   Result r = run({"train", "--model", "toy64", "--layers", "3", "--batch", "2", "--seq", "8",

@@ -22,6 +22,7 @@
 #include "targets/cuda/PtxCodegen.h"
 #include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
+#include "tools/DevicesCommand.h"
 #include "tools/LogsCommand.h"
 #include "tools/Models.h"
 #include "tools/TrainCommand.h"
@@ -175,6 +176,7 @@ const char *kUsageText =
     "  trace  --model NAME    trace a model and print its graph, kernels, LLVM IR, asm or PTX\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
+    "  devices                the CPU feature set, CUDA driver, GPUs, cuBLAS and libdevice here\n"
     "  --version              print rcjit's version\n"
     "\n"
     "Run 'rcjit <command> --help' for a command's options.\n";
@@ -351,6 +353,7 @@ int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &e
       {"trace", [&] { return cmdTrace(args, out); }},
       {"cache", [&] { return cacheCommand(args, out, err); }},
       {"logs", [&] { return logsCommand(args, out, err); }},
+      {"devices", [&] { return devicesCommand(args, out, err); }},
   };
   auto it = commands.find(cmd);
   if (it == commands.end()) {

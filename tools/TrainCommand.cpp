@@ -23,6 +23,7 @@
 #include <rcjit/rcjit.h>
 
 #include "dist/CompiledWaits.h"
+#include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
 #include "tools/ModelCommon.h"
 #include "tools/Models.h"
@@ -40,6 +41,8 @@ constexpr int64_t kStreamVocab = 256;
 
 struct Settings {
   std::string model, optimizer, weights;
+  Device device = Device::cpu();   // --target cuda: the model, batches and compiled code on GPU 0
+  std::string targetLabel = "cpu"; // or "cuda (<GPU name>)"
   int steps = 20, inferReps = 3;
   double lr = 0;
   uint64_t seed = 0;
@@ -147,9 +150,10 @@ std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
-  const int64_t memoryBefore = memory_stats().current_bytes;
+  const int64_t memoryBefore = memory_stats(s.device).current_bytes;
   std::unique_ptr<Model> m = info.build(c);
   if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
+  if (s.device.is_cuda()) m->to(s.device);
   const std::vector<Tensor> templates = m->makeInputs(c);
   const size_t nIn = templates.size();
   ModelConfig global = c; // ddp: the stream makes the global batch; each rank takes its rows
@@ -157,6 +161,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   const std::vector<Tensor> globalTemplates = m->makeInputs(global);
   CompileOptions opts;
   opts.mode = parseTrainMode(mode);
+  opts.target = s.device.is_cuda() ? Target::cuda : Target::cpu;
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
   if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
@@ -224,7 +229,10 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     Batch b = batchAt(globalTemplates, s.seed, i);
     if (s.ddp) b = sliceOfBatch(b, s.rank, s.world);
     b.inputs.push_back(b.target);
-    if (i == 0) reset_peak_memory_stats();
+    if (s.device.is_cuda()) {
+      for (Tensor &t : b.inputs) t = t.to(s.device);
+    }
+    if (i == 0) reset_peak_memory_stats(s.device);
     auto t0 = std::chrono::steady_clock::now();
     Tensor l;
     if (whole) {
@@ -258,6 +266,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       }
       adamw ? adamw->step() : sgd->step();
     }
+    if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     double ms = msSince(t0);
     double lossValue = l.item();
     if (s.ddp) { // the global batch's mean loss
@@ -267,8 +276,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     }
     if (i == 0) {
       r.firstStepS = ms / 1e3;
-      r.firstPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
-      reset_peak_memory_stats();
+      r.firstPeakMiB = static_cast<double>(memory_stats(s.device).peak_bytes) / (1 << 20);
+      reset_peak_memory_stats(s.device);
     }
     r.stepMsAll.push_back(ms);
     r.losses.push_back(lossValue);
@@ -278,8 +287,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
                   msSince(start) / 1e3);
     err << line << std::flush;
   }
-  r.laterPeakMiB = static_cast<double>(memory_stats().peak_bytes) / (1 << 20);
-  r.stateMiB = static_cast<double>(memory_stats().current_bytes - memoryBefore) / (1 << 20);
+  r.laterPeakMiB = static_cast<double>(memory_stats(s.device).peak_bytes) / (1 << 20);
+  r.stateMiB = static_cast<double>(memory_stats(s.device).current_bytes - memoryBefore) / (1 << 20);
   r.maxPeakMiB = r.laterPeakMiB;
   if (s.ddp) { // every rank's figures: rank 0 prints the largest
     Tensor mib = Tensor::zeros({2}, DType::f64);
@@ -302,12 +311,16 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   inferOpts.schedule.clear(); // unsharded again: the ZeRO passes have nothing to do
   auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, inferOpts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
+  if (s.device.is_cuda()) {
+    for (Tensor &t : in) t = t.to(s.device);
+  }
   Autocast ac(DType::bf16, s.autocast);
   forward(in);
   std::vector<double> times;
   for (int i = 0; i < s.inferReps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     forward(in);
+    if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize();
     times.push_back(msSince(t0));
   }
   r.inferMsAll = times;
@@ -321,12 +334,13 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
-  std::snprintf(
-      buf, sizeof buf, "%s - cpu, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s", model.c_str(),
-      s.autocast ? "bf16 autocast (f32 parameters)" : std::string(dtypeName(c.dtype)).c_str(),
-      static_cast<long long>(c.batch * s.world), static_cast<long long>(c.seq), s.steps,
-      s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
-      s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
+  std::snprintf(buf, sizeof buf, "%s - %s, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s",
+                model.c_str(), s.targetLabel.c_str(),
+                s.autocast ? "bf16 autocast (f32 parameters)"
+                           : std::string(dtypeName(c.dtype)).c_str(),
+                static_cast<long long>(c.batch * s.world), static_cast<long long>(c.seq), s.steps,
+                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
+                s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
   if (s.ddp) {
     std::snprintf(buf, sizeof buf, ", %s%s on %d rank%s (%lld rows each)",
@@ -462,7 +476,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["seed"] = s.seed;
   j["machine"] = {{"cpu", hostCpuName()},
                   {"threads", std::thread::hardware_concurrency()},
-                  {"target", "cpu"},
+                  {"target", s.targetLabel},
                   {"rcjit", RCJIT_VERSION_STRING_TOOL}};
   for (const TrainRow &r : rows) {
     j["results"].push_back({{"mode", r.mode},
@@ -499,7 +513,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   po::options_description desc(
       "rcjit train: train a built-in model per mode on a synthetic batch stream");
   Settings s;
-  std::string modes, dtype, json, lr, strategies, distMode;
+  std::string modes, dtype, json, lr, strategies, distMode, target;
   int64_t batch = 4, seq = 128;
   double bucketMiB = 25;
   int layers = -1;
@@ -530,6 +544,8 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "compiled modes with CompileOptions::max_autotune")(
       "reduce-overhead", po::bool_switch(&s.reduceOverhead),
       "compiled modes with CompileOptions::reduce_overhead")(
+      "target", po::value(&target)->default_value("cpu"),
+      "cpu or cuda (an NVIDIA GPU: the model, its batches and the compiled code on GPU 0)")(
       "dist", po::value(&distMode)->default_value("none"),
       "none; ddp: data parallel over the ranks mpirun starts (--batch is the global batch); "
       "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
@@ -559,6 +575,14 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     throw std::invalid_argument("--dtype: '" + dtype + "' is not f32 or bf16");
   }
   s.autocast = dtype == "bf16";
+  if (target != "cpu" && target != "cuda") {
+    throw std::invalid_argument("--target: '" + target + "' is not cpu or cuda");
+  }
+  if (target == "cuda" && (distMode != "none" || vm.count("strategy"))) {
+    throw std::invalid_argument("--target cuda trains in one process on one GPU (no --dist, "
+                                "no --strategy: collectives on GPU tensors need NCCL, not "
+                                "built yet)");
+  }
   if (s.optimizer != "adamw" && s.optimizer != "sgd") {
     throw std::invalid_argument("--optimizer: '" + s.optimizer + "' is not adamw or sgd");
   }
@@ -658,6 +682,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     }
   }
   const ModelInfo &info = modelNamed(s.model);
+  if (target == "cuda") { // a clear Error here when there is no GPU
+    s.device = Device::cuda();
+    s.targetLabel = "cuda (" + cuda::DeviceContext::get(0).info().name + ")";
+  }
   if (distMode != "none") {
     dist::init(); // the launcher's ranks; a world of 1 without mpirun
     s.ddp = true;
