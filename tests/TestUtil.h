@@ -2,7 +2,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <rcjit/rcjit.h>
@@ -54,5 +56,29 @@ inline rcjit::Tensor make(const std::vector<float> &v, const rcjit::Shape &s,
                           rcjit::DType dt = rcjit::DType::f32) {
   return Tensor::from_vector(v, s).to(dt);
 }
+
+/// Sets an environment variable for the life of the object, then restores what it was (unset
+/// stays unset): a test never takes away a setting the run was started with (the GPU check
+/// points the tests at its cuBLAS and libdevice that way).
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const std::string &value) : name_(name) {
+    if (const char *old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 } // namespace rcjit::test

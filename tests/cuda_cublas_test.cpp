@@ -28,12 +28,7 @@ bool contains(const std::string &s, const std::string &part) {
   return s.find(part) != std::string::npos;
 }
 
-// Sets an environment variable for the life of the object.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char *n, const std::string &value) : name(n) { setenv(n, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
+using rcjit::test::ScopedEnv;
 
 const std::string kToolkitCublas = std::string(RCJIT_CUDA_ROOT) + "/lib64/libcublas.so";
 

@@ -19,12 +19,7 @@ using rcjit::test::errorOf;
 
 bool startsWith(const std::string &s, const std::string &prefix) { return s.rfind(prefix, 0) == 0; }
 
-// Sets an environment variable for the life of the object.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char *n, const std::string &value) : name(n) { setenv(n, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
+using rcjit::test::ScopedEnv;
 
 TEST(CudaDriver, UnavailableIsAReasonNotACrash) {
   if (cuda_available()) GTEST_SKIP() << "this machine has a CUDA device";
