@@ -90,7 +90,9 @@ gtest() {
     ((p < 0)) && p=0
     passed=$((passed + p)) skipped=$((skipped + s)) failed=$((failed + f))
     say "   $name: $p passed, $f failed, $s skipped"
-    grep -B2 '"failures": \[' "$json" | sed -n 's/.*"name": "\(.*\)",/   FAILED: \1/p' | tee -a "$log"
+    awk '/^ *"name": "/ { n = $0; sub(/^ *"name": "/, "", n); sub(/",?$/, "", n) }
+      /^ *"classname": "/ { c = $0; sub(/^ *"classname": "/, "", c); sub(/",?$/, "", c) }
+      /"failures": \[/ { print "   FAILED: " c "." n }' "$json" | tee -a "$log"
     ((rc != 0 && f == 0)) && failed=$((failed + 1)) && say "   FAILED: $name ended with $rc"
   else
     failed=$((failed + 1))
@@ -157,7 +159,32 @@ say "RCJIT_CUBLAS=${RCJIT_CUBLAS:-} RCJIT_PTXAS=${RCJIT_PTXAS:-} LD_LIBRARY_PATH
 # themselves, each with the reason, where no GPU can be used).
 gtest "no-GPU CUDA tests" "$out/tests_cuda.json" \
   'CudaPtx*:CudaDriver*:CudaLowering*:CudaRuntime*:Cublas*' 90
-gtest "GPU tests" "$out/tests_gpu.json" "${RCJIT_GPU_CHECK_TESTS:-Gpu*}" 180
+# One process per suite, so that a crash (a bad kernel can take the process down) costs one
+# suite's results, not all of them; the suites' JSON reports go into one array.
+gpu_filter="${RCJIT_GPU_CHECK_TESTS:-Gpu*}"
+parts="$(mktemp -d)"
+# "Suite<TAB>Suite.a:Suite.b" per suite, from the tests the filter selects
+timeout 30 "$dir/bin/rcjit_tests" --gtest_list_tests --gtest_filter="$gpu_filter" |
+  awk '/^[^ ].*\.$/ { if (s != "") print s "\t" f; s = $1; sub(/\.$/, "", s); f = "" }
+       /^  [^ ]/ { f = f (f == "" ? "" : ":") s "." $1 }
+       END { if (s != "") print s "\t" f }' >"$parts/suites"
+while IFS=$'\t' read -r suite filter; do
+  limit=60
+  [[ $suite == GpuCompile || $suite == GpuTraining ]] && limit=120
+  gtest "GPU tests: $suite" "$parts/$suite.json" "$filter" $limit
+done <"$parts/suites"
+{
+  echo "["
+  first=1
+  for f in "$parts"/*.json; do
+    [[ -f $f ]] || continue
+    ((first)) || echo ","
+    first=0
+    cat "$f"
+  done
+  echo "]"
+} >"$out/tests_gpu.json"
+rm -rf "$parts"
 
 # 4. Benchmarks and training runs: each a JSON record in bench.json / train.json.
 echo "[" >"$out/bench.json"
