@@ -6,7 +6,8 @@
 //   RCJIT_TRACE_FILE=trace.jsonl example_trace_report
 //   rcjit logs trace.jsonl --html report.html
 //
-// scripts/report_screenshot.sh runs both and takes the README's picture of the report.
+// scripts/report_screenshot.sh runs both and takes the picture of the report in
+// docs/logs-and-reports.md.
 #include "caption_decoder.h"
 
 #include <rcjit/rcjit.h>

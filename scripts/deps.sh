@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs rcjit's build dependencies from Debian's packages when any is missing.
 # `deps.sh fuzz` also installs clang 19, its libFuzzer runtime and OpenMP library (scripts/fuzz.sh);
-# `deps.sh bundle` what the GPU bundle and its rehearsal use.
+# `deps.sh bundle` what the GPU bundle and its rehearsal use; `deps.sh docs` Doxygen (the API
+# reference: `cmake --build build --target docs`).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
   libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
@@ -12,6 +13,10 @@ fi
 # `deps.sh bundle`: the GPU bundle (scripts/gpu_bundle.sh) and its rehearsal (gpu_rehearsal.sh)
 if [[ ${1:-} == bundle ]]; then
   packages+=(patchelf xz-utils binutils debootstrap)
+fi
+# `deps.sh docs`: Doxygen for the `docs` target (docs/Doxyfile.in)
+if [[ ${1:-} == docs ]]; then
+  packages+=(doxygen)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The background load of the README's "On a busy machine" figures: this project compiled
-# from scratch on every core at normal priority, again and again, until stopped (Ctrl-C,
+# The background load of the "On a busy machine" figures (docs/performance.md): this project
+# compiled from scratch on every core at normal priority, again and again, until stopped (Ctrl-C,
 # or kill the script and its ninja). Run it in one terminal and `rcjit bench` in another.
 #
 #   scripts/load_build.sh [DIR]   (DIR: the build tree to use, default /tmp/rcjit-loadbuild)

@@ -14,7 +14,7 @@ rcjit="$root/build/rcjit"
 [[ -x "$rcjit" ]] || { echo "models_bench: $rcjit not built (run scripts/build.sh)" >&2; exit 2; }
 
 avail_kb=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-# model and the batches run (at seq 128, the README's bench shapes)
+# model and the batches run (at seq 128, the bench shapes of docs/performance.md)
 models=(
   "toy64 1,4"
   "gpt2 1,4"

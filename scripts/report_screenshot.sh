@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's pictures of `rcjit logs --html`: records the trace of examples/trace_report.cpp
+# The pictures of `rcjit logs --html`: records the trace of examples/trace_report.cpp
 # (a GPT-2-like decoder compiled full and regional, a recompile, a graph break, a failed
 # compile) with a fresh compile cache, writes its report, and renders with a headless
 # Chromium (Debian: apt-get install chromium) the page's top (OUT_DIR/report.png) and the

@@ -45,10 +45,10 @@ LowerOptions lowerOptionsFor(Target t);
 /// another value. Thread-safe.
 int64_t smallMatmulMacsFor(Target t);
 
-/// The CPU's default threshold. Measured (README, "Small matmuls as generated kernels"):
-/// toy64's layers up to 4 x 128 rows (51 200 multiply-adds each) run faster generated, on
-/// one thread and on two; larger products were not measured against oneDNN, so the default
-/// stops here and max_autotune tries up to 2^22 on the real shapes.
+/// The CPU's default threshold. Measured (docs/performance.md, "Small matmuls as generated
+/// kernels"): toy64's layers up to 4 x 128 rows (51 200 multiply-adds each) run faster
+/// generated, on one thread and on two; larger products were not measured against oneDNN, so
+/// the default stops here and max_autotune tries up to 2^22 on the real shapes.
 constexpr int64_t kCpuSmallMatmulMacs = int64_t{1} << 16;
 
 } // namespace rcjit

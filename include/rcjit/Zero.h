@@ -18,7 +18,9 @@
 //     released (its memory freed) when the next block is called; in backward, each unit's
 //     gradient is reduce-scattered (non-blocking) as soon as the unit's backward is done, the
 //     unit is released, and the unit called before it is gathered again for its backward.
-//     The model runs eagerly: calling it inside rcjit::compile is an Error.
+//     The model runs eagerly this way; compiled (rcjit::compile), stage 3 is graph passes
+//     instead (the zero3 pass on a pass schedule, Passes.h), and compiling it without them is
+//     an Error naming the parameter.
 //
 // Numerics: the update of each element is optim::AdamW's (or SGD's) on the averaged
 // gradient, so a run on W ranks matches one process on the whole batch up to the rounding of

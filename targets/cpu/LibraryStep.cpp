@@ -500,7 +500,7 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
 // calling thread has one thread and there is nothing to pack).
 //
-// Measured on gpt2 and llama-3.2-1b (README, "On a busy machine"; bench/gemm_bench per
+// Measured on gpt2 and llama-3.2-1b (docs/performance.md, "On a busy machine"; bench/gemm_bench per
 // shape): over a parameter's weight, blocks of columns of a row-major copy ran 5-10 %
 // faster than oneDNN's own two threads at gpt2's shapes and 5-10 % slower at Llama's
 // (K, N >= 2048), one block of rows per thread over a packed weight about as fast as
