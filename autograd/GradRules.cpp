@@ -330,6 +330,7 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
   case OpKind::gt:
   case OpKind::ge:
   case OpKind::argmax:
+  case OpKind::check_target:
     return Grads(in.size());
   case OpKind::neg:
   case OpKind::abs:

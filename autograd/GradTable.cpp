@@ -20,6 +20,7 @@ GradKind gradKind(OpKind op) {
   case OpKind::gt:
   case OpKind::ge:
   case OpKind::argmax:
+  case OpKind::check_target:
     return GradKind::none;
   case OpKind::neg:
   case OpKind::abs:
@@ -88,6 +89,7 @@ SavedUse savedUse(OpKind op) {
   case OpKind::gt:
   case OpKind::ge:
   case OpKind::argmax:
+  case OpKind::check_target:
   case OpKind::neg: // shapes only
   case OpKind::cast:
   case OpKind::add:

@@ -1,27 +1,23 @@
 // Losses composed of public ops (so they fuse when compiled and differentiate by the rules).
+#include <cmath>
 #include <string>
 
 #include <rcjit/Ops.h>
 
 #include "tracer/Autocast.h"
-#include "tracer/Tracer.h"
+#include "tracer/OpsInternal.h"
 
 namespace rcjit {
 
 namespace {
 
-// Eagerly on the CPU: every target is a class index or ignore_index (a host read, so not
-// while tracing, where it would break the graph).
-void checkTargets(const Tensor &target, int64_t classes, int64_t ignoreIndex) {
-  if (Tracer::current() || !target.device().is_cpu()) return;
-  for (int64_t v : target.to_vector<int64_t>()) {
-    if (v != ignoreIndex && (v < 0 || v >= classes)) {
-      throw Error("cross_entropy: target " + std::to_string(v) + " is out of range for " +
-                  std::to_string(classes) + " classes (expected [0, " +
-                  std::to_string(classes - 1) + "] or ignore_index " + std::to_string(ignoreIndex) +
-                  ")");
-    }
-  }
+// Every target a class index or ignore_index, else an Error: the check_target op, so that a
+// compiled loss checks the real data on every call (a host step; on targets without host
+// steps the op is dropped and an out-of-range target makes the loss NaN, below).
+Tensor checkedTarget(const Tensor &target, int64_t classes, int64_t ignoreIndex) {
+  Attrs a;
+  a.dims = {classes, ignoreIndex};
+  return detail::applyOp(OpKind::check_target, {target}, a);
 }
 
 } // namespace
@@ -46,14 +42,16 @@ Tensor cross_entropy(const Tensor &logitsIn, const Tensor &target, int64_t ignor
                 " (logits " + shapeStr(logits.shape()) + ")");
   }
   const int64_t classes = logits.size(-1);
-  checkTargets(target, classes, ignore_index);
+  const Tensor t = checkedTarget(target, classes, ignore_index);
   Tensor logp = log_softmax(logits, -1);
-  Tensor oneHot = eq(Tensor::arange(classes, DType::i64, logits.device()), unsqueeze(target, -1));
+  Tensor oneHot = eq(Tensor::arange(classes, DType::i64, logits.device()), unsqueeze(t, -1));
   Tensor picked = sum(where(oneHot, logp, 0.0), {-1});
-  Tensor valid = ne(target, ignore_index);
+  Tensor valid = ne(t, ignore_index);
   // where (not a multiply by the mask): ignored targets get an exact 0 gradient, even when
-  // every target is ignored and the loss is 0/0.
-  Tensor nll = where(valid, -picked, 0.0);
+  // every target is ignored and the loss is 0/0. A target the check let through out of
+  // range (a target without host steps) makes the loss NaN instead of a silent 0.
+  Tensor inRange = where(ge(t, 0), lt(t, classes), ge(t, 0));
+  Tensor nll = where(valid, where(inRange, -picked, std::nan("")), 0.0);
   const DType acc = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor loss = sum(nll.to(acc)) / sum(valid).to(acc);
   return loss.to(logits.dtype());

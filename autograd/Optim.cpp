@@ -3,12 +3,15 @@
 #include <rcjit/Optim.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
+#include <unordered_map>
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Ops.h>
 
 #include "autograd/Autograd.h"
+#include "autograd/OptimOptions.h"
 #include "targets/eager/Iter.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
@@ -18,6 +21,7 @@ namespace rcjit::optim {
 namespace {
 
 void checkParams(const std::vector<Tensor> &params, const char *who) {
+  std::unordered_map<const detail::TensorImpl *, size_t> seen;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor &p = params[i];
     if (!p.defined()) {
@@ -28,7 +32,32 @@ void checkParams(const std::vector<Tensor> &params, const char *who) {
                   std::string(dtypeName(p.dtype())) + shapeStr(p.shape()) +
                   ") must be a leaf that requires grad (requires_grad_(), or module.parameters())");
     }
+    auto [it, fresh] = seen.emplace(p.impl().get(), i);
+    if (!fresh) { // PyTorch: "some parameters appear in more than one parameter group"
+      throw Error(std::string(who) + ": parameter " + std::to_string(i) + " (" +
+                  std::string(dtypeName(p.dtype())) + shapeStr(p.shape()) +
+                  ") is the same tensor as parameter " + std::to_string(it->second) +
+                  ": list each parameter once (it would be updated twice per step)");
+    }
   }
+}
+
+std::string valueStr(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+[[noreturn]] void badOption(const char *who, const char *name, double v, const char *rule) {
+  throw Error(std::string(who) + ": invalid " + name + " " + valueStr(v) + " (" + rule + ")");
+}
+
+void checkNonNegative(const char *who, const char *name, double v) {
+  if (!(std::isfinite(v) && v >= 0)) badOption(who, name, v, "must be a finite number >= 0");
+}
+
+void checkBeta(const char *who, const char *name, double v) {
+  if (!(v >= 0 && v < 1)) badOption(who, name, v, "must be in [0, 1)");
 }
 
 void clearGrads(const std::vector<Tensor> &params) {
@@ -81,13 +110,33 @@ void setScalar(Tensor &t, double v) {
 
 } // namespace
 
+void checkLr(double lr, const char *who) { checkNonNegative(who, "lr", lr); }
+
+void checkOptions(const SGDOptions &o, const char *who) {
+  checkLr(o.lr, who);
+  checkNonNegative(who, "momentum", o.momentum);
+  checkNonNegative(who, "weight_decay", o.weight_decay);
+}
+
+void checkOptions(const AdamWOptions &o, const char *who) {
+  checkLr(o.lr, who);
+  checkBeta(who, "beta1", o.beta1);
+  checkBeta(who, "beta2", o.beta2);
+  if (!(std::isfinite(o.eps) && o.eps > 0)) {
+    badOption(who, "eps", o.eps, "must be a finite number > 0");
+  }
+  checkNonNegative(who, "weight_decay", o.weight_decay);
+}
+
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : params_(std::move(params)), momentum_(params_.size()), options_(options),
       lr_(scalarTensor(options.lr)) {
+  checkOptions(options_, "SGD");
   checkParams(params_, "SGD");
 }
 
 void SGD::set_lr(double lr) {
+  checkLr(lr, "SGD::set_lr");
   options_.lr = lr;
   setScalar(lr_, lr);
 }
@@ -140,10 +189,12 @@ void SGD::zero_grad() { clearGrads(params_); }
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : params_(std::move(params)), state_(params_.size()), options_(options),
       lr_(scalarTensor(options.lr)) {
+  checkOptions(options_, "AdamW");
   checkParams(params_, "AdamW");
 }
 
 void AdamW::set_lr(double lr) {
+  checkLr(lr, "AdamW::set_lr");
   options_.lr = lr;
   setScalar(lr_, lr);
 }

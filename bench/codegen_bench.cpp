@@ -78,8 +78,9 @@ void BM_StreamTriad(benchmark::State &state) {
 
 void BM_FusedChain8(benchmark::State &state) {
   int threads = static_cast<int>(state.range(0));
-  static rcjit::KernelFn fn =
-      rcjit::cpu::compileKernels({chainKernel()}, "bench.chain8").functions.at(0);
+  static const rcjit::cpu::CpuCompiledKernels compiled =
+      rcjit::cpu::compileKernels({chainKernel()}, "bench.chain8"); // keeps the code
+  const rcjit::KernelFn fn = compiled.functions.at(0);
   Buffers &buf = buffers();
   char *ptrs[3] = {reinterpret_cast<char *>(buf.a.data()), reinterpret_cast<char *>(buf.b.data()),
                    reinterpret_cast<char *>(buf.c.data())};

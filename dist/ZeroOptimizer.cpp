@@ -11,6 +11,7 @@
 #include <rcjit/Passes.h>
 
 #include "autograd/Autograd.h"
+#include "autograd/OptimOptions.h"
 #include "dist/Collectives.h"
 #include "dist/ZeroUnits.h"
 #include "tracer/ModuleHooks.h"
@@ -603,12 +604,14 @@ void ZeroOptimizer::Impl::unhook() {
 
 ZeroOptimizer::ZeroOptimizer(nn::ModuleBase &model, optim::AdamWOptions adamw, ZeroOptions options)
     : impl_(std::make_unique<Impl>()) {
+  optim::checkOptions(adamw, "dist::ZeroOptimizer (AdamW)"); // before any rank communicates
   impl_->adamw = adamw;
   impl_->build(model, options);
 }
 
 ZeroOptimizer::ZeroOptimizer(nn::ModuleBase &model, optim::SGDOptions sgd, ZeroOptions options)
     : impl_(std::make_unique<Impl>()) {
+  optim::checkOptions(sgd, "dist::ZeroOptimizer (SGD)"); // before any rank communicates
   impl_->sgd = sgd;
   impl_->build(model, options);
 }

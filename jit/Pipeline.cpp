@@ -143,6 +143,7 @@ std::string print_graph(const Graph &g) { return printGraph(g); }
 PipelineOptions pipelineOptionsFor(Target t) {
   PipelineOptions o;
   o.decomposeOptions.splitLinearBias = targetInfo(t).splitLinearBias;
+  o.decomposeOptions.dropDataChecks = !targetInfo(t).hostDataChecks;
   o.decomposeOptions.smallMatmulMacs = smallMatmulMacsFor(t);
   return o;
 }

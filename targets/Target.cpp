@@ -51,6 +51,7 @@ TargetInfo makeCuda() {
   t.target = Target::cuda;
   t.name = "cuda";
   t.splitLinearBias = true;             // cuBLAS gets no epilogue: the bias joins a kernel
+  t.hostDataChecks = false;             // no host steps (a bad target: a NaN loss)
   t.lower.fuseLibraryEpilogues = false; // so do activations
   t.unsupportedStep = cuda::unsupportedStep;
   t.compile = compileCuda;

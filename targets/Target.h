@@ -21,6 +21,7 @@ struct TargetInfo {
   Target target = Target::cpu;
   const char *name = "cpu";
   bool splitLinearBias = false; // decompose a linear's bias into its own add
+  bool hostDataChecks = true;   // runs check_target as a host step (else decompose drops it)
   LowerOptions lower;
   /// "" when the target can run step `s` of `p`, else why not (naming the step).
   std::string (*unsupportedStep)(const Program &p, const Step &s) = nullptr;

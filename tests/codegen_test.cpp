@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -53,8 +55,14 @@ struct KernelBuilder {
   void store(int t, int v) { add({K::store, OpKind::add, {v}, t, k.tensors[t].dtype, 0}); }
 };
 
+// The kernel's function; its code is kept for the rest of the test process.
 KernelFn compileOne(const LoopKernel &k) {
-  return cpu::compileKernels({k}, "test." + k.name).functions.at(0);
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<const void>> keep;
+  cpu::CpuCompiledKernels c = cpu::compileKernels({k}, "test." + k.name);
+  std::lock_guard<std::mutex> lock(mu);
+  keep.push_back(c.code);
+  return c.functions.at(0);
 }
 
 void run(KernelFn f, std::vector<void *> ptrs, int64_t begin, int64_t end,
@@ -677,8 +685,8 @@ TEST(CodegenTest, ConcurrentCompilesAndCalls) {
       int x = kb.tensor(DType::f32, {1}), o = kb.tensor(DType::f32, {1}, true);
       kb.store(o, kb.op(OpKind::add, {kb.load(x), kb.constant(t, DType::f32)}, DType::f32));
       std::vector<float> xs(100, 1.f), out(100);
-      run(cpu::compileKernels({kb.k}, "test.conc" + std::to_string(t)).functions[0],
-          {xs.data(), out.data()}, 0, 100);
+      cpu::CpuCompiledKernels c = cpu::compileKernels({kb.k}, "test.conc" + std::to_string(t));
+      run(c.functions[0], {xs.data(), out.data()}, 0, 100);
       ok[t] = out[99] == 1.f + t;
     });
   }

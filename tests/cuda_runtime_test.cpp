@@ -2,6 +2,7 @@
 // GPU gets (checked by running it on the CPU), GEMM layouts, the PTX cache, allocator classes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include <random>
@@ -154,6 +155,36 @@ TEST(CudaLowering, LinearBiasIsSplitOnlyForCuda) {
   EXPECT_TRUE(g.postOps.empty());
   EXPECT_EQ(gpu.program.kernels.size(), 1u) << "bias + relu: one kernel after the GEMM\n"
                                             << printProgram(gpu.program);
+}
+
+// cross_entropy's target check is a host read, which the cuda target has no step for: its
+// pipeline drops it, and the kernels make the loss NaN for an out-of-range target instead of
+// counting the row as 0 (silently wrong). Good targets compute what eager does.
+TEST(CudaLowering, CrossEntropyWithoutItsHostCheckIsNaNForABadTarget) {
+  nn::Linear head(6, 10, true, 3);
+  TracedFn fn = [&](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{cross_entropy(head(v[0]), v[1])};
+  };
+  Tensor x = Tensor::randn({3, 6}, 4);
+  Tensor good = Tensor::from_vector(std::vector<int64_t>{1, 9, -100}, {3});
+  checkGpuLowering("cross_entropy", fn, {x, good});
+  Lowered l = lowerFor(Target::cuda, fn, {x, good});
+  for (const Step &s : l.program.steps) EXPECT_NE(s.op, OpKind::check_target) << s.note;
+  auto cpu = cpu::CpuProgram::create(l.program, "cuda_lowering_on_cpu");
+  for (int64_t v : {int64_t{10}, int64_t{-1}, int64_t{1} << 40}) {
+    Tensor bad = Tensor::from_vector(std::vector<int64_t>{1, v, -100}, {3});
+    std::vector<Tensor> in = l.inputs;
+    in[1] = bad;
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : in) ptrs.push_back(&t);
+    std::vector<Tensor> got = cpu->run(ptrs.data(), ptrs.size());
+    EXPECT_TRUE(std::isnan(got.at(0).item())) << "target " << v << ": " << got[0].item();
+  }
+  // the CPU target keeps the check as a step of the program
+  Lowered c = lowerFor(Target::cpu, fn, {x, good});
+  int checks = 0;
+  for (const Step &s : c.program.steps) checks += s.op == OpKind::check_target;
+  EXPECT_EQ(checks, 1) << printProgram(c.program);
 }
 
 TEST(CudaLowering, UnsupportedStepsAreNamed) {

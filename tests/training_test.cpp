@@ -155,6 +155,61 @@ TEST(Optim, RejectsParametersThatDoNotRequireGrad) {
   EXPECT_NE(msg.find("must be a leaf that requires grad"), std::string::npos) << msg;
 }
 
+// Each invalid setting is refused by name and value (PyTorch raises for each); a NaN
+// setting would otherwise fill the parameters with NaN silently.
+TEST(Optim, RejectsInvalidOptionsNamingTheOptionAndValue) {
+  const double nan = std::nan(""), inf = INFINITY;
+  auto adamw = [](optim::AdamWOptions o) {
+    return errorOf([&] { optim::AdamW({leaf({1}, {1})}, o); });
+  };
+  auto sgd = [](optim::SGDOptions o) { return errorOf([&] { optim::SGD({leaf({1}, {1})}, o); }); };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {adamw({.lr = -0.1}), "AdamW: invalid lr -0.1 (must be a finite number >= 0)"},
+      {adamw({.lr = nan}), "AdamW: invalid lr nan"},
+      {adamw({.lr = inf}), "AdamW: invalid lr inf"},
+      {adamw({.beta1 = -0.5}), "AdamW: invalid beta1 -0.5 (must be in [0, 1))"},
+      {adamw({.beta1 = 1}), "AdamW: invalid beta1 1 (must be in [0, 1))"},
+      {adamw({.beta2 = 1.5}), "AdamW: invalid beta2 1.5"},
+      {adamw({.beta2 = nan}), "AdamW: invalid beta2 nan"},
+      {adamw({.eps = 0}), "AdamW: invalid eps 0 (must be a finite number > 0)"},
+      {adamw({.eps = -1e-8}), "AdamW: invalid eps -1e-08"},
+      {adamw({.eps = nan}), "AdamW: invalid eps nan"},
+      {adamw({.weight_decay = -0.01}), "AdamW: invalid weight_decay -0.01"},
+      {adamw({.weight_decay = nan}), "AdamW: invalid weight_decay nan"},
+      {sgd({.lr = -1}), "SGD: invalid lr -1"},
+      {sgd({.lr = nan}), "SGD: invalid lr nan"},
+      {sgd({.lr = -inf}), "SGD: invalid lr -inf"},
+      {sgd({.momentum = -0.9}), "SGD: invalid momentum -0.9"},
+      {sgd({.momentum = nan}), "SGD: invalid momentum nan"},
+      {sgd({.weight_decay = -1}), "SGD: invalid weight_decay -1"},
+      {sgd({.weight_decay = nan}), "SGD: invalid weight_decay nan"},
+  };
+  for (const auto &[msg, expected] : cases) {
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg << "\nexpected: " << expected;
+  }
+  Tensor p = leaf({1}, {1});
+  optim::SGD opt({p});
+  std::string msg = errorOf([&] { opt.set_lr(nan); });
+  EXPECT_NE(msg.find("SGD::set_lr: invalid lr nan"), std::string::npos) << msg;
+  optim::AdamW adam({p});
+  msg = errorOf([&] { adam.set_lr(-1); });
+  EXPECT_NE(msg.find("AdamW::set_lr: invalid lr -1"), std::string::npos) << msg;
+  EXPECT_EQ(adam.options().lr, 1e-3) << "a refused lr is not kept";
+}
+
+TEST(Optim, RejectsAParameterListedTwice) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({1}, {1});
+  std::string msg = errorOf([&] { optim::AdamW({a, b, a}); });
+  EXPECT_NE(msg.find("AdamW: parameter 2 (f64[2]) is the same tensor as parameter 0: list each "
+                     "parameter once"),
+            std::string::npos)
+      << msg;
+  msg = errorOf([&] { optim::SGD({b, b}); });
+  EXPECT_NE(msg.find("SGD: parameter 1 (f64[1]) is the same tensor as parameter 0"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(Optim, ClipGradNormScalesToMaxNormAndReturnsTheNormBefore) {
   Tensor a = leaf({0, 0}, {2}), b = leaf({0}, {1}), unused = leaf({0}, {1});
   setGradTo(a, {3, 0});

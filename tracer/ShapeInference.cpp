@@ -375,6 +375,13 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a)
   case OpKind::conv2d_backward_input:
   case OpKind::conv2d_backward_weight:
     return inferConv2dBackward(op, in, a);
+  case OpKind::check_target:
+    expectArity(op, in, 1, 1);
+    if (!isIntegral(in[0].dtype)) fail(op, "target must be i32 or i64, got " + metaStr(in[0]));
+    if (a.dims.size() != 2 || a.dims[0] < 0) {
+      fail(op, "expected dims [classes, ignore_index], got " + shapeStr(a.dims));
+    }
+    return in[0];
   case OpKind::sdpa: {
     expectArity(op, in, 3, 3);
     expectSameDtype(op, in, 0, 3);

@@ -186,6 +186,7 @@ int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in,
 
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
 int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const DecomposeOptions &o) {
+  if (n.op == OpKind::check_target && o.dropDataChecks) return b.at(n.inputs[0]);
   if (!decomposable(g, n)) return -1;
   std::vector<int> in;
   for (int i : n.inputs) in.push_back(b.at(i));
@@ -210,6 +211,7 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
   case OpKind::conv2d_backward_input:  // run by the eager kernel
   case OpKind::conv2d_backward_weight: // run by the eager kernel
+  case OpKind::check_target:           // a host read, run by the eager kernel
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy,
                    Collective) // lowered as is
     return -1;

@@ -20,6 +20,7 @@
 //   pay for itself. The CPU code generator runs such a kernel as a k-outer, n-inner loop
 //   nest (targets/cpu/CpuKernels.cpp).
 // - linear(x, w, b) with splitLinearBias: linear(x, w) + b.
+// - check_target with dropDataChecks: its input (any shape, symbolic ones too).
 // gelu and silu stay single ops: the code generator and oneDNN post-ops implement them
 // natively, and spelled out they would no longer fuse into a matmul as a post-op.
 //
@@ -43,6 +44,9 @@ struct DecomposeOptions {
   /// (cuBLAS): the add then fuses into the kernel after the call with the rest of the
   /// epilogue. Off for the CPU, where oneDNN adds the bias in the call.
   bool splitLinearBias = false;
+  /// check_target (a host read of the data) becomes its input, for targets that run no
+  /// host steps (cuda): cross_entropy's loss is then NaN for an out-of-range target.
+  bool dropDataChecks = false;
 };
 
 /// Rewrites the composites of `g` as primitives (see above). Pure; thread-safe.

@@ -229,6 +229,10 @@ CpuJit::ModuleHandle CpuJit::addModule(std::unique_ptr<llvm::Module> m,
   return &*jd;
 }
 
+void CpuJit::removeModule(ModuleHandle h) noexcept {
+  llvm::consumeError(jit_->getExecutionSession().removeJITDylib(*h));
+}
+
 double CpuJit::codegenSecondsOnThisThread() { return cpuJitCodegenSeconds; }
 int64_t CpuJit::cacheHitsOnThisThread() { return cpuJitCacheHits; }
 

@@ -26,11 +26,11 @@ class LLJIT;
 namespace rcjit::cpu {
 
 /// A JIT for the host CPU. Thread-safe: any number of threads may add modules, look up
-/// symbols, optimize and print modules at once (each compile uses its own TargetMachine).
-/// Compiled code lives as long as the CpuJit.
+/// symbols, optimize, print and remove modules at once (each compile uses its own
+/// TargetMachine). Compiled code lives until its module is removed, or as long as the CpuJit.
 class CpuJit {
 public:
-  /// Opaque handle of an added module (its JITDylib), valid for the CpuJit's lifetime.
+  /// Opaque handle of an added module (its JITDylib), valid until removeModule.
   using ModuleHandle = llvm::orc::JITDylib *;
 
   /// Sets up LLJIT for the host (O3 code generation) and makes the process's symbols (libm)
@@ -54,6 +54,10 @@ public:
   /// Address of the function `name` in the module `h`; compiles it if needed. Throws
   /// rcjit::Error when the symbol is missing or compiling fails.
   void *lookup(ModuleHandle h, const std::string &name);
+  /// Frees module `h`: its machine code, its JITDylib and ORC's tables of its symbols. No
+  /// function of it may run (or be running) afterwards. Never throws (a failed removal keeps
+  /// the code, as if it had not been removed).
+  void removeModule(ModuleHandle h) noexcept;
   /// Seconds this thread has spent in O3 and machine-code generation (object cache lookups
   /// included) since it started: a lookup's time minus its growth is linking and loading.
   static double codegenSecondsOnThisThread();

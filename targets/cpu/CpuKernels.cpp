@@ -474,6 +474,9 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   const double codegenBefore = CpuJit::codegenSecondsOnThisThread();
   const int64_t hitsBefore = CpuJit::cacheHitsOnThisThread();
   CpuJit::ModuleHandle h = jit.addModule(std::move(m), std::move(ctx));
+  out.code = std::shared_ptr<const void>(static_cast<const void *>(h), [&jit, h](const void *) {
+    jit.removeModule(h); // the process's jits are never destroyed
+  });
   for (const LoopKernel &k : kernels) {
     out.functions.push_back(reinterpret_cast<KernelFn>(jit.lookup(h, k.name)));
   }

@@ -1,6 +1,7 @@
 // Compiles LoopKernels to host machine code: one LLVM module per call, JIT-compiled by the
 // process-wide CpuJit. Free of LLVM types, so tests, benchmarks and jit/ can include it.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,11 @@ struct CpuCompileOptions {
   std::string name;          // what the module is for ("rcjit_f0_e1"): named in cache logs
 };
 
-/// The result of compileKernels. The functions stay valid for the life of the process.
+/// The result of compileKernels. The functions stay valid while a copy of `code` lives.
 struct CpuCompiledKernels {
   std::vector<KernelFn> functions; // one per kernel, in order
+  /// Owns the module's machine code: the last copy dropped frees it (CpuJit::removeModule).
+  std::shared_ptr<const void> code;
   std::string llvmIr;              // when asked for: the optimized module
   std::string assembly;            // when asked for: its host assembly
   bool fromCache = false;          // the module's object came from the object cache

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -121,9 +123,56 @@ struct CpuProgram::Arena {
 namespace {
 
 // Compiled kernels of this process, keyed by their text with the name left out: identical
-// kernels (the same layer in 64 places, the same graph compiled twice) compile once.
-struct KernelMemoTag;
-using KernelMemo = cache::detail::ProcessMemo<KernelMemoTag, std::string, KernelFn, SIZE_MAX>;
+// kernels (the same layer in 64 places, the same graph compiled twice) compile once while a
+// program holds them. The memo does not own the code (the programs do, CpuProgram::code_):
+// a kernel whose programs are all gone is freed, and its entry dropped at the next sweep.
+// cache::clear() empties it. Thread-safe; never destroyed (see ProcessMemo).
+class KernelMemo {
+public:
+  struct Hit {
+    KernelFn fn = nullptr;
+    std::shared_ptr<const void> code;
+  };
+  static KernelMemo &instance() {
+    static KernelMemo *m = [] {
+      auto *memo = new KernelMemo();
+      cache::detail::onClear([memo] { memo->clear(); });
+      return memo;
+    }();
+    return *m;
+  }
+  Hit find(const std::string &key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return {};
+    std::shared_ptr<const void> code = it->second.code.lock();
+    if (!code) return {};
+    return {it->second.fn, std::move(code)};
+  }
+  void add(const std::string &key, KernelFn fn, const std::shared_ptr<const void> &code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= sweepAt_) { // drop the entries of freed code: a recompile storm's keys
+      std::erase_if(map_, [](const auto &e) { return e.second.code.expired(); });
+      sweepAt_ = std::max<size_t>(kFirstSweep, 2 * map_.size());
+    }
+    map_[key] = {fn, code};
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.clear();
+    sweepAt_ = kFirstSweep;
+  }
+
+private:
+  static constexpr size_t kFirstSweep = 256;
+  struct Entry {
+    KernelFn fn = nullptr;
+    std::weak_ptr<const void> code;
+  };
+  std::mutex mu_;
+  std::map<std::string, Entry> map_;
+  size_t sweepAt_ = kFirstSweep;
+};
 
 // The module's cache key: the same kernels on the same host give the same key in any process.
 std::string moduleKey(const std::vector<LoopKernel> &todo) {
@@ -161,7 +210,11 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   const std::string features = cpuFeatures(); // code for one feature set never serves another
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     keys.push_back(kernelKey(p.kernels[i], features));
-    if (!dumps) cp->kernels_[i] = memo.find(keys[i]);
+    if (!dumps) {
+      KernelMemo::Hit hit = memo.find(keys[i]);
+      cp->kernels_[i] = hit.fn;
+      if (hit.code) cp->code_.push_back(std::move(hit.code));
+    }
     if (cp->kernels_[i]) ++cp->cacheHits_;
     if (!cp->kernels_[i] && !fresh.count(keys[i])) {
       fresh[keys[i]] = todo.size();
@@ -175,6 +228,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     co.wantAssembly = opts.keepAssembly;
     co.name = moduleId;
     std::vector<KernelFn> fns;
+    std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
     if (!dumps && todo.size() > 1 && compileInParallel()) {
       // one module per kernel, compiled concurrently on the work pool (LLVM takes 15-50 ms
       // a kernel here: gpt2's six on two threads in 53-68 ms against ~100 as one module),
@@ -191,12 +245,14 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       for (CpuCompiledKernels &ck : each) {
         cp->cacheHits_ += ck.fromCache ? 1 : 0;
         fns.push_back(ck.functions.at(0));
+        owners.push_back(ck.code);
       }
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
       CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
       if (ck.fromCache) cp->cacheHits_ += static_cast<int>(todo.size());
       fns = std::move(ck.functions);
+      owners.assign(fns.size(), ck.code);
       cp->llvmIr_ = std::move(ck.llvmIr);
       cp->assembly_ = std::move(ck.assembly);
     }
@@ -204,7 +260,10 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       if (cp->kernels_[i]) continue;
       cp->kernels_[i] = fns[fresh.at(keys[i])];
     }
-    for (const auto &[key, idx] : fresh) memo.add(key, fns[idx]);
+    for (const auto &[key, idx] : fresh) memo.add(key, fns[idx], owners[idx]);
+    for (const auto &o : owners) {
+      if (cp->code_.empty() || cp->code_.back() != o) cp->code_.push_back(o);
+    }
   }
   cp->program_ = std::move(p);
   cp->moduleId_ = moduleId;

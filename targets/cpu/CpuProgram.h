@@ -122,6 +122,7 @@ private:
   std::string moduleId_;
   bool autotune_ = false;
   std::vector<KernelFn> kernels_;
+  std::vector<std::shared_ptr<const void>> code_; // the modules kernels_ live in (KernelMemo)
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;
   std::unique_ptr<SpecTable<Spec>> specs_;

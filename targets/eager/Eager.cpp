@@ -7,6 +7,7 @@
 namespace rcjit::eager {
 
 Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
+  if (op == OpKind::check_target) return runCheckTarget(in.at(0), a); // a host read anywhere
   if (!in.empty() && !in[0].device().is_cpu()) {
     return detail::deviceBackend(in[0].device()).runOp(op, in, a, out);
   }

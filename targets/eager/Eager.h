@@ -22,6 +22,10 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
 /// conv2d_backward_input / conv2d_backward_weight (ConvBackward.cpp).
 Tensor runConv2dBackward(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                          const TensorMeta &out);
+/// check_target: throws cross_entropy's Error for a value outside [0, dims[0]) other than
+/// dims[1]; else a copy of `target` (on the CPU) or `target` itself (a device tensor, read
+/// back to the host for the check).
+Tensor runCheckTarget(const Tensor &target, const Attrs &a);
 Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).

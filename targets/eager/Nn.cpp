@@ -168,6 +168,32 @@ Tensor checkedIds(const Tensor &ids, int64_t num) {
   return c;
 }
 
+// ---- check_target ------------------------------------------------------------------------
+
+} // namespace
+
+Tensor runCheckTarget(const Tensor &target, const Attrs &a) {
+  const int64_t classes = a.dims.at(0), ignore = a.dims.at(1);
+  const bool host = target.device().is_cpu();
+  Tensor c = contiguousAs(host ? target : target.to(Device::cpu()), DType::i64);
+  const int64_t *p = elems<int64_t>(c);
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    if (p[i] != ignore && (p[i] < 0 || p[i] >= classes)) {
+      throw Error("cross_entropy: target " + std::to_string(p[i]) + " is out of range for " +
+                  std::to_string(classes) + " classes (expected [0, " +
+                  std::to_string(classes - 1) + "] or ignore_index " + std::to_string(ignore) +
+                  ")");
+    }
+  }
+  if (!host) return target;
+  // a copy: in a compiled program the result outlives the arena bytes the target may sit in
+  Tensor y = detail::makeTensor(target.shape(), target.dtype());
+  copyInto(y, target);
+  return y;
+}
+
+namespace {
+
 Tensor runEmbedding(const Tensor &weight, const Tensor &ids, const TensorMeta &meta) {
   const auto &wi = *weight.impl();
   Tensor idc = checkedIds(ids, wi.shape[0]);
@@ -328,6 +354,8 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runConv2dBackward(op, in, a, out);
   case OpKind::sdpa:
     return runSdpa(in, a, out);
+  case OpKind::check_target:
+    return runCheckTarget(in[0], a);
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy,
                    Collective)
     break;

@@ -514,6 +514,18 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                  return std::vector<Tensor>{embedding_backward(v[0], v[1], 5, v[2])};
                }});
 
+  // the loss composite: its check_target step (a host read) and the fused NLL kernels
+  t.push_back({"cross_entropy",
+               {{{3, 10}},
+                {{3}, Layout::contiguous, Values::ids, DType::i64, 10},
+                {{2, 2, 5}, Layout::transposed},
+                {{2, 2}, Layout::contiguous, Values::ids, DType::i32, 5}},
+               kFloat,
+               [](const std::vector<Tensor> &v) {
+                 return std::vector<Tensor>{cross_entropy(v[0], v[1]),
+                                            cross_entropy(v[2], v[3], 1) * 2.0};
+               }});
+
   Fn sdpa = [](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{scaled_dot_product_attention(v[0], v[1], v[2], false)};
   };

@@ -127,6 +127,12 @@ TEST(Zero, BadUsesAreErrors) {
   std::string msg =
       errorOf([&] { dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 4}); });
   EXPECT_NE(msg.find("dist::ZeroOptimizer: stage 4 is not 1, 2 or 3"), std::string::npos) << msg;
+  msg = errorOf([&] { dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{.beta2 = 1}); });
+  EXPECT_NE(msg.find("dist::ZeroOptimizer (AdamW): invalid beta2 1 (must be in [0, 1))"),
+            std::string::npos)
+      << msg;
+  msg = errorOf([&] { dist::ZeroOptimizer z(m->module(), optim::SGDOptions{.lr = -1}); });
+  EXPECT_NE(msg.find("dist::ZeroOptimizer (SGD): invalid lr -1"), std::string::npos) << msg;
   {
     dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.stage = 3});
     auto compiled = compile([&](const std::vector<Tensor> &in) { return m->forward(in); });
