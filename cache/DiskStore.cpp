@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <set>
 
 #include "cache/Key.h"
 #include "support/Events.h"
@@ -21,7 +24,52 @@ namespace fs = std::filesystem;
 
 constexpr const char *kSuffix = ".rcobj";
 constexpr const char *kTempPrefix = ".tmp-";
-constexpr auto kStaleTemp = std::chrono::minutes(10);
+// A temp file this old is a writer's that died (killed, SIGXFSZ under `ulimit -f`): a live
+// write renames its file within moments, and every write() call updates its mtime.
+constexpr auto kStaleTemp = std::chrono::minutes(1);
+
+// The temp files this process is writing now: never swept, however slow the write.
+struct InFlight {
+  std::mutex mu;
+  std::set<std::string> paths;
+};
+InFlight &inFlight() {
+  static InFlight *f = new InFlight(); // never destroyed: a write may outlive static destruction
+  return *f;
+}
+
+// Registers a temp file of this process for its lifetime.
+class InFlightTemp {
+public:
+  explicit InFlightTemp(std::string path) : path_(std::move(path)) {
+    std::lock_guard<std::mutex> lock(inFlight().mu);
+    inFlight().paths.insert(path_);
+  }
+  ~InFlightTemp() {
+    std::lock_guard<std::mutex> lock(inFlight().mu);
+    inFlight().paths.erase(path_);
+  }
+  InFlightTemp(const InFlightTemp &) = delete;
+  InFlightTemp &operator=(const InFlightTemp &) = delete;
+
+private:
+  std::string path_;
+};
+
+// Removes `path`, a temp file of the cache directory, when a writer that died left it: older
+// than kStaleTemp, owned by this user (in a shared directory, another user's is theirs) and
+// not one this process is writing.
+void removeIfStaleTemp(const fs::path &path, fs::file_time_type mtime, fs::file_time_type now) {
+  if (now - mtime <= kStaleTemp) return;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return;
+  {
+    std::lock_guard<std::mutex> lock(inFlight().mu);
+    if (inFlight().paths.count(path.string())) return;
+  }
+  std::error_code ec;
+  fs::remove(path, ec);
+}
 
 bool readAll(int fd, std::vector<uint8_t> &out, size_t n) {
   out.resize(n);
@@ -81,7 +129,7 @@ std::vector<FileInfo> listEntries(const std::string &dir, bool removeStaleTemps)
     fs::file_time_type mtime = it->last_write_time(e2);
     if (e2) continue;
     if (name.rfind(kTempPrefix, 0) == 0) {
-      if (removeStaleTemps && now - mtime > kStaleTemp) fs::remove(it->path(), e2);
+      if (removeStaleTemps) removeIfStaleTemp(it->path(), mtime, now);
       continue;
     }
     if (!isEntryName(name)) continue;
@@ -94,7 +142,9 @@ std::vector<FileInfo> listEntries(const std::string &dir, bool removeStaleTemps)
 } // namespace
 
 DiskStore::DiskStore(std::string dir, const Secret &secret, uint64_t maxBytes, Counters &counters)
-    : dir_(std::move(dir)), secret_(secret), maxBytes_(maxBytes), counters_(counters) {}
+    : dir_(std::move(dir)), secret_(secret), maxBytes_(maxBytes), counters_(counters) {
+  listEntries(dir_, true); // sweeps the temp files of writers that died
+}
 
 std::string DiskStore::pathOf(const std::string &key) const { return dir_ + "/" + key + kSuffix; }
 
@@ -135,6 +185,8 @@ bool DiskStore::write(const std::string &key, std::span<const uint8_t> payload) 
   fs::create_directories(dir_, ec);
   std::string tmp = dir_ + "/" + kTempPrefix + key + "-XXXXXX";
   int fd = ::mkstemp(tmp.data()); // mode 0600, a unique name per writer
+  std::optional<InFlightTemp> ours;
+  if (fd >= 0) ours.emplace(tmp);
   bool ok = fd >= 0 && writeAll(fd, bytes) && ::fsync(fd) == 0;
   if (fd >= 0) ok = ::close(fd) == 0 && ok;
   ok = ok && ::rename(tmp.c_str(), pathOf(key).c_str()) == 0;

@@ -17,6 +17,8 @@ namespace rcjit::cache {
 /// Thread-safe; the counters are not owned and must outlive the store.
 class DiskStore {
 public:
+  /// Opening a directory sweeps the temp files that writers which died left there (older
+  /// than a minute, this user's, not being written by this process); every write does too.
   DiskStore(std::string dir, const Secret &secret, uint64_t maxBytes, Counters &counters);
 
   enum class Read { hit, miss, rejected };

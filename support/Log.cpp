@@ -2,9 +2,11 @@
 #include "support/Log.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -60,6 +62,7 @@ struct State {
   std::atomic<unsigned> mask{0};
   std::mutex mu;
   std::ofstream trace;
+  std::string tracePath;
   std::atomic<bool> traceOn{false}; // written under mu
   State() {
     if (const char *env = std::getenv("RCJIT_LOGS")) {
@@ -72,7 +75,11 @@ struct State {
     if (const char *file = std::getenv("RCJIT_TRACE_FILE"); file && *file) {
       trace.open(file, std::ios::app);
       traceOn = trace.is_open();
-      if (!traceOn) std::cerr << "[rcjit] cannot open RCJIT_TRACE_FILE " << file << "\n";
+      tracePath = file;
+      if (!traceOn) {
+        std::cerr << "[rcjit] error: cannot open RCJIT_TRACE_FILE " << file << " ("
+                  << std::strerror(errno) << "): no trace is written\n";
+      }
     }
   }
 };
@@ -109,6 +116,16 @@ void printPrefixed(std::ostream &out, Kind k, const std::string &text) {
   } while (start < text.size());
 }
 
+// A trace line did not reach the file (a full disk, /dev/full): said once on stderr, and the
+// trace stops there, so that it is never silently missing lines in its middle. Under s.mu.
+void traceWriteFailed(State &s, int err) {
+  std::cerr << "[rcjit] error: cannot write the trace file " << s.tracePath << " ("
+            << (err ? std::strerror(err) : "the write failed")
+            << "): the trace stops here, later events are not recorded\n";
+  s.trace.close();
+  s.traceOn = false;
+}
+
 } // namespace
 
 void write(Kind k, const std::string &message, const nlohmann::json &fields) {
@@ -126,8 +143,10 @@ void write(Kind k, const std::string &message, const nlohmann::json &fields) {
     j["message"] = message;
     j["time"] =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    errno = 0;
     s.trace << j.dump() << "\n";
     s.trace.flush();
+    if (!s.trace) traceWriteFailed(s, errno);
   }
 }
 
@@ -139,7 +158,10 @@ void setTraceFile(const std::string &path) {
   s.traceOn = false;
   if (path.empty()) return;
   s.trace.open(path, std::ios::app);
-  if (!s.trace.is_open()) throw Error("cannot open the trace file '" + path + "' for appending");
+  if (!s.trace.is_open()) {
+    throw Error("cannot open the trace file '" + path + "' for appending: " + std::strerror(errno));
+  }
+  s.tracePath = path;
   s.traceOn = true;
 }
 

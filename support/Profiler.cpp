@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -62,9 +64,20 @@ void writeTrace(const std::string &path, const std::vector<Event> &events) {
                     {"tid", e.tid}});
   }
   std::ofstream out(path);
-  if (!out) throw Error("profiler: cannot write " + path);
+  if (!out) throw Error("profiler: cannot write " + path + " (" + std::strerror(errno) + ")");
   out << nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() << "\n";
-  if (!out) throw Error("profiler: writing " + path + " failed");
+  int err = out ? 0 : errno; // a write that already failed left its reason
+  if (out) {
+    errno = 0;
+    out.flush(); // what is still buffered must reach the file too (a full disk, /dev/full)
+    err = errno;
+  }
+  out.close();
+  if (!err) err = errno;
+  if (!out) {
+    throw Error("profiler: writing " + path + " failed (" +
+                (err ? std::strerror(err) : "the write failed") + "): the profile is lost");
+  }
 }
 
 // RCJIT_PROFILE=FILE: record from load, write at exit.

@@ -477,6 +477,33 @@ TEST(CacheDisk, FourProcessesShareOneDirectory) {
   expectAllHits(runChild(c, "variants=2"));
 }
 
+// A writer killed mid-write (SIGXFSZ under `ulimit -f`, SIGKILL) leaves its temp file: opening
+// the directory sweeps those older than a minute, and so does every write of a long-lived
+// process; a recent one (perhaps a live writer's) stays.
+TEST(CacheDisk, TempFilesOfDeadWritersAreSwept) {
+  TempCache c;
+  fs::create_directories(c.dir);
+  const std::string key = cache::contentKey({"sweep", "0"});
+  const fs::path stale = c.dir / (".tmp-" + key + "-AAAAAA");
+  const fs::path recent = c.dir / (".tmp-" + key + "-BBBBBB");
+  writeBytes(stale, std::vector<uint8_t>(100, 1));
+  writeBytes(recent, std::vector<uint8_t>(100, 1));
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(stale, now - std::chrono::seconds(90));
+  cache::Counters counters;
+  cache::DiskStore store(c.dir.string(), c.secret(), uint64_t(1) << 30, counters);
+  EXPECT_FALSE(fs::exists(stale)) << "opening the directory sweeps";
+  EXPECT_TRUE(fs::exists(recent)) << "under a minute old: perhaps a live writer's";
+  fs::last_write_time(recent, now - std::chrono::seconds(90));
+  ASSERT_TRUE(store.write(key, std::vector<uint8_t>(10, 2)));
+  EXPECT_FALSE(fs::exists(recent)) << "a write sweeps too";
+  std::vector<uint8_t> got;
+  EXPECT_EQ(store.read(key, got), cache::DiskStore::Read::hit);
+  for (const auto &e : fs::directory_iterator(c.dir)) {
+    EXPECT_EQ(e.path().extension(), ".rcobj") << "left behind: " << e.path();
+  }
+}
+
 TEST(CacheDisk, EvictionKeepsTheDirectoryUnderItsBound) {
   TempCache c;
   cache::Counters counters;

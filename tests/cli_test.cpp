@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "targets/cuda/CudaDriver.h"
 #include "tests/Ptxas.h"
 #include "tools/BenchStats.h"
+#include "tools/CaptionTraining.h"
 #include "tools/Cli.h"
 #include "tools/Models.h"
 #include "tools/Process.h"
@@ -516,6 +518,85 @@ TEST(Cli, TrainCaptioningStrategiesAgreeWithEager) {
   EXPECT_NE(wrongModel.err.find("trains vit-gpt2"), std::string::npos) << wrongModel.err;
 }
 
+// The --json of train and of the captioning workflow reaches the file or fails with the path
+// and the reason (a full disk here), never exit 0 with nothing written.
+TEST(Cli, TrainJsonThatCannotBeWrittenIsAFailure) {
+  Result r = run({"train", "--model", "toy64", "--modes", "eager", "--steps", "2", "--batch", "1",
+                  "--seq", "4", "--json", "/dev/full"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--json: cannot write /dev/full (No space left on device)"),
+            std::string::npos)
+      << r.err;
+  Result caption = run({"train", "--model", "vit-gpt2", "--strategy", "eager", "--steps", "2",
+                        "--batch", "2", "--json", "/dev/full"});
+  EXPECT_EQ(caption.code, 1) << caption.err;
+  EXPECT_NE(caption.err.find("--json: cannot write /dev/full (No space left on device)"),
+            std::string::npos)
+      << caption.err;
+}
+
+// The captioning table measures steps/s after a warm-up that leaves steps to time, with the
+// default flags and with few --steps; a run with none left says so instead of printing 0.
+TEST(Cli, TrainCaptioningMeasuresStepsPerSecond) {
+  std::string json = tempFile("caption_rate.json");
+  Result r = run({"train", "--model", "vit-gpt2", "--strategy", "eager", "--json", json.c_str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(j["steps"], 60);
+  EXPECT_EQ(j["warmup_steps"], 20);
+  EXPECT_GT(j["results"][0]["steps_per_s"].get<double>(), 0) << r.out;
+  Result few = run({"train", "--model", "vit-gpt2", "--strategy", "eager", "--steps", "8", "--json",
+                    json.c_str()});
+  ASSERT_EQ(few.code, 0) << few.err;
+  j = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(j["warmup_steps"], 4);
+  EXPECT_GT(j["results"][0]["steps_per_s"].get<double>(), 0) << few.out;
+  EXPECT_EQ(few.out.find("| 0.00 "), std::string::npos) << few.out;
+  std::ostringstream out, err;
+  rcjit::tools::CaptionSettings all;
+  all.strategies = {"eager"};
+  all.steps = 2;
+  all.warmupSteps = 2;
+  all.batch = 2;
+  rcjit::tools::captionTrain(all, out, err);
+  EXPECT_NE(out.str().find("| too short"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("steps/s too short: 2 steps are all warm-up"), std::string::npos)
+      << out.str();
+  EXPECT_EQ(out.str().find("| 0.00 "), std::string::npos) << out.str();
+}
+
+// A NaN or infinite loss: a warning, once per mode (PyTorch says nothing), or with
+// --check-finite an error at the first one.
+TEST(Cli, TrainSaysOnceThatTheLossIsNotFinite) {
+  std::vector<const char *> args = {"train",   "--model",     "toy64",   "--modes", "eager",
+                                    "--steps", "4",           "--batch", "1",       "--seq",
+                                    "4",       "--optimizer", "sgd",     "--lr",    "1e300"};
+  Result r = run(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t said = 0;
+  for (size_t at = r.err.find("train: warning: toy64 eager step"); at != std::string::npos;
+       at = r.err.find("train: warning:", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << r.err;
+  EXPECT_NE(r.err.find("training goes on"), std::string::npos) << r.err;
+  args.push_back("--check-finite");
+  Result checked = run(args);
+  EXPECT_EQ(checked.code, 1) << checked.err;
+  EXPECT_NE(checked.err.find("--check-finite: toy64 eager step"), std::string::npos) << checked.err;
+}
+
+// A FIFO given as --weights would block the open forever: refused as not a regular file.
+TEST(Cli, TrainRefusesAFifoAsWeights) {
+  const std::string fifo = tempFile("weights.fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result r = run({"train", "--model", "toy64", "--modes", "eager", "--steps", "2", "--batch", "1",
+                  "--seq", "4", "--weights", fifo.c_str()});
+  std::remove(fifo.c_str());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("not a regular file (a FIFO)"), std::string::npos) << r.err;
+}
+
 TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
   struct Case {
     std::vector<const char *> args;
@@ -539,6 +620,8 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
        "--dist zero3 --modes regional is not built yet"},
       {{"--dist", "fsdp"}, "--dist: unknown mode 'fsdp'"},
       {{"--bucket-mb", "0"}, "--bucket-mb: 0 is not a positive number of MiB"},
+      {{"--model", "gpt2", "--layers", "1", "--seq", "2000"},
+       "--seq: 2000 exceeds gpt2's context of 1024 positions"},
   };
   for (const Case &c : cases) {
     std::vector<const char *> args = {"train"};

@@ -262,3 +262,29 @@ TEST(Events, LinesOfAnotherSchemaAreRefused) {
 }
 
 } // namespace
+
+namespace {
+
+// A trace line that cannot be written (a full disk: /dev/full) is said once on stderr, with
+// the path and the reason, and ends the trace instead of dropping lines silently.
+TEST(TraceFile, AFailedWriteIsSaidOnceAndEndsTheTrace) {
+  setTraceFile("/dev/full");
+  EXPECT_TRUE(wanted(Kind::compile));
+  testing::internal::CaptureStderr();
+  write(Kind::compile, "first", json::object());
+  write(Kind::compile, "second", json::object());
+  const std::string err = testing::internal::GetCapturedStderr();
+  const bool stillOn = wanted(Kind::compile);
+  setTraceFile("");
+  EXPECT_FALSE(stillOn) << "the trace ended";
+  EXPECT_NE(err.find("cannot write the trace file /dev/full (No space left on device)"),
+            std::string::npos)
+      << err;
+  size_t said = 0;
+  for (size_t at = err.find("/dev/full"); at != std::string::npos;
+       at = err.find("/dev/full", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << err;
+}
+
+} // namespace

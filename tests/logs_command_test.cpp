@@ -166,6 +166,40 @@ TEST(LogsCommand, HtmlEscapesEveryText) {
   EXPECT_CONTAINS(r.out, "function 7: 1 entry, 0 recompiles, compile 500.0 ms total");
 }
 
+// A trace's strings reach neither the terminal nor the page with their control characters:
+// ESC, BEL, CR and a C1 CSI are shown as text (a window title and a screen clear here).
+TEST(LogsCommand, ControlCharactersInTheTraceAreShownEscaped) {
+  std::string trace = writeFile(
+      "controls.jsonl",
+      R"({"v":1,"event":"compile","function":3,"entry":0,"seconds":0.5,)"
+      R"("reason":"first call\u001b]0;owned\u0007","name":"f\u001b[2J\r\u00c2\u009b",)"
+      R"("nodes":1,"kernels":1,"regions_compiled":0,"regions_reused":0})"
+      "\n"
+      R"({"v":1,"event":"recompile","function":3,"entry":1,"guard":"x.size(0) == 4\u001b[1m"})"
+      "\n"
+      R"({"v":1,"event":"compile_failed","function":3,"entry":1,"seconds":0.1,)"
+      R"("reason":"guard failed","error":"boom\u0007\u007f"})"
+      "\n");
+  std::string html = tempPath("controls.html");
+  Result r = runLogs({trace, "--html", html});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string page = readFile(html);
+  for (const std::string *text : std::initializer_list<const std::string *>{&r.out, &page}) {
+    for (char c : *text) {
+      const auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE(u >= 0x20 || c == '\n' || c == '\t') << "raw control byte " << int(u);
+      EXPECT_NE(u, 0x7f);
+    }
+    EXPECT_EQ(text->find("\xc2\x9b"), std::string::npos) << "a raw C1 CSI";
+  }
+  EXPECT_CONTAINS(r.out, "first call\\x1b]0;owned\\x07");
+  EXPECT_CONTAINS(r.out, "f\\x1b[2J\\x0d\xc3\x82\\u009b");
+  EXPECT_CONTAINS(r.out, "x.size(0) == 4\\x1b[1m");
+  EXPECT_CONTAINS(r.out, "boom\\x07\\x7f");
+  EXPECT_CONTAINS(page, "first call\\x1b]0;owned\\x07");
+  EXPECT_CONTAINS(page, "boom\\x07\\x7f");
+}
+
 TEST(LogsCommand, SummarizesSymbolicAndStaticDims) {
   Result r = runLogs({kDynamicSample});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -150,6 +150,18 @@ TEST(Profiler, BadUseIsAClearError) {
   EXPECT_FALSE(profiler::enabled());
 }
 
+// A profile that does not reach the file (a full disk) is an Error with the path and the
+// reason, not a silently empty file: what is still buffered at the end is checked too.
+TEST(Profiler, AFullDiskIsAnErrorNamingThePathAndTheReason) {
+  profiler::start("/dev/full");
+  Tensor x = Tensor::randn({4, 4}, 1);
+  Tensor y = tanh(x) + 1.0; // a few events: all of them fit in the stream's buffer
+  std::string err = errorOf([] { profiler::stop(); });
+  EXPECT_NE(err.find("/dev/full"), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_FALSE(profiler::enabled());
+}
+
 // RCJIT_PROFILE=FILE profiles a whole process and writes FILE at exit.
 TEST(Profiler, EnvironmentVariableProfilesAProcess) {
   const std::string path = testing::TempDir() + "rcjit_profile_env.json";

@@ -457,11 +457,11 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   printTable(out, o, tableModes, rows);
   if (!json.empty()) {
     jsonFile << toJson(o, rows, tuning).dump(2) << "\n";
-    if (!jsonFile.flush()) throw Error("--json: cannot write " + json);
+    closeOutput(jsonFile, "--json", json);
   }
   if (!plot.empty()) {
     plotFile << plotSvg(plotSpec(o, rows));
-    if (!plotFile.flush()) throw Error("--plot: cannot write " + plot);
+    closeOutput(plotFile, "--plot", plot);
     err << "bench: wrote " << plot << "\n";
   }
   return kOk;

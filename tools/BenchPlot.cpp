@@ -2,8 +2,10 @@
 #include "tools/BenchPlot.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -209,7 +211,10 @@ std::ofstream openPlotOutput(const std::string &path) {
                                 "' does not end in .svg (the chart is written as SVG)");
   }
   out.open(path);
-  if (!out) throw Error("--plot: cannot write " + path + " (checked before running)");
+  if (!out) {
+    throw Error("--plot: cannot write " + path + " (" + std::strerror(errno) +
+                "; checked before running)");
+  }
   return out;
 }
 

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -32,8 +34,9 @@ std::vector<uint8_t> readFile(const std::string &path) {
 
 void writeFile(const std::string &path, const std::vector<uint8_t> &bytes) {
   std::ofstream o(path, std::ios::binary | std::ios::trunc);
+  if (!o) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
   o.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!o.flush()) throw std::runtime_error("cannot write '" + path + "'");
+  closeOutput(o, "export", path);
 }
 
 void printStats(std::ostream &out) {

@@ -92,6 +92,7 @@ int64_t captionPaddedLength(const std::string &strategy, int64_t longest) {
 struct CaptionRun {
   std::string strategy;
   double warmupS = 0, stepsPerS = 0, totalS = 0;
+  bool measured = false; // steps ran after the warm-up: stepsPerS is their rate
   std::vector<double> losses, stepMs;
   std::vector<int64_t> lengths;
   int compiles = 0, recompiles = 0, fallbacks = 0, cacheHits = 0;
@@ -137,6 +138,7 @@ CaptionRun runCaptionStrategy(const std::string &strategy, const CaptionSettings
   CaptionRun r;
   r.strategy = strategy;
   std::vector<int64_t> seen;
+  bool warned = false; // of a loss that is not finite
   for (int step = 0; step < s.steps; ++step) {
     CaptionBatch b = captionBatchAt(s, step);
     const int64_t len = captionPaddedLength(strategy, b.longest);
@@ -165,6 +167,12 @@ CaptionRun runCaptionStrategy(const std::string &strategy, const CaptionSettings
     opt.step();
     r.losses.push_back(loss.item());
     const double ms = msSince(t0);
+    if (!std::isfinite(r.losses.back()) && !warned) {
+      warned = true;
+      err << "train: warning: vit-gpt2 " << strategy << " step " << step + 1 << ": the loss is "
+          << r.losses.back() << "; training goes on (as PyTorch's would), every later step "
+          << "from non-finite weights\n";
+    }
     r.stepMs.push_back(ms);
     r.lengths.push_back(len);
     char line[160];
@@ -177,7 +185,8 @@ CaptionRun runCaptionStrategy(const std::string &strategy, const CaptionSettings
   for (size_t i = 0; i < r.stepMs.size(); ++i)
     (i < warm ? r.warmupS : r.totalS) += r.stepMs[i] / 1e3;
   const size_t after = r.stepMs.size() - warm;
-  r.stepsPerS = after > 0 ? static_cast<double>(after) / r.totalS : 0;
+  r.measured = after > 0 && r.totalS > 0;
+  r.stepsPerS = r.measured ? static_cast<double>(after) / r.totalS : 0;
   r.totalS += r.warmupS;
   r.distinctLengths = static_cast<int>(seen.size());
   for (const CompileStats &st : {whole.stats(), encoder.stats(), decoder.stats()})
@@ -197,6 +206,8 @@ std::string strategyTitle(const std::string &strategy) {
 }
 
 } // namespace
+
+int captionWarmupSteps(int steps) { return std::min(20, steps / 2); }
 
 const std::vector<std::string> &captionStrategies() {
   static const std::vector<std::string> all = {"eager",   "pad-max", "pad-longest", "mark-dynamic",
@@ -250,16 +261,20 @@ void captionTrain(const CaptionSettings &s, std::ostream &out, std::ostream &err
   j["lr"] = s.lr;
   j["seed"] = s.seed;
   j["machine"] = {{"cpu", hostCpuName()}, {"threads", std::thread::hardware_concurrency()}};
+  bool unmeasured = false;
   for (const CaptionRun &r : rows) {
     const double rel = std::abs(r.losses.back() - eager.losses.back()) /
                        std::max(std::abs(eager.losses.back()), 1e-12);
+    char rate[32] = "too short";
+    if (r.measured) std::snprintf(rate, sizeof rate, "%.2f", r.stepsPerS);
+    unmeasured = unmeasured || !r.measured;
     std::snprintf(buf, sizeof buf,
-                  "%-30s| %-9.2f| %-10.2f| %-8d| %-9d| %-10d| %-8d| %-10.4f| %-10.1e\n",
-                  strategyTitle(r.strategy).c_str(), r.stepsPerS, r.warmupS, r.compiles,
-                  r.recompiles, r.fallbacks, r.distinctLengths, r.losses.back(), rel);
+                  "%-30s| %-9s| %-10.2f| %-8d| %-9d| %-10d| %-8d| %-10.4f| %-10.1e\n",
+                  strategyTitle(r.strategy).c_str(), rate, r.warmupS, r.compiles, r.recompiles,
+                  r.fallbacks, r.distinctLengths, r.losses.back(), rel);
     out << buf;
     j["results"].push_back({{"strategy", r.strategy},
-                            {"steps_per_s", r.stepsPerS},
+                            {"steps_per_s", r.measured ? nlohmann::json(r.stepsPerS) : nullptr},
                             {"warmup_s", r.warmupS},
                             {"total_s", r.totalS},
                             {"compiles", r.compiles},
@@ -273,12 +288,22 @@ void captionTrain(const CaptionSettings &s, std::ostream &out, std::ostream &err
                             {"last_loss_rel_diff_vs_eager", rel}});
   }
   std::snprintf(buf, sizeof buf,
-                "  warm-up: the first %d steps, compiles included; steps/s: the steps after "
+                "  warm-up: the first %d steps, compiles included; steps/s: the %d steps after "
                 "them; lengths: distinct padded lengths trained; vs eager: |last loss - "
                 "eager's| / eager's (the same batches and weights)\n",
-                s.warmupSteps);
+                s.warmupSteps, std::max(0, s.steps - s.warmupSteps));
   out << buf;
-  if (!s.json.empty()) jsonFile << j.dump(2) << "\n";
+  if (unmeasured) {
+    std::snprintf(buf, sizeof buf,
+                  "  steps/s too short: %d steps are all warm-up, none is left to time (run more "
+                  "--steps)\n",
+                  s.steps);
+    out << buf;
+  }
+  if (!s.json.empty()) {
+    jsonFile << j.dump(2) << "\n";
+    closeOutput(jsonFile, "--json", s.json);
+  }
 }
 
 } // namespace rcjit::tools

@@ -1,11 +1,15 @@
 // The rcjit tool's commands: models, bench, trace. Parsing with Boost.Program_options.
 #include "tools/Cli.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -122,6 +126,27 @@ std::string markupEscaped(const std::string &s) {
       o += c;
     }
   }
+  return controlEscaped(o);
+}
+
+std::string controlEscaped(const std::string &s) {
+  std::string o;
+  o.reserve(s.size());
+  char buf[8];
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const auto next = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      o += buf;
+    } else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) { // U+0080-U+009F in UTF-8
+      std::snprintf(buf, sizeof buf, "\\u%04x", next);
+      o += buf;
+      ++i;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
   return o;
 }
 
@@ -136,8 +161,41 @@ std::ofstream openJsonOutput(const std::string &path) {
   std::ofstream out;
   if (path.empty()) return out;
   out.open(path);
-  if (!out) throw Error("--json: cannot write " + path + " (checked before running)");
+  if (!out) {
+    throw Error("--json: cannot write " + path + " (" + std::strerror(errno) +
+                "; checked before running)");
+  }
   return out;
+}
+
+void closeOutput(std::ofstream &out, const std::string &flag, const std::string &path) {
+  int err = out ? 0 : errno; // a write that already failed (a full buffer) left its reason
+  if (out) {
+    errno = 0;
+    out.flush();
+    if (!out) err = errno;
+  }
+  if (out.is_open()) {
+    errno = 0;
+    out.close(); // a failed close sets failbit too
+    if (!out && !err) err = errno;
+  }
+  if (!out) {
+    throw Error(flag + ": cannot write " + path + " (" +
+                (err ? std::strerror(err) : "the write failed") + ")");
+  }
+}
+
+void checkRegularFile(const std::string &path, const std::string &what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                                            : "not a regular file";
+  throw Error("cannot read " + what + " '" + path + "': it is " + kind + ", not a regular file");
 }
 
 TempCacheDir::TempCacheDir(const std::string &what) : previous_(cache::dir()) {

@@ -38,8 +38,14 @@ std::string plural(int64_t n, const std::string &word, const std::string &words 
 /// A measured value (milliseconds, seconds) with at most 4 significant digits and no more
 /// decimals than they need: 482.6, 12.99, 2.545, 0.686, 0.0123; 0 is "0".
 std::string formatMeasured(double v);
-/// `s` as HTML or XML text or attribute value: & < > " ' escaped.
+/// `s` as HTML or XML text or attribute value: & < > " ' escaped, and control characters
+/// as controlEscaped shows them (never the raw byte).
 std::string markupEscaped(const std::string &s);
+/// `s` with every control character but newline and tab shown as text: the C0 controls,
+/// DEL and the C1 controls (U+0080-U+009F) as "\x1b", "\x7f", "\u009b". What a terminal
+/// or a page shows of strings read from a file (a trace's function names, errors, guards)
+/// cannot move the cursor, retitle the window or clear the screen.
+std::string controlEscaped(const std::string &s);
 
 /// Throws std::invalid_argument (a usage error) unless `layers` is positive or -1 (the
 /// model's own depth).
@@ -47,6 +53,14 @@ void checkLayersFlag(int layers);
 /// Opens `path` for the --json output before any work starts: an rcjit::Error naming it when
 /// it cannot be written. An empty path gives a closed stream (no --json).
 std::ofstream openJsonOutput(const std::string &path);
+/// Flushes and closes `out` (an output `flag` such as "--json" opened at `path`): an
+/// rcjit::Error naming the flag, the path and the reason (errno's text, "No space left on
+/// device") when any of what was written did not reach the file.
+void closeOutput(std::ofstream &out, const std::string &flag, const std::string &path);
+/// Throws rcjit::Error naming `path` and what it is when `path` exists but is not a regular
+/// file (a FIFO, a device, a directory), so that opening it cannot block or read without end;
+/// a missing file is left to the caller's open. Never blocks.
+void checkRegularFile(const std::string &path, const std::string &what);
 
 /// A fresh temporary compile cache directory (/tmp/rcjit-<what>-XXXXXX) made the cache's
 /// directory for this object's lifetime; the destructor restores the previous directory and

@@ -2,6 +2,8 @@
 #include "tools/LogsHtml.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -492,8 +494,10 @@ void writeLogsHtml(std::ostream &o, const TraceReport &r) {
 
 void saveLogsHtml(const std::string &path, const TraceReport &r) {
   std::ofstream o(path, std::ios::trunc);
+  if (!o)
+    throw std::runtime_error("--html: cannot write " + path + " (" + std::strerror(errno) + ")");
   writeLogsHtml(o, r);
-  if (!o.flush()) throw std::runtime_error("cannot write '" + path + "'");
+  closeOutput(o, "--html", path);
 }
 
 } // namespace rcjit::tools

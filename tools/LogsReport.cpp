@@ -240,15 +240,25 @@ std::string describe(const std::exception &e) {
   return what;
 }
 
+// Every string of a trace line shown with its control characters as text (controlEscaped):
+// neither the summary nor the HTML report passes on a raw ESC or BEL from the trace.
+void escapeControls(json &j) {
+  if (j.is_string()) {
+    std::string &s = j.get_ref<std::string &>();
+    auto control = [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return (u < 0x20 && c != '\n' && c != '\t') || u == 0x7f || u == 0xc2;
+    };
+    if (std::any_of(s.begin(), s.end(), control)) s = controlEscaped(s);
+  } else if (j.is_structured()) {
+    for (json &v : j) escapeControls(v);
+  }
+}
+
 // A trace of another version is wrong on every line: the first few say why.
 constexpr int kShownErrors = 20;
 
-} // namespace
-
-TraceReport readTraceReport(const std::string &path, std::ostream &err) {
-  if (std::filesystem::is_directory(path)) {
-    throw std::runtime_error("cannot read trace file '" + path + "': it is a directory");
-  }
+TraceReport readTraceLines(const std::string &path, std::ostream &err) {
   std::ifstream in(path);
   if (!in) {
     throw std::runtime_error("cannot read trace file '" + path + "': " + std::strerror(errno));
@@ -262,15 +272,19 @@ TraceReport readTraceReport(const std::string &path, std::ostream &err) {
     ++r.lines;
     try {
       json j = json::parse(line);
+      escapeControls(j);
       logging::Event event = logging::parseEvent(j);
       rd.time = j.is_object() && j.contains("time") && j["time"].is_number()
                     ? j["time"].get<double>()
                     : 0.0;
       if (r.runStart.empty()) r.runStart.push_back(rd.time);
       addEvent(rd, event);
+    } catch (const std::bad_alloc &) {
+      throw;
     } catch (const std::exception &e) {
       if (++r.malformed <= kShownErrors) {
-        err << "rcjit logs: " << path << ": line " << n << ": " << describe(e) << "\n";
+        err << "rcjit logs: " << path << ": line " << n << ": " << controlEscaped(describe(e))
+            << "\n";
       }
     }
   }
@@ -281,6 +295,20 @@ TraceReport readTraceReport(const std::string &path, std::ostream &err) {
   if (in.bad()) throw std::runtime_error("error while reading trace file '" + path + "'");
   while (!rd.pending.empty()) flushPending(rd, rd.pending.begin()->first);
   return r;
+}
+
+} // namespace
+
+TraceReport readTraceReport(const std::string &path, std::ostream &err) {
+  if (std::filesystem::is_directory(path)) {
+    throw std::runtime_error("cannot read trace file '" + path + "': it is a directory");
+  }
+  checkRegularFile(path, "trace file"); // a FIFO with no writer would block the open
+  try {
+    return readTraceLines(path, err);
+  } catch (const std::bad_alloc &) {
+    throw std::runtime_error("out of memory while reading trace file '" + path + "'");
+  }
 }
 
 // ---- shared wording -----------------------------------------------------------------------

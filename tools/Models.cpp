@@ -70,9 +70,9 @@ VitGpt2Config vitWithLayers(const ModelConfig &c) {
 
 ModelInfo entry(std::string name, std::string description, int layers,
                 std::unique_ptr<Model> (*build)(const ModelConfig &),
-                int64_t (*count)(const ModelConfig &)) {
+                int64_t (*count)(const ModelConfig &), int64_t context = 0) {
   int64_t n = count(ModelConfig{});
-  return {std::move(name), std::move(description), build, count, n, 4 * n, layers};
+  return {std::move(name), std::move(description), build, count, n, 4 * n, layers, context};
 }
 
 template <LlamaConfig (*F)()> std::unique_ptr<Model> llamaBuild(const ModelConfig &c) {
@@ -118,17 +118,18 @@ std::vector<ModelInfo> makeRegistry() {
       entry("gpt2",
             "GPT-2 small: 768 hidden, 12 layers, 12 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            gpt2Small().layers, gpt2Build<gpt2Small>, gpt2Count<gpt2Small>),
+            gpt2Small().layers, gpt2Build<gpt2Small>, gpt2Count<gpt2Small>, gpt2Small().context),
       entry("gpt2-xl",
             "GPT-2 XL: 1600 hidden, 48 layers, 25 heads, vocab 50257, context 1024; input "
             "token ids [batch, seq]",
-            gpt2Xl().layers, gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>),
+            gpt2Xl().layers, gpt2Build<gpt2Xl>, gpt2Count<gpt2Xl>, gpt2Xl().context),
       entry(
           "vit-gpt2",
           "ViT-base/16 encoder + GPT-2 small decoder with cross-attention (image "
           "captioning); inputs pixels [batch, 3, 224, 224] and token ids [batch, seq]",
           vitGpt2().encoder.layers, [](const ModelConfig &c) { return buildVitGpt2(vitGpt2(), c); },
-          [](const ModelConfig &c) { return vitGpt2ParameterCount(vitWithLayers(c)); }),
+          [](const ModelConfig &c) { return vitGpt2ParameterCount(vitWithLayers(c)); },
+          vitGpt2().decoder.context),
   };
 }
 
@@ -153,6 +154,13 @@ const ModelInfo &modelNamed(const std::string &name) {
     return findModel(name);
   } catch (const Error &e) {
     throw std::invalid_argument(e.what());
+  }
+}
+
+void checkSeqFlag(const ModelInfo &info, int64_t seq) {
+  if (info.context > 0 && seq > info.context) {
+    throw std::invalid_argument("--seq: " + std::to_string(seq) + " exceeds " + info.name +
+                                "'s context of " + std::to_string(info.context) + " positions");
   }
 }
 

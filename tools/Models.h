@@ -43,7 +43,12 @@ struct ModelInfo {
   int64_t parameters = 0; // countParameters at the architecture's own depth
   int64_t bytesF32 = 0;   // parameters * 4
   int layers = 0; // the architecture's own depth (what --layers -1 builds); vit-gpt2: per stack
+  int64_t context = 0; // the longest sequence its position table holds; 0: no such bound
 };
+
+/// Throws std::invalid_argument (a usage error) when `seq` exceeds the model's context, so
+/// that nothing sized by it is allocated first.
+void checkSeqFlag(const ModelInfo &info, int64_t seq);
 
 /// Every built-in model, in listing order: toy64, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b,
 /// llama-2-13b, gpt2, gpt2-xl, vit-gpt2.

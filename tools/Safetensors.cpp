@@ -1,8 +1,12 @@
 // The safetensors format: header parsing and validation, reading, writing, weight loading.
 #include "tools/Safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -132,6 +136,14 @@ int64_t readHeaderLength(std::ifstream &in, const std::string &path, int64_t fil
 } // namespace
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) { // a FIFO would block the open
+    fail(path_, std::string("not a regular file (") +
+                    (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                                           : "a device or socket") +
+                    "): refusing to read it");
+  }
   std::ifstream in(path_, std::ios::binary | std::ios::ate);
   if (!in) fail(path_, "cannot open for reading");
   int64_t fileBytes = static_cast<int64_t>(in.tellg());
@@ -221,7 +233,14 @@ void writeSafetensors(const std::string &path,
     out.write(static_cast<const char *>(t.data_ptr()),
               static_cast<std::streamsize>(t.numel() * static_cast<int64_t>(dtypeSize(t.dtype()))));
   }
-  if (!out) fail(path, "write failed");
+  int err = out ? 0 : errno; // a write that already failed left its reason
+  if (out) {
+    errno = 0;
+    out.flush();
+    err = errno;
+  }
+  out.close();
+  if (!out) fail(path, std::string("write failed: ") + std::strerror(err ? err : errno));
 }
 
 WeightNaming WeightNaming::exact() { return {}; }

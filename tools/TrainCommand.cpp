@@ -51,6 +51,7 @@ struct Settings {
   bool ddp = false;                                 // --dist ddp or zero1/2/3
   int zeroStage = 0;                                // --dist zero1/2/3
   bool prefetch = false;                            // --prefetch (zero3)
+  bool checkFinite = false;         // --check-finite: a NaN or infinite loss stops the run
   std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
   int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
@@ -147,6 +148,22 @@ std::vector<ScheduleStep> zeroSchedule(const Settings &s) {
   return {{0, {"zero3"}}, {2, {"zero3", "selective_unshard", "prefetch"}}};
 }
 
+// A NaN or infinite loss: PyTorch trains on without a word (torch.autograd.detect_anomaly
+// finds the op, GradScaler skips the step); rcjit train says so once per mode, or with
+// --check-finite stops with an Error.
+void nonFiniteLoss(const std::string &model, const std::string &mode, int step, double loss,
+                   const Settings &s, bool &warned, std::ostream &err) {
+  char what[160];
+  std::snprintf(what, sizeof what, "%s %s step %d: the loss is %g", model.c_str(), mode.c_str(),
+                step + 1, loss);
+  if (s.checkFinite) throw Error(std::string("--check-finite: ") + what);
+  if (warned) return;
+  warned = true;
+  err << "train: warning: " << what
+      << "; training goes on (as PyTorch's would) from non-finite weights; --check-finite "
+         "stops at the first one\n";
+}
+
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
@@ -225,6 +242,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   r.mode = mode;
   r.graphDdp = graphDdp;
   auto start = std::chrono::steady_clock::now();
+  bool warned = false; // of a loss that is not finite
   for (int i = 0; i < s.steps; ++i) {
     Batch b = batchAt(globalTemplates, s.seed, i);
     if (s.ddp) b = sliceOfBatch(b, s.rank, s.world);
@@ -281,6 +299,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     }
     r.stepMsAll.push_back(ms);
     r.losses.push_back(lossValue);
+    if (!std::isfinite(lossValue)) nonFiniteLoss(info.name, mode, i, lossValue, s, warned, err);
     char line[200];
     std::snprintf(line, sizeof line, "train: %s %s step %d/%d: loss %.4f, %.1f ms (%.1f s)\n",
                   info.name.c_str(), mode.c_str(), i + 1, s.steps, r.losses.back(), ms,
@@ -523,8 +542,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "comma list of modes: eager, full, regional, whole (forward, backward and optimizer "
       "step compiled as one graph)")("batch", po::value(&batch)->default_value(4), "batch size")(
       "seq", po::value(&seq)->default_value(128), "sequence length")(
-      "steps", po::value(&s.steps)->default_value(20), "training steps per mode (at least 2)")(
-      "layers", po::value(&layers)->default_value(-1), "override the number of layers")(
+      "steps", po::value(&s.steps)->default_value(20),
+      "training steps per mode (at least 2; with --strategy the default is 60: a warm-up of 20, "
+      "then the 40 steps/s measures)")("layers", po::value(&layers)->default_value(-1),
+                                       "override the number of layers")(
       "dtype", po::value(&dtype)->default_value("f32"),
       "f32, or bf16: matmul, linear, conv2d and attention under Autocast(bf16) with f32 "
       "parameters, optimizer state and gradients")(
@@ -557,7 +578,10 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "bucket-mb", po::value(&bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
-                      "zero3: gather the block expected next while one runs");
+                      "zero3: gather the block expected next while one runs")(
+      "check-finite", po::bool_switch(&s.checkFinite),
+      "stop with an error at the first NaN or infinite loss (without it: a warning, once per "
+      "mode, and training goes on, as in PyTorch)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -566,6 +590,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     return kOk;
   }
   if (batch <= 0 || seq <= 0) throw std::invalid_argument("--batch and --seq must be positive");
+  checkSeqFlag(modelNamed(s.model), seq); // before anything sized by it is allocated
   if (s.steps < 2) {
     throw std::invalid_argument("--steps: " + std::to_string(s.steps) +
                                 " is fewer than 2 (the step time is the median after the first)");
@@ -642,8 +667,8 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       cs.strategies.push_back(name);
     }
     if (cs.strategies.empty()) throw std::invalid_argument("--strategy needs a value");
-    cs.steps = s.steps;
-    cs.warmupSteps = std::min(20, s.steps);
+    if (!vm["steps"].defaulted()) cs.steps = s.steps; // else the workflow's own default
+    cs.warmupSteps = captionWarmupSteps(cs.steps);
     cs.batch = vm["batch"].defaulted() ? 8 : batch;
     cs.lr = s.lr;
     cs.seed = s.seed;
@@ -717,6 +742,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   printTrainTable(shown, s.model, c, s, rows);
   if (!json.empty()) {
     jsonFile << trainJson(s.model, c, s, info.countParameters(c), rows).dump(2) << "\n";
+    closeOutput(jsonFile, "--json", json);
   }
   return kOk;
 }
