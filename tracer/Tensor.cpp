@@ -168,6 +168,15 @@ int64_t Tensor::size(int d) const {
   return shape()[static_cast<size_t>(detail::normalizeDim(d, dim(), "size"))];
 }
 
+void Tensor::hostAllocFailed(size_t elementBytes) const {
+  const int64_t n = numel();
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f GiB",
+                static_cast<double>(n) * static_cast<double>(elementBytes) / (1 << 30));
+  throw Error("to_vector: cannot allocate " + std::to_string(n) + " elements (" + gib +
+              ") on the host for a tensor of shape " + shapeStr(shape()) + ": out of memory");
+}
+
 void Tensor::copyToHost(DType as, void *dst, const std::source_location &where) const {
   if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this, where);
   if (numel() == 0) return;
