@@ -39,7 +39,6 @@ const std::vector<std::string> kKnownLongFunctions = {
     "autograd/Autograd.cpp: std::vector<Tensor> runBackward(",
     "dist/ZeroOptimizer.cpp: void ZeroOptimizer::Impl::build(",
     "jit/Compile.cpp: std::shared_ptr<Entry> buildEntry(",
-    "jit/passes/Zero.cpp: Graph zero3Pass(",
     "targets/cpu/CpuProgram.cpp: std::vector<Tensor> CpuProgram::runImpl(",
     "tools/TrainCommand.cpp: TrainRow trainOne(",
     "tools/TrainCommand.cpp: int trainCommand("};
