@@ -332,22 +332,7 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
   case OpKind::argmax:
   case OpKind::check_target:
     return Grads(in.size());
-  case OpKind::neg:
-  case OpKind::abs:
-  case OpKind::exp:
-  case OpKind::log:
-  case OpKind::sqrt:
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::tanh:
-  case OpKind::sigmoid:
-  case OpKind::relu:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-  case OpKind::cast:
+    RCJIT_OP_CASES(Unary) // each op's rule in unaryGrad
     return {unaryGrad(op, in[0], y, g)};
   case OpKind::add:
   case OpKind::sub:

@@ -158,9 +158,9 @@ void ZeroOptimizer::Impl::addUnit(ZeroUnit u) {
 
 void ZeroOptimizer::Impl::makeOptimizer(ZeroUnit &u) {
   if (adamw) {
-    u.adamw.emplace(std::vector<Tensor>{u.slice}, *adamw);
+    u.optimizer = std::make_unique<optim::AdamW>(std::vector<Tensor>{u.slice}, *adamw);
   } else {
-    u.sgd.emplace(std::vector<Tensor>{u.slice}, *sgd);
+    u.optimizer = std::make_unique<optim::SGD>(std::vector<Tensor>{u.slice}, *sgd);
   }
 }
 
@@ -541,7 +541,7 @@ void ZeroOptimizer::Impl::stepStage1() {
       Tensor gs = Tensor::empty({u.sliceLen});
       detail::packRange(u, grads, rank * u.sliceLen, (rank + 1) * u.sliceLen, gs.data<float>());
       autograd::setGrad(u.slice, gs);
-      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.optimizer->step();
       u.stepped = true;
     }
     startGather(u, gathers);
@@ -562,7 +562,7 @@ void ZeroOptimizer::Impl::stepStage2() {
   std::vector<Work> gathers;
   for (ZeroUnit &u : units) { // each unit updated as soon as its gradient is in
     if (finishGradient(u)) {
-      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.optimizer->step();
       u.stepped = true;
     }
     startGather(u, gathers);
@@ -574,7 +574,7 @@ void ZeroOptimizer::Impl::stepStage3() {
   if (unsharded) throw Error(where() + ": step() after unshard()");
   for (ZeroUnit &u : units) {
     if (finishGradient(u)) {
-      u.adamw ? u.adamw->step() : u.sgd->step();
+      u.optimizer->step();
       u.stepped = true;
     }
   }

@@ -2,6 +2,7 @@
 // per rank, and the moves between a unit's parameters and a flat buffer. Internal to dist/.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,8 +38,7 @@ struct ZeroUnit {
   std::vector<Tensor> params; // the full parameters (stage 3: of the latest gather)
   int64_t numel = 0, sliceLen = 0;
   Tensor slice;                      // f32 [sliceLen]: this rank's values; the optimizer's leaf
-  std::optional<optim::AdamW> adamw; // over {slice}: the sharded optimizer state
-  std::optional<optim::SGD> sgd;
+  std::unique_ptr<optim::Optimizer> optimizer; // AdamW or SGD over {slice}: the sharded state
   bool stepped = false;      // the optimizer state exists
   std::vector<Work> pending; // reduce-scatters of this unit's gradient in flight
   bool present = false;      // stage 3: params hold data

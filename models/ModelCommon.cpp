@@ -7,9 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <thread>
 
 #include "models/Models.h"
+#include "support/ParallelFor.h"
 
 namespace rcjit::tools {
 
@@ -38,18 +38,8 @@ uint16_t toBf16Bits(float f) {
   return static_cast<uint16_t>(b >> 16);
 }
 
-// Runs body(begin, end) over [0, n) on up to 8 threads.
-template <class F> void parallelFor(int64_t n, F body) {
-  int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
-  threads = std::min<int64_t>(threads, std::max<int64_t>(1, n / (1 << 16)));
-  std::vector<std::thread> pool;
-  int64_t chunk = (n + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; ++t) {
-    pool.emplace_back(body, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
-  }
-  body(0, std::min(n, chunk));
-  for (std::thread &th : pool) th.join();
-}
+// Runs body(begin, end) over [0, n) on the work pool, 64 K values a range at least.
+template <class F> void parallelFor(int64_t n, F body) { parallelForRanges(n, 1 << 16, body); }
 
 } // namespace
 

@@ -22,6 +22,18 @@ constexpr int kTraceSchema = 1;
 // Its JSON object is {"event": kName, one key per field}; `fields` lists the keys (the
 // schema: toJson writes each, fromJson requires each but the std::optional ones).
 // message() is the human-readable line, derived from the fields only.
+//
+// A struct's fields are written once, as the list RCJIT_FIELDS(F): F(type, member, "key") per
+// field, in order. RCJIT_EVENT_FIELDS(RCJIT_FIELDS) makes from it both the members
+// (value-initialized: 0, false, empty) and the static `fields(v, s)` visitor, which calls
+// v("key", s.member) for each in that order (what toJson, fromJson and the equality of
+// nested values read).
+#define RCJIT_FIELD_MEMBER(Type, member, key) Type member{};
+#define RCJIT_FIELD_VISIT(Type, member, key) v(key, s.member);
+#define RCJIT_EVENT_FIELDS(LIST)                                                                   \
+  LIST(RCJIT_FIELD_MEMBER)                                                                         \
+  template <class V, class S> static void fields(V &&v, S &s) { LIST(RCJIT_FIELD_VISIT) }          \
+  static_assert(true, "")
 #define RCJIT_TRACE_EVENT(Type, kindValue, nameText)                                               \
   static constexpr Kind kKind = Kind::kindValue;                                                   \
   static constexpr const char *kName = nameText;                                                   \
@@ -32,12 +44,11 @@ constexpr int kTraceSchema = 1;
 
 /// One dim of a compiled function's argument: {"arg": 0, "dim": 1} prints "arg 0 dim 1".
 struct DimRef {
-  int64_t arg = 0;
-  int64_t dim = 0;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("arg", s.arg);
-    v("dim", s.dim);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, arg, "arg")                                                                           \
+  F(int64_t, dim, "dim")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
   bool operator==(const DimRef &) const = default;
 };
 /// "arg 0 dim 1 = arg 1 dim 0"; "every dim" for an empty list.
@@ -48,233 +59,196 @@ std::string functionLabel(int64_t function, const std::optional<std::string> &na
 
 /// One host read that split a trace: "item() on the result of sum (%1)".
 struct GraphBreak {
-  std::string op;                    // the host read: item, to_vector, ...
-  std::string producer;              // the op of the node it read
-  int64_t node = 0;                  // that node's id in the traced graph
-  std::optional<std::string> module; // the module the value was computed in ("blocks.0 (Block)")
-  std::optional<std::string> file;   // where the host read was called: file (last component)
-  std::optional<int64_t> line;       // and line
-  std::optional<std::string> readIn; // the module whose forward made the read ("blocks.1 (Block)")
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("op", s.op);
-    v("producer", s.producer);
-    v("node", s.node);
-    v("module", s.module);
-    v("file", s.file);
-    v("line", s.line);
-    v("read_in", s.readIn);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, op, "op")             /* the host read: item, to_vector, ... */                   \
+  F(std::string, producer, "producer") /* the op of the node it read */                            \
+  F(int64_t, node, "node")             /* that node's id in the traced graph */                    \
+  /* the module the value was computed in ("blocks.0 (Block)") */                                  \
+  F(std::optional<std::string>, module, "module")                                                  \
+  /* where the host read was called: file (last component) */                                      \
+  F(std::optional<std::string>, file, "file")                                                      \
+  F(std::optional<int64_t>, line, "line") /* and line */                                           \
+  /* the module whose forward made the read ("blocks.1 (Block)") */                                \
+  F(std::optional<std::string>, readIn, "read_in")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
   bool operator==(const GraphBreak &) const = default;
   std::string text() const;
 };
 
 /// One guarded input of an entry: a row of the guards table.
 struct GuardRow {
-  std::string input;   // "arg 0", "captured 3 (blocks.0.fc.weight)"
-  std::string dtype;   // "f32"
-  std::string device;  // "cpu", "cuda:0"
-  std::string sizes;   // "[4, s0 in [2, 128]]"
-  std::string strides; // "[64, 1]", "[*, 1]" (unchecked), "row-major" (symbolic sizes)
-  bool requiresGrad = false;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("input", s.input);
-    v("dtype", s.dtype);
-    v("device", s.device);
-    v("sizes", s.sizes);
-    v("strides", s.strides);
-    v("requires_grad", s.requiresGrad);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, input, "input")   /* "arg 0", "captured 3 (blocks.0.fc.weight)" */                \
+  F(std::string, dtype, "dtype")   /* "f32" */                                                     \
+  F(std::string, device, "device") /* "cpu", "cuda:0" */                                           \
+  F(std::string, sizes, "sizes")   /* "[4, s0 in [2, 128]]" */                                     \
+  /* "[64, 1]", "[*, 1]" (unchecked), "row-major" (symbolic sizes) */                              \
+  F(std::string, strides, "strides")                                                               \
+  F(bool, requiresGrad, "requires_grad")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
   bool operator==(const GuardRow &) const = default;
 };
 
 /// A new entry of compiled function `function` (ids count from 0 in each process).
 struct CompileEvent {
   RCJIT_TRACE_EVENT(CompileEvent, compile, "compile");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  double seconds = 0;
-  std::string reason; // "first call", or the guard that failed on every older entry
-  int64_t nodes = 0;
-  int64_t kernels = 0;         // full mode
-  int64_t regionsCompiled = 0; // regional mode
-  int64_t regionsReused = 0;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("seconds", s.seconds);
-    v("reason", s.reason);
-    v("nodes", s.nodes);
-    v("kernels", s.kernels);
-    v("regions_compiled", s.regionsCompiled);
-    v("regions_reused", s.regionsReused);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(double, seconds, "seconds")                                                                    \
+  /* "first call", or the guard that failed on every older entry */                                \
+  F(std::string, reason, "reason")                                                                 \
+  F(int64_t, nodes, "nodes")                                                                       \
+  F(int64_t, kernels, "kernels")                  /* full mode */                                  \
+  F(int64_t, regionsCompiled, "regions_compiled") /* regional mode */                              \
+  F(int64_t, regionsReused, "regions_reused")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A call missed every entry and compiles entry `entry`; `guard` failed on the newest one.
 struct RecompileEvent {
   RCJIT_TRACE_EVENT(RecompileEvent, recompiles, "recompile");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  std::string guard;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("guard", s.guard);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(std::string, guard, "guard")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// The first miss past recompile_limit: from now on misses run eagerly.
 struct RecompileLimitEvent {
   RCJIT_TRACE_EVENT(RecompileLimitEvent, recompiles, "recompile_limit");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t limit = 0;
-  std::string guard; // the last failing guard
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("limit", s.limit);
-    v("guard", s.guard);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, limit, "limit")                                                                       \
+  F(std::string, guard, "guard") /* the last failing guard */
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// Every failing guard of every entry at a recompile (one "  entry N: ..." line per entry).
 struct FailingGuardsEvent {
   RCJIT_TRACE_EVENT(FailingGuardsEvent, recompiles_verbose, "failing_guards");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  std::string failures;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("failures", s.failures);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(std::string, failures, "failures")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// The guards of a new entry, as GuardSet::print writes them (one line per input).
 struct GuardsEvent {
   RCJIT_TRACE_EVENT(GuardsEvent, guards, "guards");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  std::string guards;
-  std::optional<std::vector<GuardRow>> table;    // the same guards, one row per input
-  std::optional<std::vector<std::string>> notes; // guards on no input: autocast, symbol sources
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("guards", s.guards);
-    v("table", s.table);
-    v("notes", s.notes);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(std::string, guards, "guards")                                                                 \
+  /* the same guards, one row per input */                                                         \
+  F(std::optional<std::vector<GuardRow>>, table, "table")                                          \
+  /* guards on no input: autocast, symbol sources */                                               \
+  F(std::optional<std::vector<std::string>>, notes, "notes")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// The graph of a new entry after the passes, with its program or regional plan; `traced`
 /// is the graph as traced (before the passes), `fusion` the fusion plan alone (full mode).
 struct GraphDumpEvent {
   RCJIT_TRACE_EVENT(GraphDumpEvent, graph, "graph");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  std::string graph;
-  std::optional<std::string> traced;
-  std::optional<std::string> fusion;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("graph", s.graph);
-    v("traced", s.traced);
-    v("fusion", s.fusion);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(std::string, graph, "graph")                                                                   \
+  F(std::optional<std::string>, traced, "traced")                                                  \
+  F(std::optional<std::string>, fusion, "fusion")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// The LLVM IR of a new entry's kernels.
 struct OutputCodeEvent {
   RCJIT_TRACE_EVENT(OutputCodeEvent, output_code, "output_code");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  std::string llvmIr;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("llvm_ir", s.llvmIr);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(std::string, llvmIr, "llvm_ir")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A trace of `function` read tensor values on the host: it runs as compiled segments.
 struct GraphBreakEvent {
   RCJIT_TRACE_EVENT(GraphBreakEvent, graph_breaks, "graph_break");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  std::vector<GraphBreak> breaks;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("breaks", s.breaks);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(std::vector<GraphBreak>, breaks, "breaks")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// Argument dims of a new entry that became symbol s`symbol` with range [min, max] (max
 /// INT64_MAX: unbounded); `why`: mark_dynamic, Dynamic::always, automatic: ...
 struct DynamicSymbolEvent {
   RCJIT_TRACE_EVENT(DynamicSymbolEvent, dynamic, "dynamic_symbol");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  int64_t symbol = 0;
-  std::vector<DimRef> dims; // every dim that shares the symbol
-  int64_t min = 0;
-  int64_t max = 0;
-  std::string why;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("symbol", s.symbol);
-    v("dims", s.dims);
-    v("min", s.min);
-    v("max", s.max);
-    v("why", s.why);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(int64_t, symbol, "symbol")                                                                     \
+  F(std::vector<DimRef>, dims, "dims") /* every dim that shares the symbol */                      \
+  F(int64_t, min, "min")                                                                           \
+  F(int64_t, max, "max")                                                                           \
+  F(std::string, why, "why")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// Candidate dims of a new entry that stay static, and why (empty `dims`: every dim).
 /// Built without function and entry where the reason is found (jit/Dynamic.cpp).
 struct StaticDimEvent {
   RCJIT_TRACE_EVENT(StaticDimEvent, dynamic, "static_dim");
-  int64_t function = 0;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  int64_t entry = 0;
-  std::vector<DimRef> dims;
-  std::string why;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("dims", s.dims);
-    v("why", s.why);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(std::vector<DimRef>, dims, "dims")                                                             \
+  F(std::string, why, "why")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// Advice on a slow path; `function` when it concerns one compiled function.
 struct PerfHintEvent {
   RCJIT_TRACE_EVENT(PerfHintEvent, perf_hints, "perf_hint");
-  std::optional<int64_t> function;
-  std::optional<std::string> name; // CompileOptions::name or the compile() call's file:line
-  std::string hint;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("hint", s.hint);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::optional<int64_t>, function, "function")                                                  \
+  /* CompileOptions::name or the compile() call's file:line */                                     \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(std::string, hint, "hint")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// One step of the compile path (jit/CompileGraph.h) for the graph `graph` names
@@ -284,44 +258,32 @@ struct PerfHintEvent {
 /// trace, passes, lower, llvm, load, autotune.
 struct CompileStepEvent {
   RCJIT_TRACE_EVENT(CompileStepEvent, passes, "compile_step");
-  std::string graph;
-  std::string step;
-  double seconds = 0;
-  std::string result;
-  std::optional<int64_t> function;
-  std::optional<std::string> name;
-  std::optional<int64_t> entry;
-  std::optional<std::string> phase;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("graph", s.graph);
-    v("step", s.step);
-    v("seconds", s.seconds);
-    v("result", s.result);
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("phase", s.phase);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, graph, "graph")                                                                   \
+  F(std::string, step, "step")                                                                     \
+  F(double, seconds, "seconds")                                                                    \
+  F(std::string, result, "result")                                                                 \
+  F(std::optional<int64_t>, function, "function")                                                  \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(std::optional<int64_t>, entry, "entry")                                                        \
+  F(std::optional<std::string>, phase, "phase")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A compile of entry `entry` of `function` that threw: `error` is the exception's message
 /// (the caller gets the exception), `seconds` the time until it threw.
 struct CompileFailedEvent {
   RCJIT_TRACE_EVENT(CompileFailedEvent, compile, "compile_failed");
-  int64_t function = 0;
-  std::optional<std::string> name;
-  int64_t entry = 0;
-  double seconds = 0;
-  std::string reason; // why it compiled: "first call" or the failing guard
-  std::string error;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("seconds", s.seconds);
-    v("reason", s.reason);
-    v("error", s.error);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(double, seconds, "seconds")                                                                    \
+  F(std::string, reason, "reason") /* why it compiled: "first call" or the failing guard */        \
+  F(std::string, error, "error")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A call of entry `entry` that hit (trace file only): the first kTracedCalls calls of each
@@ -329,18 +291,14 @@ struct CompileFailedEvent {
 /// few lines. `call` counts the entry's calls from 1; `seconds` is this call's time.
 struct CallEvent {
   RCJIT_TRACE_EVENT(CallEvent, compile, "call");
-  int64_t function = 0;
-  std::optional<std::string> name;
-  int64_t entry = 0;
-  int64_t call = 0;
-  double seconds = 0;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("function", s.function);
-    v("name", s.name);
-    v("entry", s.entry);
-    v("call", s.call);
-    v("seconds", s.seconds);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, function, "function")                                                                 \
+  F(std::optional<std::string>, name, "name")                                                      \
+  F(int64_t, entry, "entry")                                                                       \
+  F(int64_t, call, "call")                                                                         \
+  F(double, seconds, "seconds")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 /// CallEvent: every call up to this number is traced, later ones at powers of two.
 constexpr int64_t kTracedCalls = 3;
@@ -373,54 +331,44 @@ private:
 /// "rcjit_f0_e1", "" when unknown), `where` "memory" or "disk".
 struct CacheHitEvent {
   RCJIT_TRACE_EVENT(CacheHitEvent, cache, "cache_hit");
-  std::string where;
-  std::string key;
-  std::string name;
-  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
-  std::optional<int64_t> entry;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("where", s.where);
-    v("key", s.key);
-    v("name", s.name);
-    v("function", s.function);
-    v("entry", s.entry);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, where, "where")                                                                   \
+  F(std::string, key, "key")                                                                       \
+  F(std::string, name, "name")                                                                     \
+  /* the entry whose compile asked (absent outside one) */                                         \
+  F(std::optional<int64_t>, function, "function")                                                  \
+  F(std::optional<int64_t>, entry, "entry")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A lookup found nothing; `where` is the last layer asked (memory when the disk is off).
 struct CacheMissEvent {
   RCJIT_TRACE_EVENT(CacheMissEvent, cache, "cache_miss");
-  std::string where;
-  std::string key;
-  std::string name;
-  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
-  std::optional<int64_t> entry;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("where", s.where);
-    v("key", s.key);
-    v("name", s.name);
-    v("function", s.function);
-    v("entry", s.entry);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, where, "where")                                                                   \
+  F(std::string, key, "key")                                                                       \
+  F(std::string, name, "name")                                                                     \
+  /* the entry whose compile asked (absent outside one) */                                         \
+  F(std::optional<int64_t>, function, "function")                                                  \
+  F(std::optional<int64_t>, entry, "entry")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A freshly compiled object kept in memory, and on disk when `where` is "disk".
 struct CacheStoreEvent {
   RCJIT_TRACE_EVENT(CacheStoreEvent, cache, "cache_store");
-  std::string where;
-  std::string key;
-  std::string name;
-  int64_t bytes = 0;
-  std::optional<int64_t> function; // the entry whose compile asked (absent outside one)
-  std::optional<int64_t> entry;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("where", s.where);
-    v("key", s.key);
-    v("name", s.name);
-    v("bytes", s.bytes);
-    v("function", s.function);
-    v("entry", s.entry);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, where, "where")                                                                   \
+  F(std::string, key, "key")                                                                       \
+  F(std::string, name, "name")                                                                     \
+  F(int64_t, bytes, "bytes")                                                                       \
+  /* the entry whose compile asked (absent outside one) */                                         \
+  F(std::optional<int64_t>, function, "function")                                                  \
+  F(std::optional<int64_t>, entry, "entry")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A cached object refused: a disk entry `path` that failed verification (corrupt, truncated,
@@ -428,70 +376,67 @@ struct CacheStoreEvent {
 /// `key` is "" when only the path is known; `deleted`: removed from the cache.
 struct CacheRejectEvent {
   RCJIT_TRACE_EVENT(CacheRejectEvent, cache, "cache_reject");
-  std::string key;
-  std::string path;
-  std::string reason;
-  bool deleted = false;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("key", s.key);
-    v("path", s.path);
-    v("reason", s.reason);
-    v("deleted", s.deleted);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, key, "key")                                                                       \
+  F(std::string, path, "path")                                                                     \
+  F(std::string, reason, "reason")                                                                 \
+  F(bool, deleted, "deleted")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// Least recently used disk entries removed to stay under the size bound.
 struct CacheEvictEvent {
   RCJIT_TRACE_EVENT(CacheEvictEvent, cache, "cache_evict");
-  int64_t count = 0;
-  std::string dir;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("count", s.count);
-    v("dir", s.dir);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(int64_t, count, "count")                                                                       \
+  F(std::string, dir, "dir")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// An artifact blob loaded (cache::load_artifacts).
 struct CacheLoadEvent {
   RCJIT_TRACE_EVENT(CacheLoadEvent, cache, "cache_load");
-  int64_t objects = 0;
-  template <class V, class S> static void fields(V &&v, S &s) { v("objects", s.objects); }
+#define RCJIT_FIELDS(F) F(int64_t, objects, "objects")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// A disk write that failed (`error`: strerror); the process continues without the entry.
 struct CacheWriteFailedEvent {
   RCJIT_TRACE_EVENT(CacheWriteFailedEvent, cache, "cache_write_failed");
-  std::string dir;
-  std::string error;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("dir", s.dir);
-    v("error", s.error);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, dir, "dir")                                                                       \
+  F(std::string, error, "error")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// The disk layer is off for this process (no usable key file, ...).
 struct CacheOffEvent {
   RCJIT_TRACE_EVENT(CacheOffEvent, cache, "cache_off");
-  std::string why;
-  template <class V, class S> static void fields(V &&v, S &s) { v("why", s.why); }
+#define RCJIT_FIELDS(F) F(std::string, why, "why")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 /// An environment setting that is not `expected`; `fallback` is used instead.
 struct CacheBadSettingEvent {
   RCJIT_TRACE_EVENT(CacheBadSettingEvent, cache, "cache_bad_setting");
-  std::string variable;
-  std::string value;
-  std::string expected;
-  std::string fallback;
-  template <class V, class S> static void fields(V &&v, S &s) {
-    v("variable", s.variable);
-    v("value", s.value);
-    v("expected", s.expected);
-    v("fallback", s.fallback);
-  }
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, variable, "variable")                                                             \
+  F(std::string, value, "value")                                                                   \
+  F(std::string, expected, "expected")                                                             \
+  F(std::string, fallback, "fallback")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
 };
 
 #undef RCJIT_TRACE_EVENT
+#undef RCJIT_EVENT_FIELDS
+#undef RCJIT_FIELD_VISIT
+#undef RCJIT_FIELD_MEMBER
 
 /// The event table: every event type once (parsing, emit overloads and Event are made from it).
 #define RCJIT_TRACE_EVENTS(X)                                                                      \

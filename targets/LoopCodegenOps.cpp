@@ -255,19 +255,8 @@ Value *unaryInt(llvm::IRBuilder<> &b, OpKind op, Value *x) {
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b.getFalse());
   case OpKind::relu:
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, zero);
-  case OpKind::exp: // float-only: emitCompute computes them in f64
-  case OpKind::log:
-  case OpKind::sqrt:
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::tanh:
-  case OpKind::sigmoid:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-  case OpKind::cast: // emitCompute converts
+  case OpKind::cast:                // emitCompute converts
+    RCJIT_OP_CASES_WITH(kFloatOnly) // emitCompute computes them in f64
     RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
                    Collective)
     break;
@@ -384,32 +373,6 @@ DType compareType(DType x, DType y) {
   return t == DType::boolean ? DType::i32 : t;
 }
 
-bool floatOnly(OpKind op) {
-  switch (op) {
-  case OpKind::exp:
-  case OpKind::log:
-  case OpKind::sqrt:
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::tanh:
-  case OpKind::sigmoid:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-    return true;
-  case OpKind::neg:
-  case OpKind::abs:
-  case OpKind::relu:
-  case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
-                   Collective)
-    return false;
-  }
-  return false;
-}
-
 } // namespace
 
 Value *fromStorage(llvm::IRBuilder<> &b, Value *stored, DType t) {
@@ -473,7 +436,7 @@ Value *emitCompute(llvm::IRBuilder<> &b, OpKind op, DType out, const std::vector
   }
   // Arithmetic runs in `work`: bool as i32, float-only ops on integers in f64.
   DType work = out == DType::boolean ? DType::i32 : out;
-  if (floatOnly(op) && !isFloatDtype(work)) work = DType::f64;
+  if (opHas(op, kFloatOnly) && !isFloatDtype(work)) work = DType::f64;
   std::vector<Value *> xs;
   for (size_t i = 0; i < args.size(); ++i) xs.push_back(convert(b, args[i], argTypes[i], work));
   bool f = isFloatDtype(work);

@@ -6,6 +6,7 @@
 #include "tests/TestUtil.h"
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include <rcjit/rcjit.h>
@@ -148,6 +149,37 @@ TEST(Optim, ParametersWithoutAGradAreSkippedAndSetLrApplies) {
   expectValues(b, {0.5});
   sgd.zero_grad();
   EXPECT_FALSE(b.grad().defined());
+}
+
+// Both optimizers through their base class: the same updates as called directly.
+TEST(Optim, TheBaseClassStepsEitherOptimizer) {
+  Tensor a = leaf({1, -2}, {2}), b = leaf({1, -2}, {2}), c = leaf({3}, {1}), d = leaf({3}, {1});
+  optim::AdamW direct({a}, {.lr = 0.1});
+  optim::SGD directSgd({c}, {.lr = 0.5, .momentum = 0.9});
+  std::vector<std::unique_ptr<optim::Optimizer>> opts;
+  opts.push_back(
+      std::make_unique<optim::AdamW>(std::vector<Tensor>{b}, optim::AdamWOptions{.lr = 0.1}));
+  opts.push_back(std::make_unique<optim::SGD>(std::vector<Tensor>{d},
+                                              optim::SGDOptions{.lr = 0.5, .momentum = 0.9}));
+  EXPECT_EQ(opts[0]->lr(), 0.1);
+  EXPECT_EQ(opts[1]->parameters().size(), 1u);
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) {
+      direct.set_lr(0.05);
+      opts[0]->set_lr(0.05);
+    }
+    for (Tensor *p : {&a, &b}) setGradTo(*p, {0.5, -1});
+    for (Tensor *p : {&c, &d}) setGradTo(*p, {2});
+    direct.step();
+    directSgd.step();
+    for (auto &o : opts) o->step();
+  }
+  EXPECT_EQ(opts[0]->lr(), 0.05);
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  EXPECT_EQ(c.to_vector<float>(), d.to_vector<float>());
+  for (auto &o : opts) o->zero_grad();
+  EXPECT_FALSE(b.grad().defined());
+  EXPECT_FALSE(d.grad().defined());
 }
 
 TEST(Optim, RejectsParametersThatDoNotRequireGrad) {

@@ -21,6 +21,7 @@
 #include <rcjit/Optim.h>
 #include <rcjit/rcjit.h>
 
+#include "support/ParallelFor.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
 #include "targets/Program.h"
@@ -532,6 +533,31 @@ struct PackWeightsOn {
   ~PackWeightsOn() { cpu::LibraryStep::setPackWeights(false); }
 };
 } // namespace
+
+// parallelForRanges: every index once, in disjoint ranges of at least the grain; one call
+// below twice the grain.
+TEST(ParallelFor, RangesCoverEveryIndexOnceAndKeepTheGrain) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{12345}}) {
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    parallelForRanges(n, 500, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) ++seen[static_cast<size_t>(i)];
+      std::lock_guard<std::mutex> lock(mu);
+      ranges.emplace_back(begin, end);
+    });
+    for (int x : seen) {
+      ASSERT_EQ(x, 1) << "n = " << n;
+    }
+    if (n == 0) {
+      EXPECT_TRUE(ranges.empty());
+    } else if (n < 1000) {
+      EXPECT_EQ(ranges.size(), 1u) << "n = " << n;
+    } else {
+      for (const auto &[begin, end] : ranges) EXPECT_GE(end - begin, 500) << "n = " << n;
+    }
+  }
+}
 
 TEST(PackedWeights, RepackedWhenTheStorageVersionChanges) {
   PackWeightsOn on;

@@ -8,13 +8,13 @@ namespace rcjit {
 
 namespace {
 constexpr std::array<OpInfo, kNumOps> kOpTable = {{
-#define RCJIT_OP(name, cat, arity, attrs) {#name, OpCategory::cat, arity, attrs},
+#define RCJIT_OP(name, cat, arity, attrs, props) {#name, OpCategory::cat, arity, attrs, props},
 #include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
 }};
 
 constexpr std::array<OpKind, kNumOps> kAllOps = {{
-#define RCJIT_OP(name, cat, arity, attrs) OpKind::name,
+#define RCJIT_OP(name, cat, arity, attrs, props) OpKind::name,
 #include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
 }};

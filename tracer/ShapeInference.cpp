@@ -76,18 +76,7 @@ TensorMeta inferUnary(OpKind op, const std::vector<TensorMeta> &in) {
   case OpKind::relu:
     if (x.dtype == DType::boolean) fail(op, "not supported for bool tensors, got " + metaStr(x));
     return x;
-  case OpKind::exp:
-  case OpKind::log:
-  case OpKind::sqrt:
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::tanh:
-  case OpKind::sigmoid:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
+    RCJIT_OP_CASES_WITH(kFloatOnly) // Ops.def's props
     expectFloating(op, x);
     return x;
     RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,

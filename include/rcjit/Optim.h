@@ -15,19 +15,46 @@
 
 namespace rcjit::optim {
 
+/// What every optimizer offers (SGD, AdamW), for code that holds one of either kind: the
+/// caller owns the optimizer, which keeps handles to its parameters. Not thread-safe, like
+/// the optimizers themselves.
+class Optimizer {
+public:
+  virtual ~Optimizer() = default;
+  /// Updates every parameter that has a grad() by the optimizer's rule.
+  virtual void step() = 0;
+  /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
+  virtual void zero_grad() = 0;
+  /// The learning rate of the next step; set_lr checks it (finite, >= 0) and sets it
+  /// (a compiled step reads the new value without recompiling).
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  /// The parameters it updates, in the order given to its constructor.
+  virtual const std::vector<Tensor> &parameters() const = 0;
+
+protected:
+  Optimizer() = default;
+  Optimizer(const Optimizer &) = default; // copied or moved only as the derived class
+  Optimizer(Optimizer &&) = default;
+  Optimizer &operator=(const Optimizer &) = default;
+  Optimizer &operator=(Optimizer &&) = default;
+};
+
 struct SGDOptions {
   double lr = 1e-2, momentum = 0, weight_decay = 0;
 };
 
 /// p -= lr * b, where g = grad + weight_decay * p and b = g (first step) or
 /// momentum * b + g (later steps; b = g when momentum is 0).
-class SGD {
+class SGD : public Optimizer {
 public:
   explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
-  void step();
+  void step() override;
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
-  void zero_grad();
-  void set_lr(double lr);
+  void zero_grad() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const std::vector<Tensor> &parameters() const override { return params_; }
   const SGDOptions &options() const { return options_; }
 
 private:
@@ -45,13 +72,15 @@ struct AdamWOptions {
 /// PyTorch's AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g;
 /// v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps),
 /// with t counted per parameter (a parameter without a grad does not advance).
-class AdamW {
+class AdamW : public Optimizer {
 public:
   explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {});
-  void step();
+  void step() override;
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
-  void zero_grad();
-  void set_lr(double lr);
+  void zero_grad() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const std::vector<Tensor> &parameters() const override { return params_; }
   const AdamWOptions &options() const { return options_; }
 
 private:

@@ -29,6 +29,7 @@ namespace {
 
 using dnnl::memory;
 
+// The oneDNN algorithm of a post-op (kPostOp in Ops.def's props); false for any other op.
 bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
   alpha = 0.f;
   switch (op) {
@@ -60,15 +61,7 @@ bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
   case OpKind::log:
     alg = dnnl::algorithm::eltwise_log;
     return true;
-  case OpKind::neg: // no oneDNN eltwise: the next kernel computes these
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-  case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
-                   Collective)
+    RCJIT_OP_CASES_WITHOUT(kPostOp) // no oneDNN eltwise: the next kernel computes these
     return false;
   }
   return false;

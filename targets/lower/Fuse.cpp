@@ -21,32 +21,8 @@ std::string nodeRef(const Graph &g, int node) {
   return std::string(opName(g.nodes[node].op)) + " %" + std::to_string(node);
 }
 
-// Ops a oneDNN library call can apply to its result as an eltwise post-op.
-bool isPostOp(OpKind op) {
-  switch (op) {
-  case OpKind::relu:
-  case OpKind::sigmoid:
-  case OpKind::tanh:
-  case OpKind::gelu:
-  case OpKind::silu:
-  case OpKind::exp:
-  case OpKind::abs:
-  case OpKind::sqrt:
-  case OpKind::log:
-    return true;
-  case OpKind::neg: // no oneDNN post-op (cpu/LibraryStep.cpp eltwiseFor)
-  case OpKind::rsqrt:
-  case OpKind::reciprocal:
-  case OpKind::erf:
-  case OpKind::sin:
-  case OpKind::cos:
-  case OpKind::cast:
-    RCJIT_OP_CASES(Source, Binary, Compare, Where, Reduce, Normalize, Matmul, Nn, View, Copy,
-                   Collective)
-    return false;
-  }
-  return false;
-}
+// Ops a oneDNN library call can apply to its result as an eltwise post-op (Ops.def's props).
+bool isPostOp(OpKind op) { return opHas(op, kPostOp); }
 
 constexpr int64_t kTinyDomain = 16;
 

@@ -153,4 +153,40 @@ TEST(OpTable, GeneratedCaseListsMatchTheTable) {
   }
 }
 
+// The props column: which ops are float-only and oneDNN post-ops (the lists it replaced in
+// shape inference, loop codegen, fusion and the library step), and the case lists made from it.
+TEST(OpTable, PropsColumnAndItsCaseListsAgree) {
+  auto with = [](OpProp prop) {
+    std::set<std::string> names;
+    for (OpKind op : allOps()) {
+      if (opHas(op, prop)) names.insert(std::string(opName(op)));
+    }
+    return names;
+  };
+  EXPECT_EQ(with(kFloatOnly),
+            (std::set<std::string>{"exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+                                   "gelu", "silu", "erf", "sin", "cos"}));
+  EXPECT_EQ(with(kPostOp), (std::set<std::string>{"relu", "sigmoid", "tanh", "gelu", "silu", "exp",
+                                                  "abs", "sqrt", "log"}));
+  for (OpKind op : allOps()) {
+    bool floatOnly = false, postOp = false;
+    switch (op) {
+      RCJIT_OP_CASES_WITH(kFloatOnly)
+      floatOnly = true;
+      break;
+      RCJIT_OP_CASES_WITHOUT(kFloatOnly)
+      break;
+    }
+    switch (op) {
+      RCJIT_OP_CASES_WITH(kPostOp)
+      postOp = true;
+      break;
+      RCJIT_OP_CASES_WITHOUT(kPostOp)
+      break;
+    }
+    EXPECT_EQ(floatOnly, opHas(op, kFloatOnly)) << opName(op);
+    EXPECT_EQ(postOp, opHas(op, kPostOp)) << opName(op);
+  }
+}
+
 } // namespace

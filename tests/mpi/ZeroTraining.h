@@ -50,8 +50,7 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   ZeroTrainRun out;
   const optim::AdamWOptions ao{.lr = 3e-3};
   const optim::SGDOptions so{.lr = 0.1, .momentum = 0.9};
-  std::optional<optim::AdamW> adam;
-  std::optional<optim::SGD> sgd;
+  std::unique_ptr<optim::Optimizer> opt; // without ZeRO
   std::optional<dist::ZeroOptimizer> zero;
   if (o.stage >= 1) {
     const dist::ZeroOptions zo{
@@ -61,7 +60,8 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   } else {
     std::vector<Tensor> params = m->module().parameters();
     if (o.stage == 0) dist::broadcast_parameters(params);
-    o.adamw ? (void)adam.emplace(params, ao) : (void)sgd.emplace(params, so);
+    opt = o.adamw ? std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(params, ao))
+                  : std::make_unique<optim::SGD>(params, so);
   }
   auto loss = compile(
       [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
@@ -72,14 +72,14 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
     if (step == 1) reset_peak_memory_stats();
-    zero ? zero->zero_grad() : adam ? adam->zero_grad() : sgd->zero_grad();
+    zero ? zero->zero_grad() : opt->zero_grad();
     Tensor l = loss(std::vector<Tensor>{ids, next});
     l.backward();
     if (zero) {
       zero->step();
     } else {
       if (o.stage == 0) dist::all_reduce_gradients(m->module().parameters(), o.bucketBytes);
-      adam ? adam->step() : sgd->step();
+      opt->step();
     }
     Tensor mean = Tensor::full({}, l.item(), DType::f64);
     if (distributed) dist::all_reduce(mean, dist::ReduceOp::mean);

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include <rcjit/DistPasses.h>
@@ -59,12 +59,11 @@ Curve train(bool ddp, Mode mode, bool adamw, Averaging how = Averaging::afterBac
   Curve out;
   out.params = m->module().parameters();
   if (ddp) dist::broadcast_parameters(out.params);
-  std::optional<optim::AdamW> adam;
-  std::optional<optim::SGD> sgd;
+  std::unique_ptr<optim::Optimizer> opt;
   if (adamw) {
-    adam.emplace(out.params, optim::AdamWOptions{.lr = 3e-3});
+    opt = std::make_unique<optim::AdamW>(out.params, optim::AdamWOptions{.lr = 3e-3});
   } else {
-    sgd.emplace(out.params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    opt = std::make_unique<optim::SGD>(out.params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
   }
   CompileOptions opts{.mode = mode};
   const bool graphPass = ddp && how == Averaging::graphPass;
@@ -93,12 +92,12 @@ Curve train(bool ddp, Mode mode, bool adamw, Averaging how = Averaging::afterBac
     const int64_t rows = kMpiGlobalBatch / world;
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
-    adam ? adam->zero_grad() : sgd->zero_grad();
+    opt->zero_grad();
     Tensor l = loss(std::vector<Tensor>{ids, next});
     l.backward();
     // small buckets: several all_reduces in flight at once
     if (ddp && !graphPass) out.buckets = dist::all_reduce_gradients(out.params, 64 << 10).buckets;
-    adam ? adam->step() : sgd->step();
+    opt->step();
     Tensor mean = Tensor::full({}, l.item(), DType::f64);
     if (ddp) dist::all_reduce(mean, dist::ReduceOp::mean);
     out.losses.push_back(mean.item());

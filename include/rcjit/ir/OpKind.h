@@ -1,4 +1,4 @@
-// OpKind and its table (name, category, arity, attrs), generated from Ops.def.
+// OpKind and its table (name, category, arity, attrs, props), generated from Ops.def.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,6 +25,13 @@ enum AttrBit : uint32_t {
 /// The highest AttrBit: loops over the bits run `bit <= kLastAttrBit`.
 constexpr uint32_t kLastAttrBit = kWorld;
 
+/// What the compiler may assume of an op: the props column of Ops.def (which says what each
+/// flag means). cmake/OpCases.cmake knows these names too: a new flag goes there as well.
+enum OpProp : uint32_t {
+  kFloatOnly = 1u << 0, // defined on floating point only
+  kPostOp = 1u << 1,    // fusible into a oneDNN library call as an eltwise post-op
+};
+
 enum class OpCategory : uint8_t {
   Source,
   Unary,
@@ -41,13 +48,13 @@ enum class OpCategory : uint8_t {
 };
 
 enum class OpKind : uint8_t {
-#define RCJIT_OP(name, cat, arity, attrs) name,
+#define RCJIT_OP(name, cat, arity, attrs, props) name,
 #include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
 };
 
 constexpr int kNumOps = 0
-#define RCJIT_OP(name, cat, arity, attrs) +1
+#define RCJIT_OP(name, cat, arity, attrs, props) +1
 #include <rcjit/ir/Ops.def>
 #undef RCJIT_OP
     ;
@@ -57,11 +64,14 @@ struct OpInfo {
   OpCategory category;
   int arity;      // -1: variadic
   uint32_t attrs; // AttrBit mask
+  uint32_t props; // OpProp mask
 };
 
 /// The row of the op table for `op`.
 const OpInfo &opInfo(OpKind op);
 inline std::string_view opName(OpKind op) { return opInfo(op).name; }
+/// Whether `op` has every OpProp flag of `prop` (its Ops.def row). Thread-safe.
+inline bool opHas(OpKind op, OpProp prop) { return (opInfo(op).props & prop) == prop; }
 /// Looks an op up by its IR name; false when there is none.
 bool opFromName(std::string_view name, OpKind &out);
 
