@@ -36,7 +36,6 @@ const std::vector<std::string> kKnownUpwardIncludes = {
     "tracer/Tracer.cpp -> autograd",     "tracer/Tracer.cpp -> targets"};
 const std::vector<std::string> kKnownLongFiles = {"jit/Compile.cpp", "targets/cpu/CpuProgram.cpp"};
 const std::vector<std::string> kKnownLongFunctions = {
-    "autograd/Autograd.cpp: std::vector<Tensor> runBackward(",
     "jit/Compile.cpp: std::shared_ptr<Entry> buildEntry(",
     "jit/Regional.cpp: RegionalPlan buildRegionalPlan(",
     "jit/autograd/CompiledTraining.cpp: std::shared_ptr<TrainingPlan> TrainingPlan::create(",
