@@ -18,7 +18,6 @@ namespace rcjit::autograd {
 
 namespace {
 
-thread_local bool tlsGradEnabled = true;
 std::atomic<uint64_t> nextSeq{1};
 
 SavedValue save(const Tensor &t) {
@@ -149,11 +148,6 @@ Node::~Node() {
   }
 }
 
-bool gradEnabled() { return tlsGradEnabled; }
-void setGradEnabled(bool on) { tlsGradEnabled = on; }
-
-AutogradMeta *metaOf(const Tensor &t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
-
 Tensor detachedHandle(const Tensor &t) {
   auto impl = std::make_shared<detail::TensorImpl>();
   const detail::TensorImpl &src = *t.impl();
@@ -164,18 +158,6 @@ Tensor detachedHandle(const Tensor &t) {
   impl->dtype = src.dtype;
   impl->marks = src.marks;
   return Tensor(std::move(impl));
-}
-
-void setGrad(const Tensor &leaf, const Tensor &grad) {
-  AutogradMeta *m = metaOf(leaf);
-  if (!m) {
-    if (!grad.defined()) return;
-    leaf.impl()->autograd = std::make_shared<AutogradMeta>();
-    m = leaf.impl()->autograd.get();
-  }
-  if (Tracer *tr = Tracer::current(); tr && tr->recordsAutograd())
-    tr->gradAccess(leaf, m, /*reads=*/false);
-  m->grad = grad;
 }
 
 void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out) {
@@ -201,6 +183,12 @@ void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tens
   meta->gradFn = std::move(node);
   out.impl()->autograd = std::move(meta);
 }
+
+namespace {
+// The ops record through the tensor runtime's hook (tracer/AutogradHook.h): installed when
+// librcjit.so loads, before any tensor can require grad.
+const bool tapeInstalled = (installTapeRecorder(&record), true);
+} // namespace
 
 void recordCustom(std::shared_ptr<CustomBackward> fn, const std::vector<Tensor> &inputs,
                   const std::vector<Tensor> &outputs) {

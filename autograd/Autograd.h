@@ -11,19 +11,12 @@
 
 #include <rcjit/Tensor.h>
 
+#include "tracer/AutogradHook.h"
 #include "tracer/Graph.h"
 
 namespace rcjit::autograd {
 
 struct Node;
-
-/// What autograd keeps on a TensorImpl. Leaves (gradFn null) accumulate `grad`.
-struct AutogradMeta {
-  bool requiresGrad = false;
-  std::shared_ptr<Node> gradFn; // the node that produced this tensor; null for a leaf
-  int outputIndex = 0;          // which output of gradFn it is (compiled functions have many)
-  Tensor grad;                  // accumulated gradient of a leaf
-};
 
 /// Where the gradient of one node input goes: the node that produced it, or the leaf it
 /// is, or nowhere (the input does not require grad).
@@ -80,15 +73,9 @@ struct Node {
   ~Node();
 };
 
-/// The thread's grad mode (on by default).
-bool gradEnabled();
-void setGradEnabled(bool on);
-
-/// True when some input requires grad (the one check an op pays when grad mode is on).
-inline bool anyRequiresGrad(const std::vector<Tensor> &in);
-
 /// Records `out = op(in; a)` when grad mode is on and an input requires grad; does nothing
-/// for non-floating results. The caller checks that no Tracer is active.
+/// for non-floating results. The caller checks that no Tracer is active. The tensor runtime
+/// reaches it through recordOnTape (tracer/AutogradHook.h), installed by Autograd.cpp.
 void record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tensor &out);
 
 /// Records a node computed by `fn` (a compiled function): outputs[k] becomes output k of one
@@ -102,26 +89,9 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
                                 const std::vector<Tensor> &rootGrads, bool retainGraph,
                                 const std::vector<Tensor> *inputs, const char *caller);
 
-/// The autograd metadata of t, or null.
-AutogradMeta *metaOf(const Tensor &t);
-/// Replaces a leaf's accumulated gradient (undefined clears it). Used by zero_grad and
-/// the optimizers.
-void setGrad(const Tensor &leaf, const Tensor &grad);
 /// A new handle on t's storage and geometry without autograd metadata.
 Tensor detachedHandle(const Tensor &t);
 /// The op kinds of the nodes reachable from t's grad_fn (tests use it to check coverage).
 std::vector<OpKind> graphOps(const Tensor &t);
 
-} // namespace rcjit::autograd
-
-#include "tracer/TensorImpl.h"
-
-namespace rcjit::autograd {
-inline bool anyRequiresGrad(const std::vector<Tensor> &in) {
-  for (const Tensor &t : in) {
-    const auto &m = t.impl()->autograd;
-    if (m && m->requiresGrad) return true;
-  }
-  return false;
-}
 } // namespace rcjit::autograd

@@ -12,7 +12,7 @@
 
 #include "guards/GuardSet.h"
 #include "jit/CompileGraph.h"
-#include "tools/Models.h"
+#include "models/Models.h"
 #include "tracer/Tracer.h"
 
 using namespace rcjit;

@@ -13,8 +13,8 @@
 #include <rcjit/rcjit.h>
 
 #include "autograd/Autograd.h"
-#include "tools/ModelGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelGpt2.h"
+#include "models/Models.h"
 
 using namespace rcjit;
 

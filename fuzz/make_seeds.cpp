@@ -19,7 +19,7 @@
 #include "cache/Artifacts.h"
 #include "cache/EntryFormat.h"
 #include "fuzz/FuzzSecret.h"
-#include "tools/Safetensors.h"
+#include "models/Safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace rcjit;

@@ -9,7 +9,7 @@
 
 #include <rcjit/Error.h>
 
-#include "tools/Safetensors.h"
+#include "models/Safetensors.h"
 
 namespace {
 

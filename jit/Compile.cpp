@@ -65,58 +65,6 @@ bool entryMatches(const Entry &e, const std::vector<const Tensor *> &inputs) {
   return e.guards.check(inputs.data(), inputs.size());
 }
 
-// A whole step's write of `value` into `target`: adopts value's storage when each is the
-// only owner of its whole storage (no copy), else copies.
-void writeBack(const Tensor &target, const Tensor &value) {
-  TensorImpl &ti = *target.impl();
-  const TensorImpl &vi = *value.impl();
-  if (ti.storage == vi.storage && ti.offset == vi.offset && ti.strides == vi.strides)
-    return; // the program wrote it in place (runInto)
-  if (ti.storage.use_count() == 1 && vi.storage.use_count() == 1 && ti.offset == 0 &&
-      vi.offset == 0 && target.is_contiguous() && value.is_contiguous() && ti.dtype == vi.dtype &&
-      ti.shape == vi.shape && ti.storage->device == vi.storage->device &&
-      ti.storage->nbytes == vi.storage->nbytes) {
-    ti.storage = vi.storage;
-    return;
-  }
-  Tensor(target).copy_(value);
-}
-
-// Before a whole step runs: the gradients it replaces without reading them (zero_grad,
-// then backward(), inside the function) are dropped, so that the old and the new gradients
-// of every parameter are not alive at once during the call (the eager step frees them at
-// zero_grad too). A gradient the program reads (accumulation) is its input and stays.
-void releaseReplacedGrads(const Entry &e) {
-  for (const Entry::WriteBack &w : e.writes) {
-    if (w.kind != Mutation::Kind::grad || w.inPlace) continue;
-    const Tensor &target = w.captured >= 0 && e.slots[w.captured] ? *e.slots[w.captured] : w.target;
-    if (autograd::AutogradMeta *m = autograd::metaOf(target); m && m->grad.defined())
-      autograd::setGrad(target, Tensor());
-  }
-}
-
-std::vector<Tensor> applyWrites(const Entry &e, std::vector<Tensor> outs) {
-  for (const Entry::WriteBack &w : e.writes) {
-    const Tensor &target = w.captured >= 0 && e.slots[w.captured] ? *e.slots[w.captured] : w.target;
-    if (w.kind == Mutation::Kind::data) {
-      writeBack(target, outs.at(w.output));
-      continue;
-    }
-    if (w.output < 0) {
-      autograd::setGrad(target, Tensor());
-      continue;
-    }
-    autograd::AutogradMeta *m = autograd::metaOf(target);
-    if (w.inPlace && m && m->grad.defined()) {
-      writeBack(m->grad, outs.at(w.output));
-    } else {
-      autograd::setGrad(target, outs.at(w.output));
-    }
-  }
-  outs.resize(e.userOutputs);
-  return outs;
-}
-
 std::vector<std::string> inputLabels(const Trace &t) {
   std::vector<std::string> labels;
   for (size_t i = 0; i < t.args.size(); ++i) labels.push_back("arg " + std::to_string(i));
@@ -217,13 +165,14 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason,
-                                  const TracedFn &fn, const std::vector<DynSymbol> &dynamic) {
+// A new entry's guards: one per input (args, then captured tensors), the world size where
+// collectives bake it into the graph, and a whole step's grad() guards; each lambda
+// capture's variable is read per call.
+std::shared_ptr<Entry> guardedEntry(const CompiledState &s, const Trace &t,
+                                    const std::string &reason, const std::vector<Tensor> &inputs) {
   auto e = std::make_shared<Entry>();
   e->id = static_cast<int>(s.entries.size());
   e->reason = reason;
-  std::vector<Tensor> inputs = t.args;
-  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
   e->guards = GuardSet::fromInputs(inputs, inputLabels(t), t.args.size());
   for (const Node &n : t.graph.nodes) { // collectives bake the world size into the graph
     if (opInfo(n.op).category == OpCategory::Collective) {
@@ -237,147 +186,63 @@ std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string 
     if (!e->slots[j]) e->slots[j] = findCapturedVariable(e->captured[j], s.fnObject, s.fnBytes);
   }
   e->graphBreaks = static_cast<int>(t.breaks.size());
+  if (t.mutates()) e->gradGuards = t.gradGuards;
+  return e;
+}
+
+// The sharded parameters (ZeRO-3) among b's inputs: the compiled code takes their shards in
+// their place, for static shapes. Throws where the entry's kind cannot take them.
+void bindSharding(EntryBuild &b) {
+  b.sharding = shardingOf(b.inputs);
+  if (b.sharding.empty()) return;
+  if (b.s.opts.mode == Mode::regional || b.t.mutates() || b.s.opts.target != Target::cpu) {
+    throw Error("compile: " + b.s.label() + " reads the sharded parameter " +
+                b.sharding.inputs.front().param.name +
+                "; sharded parameters compile in full mode on the CPU, as a forward or a "
+                "training entry (not regional mode, a whole step or cuda)");
+  }
+  for (const ShardedInput &in : b.sharding.inputs) b.strides[static_cast<size_t>(in.input)] = {1};
+  if (!b.dynamic.empty()) {
+    b.e.dynamicNotes.push_back(
+        {.why = "a function reading sharded parameters compiles for static shapes"});
+    b.dynamic.clear();
+  }
+}
+
+// The runner of the entry's kind, compiled: graph-break segments, a whole step (backward
+// and updates are in its graph already), regional stages, or a training plan or a program
+// (either with sharded parameters bound in front).
+std::unique_ptr<EntryRunner> buildRunner(EntryBuild &b) {
+  if (!b.t.breaks.empty()) return makeSegmentRunner(b);
+  for (const Tensor &in : b.inputs) b.strides.push_back(in.strides());
+  bindSharding(b);
+  b.moduleId = "rcjit_f" + std::to_string(b.s.id) + "_e" + std::to_string(b.e.id);
+  b.exec = executableOptions(b.s.opts, b.inputs);
+  b.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
+  b.label = b.s.label() + " entry " + std::to_string(b.e.id);
+  if (b.t.mutates()) return makeWholeStepRunner(b);
+  if (b.s.opts.mode == Mode::regional) return makeRegionalRunner(b);
+  std::unique_ptr<EntryRunner> r = b.training ? makeTrainingRunner(b) : makeStaticRunner(b);
+  return b.sharding.empty() ? std::move(r) : makeShardedRunner(b, std::move(r));
+}
+
+std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason,
+                                  const TracedFn &fn, const std::vector<DynSymbol> &dynamic) {
+  std::vector<Tensor> inputs = t.args;
+  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
+  std::shared_ptr<Entry> e = guardedEntry(s, t, reason, inputs);
   if (!t.breaks.empty() && s.opts.target == Target::cuda) {
     throw Error("compile: Target::cuda does not support graph breaks yet: the function reads "
                 "tensor values on the host (" +
                 describeBreaks(t) + "); keep host reads outside the compiled function");
   }
-  std::vector<bool> wantGrad;
-  bool training = false;
+  EntryBuild b{.s = s, .t = t, .fn = fn, .e = *e, .dynamic = dynamic, .inputs = inputs};
   for (const TensorGuard &g : e->guards.tensors()) {
-    wantGrad.push_back(g.requiresGrad);
-    training = training || g.requiresGrad;
+    b.wantGrad.push_back(g.requiresGrad);
+    b.training = b.training || g.requiresGrad;
   }
-  if (t.mutates()) { // a whole step: backward and updates are in the graph already
-    training = false;
-    e->wholeStep = true;
-    e->userOutputs = t.outputs.size();
-    e->gradGuards = t.gradGuards;
-    for (const Mutation &m : t.mutations) {
-      Entry::WriteBack w{m.kind, m.target, -1, m.output, false};
-      for (size_t j = 0; j < t.captured.size(); ++j) {
-        if (t.captured[j].impl() == m.target.impl()) w.captured = static_cast<int>(j);
-      }
-      for (const GradGuard &g : t.gradGuards) {
-        if (m.kind == Mutation::Kind::grad && g.leaf.impl() == m.target.impl())
-          w.inPlace = g.captured >= 0;
-      }
-      // a data write into a captured input: the program may write it in place
-      if (w.kind == Mutation::Kind::data && w.captured >= 0)
-        e->into.push_back({w.output, static_cast<int>(t.args.size()) + w.captured});
-      e->writes.push_back(std::move(w));
-    }
-  }
-  if (!t.breaks.empty()) {
-    // graph breaks: the C++ runs on every call; the work between host reads runs as
-    // compiled segments looked up by structural hash and input layouts (training: each
-    // segment compiles a forward and a backward, so the backward splits at the breaks too)
-    e->graph = t.graph;
-    e->segments =
-        std::make_shared<SegmentTable>(static_cast<size_t>(4 * s.opts.recompile_limit), training);
-    if (!dynamic.empty()) {
-      e->dynamicNotes.push_back({.why = "a function with graph breaks compiles its segments "
-                                        "for static shapes"});
-    }
-    return e;
-  }
-  std::vector<Shape> strides;
-  for (const Tensor &in : inputs) strides.push_back(in.strides());
-  // sharded parameters (ZeRO-3): the compiled code takes their shards in their place
-  ShardingState sharding = shardingOf(inputs);
-  if (!sharding.empty()) {
-    if (s.opts.mode == Mode::regional || e->wholeStep || s.opts.target != Target::cpu) {
-      throw Error("compile: " + s.label() + " reads the sharded parameter " +
-                  sharding.inputs.front().param.name +
-                  "; sharded parameters compile in full mode on the CPU, as a forward or a "
-                  "training entry (not regional mode, a whole step or cuda)");
-    }
-    for (const ShardedInput &in : sharding.inputs) {
-      e->shardBinds.push_back({in.input, in.param.shard});
-      strides[static_cast<size_t>(in.input)] = {1};
-    }
-    if (!dynamic.empty()) {
-      e->dynamicNotes.push_back(
-          {.why = "a function reading sharded parameters compiles for static shapes"});
-    }
-  }
-  const std::vector<DynSymbol> noSymbols;
-  const std::vector<DynSymbol> &dyn = sharding.empty() ? dynamic : noSymbols;
-  std::string moduleId = "rcjit_f" + std::to_string(s.id) + "_e" + std::to_string(e->id);
-  ExecutableOptions exec = executableOptions(s.opts, inputs);
-  const std::string label = s.label() + " entry " + std::to_string(e->id);
-  // training: a joint forward+backward graph, partitioned and compiled in two programs
-  // (per stage in regional mode), symbolic where the dims allow
-  RegionalTraining regionalTraining{wantGrad, inputs, label};
-  exec.keepLlvmIr = logging::wanted(logging::Kind::output_code); // training, regional stages
-  if (s.opts.mode == Mode::regional && !e->wholeStep) {
-    e->graph = t.graph;
-    const RegionalTraining *rt = training ? &regionalTraining : nullptr;
-    if (!dynamic.empty()) {
-      SymbolicRegional r = makeSymbolicRegional(fn, t, strides, dynamic, moduleId, exec, rt);
-      e->dynamicNotes = std::move(r.notes);
-      if (r.plan) {
-        e->regional = std::move(r.plan);
-        e->symbols = std::move(r.symbols);
-        applySymbolicGuards(e->guards, e->symbols);
-        return e;
-      }
-    }
-    e->regional = std::make_shared<RegionalPlan>(
-        buildRegionalPlan(t.graph, strides, moduleId, exec, {}, {}, {}, rt));
-    return e;
-  }
-  if (training) {
-    TrainingRequest r{.samples = {{t.graph, strides, {}, inputs}},
-                      .wantGrad = wantGrad,
-                      .exec = exec,
-                      .moduleId = moduleId,
-                      .label = label,
-                      .sharding = sharding};
-    if (!dyn.empty()) {
-      SymbolicTraining sym = makeSymbolicTraining(fn, t, strides, dyn, r);
-      e->dynamicNotes = std::move(sym.notes);
-      if (sym.plan) {
-        e->training = std::move(sym.plan);
-        e->symbols = std::move(sym.symbols);
-        applySymbolicGuards(e->guards, e->symbols);
-      }
-    }
-    if (!e->training) e->training = TrainingPlan::create(std::move(r));
-    e->graph = e->training->forwardGraph();
-    return e;
-  }
-  // full mode: the graph passes once, then the rest of the compile path for a static or a
-  // symbolic program
-  CompileRequest r;
-  r.exec = exec;
-  r.label = label;
-  r.samples.push_back({t.graph, strides});
-  r.stop = CompileStop::optimized;
-  r.sharding = sharding;
-  e->graph = std::move(compileGraph(r).graphs.at(0));
-  checkShardedInputs(e->graph, sharding, label);
-  r.samples[0] = {e->graph, strides, {}, true};
-  r.stop = CompileStop::executable;
-  if (!dyn.empty()) {
-    SymbolicResult sym = makeSymbolic(fn, t, strides, dyn, exec.target);
-    e->dynamicNotes = std::move(sym.notes);
-    if (!sym.symbols.empty()) {
-      r.samples = std::move(sym.request.samples);
-      r.symbolic = std::move(sym.request.symbolic);
-      e->graph = std::move(sym.graph);
-      e->symbols = std::move(sym.symbols);
-      applySymbolicGuards(e->guards, e->symbols);
-    }
-  }
-  r.moduleId = moduleId;
-  r.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
-  // max_autotune of a static program: compileGraph tries each lowering of the traced graph
-  // (small matmuls generated or library calls), so it starts again before the passes
-  if (exec.autotune && r.samples.size() == 1 && sharding.empty()) r.samples[0] = {t.graph, strides};
-  CompileResult c = compileGraph(std::move(r));
-  e->fusion = printFusionPlan(c.fusion, c.graphs.at(0));
-  e->program = std::move(c.executable);
+  if (t.mutates()) b.training = false; // a whole step: backward and updates are in the graph
+  e->runner = buildRunner(b);
   return e;
 }
 
@@ -387,42 +252,15 @@ void logNewEntry(const CompiledState &s, const Entry &e, const Graph &traced) {
         .function = s.id,
         .name = s.name,
         .entry = e.id,
-        .graph = printGraph(e.graph) + e.fusion +
-                 (e.training ? "backward graph:\n" + printGraph(e.training->backwardGraph()) +
-                                   e.training->print()
-                             : "") +
-                 (e.program ? printProgram(e.program->program()) : "") +
-                 (e.regional ? e.regional->print() : ""),
+        .graph = printGraph(e.graph) + e.fusion + e.runner->graphLog(),
         .traced = printGraph(traced),
         .fusion = e.fusion.empty() ? std::nullopt : std::optional<std::string>(e.fusion)});
   }
-  if (e.program && logging::wanted(logging::Kind::output_code)) {
-    logging::emit(logging::OutputCodeEvent{
-        .function = s.id, .name = s.name, .entry = e.id, .llvmIr = e.program->llvmIr()});
-  }
-  if (e.training && logging::wanted(logging::Kind::output_code)) {
-    logging::emit(logging::OutputCodeEvent{
-        .function = s.id,
-        .name = s.name,
-        .entry = e.id,
-        .llvmIr = "; " + s.label() + " entry " + std::to_string(e.id) + " forward\n" +
-                  e.training->forward().llvmIr() + "; " + s.label() + " entry " +
-                  std::to_string(e.id) + " backward\n" + e.training->backward().llvmIr()});
-  }
-  if (e.regional && logging::wanted(logging::Kind::output_code)) {
-    std::string ir; // the stages compiled for this entry (a reused stage's code was logged)
-    for (size_t i = 0; i < e.regional->stages.size(); ++i) {
-      const RegionalStage &st = e.regional->stages[i];
-      if (st.reused) continue;
-      std::string code = st.program ? st.program->llvmIr()
-                         : st.training
-                             ? st.training->forward().llvmIr() + st.training->backward().llvmIr()
-                             : "";
-      if (!code.empty()) ir += "; stage " + std::to_string(i) + " (" + st.name + ")\n" + code;
-    }
-    if (!ir.empty()) {
-      logging::emit(
-          logging::OutputCodeEvent{.function = s.id, .name = s.name, .entry = e.id, .llvmIr = ir});
+  if (logging::wanted(logging::Kind::output_code)) {
+    if (std::optional<std::string> ir =
+            e.runner->llvmIr(s.label() + " entry " + std::to_string(e.id))) {
+      logging::emit(logging::OutputCodeEvent{
+          .function = s.id, .name = s.name, .entry = e.id, .llvmIr = std::move(*ir)});
     }
   }
   if (logging::wanted(logging::Kind::dynamic)) {
@@ -451,38 +289,20 @@ void logNewEntry(const CompiledState &s, const Entry &e, const Graph &traced) {
                                        .table = guardRows(e.guards),
                                        .notes = guardNotes(e.guards)});
   }
-  logging::emit(logging::CompileEvent{
-      .function = s.id,
-      .name = s.name,
-      .entry = e.id,
-      .seconds = e.compileSeconds,
-      .reason = e.reason,
-      .nodes = static_cast<int64_t>(e.graph.nodes.size()),
-      .kernels = static_cast<int64_t>(e.program ? e.program->program().kernels.size() : 0),
-      .regionsCompiled = e.regional ? e.regional->compiled : 0,
-      .regionsReused = e.regional ? e.regional->reused : 0});
+  logging::emit(logging::CompileEvent{.function = s.id,
+                                      .name = s.name,
+                                      .entry = e.id,
+                                      .seconds = e.compileSeconds,
+                                      .reason = e.reason,
+                                      .nodes = static_cast<int64_t>(e.graph.nodes.size()),
+                                      .kernels = e.runner->kernels(),
+                                      .regionsCompiled = e.runner->regions().first,
+                                      .regionsReused = e.runner->regions().second});
 }
 
 std::vector<Tensor> runEntry(const Entry &e, const std::vector<const Tensor *> &guarded,
                              const std::vector<Tensor> &args, const TracedFn &fn) {
-  std::vector<const Tensor *> bound;
-  if (!e.shardBinds.empty()) { // the shards in the sharded parameters' place
-    bound = guarded;
-    for (const auto &[i, shard] : e.shardBinds) bound[static_cast<size_t>(i)] = &shard;
-  }
-  const std::vector<const Tensor *> &inputs = e.shardBinds.empty() ? guarded : bound;
-  if (e.training) return e.training->run(inputs.data(), inputs.size());
-  if (e.regional) return e.regional->run(inputs.data(), inputs.size());
-  if (e.segments) {
-    SegmentTable &table = *e.segments;
-    return runSegmented(fn, args, [&table](Segment &seg) { table.run(seg); });
-  }
-  if (!e.program) return fn(args);
-  if (e.wholeStep) {
-    releaseReplacedGrads(e);
-    return applyWrites(e, e.program->runInto(inputs.data(), inputs.size(), e.into));
-  }
-  return e.program->run(inputs.data(), inputs.size());
+  return e.runner->run(guarded, args, fn);
 }
 
 // runEntry, timed and logged as a CallEvent when a trace file records it (the first calls
@@ -606,10 +426,8 @@ std::vector<Tensor> onMiss(CompiledState &s, const std::vector<Tensor> &args, co
     gatherInputs(e, args, inputs);
     return runEntryLogged(s, e, inputs, args, fn);
   }
-  // the trace's outputs were computed under the tracer, which records no autograd nodes: a
-  // training call with graph breaks runs again through its segments, so that its outputs
-  // have gradients
-  if (e.segments && e.segments->training()) return runEntryLogged(s, e, inputs, args, fn);
+  // the trace's outputs carry no autograd nodes: training segments run the call again
+  if (e.runner->runsAgainAfterTrace()) return runEntryLogged(s, e, inputs, args, fn);
   return c.trace.outputs;
 }
 
@@ -681,12 +499,8 @@ CompiledEntry compileEntry(CompiledState &s, const std::vector<Tensor> &args, co
     std::lock_guard<std::mutex> lock(s.mu);
     e->id = static_cast<int>(s.entries.size());
     s.entries.push_back(e);
-    s.stats.compiles += e->regional ? e->regional->compiled : e->program ? 1 : e->training ? 2 : 0;
-    s.stats.cache_hits +=
-        e->regional   ? e->regional->reused
-        : e->program  ? e->program->cacheHits()
-        : e->training ? e->training->forward().cacheHits() + e->training->backward().cacheHits()
-                      : 0;
+    s.stats.compiles += e->runner->compiles();
+    s.stats.cache_hits += e->runner->cacheHits();
     s.stats.recompiles += (!entries.empty() || scheduled) && e->compiled() ? 1 : 0;
     s.stats.graph_breaks += e->graphBreaks;
     s.stats.compile_seconds += e->compileSeconds;
@@ -821,11 +635,7 @@ namespace {
 // reused as calls reach them): what stats() and explain() report. The caller holds s.mu.
 CompileStats totalStats(const CompiledState &s) {
   CompileStats st = s.stats;
-  for (const auto &e : s.entries) {
-    if (!e->segments) continue;
-    st.compiles += e->segments->compiled();
-    st.cache_hits += e->segments->reused();
-  }
+  for (const auto &e : s.entries) e->runner->addLaterStats(st);
   return st;
 }
 
@@ -866,22 +676,11 @@ std::string explainOf(const CompiledState &s) {
   }
   for (const auto &e : s.entries) {
     os << "\nentry " << e->id << " (" << e->reason << "; " << explainMs(e->compileSeconds) << ")";
-    if (e->segments) {
-      os << " has " << explainCount(e->graphBreaks, "graph break", "graph breaks")
-         << ": its C++ runs on every call; " << e->segments->compiled()
-         << " segment programs compiled, " << e->segments->reused() << " reused"
-         << (e->segments->training() ? " (a forward and a backward per segment)" : "");
-    }
-    os << "\n  guards:\n";
+    os << e->runner->explainNote() << "\n  guards:\n";
     std::istringstream g(e->guards.print());
     for (std::string line; std::getline(g, line);) os << "    " << line << "\n";
     if (e->compiled()) {
-      std::istringstream pr(e->program ? printProgram(e->program->program())
-                            : e->regional
-                                ? e->regional->print()
-                                : e->training->print() + "forward " +
-                                      printProgram(e->training->forward().program()) + "backward " +
-                                      printProgram(e->training->backward().program()));
+      std::istringstream pr(e->runner->printPrograms());
       for (std::string line; std::getline(pr, line);) os << "  " << line << "\n";
     }
   }

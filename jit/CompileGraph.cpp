@@ -58,7 +58,8 @@ private:
 };
 
 // The graph passes, one step each, with the verifier after each.
-Graph optimize(const GraphSample &s, const std::vector<Pass> &passes, Steps &steps, bool announce) {
+Graph passGraph(const GraphSample &s, const std::vector<Pass> &passes, Steps &steps,
+                bool announce) {
   Graph g = s.graph;
   if (verifyIrEnabled()) verifyGraph(g, "tracing");
   if (s.optimized) return g;
@@ -219,13 +220,11 @@ CompileResult compileFastestLowering(const CompileRequest &r) {
   for (int64_t macs : kAutotuneMatmulMacs) {
     CompileRequest c = r;
     c.smallMatmulMacs = macs < 0 ? kCpuSmallMatmulMacs : macs;
-    c.stop = CompileStop::optimized;
-    c.samples[0].graph = compileGraph(c).graphs.at(0);
+    c.samples[0].graph = optimizeGraphs(c).graphs.at(0);
     c.samples[0].optimized = true;
     const std::string hash = hashGraph(c.samples[0].graph).hex();
     if (std::find(seen.begin(), seen.end(), hash) != seen.end()) continue;
     seen.push_back(hash);
-    c.stop = CompileStop::executable;
     c.moduleId = r.moduleId + "_mm" + std::to_string(candidates.size());
     CompileResult res = compileGraph(c);
     candidates.push_back(res.executable);
@@ -246,82 +245,130 @@ CompileResult compileFastestLowering(const CompileRequest &r) {
 
 } // namespace
 
-CompileResult compileGraph(CompileRequest r) {
-  if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
-  if (autotunesLowering(r)) return compileFastestLowering(r);
-  const TargetInfo &target = targetInfo(r.exec.target);
-  CompileResult res;
-  Steps steps(r, res);
-  const size_t ns = r.samples.size();
+namespace {
+
+// One compile's stages over its request, each step announced and timed into its result.
+class CompilePath {
+public:
+  explicit CompilePath(const CompileRequest &r)
+      : r_(r), target_(targetInfo(r.exec.target)), steps_(r, res_) {
+    if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
+  }
 
   // 1. graph passes: decompose, constant_fold, cse, user passes, dce (jit/Pipeline.cpp says
   //    why in that order); sample 0 is announced, probes at other sizes run the same list.
-  PipelineOptions pipeline = pipelineOptionsFor(r.exec.target);
-  if (r.smallMatmulMacs >= 0) pipeline.decomposeOptions.smallMatmulMacs = r.smallMatmulMacs;
-  // a symbolic program: small matmuls stay library calls, the same lowering at every
-  // sample's sizes (the cost model counts multiply-adds, which vary with the symbols)
-  if (ns > 1 && r.smallMatmulMacs < 0) pipeline.decomposeOptions.smallMatmulMacs = 0;
-  const std::vector<Pass> passes =
-      defaultPasses(pipeline, r.label, r.sharding.empty() ? nullptr : &r.sharding);
-  for (size_t k = 0; k < ns; ++k)
-    res.graphs.push_back(optimize(r.samples[k], passes, steps, k == 0));
-  if (r.stop == CompileStop::optimized) return res;
+  void optimize() {
+    const size_t ns = r_.samples.size();
+    PipelineOptions pipeline = pipelineOptionsFor(r_.exec.target);
+    if (r_.smallMatmulMacs >= 0) pipeline.decomposeOptions.smallMatmulMacs = r_.smallMatmulMacs;
+    // a symbolic program: small matmuls stay library calls, the same lowering at every
+    // sample's sizes (the cost model counts multiply-adds, which vary with the symbols)
+    if (ns > 1 && r_.smallMatmulMacs < 0) pipeline.decomposeOptions.smallMatmulMacs = 0;
+    const std::vector<Pass> passes =
+        defaultPasses(pipeline, r_.label, r_.sharding.empty() ? nullptr : &r_.sharding);
+    for (size_t k = 0; k < ns; ++k)
+      res_.graphs.push_back(passGraph(r_.samples[k], passes, steps_, k == 0));
+  }
 
   // 2. lowering: fuse, build kernels, plan buffers (targets/Lower.h), for every sample.
-  std::vector<ProgramSample> lowered(ns);
-  for (size_t k = 0; k < ns; ++k) {
-    LowerSteps lower(res.graphs[k], r.samples[k].strides, target.lower);
-    if (k > 0) {
-      lower.fuse();
-      lower.buildKernels();
-      lowered[k].program = lower.planBuffers();
-      lowered[k].syms = r.samples[k].syms;
-      continue;
+  //    False when it stopped after sample 0's fuse (`stopAfterFuse`).
+  bool lower(bool stopAfterFuse) {
+    const size_t ns = r_.samples.size();
+    lowered_.resize(ns);
+    for (size_t k = 0; k < ns; ++k) {
+      LowerSteps lower(res_.graphs[k], r_.samples[k].strides, target_.lower);
+      if (k > 0) {
+        lower.fuse();
+        lower.buildKernels();
+        lowered_[k].program = lower.planBuffers();
+        lowered_[k].syms = r_.samples[k].syms;
+        continue;
+      }
+      res_.fusion = steps_.run(
+          "fuse", "lower", [&] { return lower.fuse(); },
+          [&](const FusionPlan &f) { return printFusionPlan(f, res_.graphs[0]); });
+      if (stopAfterFuse) return false;
+      steps_.run(
+          "build kernels", "lower", [&] { return lower.buildKernels().kernels.size(); },
+          [](size_t n) { return std::to_string(n) + " kernels\n"; });
+      lowered_[0].program = steps_.run(
+          "plan buffers", "lower", [&] { return lower.planBuffers(); },
+          [](const Program &p) { return printProgram(p); });
+      lowered_[0].syms = r_.samples[0].syms;
     }
-    res.fusion = steps.run(
-        "fuse", "lower", [&] { return lower.fuse(); },
-        [&](const FusionPlan &f) { return printFusionPlan(f, res.graphs[0]); });
-    if (r.stop == CompileStop::fused) return res;
-    steps.run(
-        "build kernels", "lower", [&] { return lower.buildKernels().kernels.size(); },
-        [](size_t n) { return std::to_string(n) + " kernels\n"; });
-    lowered[0].program = steps.run(
-        "plan buffers", "lower", [&] { return lower.planBuffers(); },
-        [](const Program &p) { return printProgram(p); });
-    lowered[0].syms = r.samples[0].syms;
+    return true;
   }
 
-  // 3. symbolic sizes: one program fitted to every sample (SymbolicProgram.h)
-  if (ns == 1) {
-    res.program = std::move(lowered[0].program);
-  } else {
+  // 3. symbolic sizes: one program fitted to every sample (SymbolicProgram.h). False when
+  //    the samples do not fit one (res.notSymbolic says why).
+  bool fit() {
+    if (lowered_.size() == 1) {
+      res_.program = std::move(lowered_[0].program);
+      return true;
+    }
     std::string why;
-    bool fitted = steps.run(
+    bool fitted = steps_.run(
         "fit symbolic sizes", "lower",
-        [&] { return fitSymbolicProgram(lowered, res.program, why); },
-        [&](bool ok) { return ok ? printProgram(res.program) : "not symbolic: " + why + "\n"; });
+        [&] { return fitSymbolicProgram(lowered_, res_.program, why); },
+        [&](bool ok) { return ok ? printProgram(res_.program) : "not symbolic: " + why + "\n"; });
     if (!fitted) {
-      res.notSymbolic = why;
-      return res;
+      res_.notSymbolic = why;
+      return false;
     }
-    setSymbolSources(res.program, r);
+    setSymbolSources(res_.program, r_);
+    return true;
   }
-  if (r.stop == CompileStop::program) return res;
 
-  // 4. the target must run every step (cuda: no eager steps but arange, no GEMM epilogues)
-  steps.run(
-      "check target", "lower", [&] { return (checkTarget(target, res.program), 0); },
-      [&](int) { return std::string(target.name) + " runs every step\n"; });
+  // 4. the target must run every step (cuda: no eager steps but arange, no GEMM epilogues);
+  // 5. target compile: LLVM (cpu) or PTX (cuda) for the kernels, library handles, loading.
+  void compileForTarget() {
+    steps_.run(
+        "check target", "lower", [&] { return (checkTarget(target_, res_.program), 0); },
+        [&](int) { return std::string(target_.name) + " runs every step\n"; });
+    res_.executable = steps_.run(
+        "target compile", "target",
+        [&] { return target_.compile(std::move(res_.program), r_.moduleId, r_.exec); },
+        [&](const std::shared_ptr<Executable> &e) {
+          return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
+                 target_.name + "\n";
+        });
+  }
 
-  // 5. target compile: LLVM (cpu) or PTX (cuda) for the kernels, library handles, loading
-  res.executable = steps.run(
-      "target compile", "target",
-      [&] { return target.compile(std::move(res.program), r.moduleId, r.exec); },
-      [&](const std::shared_ptr<Executable> &e) {
-        return std::to_string(e->program().kernels.size()) + " kernels compiled for " +
-               target.name + "\n";
-      });
-  return res;
+  CompileResult take() { return std::move(res_); }
+
+private:
+  const CompileRequest &r_;
+  const TargetInfo &target_;
+  CompileResult res_;
+  Steps steps_;
+  std::vector<ProgramSample> lowered_;
+};
+
+} // namespace
+
+CompileResult optimizeGraphs(const CompileRequest &r) {
+  CompilePath path(r);
+  path.optimize();
+  return path.take();
+}
+
+CompileResult lowerGraphs(const CompileRequest &r) {
+  CompilePath path(r);
+  path.optimize();
+  if (path.lower(false)) path.fit();
+  return path.take();
+}
+
+CompileResult compileGraph(CompileRequest r) {
+  if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
+  if (autotunesLowering(r)) return compileFastestLowering(r);
+  CompilePath path(r);
+  path.optimize();
+  if (r.stop == CompileStop::optimized) return path.take();
+  if (!path.lower(r.stop == CompileStop::fused) || !path.fit()) return path.take();
+  if (r.stop == CompileStop::program) return path.take();
+  path.compileForTarget();
+  return path.take();
 }
 
 } // namespace rcjit

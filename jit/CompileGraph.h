@@ -46,7 +46,7 @@ struct SymbolicSpec {
   bool findSources = false;
 };
 
-/// How far to go: dumps and symbolic attempts stop before the target compile.
+/// How far compileGraph goes: the CLI's dumps and tests stop before the target compile.
 enum class CompileStop { optimized, fused, program, executable };
 
 struct CompileRequest {
@@ -85,8 +85,19 @@ struct CompileResult {
   std::vector<CompileStepTime> times;
 };
 
-/// Runs the compile path for `r`. Throws rcjit::Error naming the step that failed.
-/// Thread-safe.
+/// Runs the compile path for `r`: its stages in order, up to `r.stop` (the CLI's dumps and
+/// tests stop early). Throws rcjit::Error naming the step that failed. Thread-safe.
 CompileResult compileGraph(CompileRequest r);
+
+/// The compile path's first stages, for a driver that composes them itself (an entry's
+/// graph passes before its symbolic attempt, a symbolic attempt's lowering); `r.stop` is not
+/// read. Each step is announced and timed as in compileGraph; throws rcjit::Error naming
+/// the step that failed. Thread-safe; the result is the caller's.
+/// Stage 1, the graph passes: CompileResult::graphs.
+CompileResult optimizeGraphs(const CompileRequest &r);
+/// Stages 1-3, the graph passes, lowering and the symbolic fit: CompileResult::program
+/// (fitted when several samples), or CompileResult::notSymbolic saying why they do not fit;
+/// no target compile.
+CompileResult lowerGraphs(const CompileRequest &r);
 
 } // namespace rcjit

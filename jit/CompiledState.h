@@ -11,9 +11,7 @@
 
 #include "guards/GuardSet.h"
 #include "jit/Dynamic.h"
-#include "jit/Regional.h"
-#include "jit/Segments.h"
-#include "jit/autograd/CompiledTraining.h"
+#include "jit/runners/EntryRunner.h"
 #include "support/Events.h"
 #include "targets/Executable.h"
 #include "tracer/Graph.h"
@@ -21,40 +19,23 @@
 
 namespace rcjit::detail {
 
-/// One compiled variant. Immutable once published in CompiledState::entries.
+/// One compiled variant: the guards a call must pass, and the runner of its kind that runs
+/// it (jit/runners/). Immutable once published in CompiledState::entries.
 struct Entry {
   int id = 0;
   GuardSet guards;
-  std::vector<Tensor> captured;        // held: keeps identity-guarded tensors alive
-  std::vector<Tensor *> slots;         // where each captured tensor's current value lives, or null
-  std::shared_ptr<Executable> program; // full mode
-  std::shared_ptr<RegionalPlan> regional; // regional mode (its stages train when training)
-  std::shared_ptr<SegmentTable> segments; // graph breaks: compiled pieces between them
-  std::shared_ptr<TrainingPlan> training; // full mode, grad mode on, an input requires grad
-  bool compiled() const { return program || regional || training; } // else runs eagerly
-  Graph graph;        // the graph after the pass pipeline
-  std::string fusion; // full mode: the printed fusion plan
-  std::string reason; // why it was compiled
+  std::vector<Tensor> captured; // held: keeps identity-guarded tensors alive
+  std::vector<Tensor *> slots;  // where each captured tensor's current value lives, or null
+  // a whole step: each leaf's grad() must be defined (or not) as when it was traced
+  std::vector<GradGuard> gradGuards;
+  std::shared_ptr<const EntryRunner> runner;           // how a call runs; shared by no other entry
+  bool compiled() const { return runner->compiled(); } // else the C++ runs (graph breaks)
+  Graph graph;                                         // the graph after the pass pipeline
+  std::string fusion;                                  // full mode: the printed fusion plan
+  std::string reason;                                  // why it was compiled
   double compileSeconds = 0;
   int graphBreaks = 0;
   std::vector<DynSymbol> symbols; // symbolic dims (symbol i = SizeExpr sym i)
-  // A whole step (the function wrote tensors it did not create: backward(), opt.step(),
-  // copy_): the program's outputs past `userOutputs` are written back after each call.
-  struct WriteBack {
-    Mutation::Kind kind = Mutation::Kind::data;
-    Tensor target;        // as traced
-    int captured = -1;    // the captured input it is (its current value is written), or -1
-    int output = -1;      // program output; -1: grad() becomes undefined
-    bool inPlace = false; // grad: written into the current grad() (the trace read it)
-  };
-  std::vector<WriteBack> writes;
-  std::vector<std::pair<int, int>> into; // (program output, program input) written in place
-  std::vector<GradGuard> gradGuards;
-  // sharded parameters (shard_parameter) among the program inputs: (input, its shard), bound
-  // in the parameter's place after the guards passed
-  std::vector<std::pair<int, Tensor>> shardBinds;
-  size_t userOutputs = 0;
-  bool wholeStep = false;
   // candidate dims that stayed static, and why
   std::vector<logging::StaticDimEvent> dynamicNotes;
   mutable std::atomic<int64_t> calls{0}; // calls that hit it, counted while tracing (CallEvent)

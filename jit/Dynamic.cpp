@@ -267,7 +267,6 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const std::vecto
     if (!symbolValues(t, syms, traced, ranges, probes, why)) return false;
     CompileRequest r;
     r.exec.target = target;
-    r.stop = CompileStop::program;
     // sample 0 from the traced graph again: a symbolic program lowers its small matmuls
     // as library calls (compileGraph), where the static entry's graph may generate them
     r.samples.push_back({t.graph, loweringStrides(strides, syms, t.args), traced, false});
@@ -282,7 +281,7 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const std::vecto
     for (const DynSymbol &s : syms) r.symbolic.sources.push_back(s.sources);
     CompileResult c;
     try {
-      c = compileGraph(r);
+      c = lowerGraphs(r); // the entry compiles the fitted samples for the target
     } catch (const std::exception &e) {
       why = std::string("lowering fails at other sizes: ") + e.what();
       return false;
@@ -300,7 +299,6 @@ SymbolicResult makeSymbolic(const TracedFn &fn, const Trace &t, const std::vecto
       r.samples[k].graph = std::move(c.graphs[k]);
       r.samples[k].optimized = true;
     }
-    r.stop = CompileStop::executable;
     res.request = std::move(r);
     return true;
   };

@@ -98,6 +98,120 @@ std::vector<int> cutStages(const Graph &g, Graph &cut) {
 
 } // namespace
 
+namespace {
+
+// What every stage of one plan is compiled with: the target, the symbol ranges and each
+// sample's symbol values, and (training) the call's inputs.
+struct StageContext {
+  const ExecutableOptions &exec;
+  const std::vector<Symbol> &ranges;
+  const std::vector<std::vector<int64_t>> &symValues;
+  const RegionalTraining *training;
+  const std::vector<int> &graphInputs; // the plan's program inputs
+};
+
+// One stage to compile: its sub-graph and input strides at each sample's sizes.
+struct StageSamples {
+  std::vector<Graph> subs;
+  std::vector<std::vector<Shape>> strides;
+  std::vector<bool> wantGrad; // per stage input: it wants a gradient
+  bool trains = false;
+};
+
+// The stage's key in the stage tables: the target and lowering, the pass schedule, which
+// inputs train, and each sample's structural hash and input strides.
+std::string stageKey(const ExecutableOptions &exec, const StageSamples &ss) {
+  std::ostringstream key;
+  key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
+      << (exec.autotune ? "+autotune" : "") << "/mm" << smallMatmulMacsFor(exec.target) << "/"
+      << scheduleKey();
+  if (ss.trains) {
+    key << "train:";
+    for (bool w : ss.wantGrad) key << (w ? '1' : '0');
+    key << "/";
+  }
+  for (size_t k = 0; k < ss.subs.size(); ++k) {
+    key << (k ? "/" : "") << hashGraph(ss.subs[k]).hex();
+    for (const Shape &st : ss.strides[k]) key << "|" << shapeStr(st);
+  }
+  return key.str();
+}
+
+// A training stage: its forward and backward, from the process's table or compiled.
+void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamples ss,
+                   const std::string &key, const std::string &moduleId, RegionalPlan &plan) {
+  st.training = TrainingStageTable::instance().find(key);
+  if (st.training) {
+    st.reused = true;
+    plan.reused += 2;
+    return;
+  }
+  TrainingRequest r;
+  r.wantGrad = ss.wantGrad;
+  r.exec = c.exec;
+  r.moduleId = moduleId;
+  r.label = c.training->label + " stage " + std::to_string(s) + " (" + st.name + ")";
+  for (size_t k = 0; k < ss.subs.size(); ++k) {
+    TrainingSample sample{std::move(ss.subs[k]), std::move(ss.strides[k]), c.symValues[k], {}};
+    // the stage inputs that are the call's inputs stand for themselves
+    for (int id : st.inputs) {
+      auto at = std::find(c.graphInputs.begin(), c.graphInputs.end(), id);
+      sample.inputs.push_back(
+          at == c.graphInputs.end() ? Tensor() : c.training->inputs.at(at - c.graphInputs.begin()));
+    }
+    r.samples.push_back(std::move(sample));
+  }
+  r.symbolic.ranges = c.ranges;
+  r.symbolic.findSources = true;
+  try {
+    st.training = TrainingPlan::create(std::move(r));
+  } catch (const Error &e) {
+    throw Error("stage " + st.name + ": " + e.what());
+  }
+  TrainingStageTable::instance().add(key, st.training);
+  plan.compiled += 2;
+}
+
+// A forward-only stage: its program, from the process's table or compiled.
+void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, const std::string &key,
+                  const std::string &moduleId, RegionalPlan &plan) {
+  st.program = StageTable::instance().find(key);
+  if (st.program) {
+    st.reused = true;
+    ++plan.reused;
+    return;
+  }
+  CompileRequest req;
+  req.exec = c.exec;
+  req.moduleId = moduleId;
+  req.label = req.moduleId + " (" + st.name + ")";
+  for (size_t k = 0; k < ss.subs.size(); ++k)
+    req.samples.push_back({std::move(ss.subs[k]), std::move(ss.strides[k]), c.symValues[k]});
+  // a stage reads its symbolic sizes from its own inputs
+  req.symbolic.ranges = c.ranges;
+  req.symbolic.findSources = true;
+  CompileResult res = compileGraph(std::move(req));
+  if (!res.notSymbolic.empty()) throw Error("stage " + st.name + ": " + res.notSymbolic);
+  st.program = std::move(res.executable);
+  StageTable::instance().add(key, st.program);
+  ++plan.compiled;
+}
+
+// The strides the stage's outputs have at each sample's sizes, for the stages after it.
+void recordOutputStrides(const RegionalStage &st,
+                         const std::vector<std::vector<int64_t>> &symValues,
+                         std::vector<std::vector<Shape>> &strides) {
+  const Program &prog = st.training ? st.training->forward().program() : st.program->program();
+  for (size_t k = 0; k < strides.size(); ++k) {
+    Program spec = prog.symbols.empty() ? Program{} : specializeProgram(prog, symValues[k].data());
+    const Program &at = prog.symbols.empty() ? prog : spec;
+    for (size_t o = 0; o < st.outputs.size(); ++o)
+      strides[k][st.outputs[o]] = at.values[at.outputs[o]].strides;
+  }
+}
+
+} // namespace
+
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
@@ -120,6 +234,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     inStrides.push_back(&pr.inputStrides);
     symValues.push_back(pr.syms);
   }
+  // per sample, the strides of each node's value (inputs now, stage outputs as they compile)
   std::vector<std::vector<Shape>> strides(ns, std::vector<Shape>(g.nodes.size()));
   for (size_t k = 0; k < ns; ++k) {
     for (size_t i = 0; i < plan.graphInputs.size(); ++i)
@@ -129,104 +244,34 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   std::vector<int> stages;
   for (size_t k = 0; k < ns; ++k) stages = cutStages(*graphs[k], cuts[k]);
   const std::vector<bool> needs = training ? needsGrad(g, training->wantGrad) : std::vector<bool>{};
+  const StageContext context{exec, ranges, symValues, training, plan.graphInputs};
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
-    std::vector<Graph> subs(ns);
-    subs[0] = extractRegion(cuts[0], stages[s], &boundary, &outs);
+    StageSamples ss;
+    ss.subs.resize(ns);
+    ss.subs[0] = extractRegion(cuts[0], stages[s], &boundary, &outs);
     if (outs.empty()) continue; // only input nodes, or nothing used later
-    for (size_t k = 1; k < ns; ++k) subs[k] = extractRegion(cuts[k], stages[s]);
+    for (size_t k = 1; k < ns; ++k) ss.subs[k] = extractRegion(cuts[k], stages[s]);
     RegionalStage st;
     st.region = stages[s] < static_cast<int>(g.regions.size());
     st.name = cuts[0].regions[stages[s]].name;
-    st.inputs = programOrder(subs[0], boundary);
+    st.inputs = programOrder(ss.subs[0], boundary);
     st.outputs = outs;
-    std::vector<bool> wantGrad;
-    bool trains = false;
     for (int id : st.inputs) {
-      wantGrad.push_back(training && needs[id]);
-      trains = trains || wantGrad.back();
+      ss.wantGrad.push_back(training && needs[id]);
+      ss.trains = ss.trains || ss.wantGrad.back();
     }
-    std::ostringstream key;
-    key << (exec.target == Target::cuda ? "cuda:" + std::to_string(exec.device) : "cpu")
-        << (exec.autotune ? "+autotune" : "") << "/mm" << smallMatmulMacsFor(exec.target) << "/"
-        << scheduleKey();
-    if (trains) {
-      key << "train:";
-      for (bool w : wantGrad) key << (w ? '1' : '0');
-      key << "/";
-    }
+    ss.strides.resize(ns);
     for (size_t k = 0; k < ns; ++k) {
-      key << (k ? "/" : "") << hashGraph(subs[k]).hex();
-      for (int id : st.inputs) key << "|" << shapeStr(strides[k][id]);
+      for (int id : st.inputs) ss.strides[k].push_back(strides[k][id]);
     }
-    auto stridesOf = [&](size_t k) {
-      std::vector<Shape> subStrides;
-      for (int id : st.inputs) subStrides.push_back(strides[k][id]);
-      return subStrides;
-    };
+    const std::string key = stageKey(exec, ss);
     const std::string moduleId = idPrefix + "_s" + std::to_string(s);
-    if (trains) {
-      st.training = TrainingStageTable::instance().find(key.str());
-      if (!st.training) {
-        TrainingRequest r;
-        r.wantGrad = wantGrad;
-        r.exec = exec;
-        r.moduleId = moduleId;
-        r.label = training->label + " stage " + std::to_string(s) + " (" + st.name + ")";
-        for (size_t k = 0; k < ns; ++k) {
-          TrainingSample sample{std::move(subs[k]), stridesOf(k), symValues[k], {}};
-          // the stage inputs that are the call's inputs stand for themselves
-          for (int id : st.inputs) {
-            auto at = std::find(plan.graphInputs.begin(), plan.graphInputs.end(), id);
-            sample.inputs.push_back(at == plan.graphInputs.end()
-                                        ? Tensor()
-                                        : training->inputs.at(at - plan.graphInputs.begin()));
-          }
-          r.samples.push_back(std::move(sample));
-        }
-        r.symbolic.ranges = ranges;
-        r.symbolic.findSources = true;
-        try {
-          st.training = TrainingPlan::create(std::move(r));
-        } catch (const Error &e) {
-          throw Error("stage " + st.name + ": " + e.what());
-        }
-        TrainingStageTable::instance().add(key.str(), st.training);
-        plan.compiled += 2;
-      } else {
-        st.reused = true;
-        plan.reused += 2;
-      }
-    } else {
-      st.program = StageTable::instance().find(key.str());
-      if (st.program) {
-        st.reused = true;
-        ++plan.reused;
-      } else {
-        CompileRequest req;
-        req.exec = exec;
-        req.moduleId = moduleId;
-        req.label = req.moduleId + " (" + st.name + ")";
-        for (size_t k = 0; k < ns; ++k)
-          req.samples.push_back({std::move(subs[k]), stridesOf(k), symValues[k]});
-        // a stage reads its symbolic sizes from its own inputs
-        req.symbolic.ranges = ranges;
-        req.symbolic.findSources = true;
-        CompileResult c = compileGraph(std::move(req));
-        if (!c.notSymbolic.empty()) throw Error("stage " + st.name + ": " + c.notSymbolic);
-        st.program = std::move(c.executable);
-        StageTable::instance().add(key.str(), st.program);
-        ++plan.compiled;
-      }
-    }
-    const Program &prog = st.training ? st.training->forward().program() : st.program->program();
-    for (size_t k = 0; k < ns; ++k) {
-      Program spec =
-          prog.symbols.empty() ? Program{} : specializeProgram(prog, symValues[k].data());
-      const Program &at = prog.symbols.empty() ? prog : spec;
-      for (size_t o = 0; o < outs.size(); ++o)
-        strides[k][outs[o]] = at.values[at.outputs[o]].strides;
-    }
+    if (ss.trains)
+      trainingStage(context, st, s, std::move(ss), key, moduleId, plan);
+    else
+      programStage(context, st, std::move(ss), key, moduleId, plan);
+    recordOutputStrides(st, symValues, strides);
     plan.stages.push_back(std::move(st));
   }
   plan.assignSlots();

@@ -101,12 +101,12 @@ gtest() {
 }
 
 say "gpu check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${budget} s, output in $out"
+work="$(mktemp -d)" # the unpacked bundle and the compile cache: removed at exit
+trap 'rm -rf "$work"' EXIT
 # 1. The bundle, unpacked unless it is a folder already.
 if [[ -d $bundle ]]; then
   dir="$(cd "$bundle" && pwd)"
 else
-  work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
   if ! run_step "unpack $bundle" 60 tar -C "$work" -xf "$bundle"; then
     say "gpu check: 0 passed, 1 failed, 0 skipped"
     exit 1
@@ -114,7 +114,7 @@ else
   dir="$work/rcjit-gpu"
 fi
 [[ -f $dir/share/MANIFEST ]] && head -2 "$dir/share/MANIFEST" | tee -a "$log"
-export RCJIT_CACHE_DIR="${RCJIT_CACHE_DIR:-$(mktemp -d)}" # cold compiles, nothing left behind
+export RCJIT_CACHE_DIR="${RCJIT_CACHE_DIR:-$work/cache}" # cold compiles, nothing left behind
 export HOME="${HOME:-$RCJIT_CACHE_DIR}"
 
 # 2. The machine: the driver, cuBLAS, libdevice and ptxas where the image keeps them.
@@ -126,7 +126,7 @@ if [[ -z ${RCJIT_CUBLAS:-} ]]; then
     /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcublas.so.* \
     /opt/*/.venv/lib/python3*/site-packages/nvidia/cublas/lib/libcublas.so.* \
     /usr/lib/python3*/*-packages/nvidia/cublas/lib/libcublas.so.*; do
-    if [[ -f $f && $f != *.alt ]]; then
+    if [[ -f $f ]]; then
       export RCJIT_CUBLAS="$f" LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
       break
     fi
@@ -162,7 +162,8 @@ gtest "no-GPU CUDA tests" "$out/tests_cuda.json" \
 # One process per suite, so that a crash (a bad kernel can take the process down) costs one
 # suite's results, not all of them; the suites' JSON reports go into one array.
 gpu_filter="${RCJIT_GPU_CHECK_TESTS:-Gpu*}"
-parts="$(mktemp -d)"
+parts="$work/gpu-tests"
+mkdir -p "$parts"
 # "Suite<TAB>Suite.a:Suite.b" per suite, from the tests the filter selects
 timeout 30 "$dir/bin/rcjit_tests" --gtest_list_tests --gtest_filter="$gpu_filter" |
   awk '/^[^ ].*\.$/ { if (s != "") print s "\t" f; s = $1; sub(/\.$/, "", s); f = "" }
@@ -184,7 +185,6 @@ done <"$parts/suites"
   done
   echo "]"
 } >"$out/tests_gpu.json"
-rm -rf "$parts"
 
 # 4. Benchmarks and training runs: each a JSON record in bench.json / train.json.
 echo "[" >"$out/bench.json"
@@ -199,7 +199,7 @@ tool_run() {
     skipped=$((skipped + 1))
     return
   fi
-  tmp="$(mktemp)"
+  tmp="$work/run.json"
   run_step "$name" "$limit" "$dir/bin/rcjit" "$@" --json "$tmp"
   rc=$?
   count $rc "$name"

@@ -11,7 +11,7 @@
 # llama: 3e-7, transformers computing RoPE angles in float32).
 #
 # Only this script needs Python: tests/reference_grads_test.cpp reads the files it writes.
-# The models below mirror rcjit's built-in ones (tools/ModelGpt2.cpp, tools/ModelLlama.cpp),
+# The models below mirror rcjit's built-in ones (models/ModelGpt2.cpp, models/ModelLlama.cpp),
 # which are Hugging Face's GPT-2 and Llama: the same parameter names, Linear weights stored
 # [out, in] (rcjit's layout, the transpose of GPT-2 checkpoints' Conv1D), GPT-2's tanh GELU
 # ("gelu_new"), LayerNorm and RMSNorm eps 1e-5, rotate-half RoPE with Llama 3's frequency

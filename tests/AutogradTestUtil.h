@@ -8,8 +8,8 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelGpt2.h"
+#include "models/Models.h"
 
 namespace rcjit::test {
 

@@ -17,15 +17,15 @@
 
 #include <rcjit/Cuda.h>
 
+#include "models/Models.h"
+#include "models/Safetensors.h"
 #include "support/Regex.h"
 #include "targets/cuda/CudaDriver.h"
 #include "tests/Ptxas.h"
 #include "tools/BenchStats.h"
 #include "tools/CaptionTraining.h"
 #include "tools/Cli.h"
-#include "tools/Models.h"
 #include "tools/Process.h"
-#include "tools/Safetensors.h"
 
 namespace {
 

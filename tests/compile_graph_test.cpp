@@ -8,9 +8,9 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/CompileGraph.h"
+#include "models/Models.h"
 #include "tests/TestUtil.h"
 #include "tools/Cli.h"
-#include "tools/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/GraphVerify.h"
 #include "tracer/Tracer.h"
@@ -35,9 +35,9 @@ TEST(CompileGraph, RunsTheStepsInOrder) {
     return std::vector<Tensor>{softmax(v[0] * 2.0, -1)};
   };
   CompileResult r = compileGraph(requestFor(fn, {Tensor::randn({4, 8}, 1)}, Target::cpu));
-  std::vector<std::string> want = {"decompose",    "constant_fold", "cse",   "remat",
-                                   "dce",          "fuse",          "build kernels",
-                                   "plan buffers", "check target",  "target compile"};
+  std::vector<std::string> want = {"decompose",    "constant_fold", "cse",           "remat",
+                                   "dce",          "fuse",          "build kernels", "plan buffers",
+                                   "check target", "target compile"};
   EXPECT_EQ(stepNames(r), want);
   ASSERT_TRUE(r.executable);
   Tensor x = Tensor::randn({4, 8}, 2);

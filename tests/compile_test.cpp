@@ -13,9 +13,9 @@
 #include <rcjit/rcjit.h>
 
 #include "cache/ClearHooks.h"
+#include "models/Models.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
-#include "tools/Models.h"
 
 using namespace rcjit;
 
@@ -315,8 +315,8 @@ TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
   const int64_t output = kRows * kWidth * 4;
   const int64_t peak = memory_stats().peak_bytes - before;
   EXPECT_TRUE(allclose(y, ref, 1e-4, 1e-5));
-  EXPECT_LE(peak, 4 * output) << "peak " << peak << " bytes over the call: "
-                               << peak / output << " layer outputs alive at once";
+  EXPECT_LE(peak, 4 * output) << "peak " << peak << " bytes over the call: " << peak / output
+                              << " layer outputs alive at once";
 }
 
 TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {

@@ -6,8 +6,8 @@
 
 #include "tests/AutogradTestUtil.h"
 
-#include "tools/ModelGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelGpt2.h"
+#include "models/Models.h"
 
 using namespace rcjit;
 

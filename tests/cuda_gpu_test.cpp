@@ -8,14 +8,14 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/ModelLlama.h"
+#include "models/Models.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tests/AutogradTestUtil.h"
 #include "tests/GpuTest.h"
 #include "tests/TestUtil.h"
 #include "tests/conformance/Conformance.h"
 #include "tests/conformance/OpCases.h"
-#include "tools/ModelLlama.h"
-#include "tools/Models.h"
 
 namespace {
 

@@ -25,6 +25,7 @@
 #include "jit/Pipeline.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
+#include "models/Models.h"
 #include "targets/Lower.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/cuda/CudaDriver.h"
@@ -35,7 +36,6 @@
 #include "tests/Ptxas.h"
 #include "tests/TestUtil.h"
 #include "tests/conformance/OpCases.h"
-#include "tools/Models.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 

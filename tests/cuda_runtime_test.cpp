@@ -13,6 +13,8 @@
 
 #include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
+#include "models/ModelLlama.h"
+#include "models/Models.h"
 #include "targets/Lower.h"
 #include "targets/MatmulLayout.h"
 #include "targets/cpu/CpuProgram.h"
@@ -20,8 +22,6 @@
 #include "targets/cuda/CudaRuntime.h"
 #include "tests/Ptxas.h"
 #include "tests/TestUtil.h"
-#include "tools/ModelLlama.h"
-#include "tools/Models.h"
 #include "tracer/Tracer.h"
 
 namespace {

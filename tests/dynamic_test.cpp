@@ -6,8 +6,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/Models.h"
 #include "targets/SymbolicProgram.h"
-#include "tools/Models.h"
 
 using namespace rcjit;
 

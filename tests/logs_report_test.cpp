@@ -13,9 +13,9 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/Models.h"
 #include "support/Log.h"
 #include "tools/LogsCommand.h"
-#include "tools/Models.h"
 
 using namespace rcjit;
 

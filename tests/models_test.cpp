@@ -8,10 +8,10 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelCommon.h"
-#include "tools/ModelLlama.h"
-#include "tools/ModelVitGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelCommon.h"
+#include "models/ModelLlama.h"
+#include "models/ModelVitGpt2.h"
+#include "models/Models.h"
 
 using namespace rcjit;
 using namespace rcjit::tools;

@@ -13,8 +13,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/Models.h"
 #include "support/Threads.h"
-#include "tools/Models.h"
 
 using namespace rcjit;
 

@@ -22,10 +22,10 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelGpt2.h"
-#include "tools/ModelLlama.h"
-#include "tools/Models.h"
-#include "tools/Safetensors.h"
+#include "models/ModelGpt2.h"
+#include "models/ModelLlama.h"
+#include "models/Models.h"
+#include "models/Safetensors.h"
 
 using namespace rcjit;
 

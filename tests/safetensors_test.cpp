@@ -10,9 +10,9 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelLlama.h"
-#include "tools/ModelVitGpt2.h"
-#include "tools/Safetensors.h"
+#include "models/ModelLlama.h"
+#include "models/ModelVitGpt2.h"
+#include "models/Safetensors.h"
 
 using namespace rcjit;
 using namespace rcjit::tools;

@@ -198,4 +198,16 @@ TEST(ShapeOps, BadInputNamesOpAndShapes) {
     }
   }
 }
+
+// A host copy too large for memory is an rcjit::Error naming its size, not std::bad_alloc
+// (2^50 elements: more than any host has, whatever its overcommit setting).
+TEST(Tensor, ToVectorTooLargeForTheHostIsAnError) {
+  Tensor big = rcjit::expand(Tensor::ones({1}), {int64_t{1} << 50});
+  const std::string why = errorOf([&] { big.to_vector<float>(); });
+  EXPECT_NE(why.find("to_vector: cannot allocate 1125899906842624 elements (4194304.0 GiB)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(errorOf([&] { big.to_vector<double>(); }).find("out of memory"), std::string::npos);
+}
+
 } // namespace

@@ -3,7 +3,7 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/Models.h"
+#include "models/Models.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
 

@@ -10,8 +10,8 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelGpt2.h"
+#include "models/Models.h"
 
 using namespace rcjit;
 

@@ -16,14 +16,14 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/Models.h"
+#include "models/Safetensors.h"
 #include "support/WorkPool.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/BenchPlot.h"
 #include "tools/BenchStats.h"
 #include "tools/Cli.h"
-#include "tools/Models.h"
 #include "tools/Process.h"
-#include "tools/Safetensors.h"
 
 namespace po = boost::program_options;
 
@@ -303,8 +303,8 @@ nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const
          {"batch", r.batch},
          {"samples_ms", r.samples},
          {"inference_ms", spreadJson(s)},
-         {"speedup_vs_eager", speedupVsEager(r, rows) > 0 ? nlohmann::json(speedupVsEager(r, rows))
-                                                          : nlohmann::json()},
+         {"speedup_vs_eager",
+          speedupVsEager(r, rows) > 0 ? nlohmann::json(speedupVsEager(r, rows)) : nlohmann::json()},
          {"first_call_ms", r.firstMs},
          {"compile_ms", r.compileMs()},
          {"first_run_ms", r.firstRunMs()},

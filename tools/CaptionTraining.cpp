@@ -13,9 +13,9 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/ModelCommon.h"
+#include "models/ModelVitGpt2.h"
 #include "tools/Cli.h"
-#include "tools/ModelCommon.h"
-#include "tools/ModelVitGpt2.h"
 
 namespace rcjit::tools {
 

@@ -24,11 +24,11 @@
 #include <rcjit/rcjit.h>
 
 #include "dist/CompiledWaits.h"
+#include "models/ModelCommon.h"
+#include "models/Models.h"
+#include "models/Safetensors.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
-#include "tools/ModelCommon.h"
-#include "tools/Models.h"
-#include "tools/Safetensors.h"
 
 namespace po = boost::program_options;
 

@@ -10,8 +10,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/Models.h"
 #include "tools/BenchStats.h"
-#include "tools/Models.h"
 
 namespace rcjit::tools::train {
 

@@ -8,7 +8,7 @@
 #include <rcjit/Autograd.h>
 #include <rcjit/nn.h>
 
-#include "autograd/Autograd.h"
+#include "tracer/AutogradHook.h"
 #include "tracer/OpsInternal.h"
 
 namespace rcjit::nn {

@@ -5,12 +5,12 @@
 
 #include <rcjit/Ops.h>
 
-#include "autograd/Autograd.h"
 #include "support/Profiler.h"
-#include "targets/eager/Eager.h"
 #include "tracer/Autocast.h"
+#include "tracer/AutogradHook.h"
 #include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
+#include "tracer/EagerHook.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/TensorImpl.h"
@@ -53,7 +53,7 @@ Tensor metaResult(const Tracer &tr, OpKind op, const std::vector<Tensor> &in, co
     }
     return fresh(in[0].device());
   }
-  return eager::run(op, in, a, meta);
+  return detail::runEager(op, in, a, meta);
 }
 
 Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
@@ -65,7 +65,7 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
       r = metaResult(*tr, op, in, a, meta);
     } else {
       profiler::Scope scope("eager op", [op] { return std::string(opName(op)); });
-      r = eager::run(op, in, a, meta);
+      r = detail::runEager(op, in, a, meta);
     }
   } catch (const AllocationError &e) {
     throw AllocationError(std::string(opName(op)) + ": " + e.what());
@@ -74,9 +74,9 @@ Tensor applyWithMeta(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
     tr->record(op, in, a, r);
     // an autograd trace (a compiled function) also keeps a tape, for backward() inside it
     if (tr->recordsAutograd() && autograd::gradEnabled() && autograd::anyRequiresGrad(in))
-      autograd::record(op, in, a, r);
+      autograd::recordOnTape(op, in, a, r);
   } else if (autograd::gradEnabled() && autograd::anyRequiresGrad(in)) {
-    autograd::record(op, in, a, r);
+    autograd::recordOnTape(op, in, a, r);
   }
   return r;
 }
@@ -100,7 +100,7 @@ Tensor applySource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, D
   checkedBytes(shape, dtype, what);
   Tensor r;
   try {
-    r = device.is_cpu() ? eager::run(op, {}, a, TensorMeta{dtype, shape})
+    r = device.is_cpu() ? detail::runEager(op, {}, a, TensorMeta{dtype, shape})
                         : deviceBackend(device).runSource(op, shape, dtype, a, device);
   } catch (const AllocationError &e) {
     throw AllocationError(what + ": " + e.what());

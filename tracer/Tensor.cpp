@@ -5,10 +5,10 @@
 #include <rcjit/Ops.h>
 #include <rcjit/Tensor.h>
 
-#include "autograd/Autograd.h"
-#include "targets/eager/Eager.h"
+#include "tracer/AutogradHook.h"
 #include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
+#include "tracer/EagerHook.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/TensorImpl.h"
@@ -40,7 +40,7 @@ template <class Gen> Tensor generate(const Shape &shape, DType dtype, Gen gen) {
   for (int64_t i = 0; i < n; ++i) p[i] = gen(static_cast<uint64_t>(i));
   if (dtype == DType::f64) return t;
   Tensor out = detail::makeTensor(shape, dtype);
-  eager::copyInto(out, t);
+  detail::copyEager(out, t);
   return out;
 }
 
@@ -59,7 +59,7 @@ Tensor deviceToHost(const Tensor &t) {
   for (size_t d = 0; d < t.shape().size(); ++d) span += (t.shape()[d] - 1) * t.strides()[d];
   Tensor flat = detail::makeTensor({span}, t.dtype());
   dev.copyToHost(flat.data_ptr(), t.data_ptr(), static_cast<size_t>(span) * size, t.device());
-  eager::copyInto(out, detail::makeView(flat, t.shape(), t.strides(), 0));
+  detail::copyEager(out, detail::makeView(flat, t.shape(), t.strides(), 0));
   return out;
 }
 
@@ -168,6 +168,15 @@ int64_t Tensor::size(int d) const {
   return shape()[static_cast<size_t>(detail::normalizeDim(d, dim(), "size"))];
 }
 
+void Tensor::hostAllocFailed(size_t elementBytes) const {
+  const int64_t n = numel();
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f GiB",
+                static_cast<double>(n) * static_cast<double>(elementBytes) / (1 << 30));
+  throw Error("to_vector: cannot allocate " + std::to_string(n) + " elements (" + gib +
+              ") on the host for a tensor of shape " + shapeStr(shape()) + ": out of memory");
+}
+
 void Tensor::copyToHost(DType as, void *dst, const std::source_location &where) const {
   if (Tracer *tr = Tracer::current()) tr->hostRead("to_vector", *this, where);
   if (numel() == 0) return;
@@ -179,7 +188,7 @@ void Tensor::copyToHost(DType as, void *dst, const std::source_location &where) 
     std::memcpy(dst, data_ptr(), static_cast<size_t>(numel()) * dtypeSize(as));
     return;
   }
-  eager::copyInto(from_blob(dst, shape(), as), *this);
+  detail::copyEager(from_blob(dst, shape(), as), *this);
 }
 
 double Tensor::item(const std::source_location &where) const {
@@ -189,7 +198,7 @@ double Tensor::item(const std::source_location &where) const {
   if (Tracer *tr = Tracer::current()) tr->hostRead("item", *this, where);
   if (device().is_cuda()) return deviceToHost(*this).item(where);
   double v = 0;
-  eager::copyInto(from_blob(&v, {}, DType::f64), detail::makeView(*this, {}, {}, offset()));
+  detail::copyEager(from_blob(&v, {}, DType::f64), detail::makeView(*this, {}, {}, offset()));
   return v;
 }
 
@@ -217,14 +226,14 @@ Tensor Tensor::clone() const {
     return detail::applyOp(OpKind::contiguous, {*this}, {});
   Tensor out = cloneData();
   if (!Tracer::current() && autograd::gradEnabled() && autograd::anyRequiresGrad({*this})) {
-    autograd::record(OpKind::contiguous, {*this}, {}, out); // differentiable, like PyTorch
+    autograd::recordOnTape(OpKind::contiguous, {*this}, {}, out); // differentiable, like PyTorch
   }
   return out;
 }
 
 Tensor Tensor::cloneData() const {
   if (device().is_cuda() && !is_contiguous()) {
-    return eager::run(OpKind::contiguous, {*this}, {}, TensorMeta{dtype(), shape()});
+    return detail::runEager(OpKind::contiguous, {*this}, {}, TensorMeta{dtype(), shape()});
   }
   Tensor out = detail::makeTensor(shape(), dtype(), device());
   if (device().is_cuda()) {
@@ -232,7 +241,7 @@ Tensor Tensor::cloneData() const {
         out.data_ptr(), data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device());
     return out;
   }
-  eager::copyInto(out, *this);
+  detail::copyEager(out, *this);
   return out;
 }
 
@@ -248,7 +257,7 @@ void Tensor::copy_(const Tensor &src) {
   }
   impl_->storage->version.fetch_add(1, std::memory_order_relaxed); // saved values go stale
   if (device().is_cpu()) {
-    eager::copyInto(*this, src.device().is_cuda() ? deviceToHost(src) : src);
+    detail::copyEager(*this, src.device().is_cuda() ? deviceToHost(src) : src);
     return;
   }
   if (!is_contiguous()) {
@@ -256,7 +265,8 @@ void Tensor::copy_(const Tensor &src) {
                 " is not contiguous (only contiguous GPU tensors can be written in place)");
   }
   Tensor s = src.to(device());
-  if (s.dtype() != dtype()) s = eager::run(OpKind::cast, {s}, {}, TensorMeta{dtype(), shape()});
+  if (s.dtype() != dtype())
+    s = detail::runEager(OpKind::cast, {s}, {}, TensorMeta{dtype(), shape()});
   if (!s.is_contiguous()) s = s.clone();
   detail::deviceBackend(device()).copyOnDevice(
       data_ptr(), s.data_ptr(), static_cast<size_t>(numel()) * dtypeSize(dtype()), device());

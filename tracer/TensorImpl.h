@@ -57,7 +57,7 @@ struct TensorImpl {
   int64_t offset = 0; // in elements
   DType dtype = DType::f32;
   std::vector<DimMark> marks;
-  /// Autograd state (autograd/Autograd.h); null for tensors that never required grad.
+  /// Autograd state (tracer/AutogradHook.h); null for tensors that never required grad.
   std::shared_ptr<autograd::AutogradMeta> autograd;
 
   char *ptr() const {

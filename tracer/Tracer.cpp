@@ -8,8 +8,8 @@
 #include <rcjit/Region.h>
 #include <rcjit/nn.h>
 
-#include "autograd/Autograd.h"
-#include "targets/eager/Eager.h"
+#include "tracer/AutogradHook.h"
+#include "tracer/EagerHook.h"
 #include "tracer/ModuleHooks.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/TensorImpl.h"
@@ -124,7 +124,7 @@ void Tracer::mutate(const Tensor &target, const Tensor &value) {
   }
   const int node = valueOf(v);
   if (created) {
-    if (!meta_) eager::copyInto(target, v); // a real trace keeps real values
+    if (!meta_) detail::copyEager(target, v); // a real trace keeps real values
   } else {
     bool found = false;
     for (auto &[t, n] : dataWrites_) {

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <source_location>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -69,7 +71,7 @@ public:
 
   /// Copies the elements, converted to T, to a host vector in row-major order. Inside a
   /// traced function this is a host read (a graph break), logged with `where` (the caller's
-  /// file and line).
+  /// file and line). A vector too large for the host's memory is an rcjit::Error (its size).
   template <class T>
   std::vector<T>
   to_vector(const std::source_location &where = std::source_location::current()) const;
@@ -112,6 +114,8 @@ public:
 
 private:
   void copyToHost(DType as, void *dst, const std::source_location &where) const;
+  /// to_vector's host buffer could not be allocated: an rcjit::Error with the size.
+  [[noreturn]] void hostAllocFailed(size_t elementBytes) const;
   Tensor cloneData() const;
   std::shared_ptr<detail::TensorImpl> impl_;
 };
@@ -122,7 +126,14 @@ template <class T> std::vector<T> Tensor::to_vector(const std::source_location &
     std::vector<uint8_t> bytes = to_vector<uint8_t>(where);
     return std::vector<bool>(bytes.begin(), bytes.end());
   } else {
-    std::vector<T> out(static_cast<size_t>(numel()));
+    std::vector<T> out;
+    try {
+      out.resize(static_cast<size_t>(numel()));
+    } catch (const std::bad_alloc &) {
+      hostAllocFailed(sizeof(T));
+    } catch (const std::length_error &) {
+      hostAllocFailed(sizeof(T));
+    }
     copyToHost(detail::dtypeOf<T>(), out.data(), where);
     return out;
   }

@@ -89,6 +89,136 @@ std::vector<Tensor> standIns(const Graph &g, const std::vector<Tensor> &given, D
 
 } // namespace
 
+namespace {
+
+// What is sharded in the backward: the saved values that are sharded inputs of the forward,
+// and the gradients of sharded inputs (`gradInput`: the inputs that get one, in backward
+// output order). `dropGrad` gets, per backward output, whether its unit's shard gradient
+// was counted already (a unit's gradient is handed on once).
+ShardingState backwardShardingOf(const ShardingState &forward, const Partition &part,
+                                 const std::vector<int> &gradInput, std::vector<bool> &dropGrad) {
+  ShardingState backward;
+  dropGrad.assign(gradInput.size(), false);
+  if (forward.empty()) return backward;
+  backward.world_size = forward.world_size;
+  backward.rank = forward.rank;
+  backward.stage = forward.stage;
+  const Graph &fwd = part.forward;
+  const std::vector<int> ids = fwd.programInputs();
+  auto shardedAt = [&](int programInput) -> const ShardedInput * {
+    for (const ShardedInput &in : forward.inputs) {
+      if (in.input == programInput) return &in;
+    }
+    return nullptr;
+  };
+  for (size_t sv = 0; sv < part.savedOutput.size(); ++sv) {
+    const int node = fwd.outputs[static_cast<size_t>(part.savedOutput[sv])];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] != node) continue;
+      if (const ShardedInput *in = shardedAt(static_cast<int>(i)))
+        backward.inputs.push_back({static_cast<int>(sv), -1, in->param});
+    }
+  }
+  std::vector<const detail::TensorImpl *> counted; // shards whose gradient is handed on
+  for (size_t j = 0; j < gradInput.size(); ++j) {
+    const ShardedInput *in = shardedAt(gradInput[j]);
+    if (!in) continue;
+    ShardedInput *merged = nullptr;
+    for (ShardedInput &b : backward.inputs) {
+      if (b.input >= 0 && b.grad_output < 0 && b.param.name == in->param.name &&
+          b.param.shard.impl() == in->param.shard.impl() && b.param.offset == in->param.offset)
+        merged = &b;
+    }
+    if (merged) {
+      merged->grad_output = static_cast<int>(j);
+    } else {
+      backward.inputs.push_back({-1, static_cast<int>(j), in->param});
+    }
+    const detail::TensorImpl *shard = in->param.shard.impl().get();
+    dropGrad[j] = std::find(counted.begin(), counted.end(), shard) != counted.end();
+    if (!dropGrad[j]) counted.push_back(shard);
+  }
+  return backward;
+}
+
+// One half ("forward" or "backward") through the one compile path; `findSources`: a
+// symbolic half finds its sizes among its own inputs.
+CompileResult compileHalf(const TrainingRequest &r, const ShardingState &sharding,
+                          const char *suffix, const char *half, bool findSources,
+                          std::vector<GraphSample> samples) {
+  CompileRequest c;
+  c.sharding = sharding;
+  c.exec = r.exec;
+  c.moduleId = r.moduleId + suffix;
+  c.label = r.label + " " + half;
+  c.samples = std::move(samples);
+  if (r.samples.size() > 1) {
+    c.symbolic = r.symbolic;
+    c.symbolic.findSources = c.symbolic.findSources || findSources;
+  }
+  CompileResult res = compileGraph(std::move(c));
+  if (!res.notSymbolic.empty()) throw Error(std::string(half) + ": " + res.notSymbolic);
+  return res;
+}
+
+// The backward's samples: it takes the saved values as the forward `fp` returns them
+// (views stay views) and the output gradients row-major (CompiledBackward makes them so);
+// it reads its sizes from them.
+std::vector<GraphSample> backwardSamples(const TrainingRequest &r,
+                                         const std::vector<Partition> &parts, const Program &fp) {
+  std::vector<GraphSample> samples;
+  for (size_t k = 0; k < r.samples.size(); ++k) {
+    Program specialized =
+        fp.symbols.empty() ? Program{} : specializeProgram(fp, r.samples[k].syms.data());
+    const Program &at = fp.symbols.empty() ? fp : specialized;
+    std::vector<Shape> strides;
+    for (int id : parts[k].backward.programInputs()) {
+      const int arg = parts[k].backward.nodes[id].inputIndex;
+      if (arg < static_cast<int>(parts[k].savedOutput.size())) {
+        strides.push_back(at.values[at.outputs[parts[k].savedOutput[arg]]].strides);
+      } else {
+        strides.push_back(
+            detail::contiguousStrides(concreteShape(parts[k].backward.nodes[id].shape)));
+      }
+    }
+    samples.push_back(GraphSample{parts[k].backward, std::move(strides), r.samples[k].syms});
+  }
+  return samples;
+}
+
+// The passes of the two halves agree on what crosses between them, and a sharded
+// parameter's gradient is its unit's shard gradient: else an Error naming the parameter.
+void checkHalvesAgree(const std::string &label, const Graph &fg, const Graph &bg,
+                      const ShardingState &backwardSharding, const std::vector<int> &savedOutput,
+                      const std::vector<bool> &dropGrad) {
+  const std::vector<int> bids = bg.programInputs();
+  for (const ShardedInput &in : backwardSharding.inputs) {
+    if (in.input >= 0) {
+      const Node &got = bg.nodes[static_cast<size_t>(bids.at(static_cast<size_t>(in.input)))];
+      const Node &given = fg.nodes[static_cast<size_t>(
+          fg.outputs.at(static_cast<size_t>(savedOutput[static_cast<size_t>(in.input)])))];
+      if (got.shape != given.shape) {
+        throw Error(label + ": the backward reads the saved " + in.param.name + " as " +
+                    shapeStr(concreteShape(got.shape)) + " but the forward saves " +
+                    shapeStr(concreteShape(given.shape)) +
+                    " (the pass schedule rewrote one half and not the other)");
+      }
+    }
+    if (in.grad_output >= 0 && !dropGrad[static_cast<size_t>(in.grad_output)]) {
+      const Node &g =
+          bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
+      if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
+        throw Error(label + " backward: the gradient of " + in.param.name +
+                    ", a sharded parameter, is " + shapeStr(concreteShape(g.shape)) +
+                    ", not its unit's shard gradient [" + std::to_string(in.param.shard.numel()) +
+                    "]: compile it with a pass schedule that runs the zero3 pass");
+      }
+    }
+  }
+}
+
+} // namespace
+
 std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   if (r.samples.empty()) throw Error("compiled training: no graph to compile");
   const Graph &forward = r.samples[0].graph;
@@ -115,121 +245,22 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->savedBytes_ = parts[0].savedBytes;
 
   // the forward and the backward, each through the one compile path
-  // what is sharded in the backward: the saved values that are sharded inputs of the
-  // forward, and the gradients of sharded inputs
-  ShardingState backwardSharding;
-  plan->dropGrad_.assign(plan->gradInput_.size(), false);
-  if (!r.sharding.empty()) {
-    backwardSharding.world_size = r.sharding.world_size;
-    backwardSharding.rank = r.sharding.rank;
-    backwardSharding.stage = r.sharding.stage;
-    const Graph &fwd = parts[0].forward;
-    const std::vector<int> ids = fwd.programInputs();
-    auto shardedAt = [&](int programInput) -> const ShardedInput * {
-      for (const ShardedInput &in : r.sharding.inputs) {
-        if (in.input == programInput) return &in;
-      }
-      return nullptr;
-    };
-    for (size_t sv = 0; sv < parts[0].savedOutput.size(); ++sv) {
-      const int node = fwd.outputs[static_cast<size_t>(parts[0].savedOutput[sv])];
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] != node) continue;
-        if (const ShardedInput *in = shardedAt(static_cast<int>(i)))
-          backwardSharding.inputs.push_back({static_cast<int>(sv), -1, in->param});
-      }
-    }
-    std::vector<const detail::TensorImpl *> counted; // shards whose gradient is handed on
-    for (size_t j = 0; j < plan->gradInput_.size(); ++j) {
-      const ShardedInput *in = shardedAt(plan->gradInput_[j]);
-      if (!in) continue;
-      ShardedInput *merged = nullptr;
-      for (ShardedInput &b : backwardSharding.inputs) {
-        if (b.input >= 0 && b.grad_output < 0 && b.param.name == in->param.name &&
-            b.param.shard.impl() == in->param.shard.impl() && b.param.offset == in->param.offset)
-          merged = &b;
-      }
-      if (merged) {
-        merged->grad_output = static_cast<int>(j);
-      } else {
-        backwardSharding.inputs.push_back({-1, static_cast<int>(j), in->param});
-      }
-      const detail::TensorImpl *shard = in->param.shard.impl().get();
-      plan->dropGrad_[j] = std::find(counted.begin(), counted.end(), shard) != counted.end();
-      if (!plan->dropGrad_[j]) counted.push_back(shard);
-    }
-  }
-
-  auto compileHalf = [&](const char *suffix, const char *half, bool findSources, auto sample) {
-    CompileRequest c;
-    c.sharding = std::string(half) == "forward" ? r.sharding : backwardSharding;
-    c.exec = r.exec;
-    c.moduleId = r.moduleId + suffix;
-    c.label = r.label + " " + half;
-    for (size_t k = 0; k < r.samples.size(); ++k) c.samples.push_back(sample(k));
-    if (r.samples.size() > 1) {
-      c.symbolic = r.symbolic;
-      c.symbolic.findSources = c.symbolic.findSources || findSources;
-    }
-    CompileResult res = compileGraph(std::move(c));
-    if (!res.notSymbolic.empty()) throw Error(std::string(half) + ": " + res.notSymbolic);
-    return res;
-  };
-  CompileResult fr = compileHalf("_fwd", "forward", false, [&](size_t k) {
-    return GraphSample{parts[k].forward, r.samples[k].strides, r.samples[k].syms};
-  });
+  const ShardingState backwardSharding =
+      backwardShardingOf(r.sharding, parts[0], plan->gradInput_, plan->dropGrad_);
+  std::vector<GraphSample> forwardSamples;
+  for (size_t k = 0; k < r.samples.size(); ++k)
+    forwardSamples.push_back({parts[k].forward, r.samples[k].strides, r.samples[k].syms});
+  CompileResult fr =
+      compileHalf(r, r.sharding, "_fwd", "forward", false, std::move(forwardSamples));
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
   checkShardedInputs(plan->forwardGraph_, r.sharding, r.label + " forward");
-  // the backward takes the saved values as the forward returns them (views stay views) and
-  // the output gradients row-major (CompiledBackward makes them so); it reads its sizes
-  // from them
-  const Program &fp = plan->forward_->program();
-  CompileResult br = compileHalf("_bwd", "backward", true, [&](size_t k) {
-    Program specialized =
-        fp.symbols.empty() ? Program{} : specializeProgram(fp, r.samples[k].syms.data());
-    const Program &at = fp.symbols.empty() ? fp : specialized;
-    std::vector<Shape> strides;
-    for (int id : parts[k].backward.programInputs()) {
-      const int arg = parts[k].backward.nodes[id].inputIndex;
-      if (arg < static_cast<int>(parts[k].savedOutput.size())) {
-        strides.push_back(at.values[at.outputs[parts[k].savedOutput[arg]]].strides);
-      } else {
-        strides.push_back(
-            detail::contiguousStrides(concreteShape(parts[k].backward.nodes[id].shape)));
-      }
-    }
-    return GraphSample{parts[k].backward, std::move(strides), r.samples[k].syms};
-  });
+  CompileResult br = compileHalf(r, backwardSharding, "_bwd", "backward", true,
+                                 backwardSamples(r, parts, plan->forward_->program()));
   plan->backwardGraph_ = std::move(br.graphs.at(0));
   plan->backward_ = std::move(br.executable);
-  // the passes of the two halves agree on what crosses between them, and a sharded
-  // parameter's gradient is its unit's shard gradient
-  const Graph &fg = plan->forwardGraph_, &bg = plan->backwardGraph_;
-  const std::vector<int> bids = bg.programInputs();
-  for (const ShardedInput &in : backwardSharding.inputs) {
-    if (in.input >= 0) {
-      const Node &got = bg.nodes[static_cast<size_t>(bids.at(static_cast<size_t>(in.input)))];
-      const Node &given = fg.nodes[static_cast<size_t>(
-          fg.outputs.at(static_cast<size_t>(plan->savedOutput_[static_cast<size_t>(in.input)])))];
-      if (got.shape != given.shape) {
-        throw Error(r.label + ": the backward reads the saved " + in.param.name + " as " +
-                    shapeStr(concreteShape(got.shape)) + " but the forward saves " +
-                    shapeStr(concreteShape(given.shape)) +
-                    " (the pass schedule rewrote one half and not the other)");
-      }
-    }
-    if (in.grad_output >= 0 && !plan->dropGrad_[static_cast<size_t>(in.grad_output)]) {
-      const Node &g =
-          bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
-      if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
-        throw Error(r.label + " backward: the gradient of " + in.param.name +
-                    ", a sharded parameter, is " + shapeStr(concreteShape(g.shape)) +
-                    ", not its unit's shard gradient [" + std::to_string(in.param.shard.numel()) +
-                    "]: compile it with a pass schedule that runs the zero3 pass");
-      }
-    }
-  }
+  checkHalvesAgree(r.label, plan->forwardGraph_, plan->backwardGraph_, backwardSharding,
+                   plan->savedOutput_, plan->dropGrad_);
   return plan;
 }
 

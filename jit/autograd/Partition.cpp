@@ -84,27 +84,16 @@ struct Planner {
   }
 };
 
-} // namespace
+bool isInputNode(const Graph &g, int v) { return g.nodes[v].op == OpKind::input; }
 
-Partition partitionJoint(const JointGraph &j, const Partition *like) {
+// Per node: it depends on a tangent (the backward); `tangentIndex` gets each tangent input's
+// index among the tangents. Throws when a forward output depends on one.
+std::vector<bool> backwardNodes(const JointGraph &j, const std::vector<int> &inputs,
+                                std::vector<int> &tangentIndex) {
   const Graph &g = j.graph;
   const size_t n = g.nodes.size();
-  if (like && like->jointNodes != n) {
-    throw Error("partition: the joint graph at other sizes has " + std::to_string(n) +
-                " nodes, at the traced sizes " + std::to_string(like->jointNodes));
-  }
-  std::vector<bool> savedLike(like ? n : 0, false);
-  if (like) {
-    for (int v : like->saved) savedLike[static_cast<size_t>(v)] = true;
-  }
-  std::vector<int> inputs = g.programInputs();
-  if (j.numPrimalInputs < 0 || static_cast<size_t>(j.numPrimalInputs) > inputs.size() ||
-      j.numForwardOutputs < 0 || static_cast<size_t>(j.numForwardOutputs) > g.outputs.size()) {
-    throw Error("partition: the joint graph's primal inputs or forward outputs are out of range");
-  }
-  // backward = depends on a tangent
   std::vector<bool> backward(n, false);
-  std::vector<int> tangentIndex(n, -1);
+  tangentIndex.assign(n, -1);
   for (size_t k = static_cast<size_t>(j.numPrimalInputs); k < inputs.size(); ++k) {
     backward[inputs[k]] = true;
     tangentIndex[inputs[k]] = static_cast<int>(k) - j.numPrimalInputs;
@@ -118,9 +107,14 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
                   std::to_string(g.outputs[o]) + ") depends on a tangent");
     }
   }
-  // the forward values the backward reads (operands of backward nodes, forward gradients)
-  std::vector<bool> needed(n, false);
-  for (size_t i = 0; i < n; ++i) {
+  return backward;
+}
+
+// The forward values the backward reads (operands of backward nodes, forward gradients).
+std::vector<bool> neededByBackward(const JointGraph &j, const std::vector<bool> &backward) {
+  const Graph &g = j.graph;
+  std::vector<bool> needed(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!backward[i]) continue;
     for (int in : g.nodes[i].inputs) {
       if (!backward[in]) needed[in] = true;
@@ -129,14 +123,26 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
   for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
     if (!backward[g.outputs[o]]) needed[g.outputs[o]] = true;
   }
+  return needed;
+}
+
+// What the backward computes again (`recompute`) and what it must be handed (`save`): the
+// needed values, walking back through the recomputed ones; as `like` does when given.
+void chooseSaved(const Graph &g, const std::vector<bool> &backward, const std::vector<bool> &needed,
+                 const Partition *like, std::vector<bool> &recompute, std::vector<bool> &save) {
+  const size_t n = g.nodes.size();
+  std::vector<bool> savedLike(like ? n : 0, false);
+  if (like) {
+    for (int v : like->saved) savedLike[static_cast<size_t>(v)] = true;
+  }
   Planner plan(g);
   if (!like) {
     std::vector<bool> forward(n);
     for (size_t i = 0; i < n; ++i) forward[i] = !backward[i];
     plan.plan(forward);
   }
-  // what the backward computes again, and what it must be handed
-  std::vector<bool> recompute(n, false), save(n, false);
+  recompute.assign(n, false);
+  save.assign(n, false);
   std::vector<int> stack;
   for (size_t v = 0; v < n; ++v) {
     if (needed[v]) stack.push_back(static_cast<int>(v));
@@ -153,10 +159,14 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
     recompute[v] = true;
     for (int in : g.nodes[v].inputs) stack.push_back(in);
   }
+}
 
-  Partition p;
-  p.jointNodes = n;
-  // forward: the forward nodes in order, renumbered
+// p.forward: the forward nodes in order, renumbered; outputs the function's, then the saved
+// values not among them (p.saved, p.savedOutput, p.savedBytes).
+void buildForward(const JointGraph &j, const std::vector<bool> &backward,
+                  const std::vector<bool> &save, Partition &p) {
+  const Graph &g = j.graph;
+  const size_t n = g.nodes.size();
   std::vector<int> fwdId(n, -1);
   for (size_t i = 0; i < n; ++i) {
     if (backward[i]) continue;
@@ -174,7 +184,7 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
   for (size_t v = 0; v < n; ++v) {
     if (!save[v]) continue;
     p.saved.push_back(static_cast<int>(v));
-    if (!plan.isInput(static_cast<int>(v))) p.savedBytes += tracedBytes(g.nodes[v]);
+    if (!isInputNode(g, static_cast<int>(v))) p.savedBytes += tracedBytes(g.nodes[v]);
     auto it = outputIndex.find(static_cast<int>(v));
     if (it == outputIndex.end()) {
       it = outputIndex.emplace(static_cast<int>(v), static_cast<int>(p.forward.outputs.size()))
@@ -183,73 +193,116 @@ Partition partitionJoint(const JointGraph &j, const Partition *like) {
     }
     p.savedOutput.push_back(it->second);
   }
+}
 
-  // backward: saved values as args, then tangents, recomputed and backward nodes in order
-  std::vector<int> newId(n, -1);
-  Graph &b = p.backward;
-  b.symbols = g.symbols;
-  auto addInput = [&](const Node &like, int index) {
+// p.backward: the saved values as args, then the tangents, then the recomputed and backward
+// nodes in order, each recomputed value just before its first use (so that it is not held
+// from the start of the backward); outputs the gradients.
+class BackwardBuilder {
+public:
+  BackwardBuilder(const JointGraph &j, const std::vector<bool> &backward,
+                  const std::vector<bool> &recompute, Partition &p)
+      : g_(j.graph), backward_(backward), recompute_(recompute), p_(p), b_(p.backward),
+        newId_(j.graph.nodes.size(), -1) {}
+
+  void build(const JointGraph &j, const std::vector<int> &tangentIndex) {
+    const size_t n = g_.nodes.size();
+    b_.symbols = g_.symbols;
+    for (size_t s = 0; s < p_.saved.size(); ++s)
+      newId_[p_.saved[s]] = addInput(g_.nodes[p_.saved[s]], static_cast<int>(s));
+    const int numSaved = static_cast<int>(p_.saved.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (tangentIndex[i] >= 0) newId_[i] = addInput(g_.nodes[i], numSaved + tangentIndex[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (backward_[i] && newId_[i] < 0) addWithInputs(static_cast<int>(i));
+    }
+    // an output no backward node reads and that depends on no tangent (the zero gradient of
+    // an input the function does not use) is recomputed at the end, unless it is saved
+    for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g_.outputs.size(); ++o) {
+      const int v = g_.outputs[o];
+      if (newId_[v] < 0 && recompute_[v]) addWithInputs(v);
+      if (newId_[v] < 0) {
+        throw Error("partition: backward output " + std::to_string(o) + " (%" + std::to_string(v) +
+                    ") is neither saved nor computed");
+      }
+      b_.outputs.push_back(newId_[v]);
+    }
+  }
+
+private:
+  int addInput(const Node &like, int index) {
     Node in;
     in.op = OpKind::input;
     in.dtype = like.dtype;
     in.shape = like.shape;
     in.inputKind = InputKind::arg;
     in.inputIndex = index;
-    return b.add(std::move(in));
-  };
-  for (size_t s = 0; s < p.saved.size(); ++s) {
-    newId[p.saved[s]] = addInput(g.nodes[p.saved[s]], static_cast<int>(s));
+    return b_.add(std::move(in));
   }
-  const int numSaved = static_cast<int>(p.saved.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (tangentIndex[i] >= 0) newId[i] = addInput(g.nodes[i], numSaved + tangentIndex[i]);
-  }
-  // a node of the backward, after the recomputed values it reads: each is recomputed just
-  // before its first use, so that it is not held from the start of the backward
-  auto add = [&](int v) {
-    Node copy = g.nodes[v];
+
+  // a node of the backward, after the recomputed values it reads
+  void add(int v) {
+    Node copy = g_.nodes[v];
     copy.region = -1;
     for (int &in : copy.inputs) {
-      if (newId[in] < 0) {
+      if (newId_[in] < 0) {
         throw Error("partition: %" + std::to_string(v) + " reads %" + std::to_string(in) +
                     ", which the backward neither saves nor computes");
       }
-      in = newId[in];
+      in = newId_[in];
     }
-    newId[v] = b.add(std::move(copy));
-  };
+    newId_[v] = b_.add(std::move(copy));
+  }
+
   // adds `start` with the recomputed values it reads first, depth first
-  auto addWithInputs = [&](int start) {
+  void addWithInputs(int start) {
     std::vector<std::pair<int, size_t>> pending{{start, 0}}; // (node, next operand to look at)
     while (!pending.empty()) {
       const int v = pending.back().first;
       const size_t k = pending.back().second;
-      const std::vector<int> &ins = g.nodes[v].inputs;
+      const std::vector<int> &ins = g_.nodes[v].inputs;
       if (k < ins.size()) {
         ++pending.back().second;
-        if (newId[ins[k]] < 0 && recompute[ins[k]]) pending.push_back({ins[k], 0});
+        if (newId_[ins[k]] < 0 && recompute_[ins[k]]) pending.push_back({ins[k], 0});
         continue;
       }
       pending.pop_back();
-      if (newId[v] >= 0) continue; // reached twice
-      if (!backward[v]) p.recomputed.push_back(v);
+      if (newId_[v] >= 0) continue; // reached twice
+      if (!backward_[v]) p_.recomputed.push_back(v);
       add(v);
     }
-  };
-  for (size_t i = 0; i < n; ++i) {
-    if (backward[i] && newId[i] < 0) addWithInputs(static_cast<int>(i));
   }
-  // an output no backward node reads and that depends on no tangent (the zero gradient of
-  // an input the function does not use) is recomputed at the end, unless it is saved
-  for (size_t o = static_cast<size_t>(j.numForwardOutputs); o < g.outputs.size(); ++o) {
-    const int v = g.outputs[o];
-    if (newId[v] < 0 && recompute[v]) addWithInputs(v);
-    if (newId[v] < 0) {
-      throw Error("partition: backward output " + std::to_string(o) + " (%" + std::to_string(v) +
-                  ") is neither saved nor computed");
-    }
-    b.outputs.push_back(newId[v]);
+
+  const Graph &g_;
+  const std::vector<bool> &backward_, &recompute_;
+  Partition &p_;
+  Graph &b_;
+  std::vector<int> newId_;
+};
+
+} // namespace
+
+Partition partitionJoint(const JointGraph &j, const Partition *like) {
+  const Graph &g = j.graph;
+  const size_t n = g.nodes.size();
+  if (like && like->jointNodes != n) {
+    throw Error("partition: the joint graph at other sizes has " + std::to_string(n) +
+                " nodes, at the traced sizes " + std::to_string(like->jointNodes));
   }
+  std::vector<int> inputs = g.programInputs();
+  if (j.numPrimalInputs < 0 || static_cast<size_t>(j.numPrimalInputs) > inputs.size() ||
+      j.numForwardOutputs < 0 || static_cast<size_t>(j.numForwardOutputs) > g.outputs.size()) {
+    throw Error("partition: the joint graph's primal inputs or forward outputs are out of range");
+  }
+  std::vector<int> tangentIndex;
+  const std::vector<bool> backward = backwardNodes(j, inputs, tangentIndex);
+  std::vector<bool> recompute, save;
+  chooseSaved(g, backward, neededByBackward(j, backward), like, recompute, save);
+  Partition p;
+  p.jointNodes = n;
+  buildForward(j, backward, save, p);
+  BackwardBuilder(j, backward, recompute, p).build(j, tangentIndex);
   return p;
 }
 

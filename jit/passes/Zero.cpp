@@ -171,56 +171,101 @@ std::vector<int> residentUnits(const ShardingState &s, int64_t budget) {
   return out;
 }
 
-Graph zero3Pass(const Graph &g, const PassContext &ctx) {
-  const ShardingState &s = ctx.sharding;
-  if (s.empty() || s.stage < 3) return g;
-  const std::vector<int> of = zeroShardedIndexOfNode(g, s);
-  const std::vector<ShardedUnitUses> units = shardedUnitUses(g, s);
-  // where each unit is gathered: before its first use
-  std::map<int, std::vector<size_t>> gatherBefore; // old node -> units (index into `units`)
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (units[u].firstUse >= 0) gatherBefore[units[u].firstUse].push_back(u);
-  }
-  // the backward's gradient outputs, per unit: emitted after the last of them
-  std::map<int, std::vector<int>> gradsOfUnit; // unit -> sharded input indices with a grad
-  std::map<int, int> lastGradNode;             // unit -> old node computing its last gradient
-  for (size_t k = 0; k < s.inputs.size(); ++k) {
-    const ShardedInput &in = s.inputs[k];
-    if (in.grad_output < 0) continue;
-    if (in.grad_output >= static_cast<int>(g.outputs.size())) {
-      throw Error("the gradient output " + std::to_string(in.grad_output) + " of " + in.param.name +
-                  " is past the graph's outputs");
-    }
-    gradsOfUnit[in.param.unit].push_back(static_cast<int>(k));
-    const int node = g.outputs[static_cast<size_t>(in.grad_output)];
-    int &last = lastGradNode.emplace(in.param.unit, node).first->second;
-    last = std::max(last, node);
-  }
-  std::map<int, std::vector<int>> reduceAfter; // old node -> units whose gradient is complete
-  for (const auto &[unit, node] : lastGradNode) reduceAfter[node].push_back(unit);
+namespace {
 
-  GraphBuilder b(g);
-  std::vector<int> valueOf(g.nodes.size(), -1); // sharded input node -> its gathered full value
-  std::map<int, int> unitGrad;                  // unit -> the new node of its shard gradient
-  auto gatherUnit = [&](const ShardedUnitUses &u) {
-    const ShardedParameter &rep = s.inputs[static_cast<size_t>(u.params.front())].param;
-    const int gathered =
-        b.emit(OpKind::all_gather, {b.at(u.inputs.front())}, zeroCollectiveAttrs(rep.world_size));
-    for (size_t j = 0; j < u.inputs.size(); ++j) {
-      const ShardedParameter &p = s.inputs[static_cast<size_t>(u.params[j])].param;
-      const int64_t n = zeroNumel(p.shape);
-      const int flat = b.emit(OpKind::slice, {gathered}, zeroSliceAttrs(p.offset, p.offset + n));
-      valueOf[static_cast<size_t>(u.inputs[j])] =
-          b.emit(OpKind::reshape, {flat}, zeroReshapeAttrs(p.shape));
+// zero3's rewrite of one graph: each unit gathered before its first use, each sharded input
+// bound to its shard, and each unit's gradient reduce-scattered after its last part.
+class Zero3Rewrite {
+public:
+  Zero3Rewrite(const Graph &g, const ShardingState &s)
+      : g_(g), s_(s), b_(g), valueOf_(g.nodes.size(), -1) {}
+
+  Graph run() {
+    const std::vector<int> of = zeroShardedIndexOfNode(g_, s_);
+    const std::vector<ShardedUnitUses> units = shardedUnitUses(g_, s_);
+    // where each unit is gathered: before its first use
+    std::map<int, std::vector<size_t>> gatherBefore; // old node -> units (index into `units`)
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].firstUse >= 0) gatherBefore[units[u].firstUse].push_back(u);
     }
-  };
-  auto reduceUnit = [&](int unit) {
+    const std::map<int, std::vector<int>> reduceAfter = planReduces();
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const int old = static_cast<int>(i);
+      b_.begin(old);
+      if (auto it = gatherBefore.find(old); it != gatherBefore.end()) {
+        for (size_t u : it->second) gatherUnit(units[u]);
+      }
+      b_.map(old, b_.append(rewritten(i, of[i])));
+      if (auto it = reduceAfter.find(old); it != reduceAfter.end()) {
+        for (int unit : it->second) reduceUnit(unit);
+      }
+    }
+    return finish();
+  }
+
+private:
+  // The backward's gradient outputs, per unit (gradsOfUnit_), and where each unit's
+  // gradient is complete: old node -> the units reduced after it.
+  std::map<int, std::vector<int>> planReduces() {
+    std::map<int, int> lastGradNode; // unit -> old node computing its last gradient
+    for (size_t k = 0; k < s_.inputs.size(); ++k) {
+      const ShardedInput &in = s_.inputs[k];
+      if (in.grad_output < 0) continue;
+      if (in.grad_output >= static_cast<int>(g_.outputs.size())) {
+        throw Error("the gradient output " + std::to_string(in.grad_output) + " of " +
+                    in.param.name + " is past the graph's outputs");
+      }
+      gradsOfUnit_[in.param.unit].push_back(static_cast<int>(k));
+      const int node = g_.outputs[static_cast<size_t>(in.grad_output)];
+      int &last = lastGradNode.emplace(in.param.unit, node).first->second;
+      last = std::max(last, node);
+    }
+    std::map<int, std::vector<int>> reduceAfter;
+    for (const auto &[unit, node] : lastGradNode) reduceAfter[node].push_back(unit);
+    return reduceAfter;
+  }
+
+  // Node i, remapped: a sharded input (`sharded` its index, else -1) takes its shard, and
+  // a reader of one reads the gathered full value.
+  Node rewritten(size_t i, int sharded) {
+    Node n = b_.remapped(static_cast<int>(i));
+    if (sharded >= 0) { // the parameter's input: bound to its unit's shard
+      const ShardedParameter &p = s_.inputs[static_cast<size_t>(sharded)].param;
+      if (g_.nodes[i].dtype != DType::f32) {
+        throw Error("zero3: the sharded parameter " + p.name + " is " +
+                    std::string(dtypeName(g_.nodes[i].dtype)) + ", not f32");
+      }
+      n.shape = staticShape({p.shard.numel()});
+      return n;
+    }
+    const Node &src = g_.nodes[i];
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int v = valueOf_[static_cast<size_t>(src.inputs[k])];
+      if (v >= 0) n.inputs[k] = v;
+    }
+    return n;
+  }
+
+  void gatherUnit(const ShardedUnitUses &u) {
+    const ShardedParameter &rep = s_.inputs[static_cast<size_t>(u.params.front())].param;
+    const int gathered =
+        b_.emit(OpKind::all_gather, {b_.at(u.inputs.front())}, zeroCollectiveAttrs(rep.world_size));
+    for (size_t j = 0; j < u.inputs.size(); ++j) {
+      const ShardedParameter &p = s_.inputs[static_cast<size_t>(u.params[j])].param;
+      const int64_t n = zeroNumel(p.shape);
+      const int flat = b_.emit(OpKind::slice, {gathered}, zeroSliceAttrs(p.offset, p.offset + n));
+      valueOf_[static_cast<size_t>(u.inputs[j])] =
+          b_.emit(OpKind::reshape, {flat}, zeroReshapeAttrs(p.shape));
+    }
+  }
+
+  void reduceUnit(int unit) {
     // the unit's flat gradient: each parameter's at its offset, zeros between and after
     std::vector<std::pair<int64_t, int>> parts; // offset, sharded input index
-    for (int k : gradsOfUnit[unit])
-      parts.push_back({s.inputs[static_cast<size_t>(k)].param.offset, k});
+    for (int k : gradsOfUnit_[unit])
+      parts.push_back({s_.inputs[static_cast<size_t>(k)].param.offset, k});
     std::sort(parts.begin(), parts.end());
-    const ShardedParameter &first = s.inputs[static_cast<size_t>(parts.front().second)].param;
+    const ShardedParameter &first = s_.inputs[static_cast<size_t>(parts.front().second)].param;
     const int world = first.world_size;
     const int64_t total = first.shard.numel() * world;
     std::vector<int> pieces;
@@ -231,76 +276,72 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
       z.dtype = DType::f32;
       z.shape = staticShape({n});
       z.attrs.value = 0;
-      pieces.push_back(b.append(std::move(z)));
+      pieces.push_back(b_.append(std::move(z)));
     };
     for (const auto &[offset, k] : parts) {
-      const ShardedParameter &p = s.inputs[static_cast<size_t>(k)].param;
+      const ShardedParameter &p = s_.inputs[static_cast<size_t>(k)].param;
       if (offset < at) continue; // a parameter listed twice
       if (offset > at) zeros(offset - at);
       const int grad =
-          b.at(g.outputs[static_cast<size_t>(s.inputs[static_cast<size_t>(k)].grad_output)]);
+          b_.at(g_.outputs[static_cast<size_t>(s_.inputs[static_cast<size_t>(k)].grad_output)]);
       const int64_t n = zeroNumel(p.shape);
-      pieces.push_back(b.emit(OpKind::reshape, {b.cast(grad, DType::f32)}, zeroReshapeAttrs({n})));
+      pieces.push_back(
+          b_.emit(OpKind::reshape, {b_.cast(grad, DType::f32)}, zeroReshapeAttrs({n})));
       at = offset + n;
     }
     if (at < total) zeros(total - at);
     Attrs cat;
     cat.dim = 0;
-    const int flat = pieces.size() == 1 ? pieces[0] : b.emit(OpKind::cat, pieces, cat);
+    const int flat = pieces.size() == 1 ? pieces[0] : b_.emit(OpKind::cat, pieces, cat);
     // scaled before the reduce-scatter (the scaling joins the flattening kernel), so that the
     // reduce-scatter's result is the output itself and nothing waits for it before the end
     const int scaled =
-        b.emit(OpKind::mul, {flat, b.scalar(1.0 / static_cast<double>(world), DType::f32)});
-    unitGrad[unit] = b.emit(OpKind::reduce_scatter, {scaled}, zeroCollectiveAttrs(world));
-  };
+        b_.emit(OpKind::mul, {flat, b_.scalar(1.0 / static_cast<double>(world), DType::f32)});
+    unitGrad_[unit] = b_.emit(OpKind::reduce_scatter, {scaled}, zeroCollectiveAttrs(world));
+  }
 
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const int old = static_cast<int>(i);
-    b.begin(old);
-    if (auto it = gatherBefore.find(old); it != gatherBefore.end()) {
-      for (size_t u : it->second) gatherUnit(units[u]);
-    }
-    Node n = b.remapped(old);
-    if (of[i] >= 0) { // the parameter's input: bound to its unit's shard
-      const ShardedParameter &p = s.inputs[static_cast<size_t>(of[i])].param;
-      if (g.nodes[i].dtype != DType::f32) {
-        throw Error("zero3: the sharded parameter " + p.name + " is " +
-                    std::string(dtypeName(g.nodes[i].dtype)) + ", not f32");
-      }
-      n.shape = staticShape({p.shard.numel()});
-    } else {
-      const Node &src = g.nodes[i];
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        const int v = valueOf[static_cast<size_t>(src.inputs[k])];
-        if (v >= 0) n.inputs[k] = v;
+  // The first gradient output of a unit is its shard gradient; the unit's other outputs are
+  // ignored by the runtime (one per unit is handed on): a scalar zero, not a copy of it.
+  Graph finish() {
+    std::map<int, int> ignored; // unit -> its scalar
+    for (const auto &[unit, ks] : gradsOfUnit_) {
+      const int firstOut = firstGradOutput(ks);
+      for (int k : ks) {
+        if (s_.inputs[static_cast<size_t>(k)].grad_output != firstOut && !ignored.count(unit))
+          ignored[unit] = b_.scalar(0, DType::f32);
       }
     }
-    b.map(old, b.append(std::move(n)));
-    if (auto it = reduceAfter.find(old); it != reduceAfter.end()) {
-      for (int unit : it->second) reduceUnit(unit);
+    Graph out = b_.finish();
+    for (const auto &[unit, ks] : gradsOfUnit_) {
+      const int firstOut = firstGradOutput(ks);
+      for (int k : ks) {
+        const int o = s_.inputs[static_cast<size_t>(k)].grad_output;
+        out.outputs[static_cast<size_t>(o)] = o == firstOut ? unitGrad_[unit] : ignored[unit];
+      }
     }
+    return out;
   }
-  // the first gradient output of a unit is its shard gradient; the unit's other outputs are
-  // ignored by the runtime (one per unit is handed on): a scalar zero, not a copy of it
-  std::map<int, int> ignored; // unit -> its scalar
-  for (const auto &[unit, ks] : gradsOfUnit) {
+
+  int firstGradOutput(const std::vector<int> &ks) const {
     int firstOut = INT32_MAX;
-    for (int k : ks) firstOut = std::min(firstOut, s.inputs[static_cast<size_t>(k)].grad_output);
-    for (int k : ks) {
-      if (s.inputs[static_cast<size_t>(k)].grad_output != firstOut && !ignored.count(unit))
-        ignored[unit] = b.scalar(0, DType::f32);
-    }
+    for (int k : ks) firstOut = std::min(firstOut, s_.inputs[static_cast<size_t>(k)].grad_output);
+    return firstOut;
   }
-  Graph out = b.finish();
-  for (const auto &[unit, ks] : gradsOfUnit) {
-    int firstOut = INT32_MAX;
-    for (int k : ks) firstOut = std::min(firstOut, s.inputs[static_cast<size_t>(k)].grad_output);
-    for (int k : ks) {
-      const int o = s.inputs[static_cast<size_t>(k)].grad_output;
-      out.outputs[static_cast<size_t>(o)] = o == firstOut ? unitGrad[unit] : ignored[unit];
-    }
-  }
-  return out;
+
+  const Graph &g_;
+  const ShardingState &s_;
+  GraphBuilder b_;
+  std::vector<int> valueOf_;                    // sharded input node -> its gathered full value
+  std::map<int, int> unitGrad_;                 // unit -> the new node of its shard gradient
+  std::map<int, std::vector<int>> gradsOfUnit_; // unit -> sharded input indices with a grad
+};
+
+} // namespace
+
+Graph zero3Pass(const Graph &g, const PassContext &ctx) {
+  const ShardingState &s = ctx.sharding;
+  if (s.empty() || s.stage < 3) return g;
+  return Zero3Rewrite(g, s).run();
 }
 
 Graph prefetchPass(const Graph &g, const PassContext &ctx) {

@@ -1,11 +1,11 @@
 // Eager GPU ops as one-op compiled programs.
 #include "targets/cuda/CudaEager.h"
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
 #include "cache/ClearHooks.h"
-#include "jit/CompileGraph.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "targets/eager/Eager.h"
 #include "tracer/GraphIO.h"
@@ -40,7 +40,14 @@ Graph oneOpGraph(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const
   return g;
 }
 
+// constant-initialized: filled by jit whatever the load order of the library's files
+std::atomic<OneOpCompiler> oneOpCompiler{nullptr};
+
 } // namespace
+
+void installOneOpCompiler(OneOpCompiler compiler) {
+  oneOpCompiler.store(compiler, std::memory_order_release);
+}
 
 Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
   const Device device = in.at(0).device();
@@ -63,13 +70,10 @@ Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, cons
   std::shared_ptr<Executable> program = OpMemo::instance().find(key.str());
   if (!program) {
     // through the compiler (not the jit driver): the one-op graph has no guards or entries
-    CompileRequest r;
-    r.exec.target = Target::cuda;
-    r.exec.device = device.index;
-    r.moduleId = r.label = "rcjit_eager_" + std::string(opName(op));
-    r.exec.cudaGraphs = false; // one or two launches: nothing to save
-    r.samples.push_back({std::move(g), strides});
-    program = compileGraph(std::move(r)).executable;
+    OneOpCompiler compile = oneOpCompiler.load(std::memory_order_acquire);
+    if (!compile) throw Error("internal: no one-op compiler is installed for cuda eager ops");
+    program = compile(std::move(g), std::move(strides), device.index,
+                      "rcjit_eager_" + std::string(opName(op)));
     OpMemo::instance().add(key.str(), program);
   }
   std::vector<const Tensor *> ptrs;

@@ -1,10 +1,13 @@
 // Eager ops on device tensors: each op runs as a compiled one-op program on the GPU (the same
 // lowering and kernels as compiled graphs), never by copying to the host.
 #pragma once
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <rcjit/Tensor.h>
 
+#include "targets/Executable.h"
 #include "tracer/Graph.h"
 #include "tracer/ShapeInference.h"
 
@@ -18,5 +21,14 @@ Tensor runEagerOp(OpKind op, const std::vector<Tensor> &in, const Attrs &a, cons
 /// A source op (full, arange) of `shape` and `dtype` on device `device`: `full` fills with
 /// the driver's memset; `arange` is computed on the host and copied (small by nature).
 Tensor runSource(OpKind op, const Shape &shape, DType dtype, const Attrs &a, Device device);
+
+/// Compiles a one-op graph for the GPU `device`: the compile path (jit/CompileGraph.h), which
+/// sits above the targets, so jit installs it (jit/Hooks.cpp) when librcjit.so loads.
+/// `strides` holds the strides of each graph input; `name` names the module and the graph
+/// in the passes log. The result is shared (the caller keeps it for the process).
+using OneOpCompiler = std::shared_ptr<Executable> (*)(Graph g, std::vector<Shape> strides,
+                                                      int device, const std::string &name);
+/// Installs the one-op compiler (once, at library load). Thread-safe.
+void installOneOpCompiler(OneOpCompiler compiler);
 
 } // namespace rcjit::cuda

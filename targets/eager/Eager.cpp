@@ -1,8 +1,10 @@
-// The eager target's entry point: dispatch one op to its family by category.
+// The eager target's entry point: dispatch one op to its family by category; installed as
+// the tensor runtime's eager kernels (tracer/EagerHook.h).
 #include "targets/eager/Eager.h"
 
 #include "dist/IrCollectives.h"
 #include "tracer/DeviceBackend.h"
+#include "tracer/EagerHook.h"
 
 namespace rcjit::eager {
 
@@ -33,5 +35,14 @@ Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Tenso
   }
   throw Error("eager: no kernel for op " + std::string(opName(op)));
 }
+
+namespace {
+// The tensor runtime runs its ops through these (tracer/EagerHook.h): installed when
+// librcjit.so loads, before any code outside it can make a tensor.
+const bool installed = [] {
+  detail::installEagerKernels({&run, &copyInto});
+  return true;
+}();
+} // namespace
 
 } // namespace rcjit::eager

@@ -11,8 +11,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/ModelGpt2.h"
 #include "tests/mpi/TrainingBatches.h"
-#include "tools/ModelGpt2.h"
 
 namespace rcjit::test {
 
@@ -20,10 +20,10 @@ struct ZeroTrainOptions {
   int stage = -1;    // -1: one process on the whole batch; 0: ddp; 1-3: ZeroOptimizer's stage
   bool adamw = true; // else SGD with momentum
   Mode mode = Mode::eager;
-  bool prefetch = false;                // ZeroOptions::prefetch (the eager stage 3's)
+  bool prefetch = false;                   // ZeroOptions::prefetch (the eager stage 3's)
   int64_t bucketBytes = int64_t{64} << 10; // ddp's buckets, stages 1-2's units: several in flight
-  std::vector<ScheduleStep> schedule;   // CompileOptions::schedule (the ZeRO passes)
-  int64_t memoryBudget = 0;             // CompileOptions::memory_budget
+  std::vector<ScheduleStep> schedule;      // CompileOptions::schedule (the ZeRO passes)
+  int64_t memoryBudget = 0;                // CompileOptions::memory_budget
 };
 
 struct ZeroTrainRun {
@@ -54,7 +54,8 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   std::optional<optim::SGD> sgd;
   std::optional<dist::ZeroOptimizer> zero;
   if (o.stage >= 1) {
-    const dist::ZeroOptions zo{.stage = o.stage, .bucket_bytes = o.bucketBytes, .prefetch = o.prefetch};
+    const dist::ZeroOptions zo{
+        .stage = o.stage, .bucket_bytes = o.bucketBytes, .prefetch = o.prefetch};
     o.adamw ? zero.emplace(m->module(), ao, zo) : zero.emplace(m->module(), so, zo);
     out.units = zero->units();
   } else {

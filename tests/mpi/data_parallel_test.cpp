@@ -13,10 +13,10 @@
 #include <rcjit/DistPasses.h>
 #include <rcjit/rcjit.h>
 
+#include "models/ModelGpt2.h"
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
 #include "tools/Cli.h"
-#include "tools/ModelGpt2.h"
 
 namespace rcjit {
 namespace {

@@ -14,11 +14,11 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/ModelGpt2.h"
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
 #include "tests/mpi/ZeroTraining.h"
 #include "tools/Cli.h"
-#include "tools/ModelGpt2.h"
 
 namespace rcjit {
 namespace {

@@ -13,11 +13,11 @@
 
 #include <rcjit/rcjit.h>
 
+#include "models/ModelGpt2.h"
 #include "tests/TestUtil.h"
 #include "tests/mpi/TrainingBatches.h"
 #include "tests/mpi/ZeroTraining.h"
 #include "tools/Cli.h"
-#include "tools/ModelGpt2.h"
 
 namespace rcjit {
 namespace {
@@ -220,8 +220,8 @@ TEST(Zero, TrainCommandZeroEqualsOneProcess) {
 }
 
 TEST(Zero, TrainCommandRefusesZero3CompiledWithoutPasses) {
-  std::vector<const char *> args = {"rcjit",   "train", "--model",    "toy64", "--dist",
-                                    "zero3",   "--modes", "eager,full", "--schedule", "none"};
+  std::vector<const char *> args = {"rcjit", "train",   "--model",    "toy64",      "--dist",
+                                    "zero3", "--modes", "eager,full", "--schedule", "none"};
   std::ostringstream out, err;
   int code = tools::runCli(static_cast<int>(args.size()), args.data(), out, err);
   EXPECT_EQ(code, 2);

@@ -15,7 +15,7 @@
 
 #include <rcjit/rcjit.h>
 
-#include "tools/ModelGpt2.h"
+#include "models/ModelGpt2.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // vit-gpt2: ViT patch embedding and encoder layers, composed with GPT-2's cross-attending decoder.
-#include "tools/ModelVitGpt2.h"
+#include "models/ModelVitGpt2.h"
 
 namespace rcjit::tools {
 

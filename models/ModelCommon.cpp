@@ -1,5 +1,5 @@
 // Shared pieces of the built-in model families: seeded weights, memory checks, inputs.
-#include "tools/ModelCommon.h"
+#include "models/ModelCommon.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <limits>
 #include <thread>
 
-#include "tools/Models.h"
+#include "models/Models.h"
 
 namespace rcjit::tools {
 

@@ -1,5 +1,5 @@
 // The safetensors format: header parsing and validation, reading, writing, weight loading.
-#include "tools/Safetensors.h"
+#include "models/Safetensors.h"
 
 #include <sys/stat.h>
 

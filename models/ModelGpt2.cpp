@@ -1,5 +1,5 @@
 // GPT-2: attention, MLP, blocks (optionally with cross-attention), model and LM head.
-#include "tools/ModelGpt2.h"
+#include "models/ModelGpt2.h"
 
 #include <cmath>
 

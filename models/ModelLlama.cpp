@@ -1,9 +1,9 @@
 // The Llama family: RMSNorm, RoPE attention with grouped-query heads, SwiGLU MLP.
-#include "tools/ModelLlama.h"
+#include "models/ModelLlama.h"
 
 #include <cmath>
 
-#include "tools/ModelCommon.h"
+#include "models/ModelCommon.h"
 
 namespace rcjit::tools {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "tools/ModelGpt2.h"
-#include "tools/Models.h"
+#include "models/ModelGpt2.h"
+#include "models/Models.h"
 
 namespace rcjit::tools {
 

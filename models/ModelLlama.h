@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/Models.h"
+#include "models/Models.h"
 
 namespace rcjit::tools {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "tools/ModelCommon.h"
-#include "tools/Models.h"
+#include "models/ModelCommon.h"
+#include "models/Models.h"
 
 namespace rcjit::tools {
 

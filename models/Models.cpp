@@ -1,10 +1,10 @@
 // The built-in model registry: toy64 (PyTorch's regional-compilation recipe) and the zoo.
-#include "tools/Models.h"
+#include "models/Models.h"
 
 #include <stdexcept>
 
-#include "tools/ModelLlama.h"
-#include "tools/ModelVitGpt2.h"
+#include "models/ModelLlama.h"
+#include "models/ModelVitGpt2.h"
 
 namespace rcjit::tools {
 
