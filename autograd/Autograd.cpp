@@ -206,50 +206,46 @@ void recordCustom(std::shared_ptr<CustomBackward> fn, const std::vector<Tensor> 
   }
 }
 
-std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
-                                const std::vector<Tensor> &rootGrads, bool retainGraph,
-                                const std::vector<Tensor> *inputs, const char *caller) {
-  if (roots.empty()) throw Error(std::string(caller) + ": no outputs to differentiate");
-  if (Tracer *tr = Tracer::current()) {
-    if (!tr->recordsAutograd()) {
-      throw Error(std::string(caller) +
-                  " inside a trace that keeps no autograd tape (a function with graph breaks, "
-                  "or a graph being replayed): compute the loss in the compiled function and "
-                  "call " +
-                  caller + " outside it, or remove the host reads");
-    }
-    tr->noteBackward();
-  }
-  if (!rootGrads.empty() && rootGrads.size() != roots.size()) {
-    throw Error(std::string(caller) + ": " + std::to_string(rootGrads.size()) +
-                " gradients given for " + std::to_string(roots.size()) + " outputs");
-  }
-  NoGradGuard noGrad; // the rules' ops are not recorded (no higher-order gradients)
+namespace {
+// One run of the engine: the roots' gradients carried through the tape in reverse creation
+// order into the leaves; for rcjit::grad (`inputs` set) only along the paths that lead to
+// a requested input, and into the inputs instead of the leaves' grad().
+struct BackwardRun {
+  const std::vector<Tensor> *inputs;
+  const char *caller;
+  bool retainGraph;
   std::unordered_map<Node *, std::vector<Tensor>> pending; // per output of the node
   std::unordered_map<AutogradMeta *, Tensor> leafGrads;
   std::vector<Node *> rootNodes;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    const Tensor &t = roots[i];
-    if (!t.defined())
-      throw Error(std::string(caller) + ": output " + std::to_string(i) +
-                  " is an undefined Tensor");
-    AutogradMeta *m = metaOf(t);
-    if (!m || !m->requiresGrad) {
-      throw Error(where(caller, t) +
-                  " does not require grad: nothing it was computed from requires a gradient "
-                  "(call requires_grad_() on a leaf before the forward, outside NoGradGuard)");
-    }
-    Tensor g = rootGrad(t, rootGrads.empty() ? Tensor() : rootGrads[i], caller);
-    if (m->gradFn) {
-      accumulate(pending[m->gradFn.get()], m->outputIndex, g);
-      rootNodes.push_back(m->gradFn.get());
-    } else {
-      accumulate(leafGrads[m], g);
-    }
-  }
   // Non-leaf inputs of rcjit::grad: their gradient is what reaches their node.
   std::unordered_map<Node *, std::vector<Tensor>> captured; // per output of the node
-  if (inputs) {
+  std::unordered_set<AutogradMeta *> wantedLeaves;
+  std::unordered_set<Node *> leadsOn;
+
+  // the roots' gradients into their nodes (or leaves)
+  void seed(const std::vector<Tensor> &roots, const std::vector<Tensor> &rootGrads) {
+    for (size_t i = 0; i < roots.size(); ++i) {
+      const Tensor &t = roots[i];
+      if (!t.defined())
+        throw Error(std::string(caller) + ": output " + std::to_string(i) +
+                    " is an undefined Tensor");
+      AutogradMeta *m = metaOf(t);
+      if (!m || !m->requiresGrad) {
+        throw Error(where(caller, t) +
+                    " does not require grad: nothing it was computed from requires a gradient "
+                    "(call requires_grad_() on a leaf before the forward, outside NoGradGuard)");
+      }
+      Tensor g = rootGrad(t, rootGrads.empty() ? Tensor() : rootGrads[i], caller);
+      if (m->gradFn) {
+        accumulate(pending[m->gradFn.get()], m->outputIndex, g);
+        rootNodes.push_back(m->gradFn.get());
+      } else {
+        accumulate(leafGrads[m], g);
+      }
+    }
+  }
+
+  void checkInputs() {
     for (const Tensor &t : *inputs) {
       if (!t.defined()) throw Error(std::string(caller) + ": an input is an undefined Tensor");
       AutogradMeta *m = metaOf(t);
@@ -259,22 +255,19 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
       if (m->gradFn) captured.emplace(m->gradFn.get(), std::vector<Tensor>());
     }
   }
-  const std::vector<Node *> order = reachable(rootNodes);
+
   // rcjit::grad computes only the paths that lead to a requested input: an edge is needed
   // when it reaches a requested leaf, a requested node, or a node that leads to one.
-  std::unordered_set<AutogradMeta *> wantedLeaves;
-  std::unordered_set<Node *> leadsOn;
-  if (inputs) {
-    for (const Tensor &t : *inputs) {
-      if (!metaOf(t)->gradFn) wantedLeaves.insert(metaOf(t));
-    }
-  }
-  auto needed = [&](const Edge &e) {
+  bool needed(const Edge &e) const {
     if (!inputs) return e.valid();
     if (e.fn) return captured.count(e.fn.get()) > 0 || leadsOn.count(e.fn.get()) > 0;
     return e.leaf && wantedLeaves.count(e.leaf.get()) > 0;
-  };
-  if (inputs) {
+  }
+
+  void markPaths(const std::vector<Node *> &order) {
+    for (const Tensor &t : *inputs) {
+      if (!metaOf(t)->gradFn) wantedLeaves.insert(metaOf(t));
+    }
     for (auto it = order.rbegin(); it != order.rend(); ++it) { // inputs before consumers
       for (const Edge &e : (*it)->next) {
         if (needed(e)) {
@@ -284,13 +277,15 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
       }
     }
   }
-  for (Node *n : order) {
+
+  // node n's rule applied to the gradient that reached it, its results passed on
+  void runNode(Node *n) {
     auto it = pending.find(n);
-    if (it == pending.end()) continue; // no gradient reached it
+    if (it == pending.end()) return; // no gradient reached it
     std::vector<Tensor> gs = std::move(it->second);
     pending.erase(it);
     if (auto c = captured.find(n); c != captured.end()) c->second = gs;
-    if (inputs && !leadsOn.count(n)) continue; // leads to no requested input
+    if (inputs && !leadsOn.count(n)) return; // leads to no requested input
     if (n->released) {
       throw Error(std::string(caller) +
                   ": trying to backward through the graph a second time (the values saved "
@@ -325,7 +320,9 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
     }
     if (!retainGraph) release(*n);
   }
-  if (!inputs) {
+
+  // backward(): the leaves' gradients accumulated into their grad()
+  void accumulateLeaves() {
     for (auto &[m, g] : leafGrads) {
       if (Tracer *tr = Tracer::current(); tr && tr->recordsAutograd())
         tr->gradAccess(Tensor(), m, /*reads=*/true); // accumulates into grad()
@@ -336,21 +333,55 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
         m->grad = ownedGrad(std::move(owned));
       }
     }
-    return {};
   }
-  std::vector<Tensor> out;
-  for (const Tensor &t : *inputs) {
-    AutogradMeta *m = metaOf(t);
-    if (m->gradFn) {
-      const std::vector<Tensor> &gs = captured[m->gradFn.get()];
-      size_t k = static_cast<size_t>(m->outputIndex);
-      out.push_back(k < gs.size() ? gs[k] : Tensor());
-    } else {
-      auto it = leafGrads.find(m);
-      out.push_back(it == leafGrads.end() ? Tensor() : it->second);
+
+  // grad(): the gradient of each requested input
+  std::vector<Tensor> inputGrads() {
+    std::vector<Tensor> out;
+    for (const Tensor &t : *inputs) {
+      AutogradMeta *m = metaOf(t);
+      if (m->gradFn) {
+        const std::vector<Tensor> &gs = captured[m->gradFn.get()];
+        size_t k = static_cast<size_t>(m->outputIndex);
+        out.push_back(k < gs.size() ? gs[k] : Tensor());
+      } else {
+        auto it = leafGrads.find(m);
+        out.push_back(it == leafGrads.end() ? Tensor() : it->second);
+      }
     }
+    return out;
   }
-  return out;
+};
+} // namespace
+
+std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
+                                const std::vector<Tensor> &rootGrads, bool retainGraph,
+                                const std::vector<Tensor> *inputs, const char *caller) {
+  if (roots.empty()) throw Error(std::string(caller) + ": no outputs to differentiate");
+  if (Tracer *tr = Tracer::current()) {
+    if (!tr->recordsAutograd()) {
+      throw Error(std::string(caller) +
+                  " inside a trace that keeps no autograd tape (a function with graph breaks, "
+                  "or a graph being replayed): compute the loss in the compiled function and "
+                  "call " +
+                  caller + " outside it, or remove the host reads");
+    }
+    tr->noteBackward();
+  }
+  if (!rootGrads.empty() && rootGrads.size() != roots.size()) {
+    throw Error(std::string(caller) + ": " + std::to_string(rootGrads.size()) +
+                " gradients given for " + std::to_string(roots.size()) + " outputs");
+  }
+  NoGradGuard noGrad; // the rules' ops are not recorded (no higher-order gradients)
+  BackwardRun run{inputs, caller, retainGraph, {}, {}, {}, {}, {}, {}};
+  run.seed(roots, rootGrads);
+  if (inputs) run.checkInputs();
+  const std::vector<Node *> order = reachable(run.rootNodes);
+  if (inputs) run.markPaths(order);
+  for (Node *n : order) run.runNode(n);
+  if (inputs) return run.inputGrads();
+  run.accumulateLeaves();
+  return {};
 }
 
 std::vector<OpKind> graphOps(const Tensor &t) {

@@ -82,6 +82,10 @@ struct ZeroOptimizer::Impl {
   std::optional<Prefetch> prefetched; // a gather in flight before it is needed
 
   void build(nn::ModuleBase &m, ZeroOptions o);
+  // build's parts: a parameter checked; stages 1 and 2's buckets; stage 3's blocks and hooks
+  void checkSlot(const Slot &s) const;
+  void buildBuckets(const std::vector<Slot> &slots);
+  void buildBlocks(nn::ModuleBase &m, const std::vector<Slot> &slots);
   void addUnit(ZeroUnit u);
   void makeOptimizer(ZeroUnit &u);
   Tensor gatherFlat(size_t i);
@@ -178,66 +182,77 @@ void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
   world = dist::world_size();
   std::vector<Slot> slots;
   collectSlots(m, slots);
-  for (const Slot &s : slots) {
-    const Tensor &t = *s.slot;
-    const std::string name =
-        s.owner->path().empty() ? "a parameter of the model" : "a parameter of " + s.owner->path();
-    if (!t.defined()) throw Error(where() + ": " + name + " is undefined");
-    if (t.dtype() != DType::f32 || !t.device().is_cpu() || !t.is_contiguous()) {
-      throw Error(where() + ": " + name + " is " + std::string(dtypeName(t.dtype())) + " on " +
-                  t.device().str() + "; ZeRO shards contiguous f32 CPU parameters");
-    }
-    if (!t.requires_grad() || !t.is_leaf()) {
-      throw Error(where() + ": " + name + " is not a leaf that requires grad");
-    }
-  }
+  for (const Slot &s : slots) checkSlot(s);
   params = m.parameters();
   broadcast_parameters(params); // every rank starts from rank 0's weights
-  // one member per distinct parameter; its slots are every member pointer that holds it
-  auto memberOf = [&](const Slot &s, ZeroUnit &u) {
-    const auto index = static_cast<size_t>(&s - slots.data());
-    for (ZeroMember &mem : u.members) {
-      if (mem.slots.front()->impl() == s.slot->impl()) {
-        mem.slots.push_back(s.slot);
-        mem.indices.push_back(index);
-        return;
-      }
+  if (stage < 3) return buildBuckets(slots);
+  buildBlocks(m, slots);
+}
+
+void ZeroOptimizer::Impl::checkSlot(const Slot &s) const {
+  const Tensor &t = *s.slot;
+  const std::string name =
+      s.owner->path().empty() ? "a parameter of the model" : "a parameter of " + s.owner->path();
+  if (!t.defined()) throw Error(where() + ": " + name + " is undefined");
+  if (t.dtype() != DType::f32 || !t.device().is_cpu() || !t.is_contiguous()) {
+    throw Error(where() + ": " + name + " is " + std::string(dtypeName(t.dtype())) + " on " +
+                t.device().str() + "; ZeRO shards contiguous f32 CPU parameters");
+  }
+  if (!t.requires_grad() || !t.is_leaf()) {
+    throw Error(where() + ": " + name + " is not a leaf that requires grad");
+  }
+}
+
+namespace {
+// Adds slot `s` (an element of `slots`) to unit `u`: one member per distinct parameter; its
+// slots are every member pointer that holds it.
+void addSlot(const std::vector<Slot> &slots, const Slot &s, ZeroUnit &u) {
+  const auto index = static_cast<size_t>(&s - slots.data());
+  for (ZeroMember &mem : u.members) {
+    if (mem.slots.front()->impl() == s.slot->impl()) {
+      mem.slots.push_back(s.slot);
+      mem.indices.push_back(index);
+      return;
     }
-    u.members.push_back({s.slot->shape(), 0, s.slot->numel(), {s.slot}, {index}, s.name, {}});
-  };
-  if (stage < 3) { // buckets of about bucketBytes in parameter order
-    ZeroUnit u;
-    for (const Slot &s : slots) {
-      bool seen = false;
-      for (const ZeroMember &mem : u.members) seen |= mem.slots.front()->impl() == s.slot->impl();
-      const int64_t bytes = f32Bytes(s.slot->numel());
-      int64_t have = 0;
-      for (const ZeroMember &mem : u.members) have += f32Bytes(mem.numel);
-      if (!seen && !u.members.empty() && have + bytes > bucketBytes) {
-        u.name = "bucket " + std::to_string(units.size());
-        addUnit(std::move(u));
-        u = ZeroUnit();
-      }
-      memberOf(s, u);
-    }
-    if (!u.members.empty()) {
+  }
+  u.members.push_back({s.slot->shape(), 0, s.slot->numel(), {s.slot}, {index}, s.name, {}});
+}
+} // namespace
+
+void ZeroOptimizer::Impl::buildBuckets(const std::vector<Slot> &slots) {
+  ZeroUnit u;
+  for (const Slot &s : slots) {
+    bool seen = false;
+    for (const ZeroMember &mem : u.members) seen |= mem.slots.front()->impl() == s.slot->impl();
+    const int64_t bytes = f32Bytes(s.slot->numel());
+    int64_t have = 0;
+    for (const ZeroMember &mem : u.members) have += f32Bytes(mem.numel);
+    if (!seen && !u.members.empty() && have + bytes > bucketBytes) {
       u.name = "bucket " + std::to_string(units.size());
       addUnit(std::move(u));
+      u = ZeroUnit();
     }
-    // a parameter tied across buckets would be updated twice: the buckets are units only
-    for (size_t i = 0; i < units.size(); ++i) {
-      for (size_t j = i + 1; j < units.size(); ++j) {
-        for (const ZeroMember &a : units[i].members) {
-          for (const ZeroMember &b : units[j].members) {
-            if (a.slots.front()->impl() == b.slots.front()->impl()) {
-              throw Error(where() + ": a parameter is registered in two buckets (tied)");
-            }
+    addSlot(slots, s, u);
+  }
+  if (!u.members.empty()) {
+    u.name = "bucket " + std::to_string(units.size());
+    addUnit(std::move(u));
+  }
+  // a parameter tied across buckets would be updated twice: the buckets are units only
+  for (size_t i = 0; i < units.size(); ++i) {
+    for (size_t j = i + 1; j < units.size(); ++j) {
+      for (const ZeroMember &a : units[i].members) {
+        for (const ZeroMember &b : units[j].members) {
+          if (a.slots.front()->impl() == b.slots.front()->impl()) {
+            throw Error(where() + ": a parameter is registered in two buckets (tied)");
           }
         }
       }
     }
-    return;
   }
+}
+
+void ZeroOptimizer::Impl::buildBlocks(nn::ModuleBase &m, const std::vector<Slot> &slots) {
   std::vector<nn::ModuleBase *> blocks;
   collectBlocks(m, blocks);
   ZeroUnit rest;
@@ -249,7 +264,7 @@ void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
     for (size_t b = 0; b < blocks.size(); ++b) {
       if (within(s.owner, blocks[b])) u = &blockUnits[b];
     }
-    memberOf(s, *u);
+    addSlot(slots, s, *u);
   }
   // a parameter tied across units would be gathered and updated twice
   std::vector<const rcjit::detail::TensorImpl *> seen;

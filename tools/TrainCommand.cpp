@@ -8,6 +8,7 @@
 
 #include "tools/BenchStats.h"
 #include "tools/CaptionTraining.h"
+#include "tools/TrainReport.h"
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -35,44 +36,14 @@ namespace rcjit::tools {
 
 namespace {
 
+using train::printTrainTable;
+using train::Settings;
+using train::trainJson;
+using train::TrainRow;
+
 // Token ids of the synthetic stream stay below this (every built-in token model's vocabulary
 // is larger), so a few steps already show the loss falling.
 constexpr int64_t kStreamVocab = 256;
-
-struct Settings {
-  std::string model, optimizer, weights;
-  Device device = Device::cpu();   // --target cuda: the model, batches and compiled code on GPU 0
-  std::string targetLabel = "cpu"; // or "cuda (<GPU name>)"
-  int steps = 20, inferReps = 3;
-  double lr = 0;
-  uint64_t seed = 0;
-  bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
-  bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
-  bool ddp = false;                                 // --dist ddp or zero1/2/3
-  int zeroStage = 0;                                // --dist zero1/2/3
-  bool prefetch = false;                            // --prefetch (zero3)
-  bool checkFinite = false;         // --check-finite: a NaN or infinite loss stops the run
-  std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
-  int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
-  int64_t bucketBytes = int64_t{25} << 20;
-};
-
-struct TrainRow {
-  std::string mode;
-  double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0; // medians
-  Spread stepSpread, inferSpread; // the steps after the first; the timed inference calls
-  std::vector<double> inferMsAll;
-  double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
-  std::vector<double> stepMsAll, losses;
-  std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
-  double commMs = 0;             // median of commMsAll after the first step
-  bool graphDdp = false;         // ddp in full mode: the compiled backward averages the gradients
-  double tokensPerS = 0;         // global batch * seq per median training step
-  double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
-  double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
-  double packedMiB = 0;  // packed weight copies alive after the inference calls (not tensors)
-  CompileStats train, infer;
-};
 
 // One step's batch: the model's inputs and the loss target.
 struct Batch {
@@ -164,148 +135,60 @@ void nonFiniteLoss(const std::string &model, const std::string &mode, int step, 
          "stops at the first one\n";
 }
 
-TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
-                  const Settings &s, std::ostream &err) {
-  cache::clear(); // cold: every mode compiles from scratch
-  const int64_t memoryBefore = memory_stats(s.device).current_bytes;
-  std::unique_ptr<Model> m = info.build(c);
-  if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
-  if (s.device.is_cuda()) m->to(s.device);
-  const std::vector<Tensor> templates = m->makeInputs(c);
-  const size_t nIn = templates.size();
-  ModelConfig global = c; // ddp: the stream makes the global batch; each rank takes its rows
-  global.batch = c.batch * s.world;
-  const std::vector<Tensor> globalTemplates = m->makeInputs(global);
+// The compile options of `mode` under `s`; `graphDdp`: ddp in full mode, where the compiled
+// backward averages the gradients itself, with bucketed all_reduce nodes that a graph pass
+// places as soon as each bucket's gradients exist (dist::ddp_gradient_pass); eager and
+// regional mode average them after backward()
+CompileOptions trainOptions(const std::string &mode, const Settings &s, bool graphDdp) {
   CompileOptions opts;
   opts.mode = parseTrainMode(mode);
   opts.target = s.device.is_cuda() ? Target::cuda : Target::cpu;
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
   if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
-  // ddp in full mode: the compiled backward averages the gradients itself, with bucketed
-  // all_reduce nodes that a graph pass places as soon as each bucket's gradients exist
-  // (dist::ddp_gradient_pass); eager and regional mode average them after backward()
-  const bool graphDdp = s.ddp && s.zeroStage == 0 && mode == "full";
   if (graphDdp) {
     const std::string pass = "rcjit_train_ddp_" + std::to_string(s.bucketBytes);
     if (!has_scheduled_pass(pass))
       register_scheduled_pass(pass, dist::ddp_gradient_pass(s.bucketBytes));
     opts.schedule = {{0, {pass}}};
   }
-  auto lossFn = [&](const std::vector<Tensor> &in) {
-    std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
-    Tensor out = m->forward(inputs);
-    if (in.back().dtype() == DType::i64) return cross_entropy(out, in.back());
-    if (out.shape() != in.back().shape()) {
-      throw Error("rcjit train: " + info.name + " has no token input and its output " +
-                  shapeStr(out.shape()) + " is not shaped like its input " +
-                  shapeStr(in.back().shape()) + ": there is no target to regress");
-    }
-    return mse_loss(out, in.back());
-  };
-  auto loss = compile(lossFn, opts);
+  return opts;
+}
+
+// The optimizer of one mode's run: ZeRO's, or AdamW or SGD over the model's parameters.
+struct TrainOptimizer {
   std::vector<Tensor> params; // none held under ZeRO-3: the parameters live as slices
   std::optional<optim::AdamW> adamw;
   std::optional<optim::SGD> sgd;
   std::optional<dist::ZeroOptimizer> zero;
+};
+
+void makeOptimizer(Model &m, const Settings &s, TrainOptimizer &o) {
   const optim::AdamWOptions adamwOptions{.lr = s.lr};
   const optim::SGDOptions sgdOptions{.lr = s.lr, .momentum = 0.9};
   if (s.zeroStage > 0) { // broadcasts rank 0's weights itself
     const dist::ZeroOptions zo{
         .stage = s.zeroStage, .bucket_bytes = s.bucketBytes, .prefetch = s.prefetch};
     if (s.optimizer == "adamw") {
-      zero.emplace(m->module(), adamwOptions, zo);
+      o.zero.emplace(m.module(), adamwOptions, zo);
     } else {
-      zero.emplace(m->module(), sgdOptions, zo);
+      o.zero.emplace(m.module(), sgdOptions, zo);
     }
   } else {
-    params = m->module().parameters();
-    if (s.ddp) dist::broadcast_parameters(params); // every rank starts from rank 0's weights
+    o.params = m.module().parameters();
+    if (s.ddp) dist::broadcast_parameters(o.params); // every rank starts from rank 0's weights
     if (s.optimizer == "adamw") {
-      adamw.emplace(params, adamwOptions);
+      o.adamw.emplace(o.params, adamwOptions);
     } else {
-      sgd.emplace(params, sgdOptions);
+      o.sgd.emplace(o.params, sgdOptions);
     }
   }
-  // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
-  // they are one graph; the others compile the loss and run backward and the step outside
-  const bool whole = mode == "whole";
-  auto step = [&](const std::vector<Tensor> &in) {
-    adamw ? adamw->zero_grad() : sgd->zero_grad();
-    Tensor l = lossFn(in);
-    l.backward();
-    adamw ? adamw->step() : sgd->step();
-    return l.detach();
-  };
-  auto wholeStep = compile(step, opts);
-  TrainRow r;
-  r.mode = mode;
-  r.graphDdp = graphDdp;
-  auto start = std::chrono::steady_clock::now();
-  bool warned = false; // of a loss that is not finite
-  for (int i = 0; i < s.steps; ++i) {
-    Batch b = batchAt(globalTemplates, s.seed, i);
-    if (s.ddp) b = sliceOfBatch(b, s.rank, s.world);
-    b.inputs.push_back(b.target);
-    if (s.device.is_cuda()) {
-      for (Tensor &t : b.inputs) t = t.to(s.device);
-    }
-    if (i == 0) reset_peak_memory_stats(s.device);
-    auto t0 = std::chrono::steady_clock::now();
-    Tensor l;
-    if (whole) {
-      Autocast ac(DType::bf16, s.autocast);
-      l = wholeStep(b.inputs);
-    } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
-      // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
-      const double waited =
-          zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds();
-      zero->zero_grad();
-      {
-        Autocast ac(DType::bf16, s.autocast);
-        l = loss(b.inputs);
-      }
-      l.backward();
-      zero->step();
-      r.commMsAll.push_back(
-          (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
-          1e3);
-    } else {
-      adamw ? adamw->zero_grad() : sgd->zero_grad();
-      {
-        Autocast ac(DType::bf16, s.autocast);
-        l = loss(b.inputs);
-      }
-      l.backward();
-      if (graphDdp) { // averaged inside the compiled backward: no separate wait
-        r.commMsAll.push_back(0);
-      } else if (s.ddp) { // each rank's loss is the mean over its equal slice: average them
-        r.commMsAll.push_back(dist::all_reduce_gradients(params, s.bucketBytes).waitSeconds * 1e3);
-      }
-      adamw ? adamw->step() : sgd->step();
-    }
-    if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
-    double ms = msSince(t0);
-    double lossValue = l.item();
-    if (s.ddp) { // the global batch's mean loss
-      Tensor mean = Tensor::full({}, lossValue, DType::f64);
-      dist::all_reduce(mean, dist::ReduceOp::mean);
-      lossValue = mean.item();
-    }
-    if (i == 0) {
-      r.firstStepS = ms / 1e3;
-      r.firstPeakMiB = static_cast<double>(memory_stats(s.device).peak_bytes) / (1 << 20);
-      reset_peak_memory_stats(s.device);
-    }
-    r.stepMsAll.push_back(ms);
-    r.losses.push_back(lossValue);
-    if (!std::isfinite(lossValue)) nonFiniteLoss(info.name, mode, i, lossValue, s, warned, err);
-    char line[200];
-    std::snprintf(line, sizeof line, "train: %s %s step %d/%d: loss %.4f, %.1f ms (%.1f s)\n",
-                  info.name.c_str(), mode.c_str(), i + 1, s.steps, r.losses.back(), ms,
-                  msSince(start) / 1e3);
-    err << line << std::flush;
-  }
+}
+
+// The figures after the last training step: memory (the largest over the ranks under
+// ddp), the step times' spread, the throughput and the communication time.
+void finishTrainRow(TrainRow &r, const Settings &s, const ModelConfig &global, const ModelConfig &c,
+                    int64_t memoryBefore) {
   r.laterPeakMiB = static_cast<double>(memory_stats(s.device).peak_bytes) / (1 << 20);
   r.stateMiB = static_cast<double>(memory_stats(s.device).current_bytes - memoryBefore) / (1 << 20);
   r.maxPeakMiB = r.laterPeakMiB;
@@ -317,18 +200,20 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     r.stateMiB = mib.data<double>()[0];
     r.maxPeakMiB = mib.data<double>()[1];
   }
-  if (zero) zero->unshard(); // ZeRO-3: every parameter back in the model for inference
   r.stepSpread = summarize(std::vector<double>(r.stepMsAll.begin() + 1, r.stepMsAll.end()));
   r.stepMs = r.stepSpread.median;
   r.tokensPerS = static_cast<double>(global.batch * c.seq) / (r.stepMs / 1e3);
   if (s.ddp) r.commMs = median(std::vector<double>(r.commMsAll.begin() + 1, r.commMsAll.end()));
-  r.train = whole ? wholeStep.stats() : loss.stats();
-  // inference: the forward alone, no graph recorded, compiled the same way; the first call
-  // (its compile) is not timed
+}
+
+// The inference columns: the forward alone, no graph recorded, compiled the same way; the
+// first call (its compile) is not timed.
+void measureInference(TrainRow &r, Model &m, const CompileOptions &opts,
+                      const std::vector<Tensor> &templates, const Settings &s) {
   NoGradGuard noGrad;
   CompileOptions inferOpts = opts;
   inferOpts.schedule.clear(); // unsharded again: the ZeRO passes have nothing to do
-  auto forward = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, inferOpts);
+  auto forward = compile([&](const std::vector<Tensor> &in) { return m.forward(in); }, inferOpts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
   if (s.device.is_cuda()) {
     for (Tensor &t : in) t = t.to(s.device);
@@ -347,217 +232,173 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   r.inferMs = r.inferSpread.median;
   r.infer = forward.stats();
   r.packedMiB = static_cast<double>(memory_stats().packed_weight_bytes) / (1 << 20);
+}
+
+// Step i's batch: the global batch of the stream (this rank's rows under ddp) with the
+// target last, on the device.
+std::vector<Tensor> trainBatch(const std::vector<Tensor> &globalTemplates, const Settings &s,
+                               int i) {
+  Batch b = batchAt(globalTemplates, s.seed, i);
+  if (s.ddp) b = sliceOfBatch(b, s.rank, s.world);
+  b.inputs.push_back(b.target);
+  if (s.device.is_cuda()) {
+    for (Tensor &t : b.inputs) t = t.to(s.device);
+  }
+  return std::move(b.inputs);
+}
+
+// Step i's figures: its time, its loss (the mean over the ranks under ddp), the first
+// step's peak memory; and its progress line.
+void recordStep(TrainRow &r, const Tensor &l, double ms, int i, const std::string &model,
+                const Settings &s, std::chrono::steady_clock::time_point start, bool &warned,
+                std::ostream &err) {
+  double lossValue = l.item();
+  if (s.ddp) { // the global batch's mean loss
+    Tensor mean = Tensor::full({}, lossValue, DType::f64);
+    dist::all_reduce(mean, dist::ReduceOp::mean);
+    lossValue = mean.item();
+  }
+  if (i == 0) {
+    r.firstStepS = ms / 1e3;
+    r.firstPeakMiB = static_cast<double>(memory_stats(s.device).peak_bytes) / (1 << 20);
+    reset_peak_memory_stats(s.device);
+  }
+  r.stepMsAll.push_back(ms);
+  r.losses.push_back(lossValue);
+  if (!std::isfinite(lossValue)) nonFiniteLoss(model, r.mode, i, lossValue, s, warned, err);
+  char line[200];
+  std::snprintf(line, sizeof line, "train: %s %s step %d/%d: loss %.4f, %.1f ms (%.1f s)\n",
+                model.c_str(), r.mode.c_str(), i + 1, s.steps, r.losses.back(), ms,
+                msSince(start) / 1e3);
+  err << line << std::flush;
+}
+
+TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
+                  const Settings &s, std::ostream &err) {
+  cache::clear(); // cold: every mode compiles from scratch
+  const int64_t memoryBefore = memory_stats(s.device).current_bytes;
+  std::unique_ptr<Model> m = info.build(c);
+  if (!s.weights.empty()) loadWeights(m->module(), s.weights, WeightNaming::forModel(info.name));
+  if (s.device.is_cuda()) m->to(s.device);
+  const std::vector<Tensor> templates = m->makeInputs(c);
+  const size_t nIn = templates.size();
+  ModelConfig global = c; // ddp: the stream makes the global batch; each rank takes its rows
+  global.batch = c.batch * s.world;
+  const std::vector<Tensor> globalTemplates = m->makeInputs(global);
+  const bool graphDdp = s.ddp && s.zeroStage == 0 && mode == "full";
+  const CompileOptions opts = trainOptions(mode, s, graphDdp);
+  auto lossFn = [&](const std::vector<Tensor> &in) {
+    std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
+    Tensor out = m->forward(inputs);
+    if (in.back().dtype() == DType::i64) return cross_entropy(out, in.back());
+    if (out.shape() != in.back().shape()) {
+      throw Error("rcjit train: " + info.name + " has no token input and its output " +
+                  shapeStr(out.shape()) + " is not shaped like its input " +
+                  shapeStr(in.back().shape()) + ": there is no target to regress");
+    }
+    return mse_loss(out, in.back());
+  };
+  auto loss = compile(lossFn, opts);
+  TrainOptimizer o;
+  makeOptimizer(*m, s, o);
+  std::optional<optim::AdamW> &adamw = o.adamw;
+  std::optional<optim::SGD> &sgd = o.sgd;
+  std::optional<dist::ZeroOptimizer> &zero = o.zero;
+  // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
+  // they are one graph; the others compile the loss and run backward and the step outside
+  const bool whole = mode == "whole";
+  auto step = [&](const std::vector<Tensor> &in) {
+    adamw ? adamw->zero_grad() : sgd->zero_grad();
+    Tensor l = lossFn(in);
+    l.backward();
+    adamw ? adamw->step() : sgd->step();
+    return l.detach();
+  };
+  auto wholeStep = compile(step, opts);
+  TrainRow r;
+  r.mode = mode;
+  r.graphDdp = graphDdp;
+  auto start = std::chrono::steady_clock::now();
+  bool warned = false; // of a loss that is not finite
+  for (int i = 0; i < s.steps; ++i) {
+    const std::vector<Tensor> inputs = trainBatch(globalTemplates, s, i);
+    if (i == 0) reset_peak_memory_stats(s.device);
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor l;
+    if (whole) {
+      Autocast ac(DType::bf16, s.autocast);
+      l = wholeStep(inputs);
+    } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
+      // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
+      const double waited =
+          zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds();
+      zero->zero_grad();
+      {
+        Autocast ac(DType::bf16, s.autocast);
+        l = loss(inputs);
+      }
+      l.backward();
+      zero->step();
+      r.commMsAll.push_back(
+          (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
+          1e3);
+    } else {
+      adamw ? adamw->zero_grad() : sgd->zero_grad();
+      {
+        Autocast ac(DType::bf16, s.autocast);
+        l = loss(inputs);
+      }
+      l.backward();
+      if (graphDdp) { // averaged inside the compiled backward: no separate wait
+        r.commMsAll.push_back(0);
+      } else if (s.ddp) { // each rank's loss is the mean over its equal slice: average them
+        r.commMsAll.push_back(dist::all_reduce_gradients(o.params, s.bucketBytes).waitSeconds *
+                              1e3);
+      }
+      adamw ? adamw->step() : sgd->step();
+    }
+    if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
+    recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
+  }
+  finishTrainRow(r, s, global, c, memoryBefore);
+  if (zero) zero->unshard(); // ZeRO-3: every parameter back in the model for inference
+  r.train = whole ? wholeStep.stats() : loss.stats();
+  measureInference(r, *m, opts, templates, s);
   return r;
 }
 
-void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
-                     const Settings &s, const std::vector<TrainRow> &rows) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s - %s, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s",
-                model.c_str(), s.targetLabel.c_str(),
-                s.autocast ? "bf16 autocast (f32 parameters)"
-                           : std::string(dtypeName(c.dtype)).c_str(),
-                static_cast<long long>(c.batch * s.world), static_cast<long long>(c.seq), s.steps,
-                s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
-                s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
-  out << buf;
-  if (s.ddp) {
-    std::snprintf(buf, sizeof buf, ", %s%s on %d rank%s (%lld rows each)",
-                  s.zeroStage ? ("zero" + std::to_string(s.zeroStage)).c_str() : "ddp",
-                  s.prefetch ? " + prefetch" : "", s.world, s.world == 1 ? "" : "s",
-                  static_cast<long long>(c.batch));
-    out << buf;
-    if (s.zeroStage == 3) out << ", --schedule " << s.schedule << " for compiled modes";
-  }
-  out << "\n";
-  std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
-                "initial step", "initial peak", "training step", "inference", "vs eager",
-                "first loss", "last loss");
-  out << buf;
-  std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "",
-                "(s)", "(MiB)", "(ms, median)", "(ms)", "(train)", "", "");
-  out << buf;
-  const TrainRow *eager = nullptr;
-  for (const TrainRow &r : rows) {
-    if (r.mode == "eager") eager = &r;
-  }
-  for (const TrainRow &r : rows) {
-    std::string ratio = eager ? "" : "-";
-    if (eager) {
-      char x[32];
-      std::snprintf(x, sizeof x, "%.2fx", eager->stepMs / r.stepMs);
-      ratio = x;
-    }
-    std::snprintf(buf, sizeof buf,
-                  "%-22s| %-13.3f| %-13.1f| %-14.1f| %-12.1f| %-9s| %-10.4f| %-10.4f\n",
-                  modeTitle(r.mode).c_str(), r.firstStepS, r.firstPeakMiB, r.stepMs, r.inferMs,
-                  ratio.c_str(), r.losses.front(), r.losses.back());
-    out << buf;
-  }
-  for (const TrainRow &r : rows) {
-    std::snprintf(buf, sizeof buf,
-                  "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps", r.mode.c_str(),
-                  r.tokensPerS, r.laterPeakMiB);
-    out << buf;
-    if (r.graphDdp) {
-      out << "; the gradients averaged inside the compiled backward (bucketed all_reduce nodes "
-             "of a graph pass)";
-    } else if (s.ddp && s.zeroStage == 0) {
-      std::snprintf(buf, sizeof buf,
-                    "; waiting on the gradients' all_reduce %.1f ms per step (median, %.0f %% of "
-                    "the step)",
-                    r.commMs, 100 * r.commMs / r.stepMs);
-      out << buf;
-    } else if (s.ddp) {
-      std::snprintf(buf, sizeof buf,
-                    "; waiting on communication (reduce-scatters, all-gathers) %.1f ms per step "
-                    "(median, %.0f %% of the step)",
-                    r.commMs, 100 * r.commMs / r.stepMs);
-      out << buf;
-    }
-    std::snprintf(buf, sizeof buf,
-                  "\n  %s: %s %.1f MiB held after the last step (parameters, gradients, "
-                  "optimizer state), peak %.1f MiB in later steps",
-                  r.mode.c_str(),
-                  s.ddp ? "per rank (the largest over ranks):" : "memory:", r.stateMiB,
-                  r.maxPeakMiB);
-    out << buf;
-    if (r.packedMiB > 0) {
-      std::snprintf(buf, sizeof buf, "; packed weight copies %.1f MiB after inference",
-                    r.packedMiB);
-      out << buf;
-    }
-    out << "\n";
-  }
-  for (const TrainRow &r : rows) { // the spread behind each median
-    const Spread &st = r.stepSpread, &in = r.inferSpread;
-    out << "  " << r.mode << ": training step median " << formatMeasured(st.median) << " ms, IQR "
-        << formatMeasured(st.iqr()) << ", min " << formatMeasured(st.min) << ", n " << st.n
-        << "; inference median " << formatMeasured(in.median) << " ms, IQR "
-        << formatMeasured(in.iqr()) << ", min " << formatMeasured(in.min) << ", n " << in.n << "\n";
-  }
-  for (const TrainRow &r : rows) {
-    out << spreadWarning(modeTitle(r.mode) + " training step", r.stepSpread)
-        << spreadWarning(modeTitle(r.mode) + " inference", r.inferSpread);
-  }
-  for (const TrainRow &r : rows) {
-    if (r.mode == "eager") continue;
-    std::snprintf(buf, sizeof buf,
-                  "  %s: training %d compile%s, %d cache hit%s, %.1f ms tracing+compiling "
-                  "(inside the initial step); inference %d compile%s\n",
-                  r.mode.c_str(), r.train.compiles, r.train.compiles == 1 ? "" : "s",
-                  r.train.cache_hits, r.train.cache_hits == 1 ? "" : "s",
-                  r.train.compile_seconds * 1e3, r.infer.compiles,
-                  r.infer.compiles == 1 ? "" : "s");
-    out << buf;
-    if (eager) { // the modes train the same model on the same batches: their losses agree
-      double a = eager->losses.back(), b = r.losses.back();
-      double rel = std::abs(a - b) / std::max(std::abs(a), 1e-12);
-      if (!(rel <= 1e-2)) {
-        std::snprintf(buf, sizeof buf,
-                      "  note: %s's last loss differs from eager's by %.2f %% (%.6g vs %.6g)\n",
-                      r.mode.c_str(), rel * 100, b, a);
-        out << buf;
-      }
-    }
-  }
-}
-
-// Why a row's medians should not be trusted (null when both spreads are small).
-nlohmann::json spreadWarnings(const TrainRow &r) {
-  std::string step = spreadProblem(r.stepSpread), infer = spreadProblem(r.inferSpread);
-  if (step.empty() && infer.empty()) return nullptr;
-  return (step.empty() ? "" : "training step: " + step) +
-         (!step.empty() && !infer.empty() ? "; " : "") +
-         (infer.empty() ? "" : "inference: " + infer);
-}
-
-nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const Settings &s,
-                         int64_t parameters, const std::vector<TrainRow> &rows) {
-  nlohmann::json j;
-  j["model"] = model;
-  j["batch"] = c.batch * s.world;
-  j["dist"] = !s.ddp ? "none" : s.zeroStage ? "zero" + std::to_string(s.zeroStage) : "ddp";
-  j["world_size"] = s.world;
-  j["prefetch"] = s.prefetch;
-  j["schedule"] = s.schedule;
-  j["seq"] = c.seq;
-  j["layers"] = c.layers > 0 ? nlohmann::json(c.layers) : nlohmann::json(nullptr);
-  j["parameters"] = parameters;
-  j["dtype"] = s.autocast ? "bf16" : std::string(dtypeName(c.dtype));
-  j["autocast"] = s.autocast;
-  j["parameter_dtype"] = std::string(dtypeName(c.dtype));
-  j["steps"] = s.steps;
-  j["max_autotune"] = s.maxAutotune;
-  j["reduce_overhead"] = s.reduceOverhead;
-  j["optimizer"] = s.optimizer;
-  j["lr"] = s.lr;
-  j["seed"] = s.seed;
-  j["machine"] = {{"cpu", hostCpuName()},
-                  {"threads", std::thread::hardware_concurrency()},
-                  {"target", s.targetLabel},
-                  {"rcjit", RCJIT_VERSION_STRING_TOOL}};
-  for (const TrainRow &r : rows) {
-    j["results"].push_back({{"mode", r.mode},
-                            {"initial_step_s", r.firstStepS},
-                            {"initial_step_peak_mib", r.firstPeakMiB},
-                            {"later_steps_peak_mib", r.laterPeakMiB},
-                            {"train_step_ms", r.stepMs},
-                            {"train_step_ms_stats", spreadJson(r.stepSpread)},
-                            {"inference_ms", r.inferMs},
-                            {"inference_ms_stats", spreadJson(r.inferSpread)},
-                            {"inference_ms_samples", r.inferMsAll},
-                            {"spread_warning", spreadWarnings(r)},
-                            {"first_loss", r.losses.front()},
-                            {"last_loss", r.losses.back()},
-                            {"step_ms", r.stepMsAll},
-                            {"losses", r.losses},
-                            {"compiles", r.train.compiles},
-                            {"cache_hits", r.train.cache_hits},
-                            {"compile_seconds", r.train.compile_seconds},
-                            {"inference_compiles", r.infer.compiles},
-                            {"tokens_per_s", r.tokensPerS},
-                            {"comm_wait_ms", r.commMs},
-                            {"model_state_mib", r.stateMiB},
-                            {"peak_mib_largest_rank", r.maxPeakMiB},
-                            {"packed_weight_mib", r.packedMiB},
-                            {"comm_wait_ms_steps", r.commMsAll}});
-  }
-  return j;
-}
-
-} // namespace
-
-int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
-  po::options_description desc(
-      "rcjit train: train a built-in model per mode on a synthetic batch stream");
-  Settings s;
+// The flags of `rcjit train` that are not Settings fields as they are given.
+struct TrainFlags {
   std::string modes, dtype, json, lr, strategies, distMode, target;
   int64_t batch = 4, seq = 128;
   double bucketMiB = 25;
   int layers = -1;
+};
+
+// The flags' descriptions, bound to `s` and `f`.
+void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) {
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&s.model)->default_value("gpt2"), "model name (see 'rcjit models')")(
-      "modes", po::value(&modes)->default_value("eager,full,regional"),
+      "modes", po::value(&f.modes)->default_value("eager,full,regional"),
       "comma list of modes: eager, full, regional, whole (forward, backward and optimizer "
-      "step compiled as one graph)")("batch", po::value(&batch)->default_value(4), "batch size")(
-      "seq", po::value(&seq)->default_value(128), "sequence length")(
+      "step compiled as one graph)")("batch", po::value(&f.batch)->default_value(4), "batch size")(
+      "seq", po::value(&f.seq)->default_value(128), "sequence length")(
       "steps", po::value(&s.steps)->default_value(20),
       "training steps per mode (at least 2; with --strategy the default is 60: a warm-up of 20, "
-      "then the 40 steps/s measures)")("layers", po::value(&layers)->default_value(-1),
+      "then the 40 steps/s measures)")("layers", po::value(&f.layers)->default_value(-1),
                                        "override the number of layers")(
-      "dtype", po::value(&dtype)->default_value("f32"),
+      "dtype", po::value(&f.dtype)->default_value("f32"),
       "f32, or bf16: matmul, linear, conv2d and attention under Autocast(bf16) with f32 "
       "parameters, optimizer state and gradients")(
       "optimizer", po::value(&s.optimizer)->default_value("adamw"),
       "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
-      "lr", po::value(&lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
+      "lr", po::value(&f.lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
       "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
-      "json", po::value(&json), "also write every figure, step times and losses to FILE")(
+      "json", po::value(&f.json), "also write every figure, step times and losses to FILE")(
       "weights", po::value(&s.weights),
       "start from parameters in FILE.safetensors (Hugging Face names; every shape checked); "
       "without it the weights are random (seeded)")(
-      "strategy", po::value(&strategies),
+      "strategy", po::value(&f.strategies),
       "vit-gpt2 only: the captioning workflow at CPU sizes under these comma-separated "
       "dynamic-shape strategies (pad-max, pad-longest, mark-dynamic, buckets, modular, "
       "regional, warm; or all), each against eager on the same batches")(
@@ -565,9 +406,9 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "compiled modes with CompileOptions::max_autotune")(
       "reduce-overhead", po::bool_switch(&s.reduceOverhead),
       "compiled modes with CompileOptions::reduce_overhead")(
-      "target", po::value(&target)->default_value("cpu"),
+      "target", po::value(&f.target)->default_value("cpu"),
       "cpu or cuda (an NVIDIA GPU: the model, its batches and the compiled code on GPU 0)")(
-      "dist", po::value(&distMode)->default_value("none"),
+      "dist", po::value(&f.distMode)->default_value("none"),
       "none; ddp: data parallel over the ranks mpirun starts (--batch is the global batch); "
       "zero1, zero2, zero3: ddp with the optimizer state, + gradients, + parameters sharded "
       "over the ranks (zero3 compiled: through the pass schedule, see --schedule)")(
@@ -575,35 +416,33 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "zero3, compiled modes: default (the pass zero3 from step 0, + selective_unshard and "
       "prefetch from step 2), zero3 (the zero3 pass alone) or none (no passes: zero3 runs "
       "eagerly, --modes eager)")(
-      "bucket-mb", po::value(&bucketMiB)->default_value(25),
+      "bucket-mb", po::value(&f.bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),
                       "zero3: gather the block expected next while one runs")(
       "check-finite", po::bool_switch(&s.checkFinite),
       "stop with an error at the first NaN or infinite loss (without it: a warning, once per "
       "mode, and training goes on, as in PyTorch)");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
-  if (batch <= 0 || seq <= 0) throw std::invalid_argument("--batch and --seq must be positive");
-  checkSeqFlag(modelNamed(s.model), seq); // before anything sized by it is allocated
+}
+
+// The flags checked, in the order their messages are given, and Settings filled from them
+// (not yet the device and the ranks). Throws std::invalid_argument.
+void checkTrainFlags(Settings &s, const TrainFlags &f, const po::variables_map &vm) {
+  if (f.batch <= 0 || f.seq <= 0) throw std::invalid_argument("--batch and --seq must be positive");
+  checkSeqFlag(modelNamed(s.model), f.seq); // before anything sized by it is allocated
   if (s.steps < 2) {
     throw std::invalid_argument("--steps: " + std::to_string(s.steps) +
                                 " is fewer than 2 (the step time is the median after the first)");
   }
-  checkLayersFlag(layers);
-  if (dtype != "f32" && dtype != "bf16") {
-    throw std::invalid_argument("--dtype: '" + dtype + "' is not f32 or bf16");
+  checkLayersFlag(f.layers);
+  if (f.dtype != "f32" && f.dtype != "bf16") {
+    throw std::invalid_argument("--dtype: '" + f.dtype + "' is not f32 or bf16");
   }
-  s.autocast = dtype == "bf16";
-  if (target != "cpu" && target != "cuda") {
-    throw std::invalid_argument("--target: '" + target + "' is not cpu or cuda");
+  s.autocast = f.dtype == "bf16";
+  if (f.target != "cpu" && f.target != "cuda") {
+    throw std::invalid_argument("--target: '" + f.target + "' is not cpu or cuda");
   }
-  if (target == "cuda" && (distMode != "none" || vm.count("strategy"))) {
+  if (f.target == "cuda" && (f.distMode != "none" || vm.count("strategy"))) {
     throw std::invalid_argument("--target cuda trains in one process on one GPU (no --dist, "
                                 "no --strategy: collectives on GPU tensors need NCCL, not "
                                 "built yet)");
@@ -615,73 +454,80 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   if (vm.count("lr")) {
     size_t used = 0;
     try {
-      s.lr = std::stod(lr, &used);
+      s.lr = std::stod(f.lr, &used);
     } catch (const std::exception &) {
       used = 0;
     }
-    if (used != lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
-      throw std::invalid_argument("--lr: '" + lr + "' is not a positive number");
+    if (used != f.lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
+      throw std::invalid_argument("--lr: '" + f.lr + "' is not a positive number");
     }
   }
-  if (distMode == "zero1" || distMode == "zero2" || distMode == "zero3") {
-    s.zeroStage = distMode.back() - '0';
-  } else if (distMode != "none" && distMode != "ddp") {
-    throw std::invalid_argument("--dist: unknown mode '" + distMode +
+  if (f.distMode == "zero1" || f.distMode == "zero2" || f.distMode == "zero3") {
+    s.zeroStage = f.distMode.back() - '0';
+  } else if (f.distMode != "none" && f.distMode != "ddp") {
+    throw std::invalid_argument("--dist: unknown mode '" + f.distMode +
                                 "' (expected none, ddp, zero1, zero2 or zero3)");
   }
-  if (!(bucketMiB > 0) || !std::isfinite(bucketMiB)) {
+  if (!(f.bucketMiB > 0) || !std::isfinite(f.bucketMiB)) {
     char value[32];
-    std::snprintf(value, sizeof value, "%g", bucketMiB);
+    std::snprintf(value, sizeof value, "%g", f.bucketMiB);
     throw std::invalid_argument("--bucket-mb: " + std::string(value) +
                                 " is not a positive number of MiB");
   }
-  s.bucketBytes = std::max<int64_t>(1, static_cast<int64_t>(bucketMiB * (1 << 20)));
-  if (distMode != "none" && vm.count("strategy")) {
+  s.bucketBytes = std::max<int64_t>(1, static_cast<int64_t>(f.bucketMiB * (1 << 20)));
+  if (f.distMode != "none" && vm.count("strategy")) {
     throw std::invalid_argument("--strategy: the captioning workflow runs in one process "
                                 "(no --dist)");
   }
-  if (vm.count("strategy")) { // the captioning workflow
-    if (s.model != "vit-gpt2") {
-      throw std::invalid_argument("--strategy: the captioning workflow trains vit-gpt2 (use "
-                                  "--model vit-gpt2), not " +
-                                  s.model);
-    }
-    if (dtype != "f32" || vm.count("weights") || !vm["layers"].defaulted() || s.maxAutotune ||
-        s.reduceOverhead || s.optimizer != "adamw") {
-      throw std::invalid_argument("--strategy: the captioning workflow trains f32 with AdamW "
-                                  "at its own CPU size (no --dtype, --weights, --layers, "
-                                  "--optimizer, --max-autotune, --reduce-overhead)");
-    }
-    CaptionSettings cs;
-    for (const std::string &name : splitList(strategies)) {
-      if (name == "all") {
-        cs.strategies = captionStrategies();
-        continue;
-      }
-      const auto &known = captionStrategies();
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
-        throw std::invalid_argument("--strategy: unknown strategy '" + name +
-                                    "' (expected pad-max, pad-longest, mark-dynamic, buckets, "
-                                    "modular, regional, warm, eager or all)");
-      }
-      cs.strategies.push_back(name);
-    }
-    if (cs.strategies.empty()) throw std::invalid_argument("--strategy needs a value");
-    if (!vm["steps"].defaulted()) cs.steps = s.steps; // else the workflow's own default
-    cs.warmupSteps = captionWarmupSteps(cs.steps);
-    cs.batch = vm["batch"].defaulted() ? 8 : batch;
-    cs.lr = s.lr;
-    cs.seed = s.seed;
-    cs.json = json;
-    captionTrain(cs, out, err);
-    return kOk;
+}
+
+// --strategy: the captioning workflow (tools/CaptionTraining.h).
+int captionCommand(const Settings &s, const TrainFlags &f, const po::variables_map &vm,
+                   std::ostream &out, std::ostream &err) {
+  if (s.model != "vit-gpt2") {
+    throw std::invalid_argument("--strategy: the captioning workflow trains vit-gpt2 (use "
+                                "--model vit-gpt2), not " +
+                                s.model);
   }
-  std::vector<std::string> modeList = splitList(modes);
+  if (f.dtype != "f32" || vm.count("weights") || !vm["layers"].defaulted() || s.maxAutotune ||
+      s.reduceOverhead || s.optimizer != "adamw") {
+    throw std::invalid_argument("--strategy: the captioning workflow trains f32 with AdamW "
+                                "at its own CPU size (no --dtype, --weights, --layers, "
+                                "--optimizer, --max-autotune, --reduce-overhead)");
+  }
+  CaptionSettings cs;
+  for (const std::string &name : splitList(f.strategies)) {
+    if (name == "all") {
+      cs.strategies = captionStrategies();
+      continue;
+    }
+    const auto &known = captionStrategies();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw std::invalid_argument("--strategy: unknown strategy '" + name +
+                                  "' (expected pad-max, pad-longest, mark-dynamic, buckets, "
+                                  "modular, regional, warm, eager or all)");
+    }
+    cs.strategies.push_back(name);
+  }
+  if (cs.strategies.empty()) throw std::invalid_argument("--strategy needs a value");
+  if (!vm["steps"].defaulted()) cs.steps = s.steps; // else the workflow's own default
+  cs.warmupSteps = captionWarmupSteps(cs.steps);
+  cs.batch = vm["batch"].defaulted() ? 8 : f.batch;
+  cs.lr = s.lr;
+  cs.seed = s.seed;
+  cs.json = f.json;
+  captionTrain(cs, out, err);
+  return kOk;
+}
+
+// The --modes list, checked against the other flags. Throws std::invalid_argument.
+std::vector<std::string> trainModes(const Settings &s, const TrainFlags &f) {
+  std::vector<std::string> modeList = splitList(f.modes);
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
   for (const std::string &m : modeList) parseTrainMode(m);
-  if (distMode != "none" &&
+  if (f.distMode != "none" &&
       std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
-    throw std::invalid_argument("--modes whole with --dist " + distMode +
+    throw std::invalid_argument("--modes whole with --dist " + f.distMode +
                                 " is not built yet: the gradients' collectives would have to be "
                                 "in the step's graph (collectives as ops of the IR)");
   }
@@ -706,18 +552,39 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       }
     }
   }
+  return modeList;
+}
+
+} // namespace
+
+int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
+  po::options_description desc(
+      "rcjit train: train a built-in model per mode on a synthetic batch stream");
+  Settings s;
+  TrainFlags f;
+  addTrainOptions(desc, s, f);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    out << desc;
+    return kOk;
+  }
+  checkTrainFlags(s, f, vm);
+  if (vm.count("strategy")) return captionCommand(s, f, vm, out, err);
+  const std::vector<std::string> modeList = trainModes(s, f);
   const ModelInfo &info = modelNamed(s.model);
-  if (target == "cuda") { // a clear Error here when there is no GPU
+  if (f.target == "cuda") { // a clear Error here when there is no GPU
     s.device = Device::cuda();
     s.targetLabel = "cuda (" + cuda::DeviceContext::get(0).info().name + ")";
   }
-  if (distMode != "none") {
+  if (f.distMode != "none") {
     dist::init(); // the launcher's ranks; a world of 1 without mpirun
     s.ddp = true;
     s.rank = dist::rank();
     s.world = dist::world_size();
-    if (batch % s.world != 0) {
-      throw std::invalid_argument("--batch " + std::to_string(batch) +
+    if (f.batch % s.world != 0) {
+      throw std::invalid_argument("--batch " + std::to_string(f.batch) +
                                   " is the global batch: it must be divisible by the " +
                                   std::to_string(s.world) + " ranks");
     }
@@ -726,12 +593,12 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   std::ostream silent(nullptr); // no buffer: discards what it is given
   std::ostream &shown = s.rank == 0 ? out : silent;
   std::ostream &progress = s.rank == 0 ? err : silent;
-  if (s.rank != 0) json.clear();
-  std::ofstream jsonFile = openJsonOutput(json); // checked before the work starts
+  if (s.rank != 0) f.json.clear();
+  std::ofstream jsonFile = openJsonOutput(f.json); // checked before the work starts
   ModelConfig c;
-  c.batch = batch / s.world;
-  c.seq = seq;
-  c.layers = layers;
+  c.batch = f.batch / s.world;
+  c.seq = f.seq;
+  c.layers = f.layers;
   c.seed = s.seed;
   TempCacheDir tmp("train"); // a fresh cache: every mode's first step is cold
   std::vector<TrainRow> rows;
@@ -740,9 +607,9 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
     rows.push_back(trainOne(info, c, mode, s, progress));
   }
   printTrainTable(shown, s.model, c, s, rows);
-  if (!json.empty()) {
+  if (!f.json.empty()) {
     jsonFile << trainJson(s.model, c, s, info.countParameters(c), rows).dump(2) << "\n";
-    closeOutput(jsonFile, "--json", json);
+    closeOutput(jsonFile, "--json", f.json);
   }
   return kOk;
 }

@@ -1,10 +1,10 @@
-// The CPU executor: base pointers per buffer, then each step in order.
+// CpuProgram: its kernels compiled, its specializations per size assignment, the arena pool,
+// and the runners of one kernel, launch run or oneDNN step (a call itself: CpuCall.cpp).
 #include "targets/cpu/CpuProgram.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -18,16 +18,13 @@
 #include "cache/ClearHooks.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
-#include "dist/CompiledWaits.h"
-#include "dist/IrCollectives.h"
 #include "support/Events.h"
-#include "support/Profiler.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
+#include "targets/cpu/CpuCall.h"
 #include "targets/cpu/CpuKernels.h"
-#include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::cpu {
@@ -42,33 +39,11 @@ constexpr int64_t kParallelWork = 1 << 15;
 // operations per chunk ran ~10 % slower than 64K or 256K).
 constexpr int64_t kChunkWork = 1 << 16;
 constexpr int64_t kChunksPerThread = 16;
-// An eager step (an op with no compiled form, as embedding) whose operands and result each
-// have fewer elements than this runs on the calling thread.
-constexpr int64_t kSerialEagerElems = 1 << 20;
-
-// Whether eager step `s` runs on the calling thread (OpenMP's count at 1): when it touches
-// fewer than kSerialEagerElems elements of each operand and of its result. An OpenMP region
-// would leave libgomp's threads spin-waiting for milliseconds afterwards, taking the cores
-// from the work pool (and, on a busy machine, from everyone). embedding reads only the
-// table rows its ids name (as many as it writes), not the table: gpt2's 38.6M-element table
-// made its 98K-element lookup such a region, whose thread then spun ~20 ms of every call.
-bool eagerOnCallingThread(const Program &p, const Step &s) {
-  auto numel = [&](int v) {
-    int64_t n = 1;
-    for (int64_t d : p.values[v].shape) n *= d;
-    return n;
-  };
-  int64_t elems = numel(s.result);
-  for (size_t j = 0; j < s.operands.size(); ++j) {
-    if (s.op == OpKind::embedding && j == 0) continue;
-    elems = std::max(elems, numel(s.operands[j]));
-  }
-  return elems < kSerialEagerElems;
-}
 
 int64_t poolChunks(int64_t work, int64_t points, int threads) {
   const int64_t most = kChunksPerThread * std::max(threads, WorkPool::instance().threads());
-  return std::max<int64_t>(1, std::min({points, most, std::max<int64_t>(threads, work / kChunkWork)}));
+  return std::max<int64_t>(1,
+                           std::min({points, most, std::max<int64_t>(threads, work / kChunkWork)}));
 }
 
 int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
@@ -78,49 +53,6 @@ int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   }
   return n;
 }
-
-// A tensor viewing external memory (arena or another tensor's storage) without owning it.
-Tensor viewOf(char *base, const Value &v, const std::shared_ptr<detail::Storage> &owner) {
-  auto impl = std::make_shared<detail::TensorImpl>();
-  if (owner) {
-    impl->storage = owner;
-    impl->offset =
-        (base - static_cast<char *>(owner->data)) / static_cast<int64_t>(dtypeSize(v.dtype)) +
-        v.offset;
-  } else {
-    impl->storage = std::make_shared<detail::Storage>();
-    impl->storage->data = base;
-    impl->offset = v.offset;
-  }
-  impl->shape = v.shape;
-  impl->strides = v.strides;
-  impl->dtype = v.dtype;
-  return Tensor(std::move(impl));
-}
-} // namespace
-
-// Scratch memory of one call: tensor storage, so memory_stats counts it (a compiled step's
-// peak includes its intermediates).
-// A pooled arena between calls is idle: like a block in the storage block cache it is held
-// for reuse but not counted by memory_stats, which counts what calls use.
-struct CpuProgram::Arena {
-  std::shared_ptr<detail::Storage> storage;
-  char *data = nullptr;
-  int64_t bytes = 0;
-  bool idle = false;
-  // A call's per-buffer vectors, kept with the arena so that a call allocates none of them
-  // once they have grown (emptied of tensors between calls)
-  std::vector<char *> bases;
-  std::vector<Tensor> outBuffers, dynamic;
-  void setIdle(bool now) {
-    if (storage && idle != now)
-      detail::countIdle(Device::cpu(), static_cast<int64_t>(storage->nbytes), now);
-    idle = now;
-  }
-  ~Arena() { setIdle(false); } // counted again, so that freeing the storage uncounts it
-};
-
-namespace {
 
 // Compiled kernels of this process, keyed by their text with the name left out: identical
 // kernels (the same layer in 64 places, the same graph compiled twice) compile once while a
@@ -401,7 +333,8 @@ void CpuProgram::runKernels(const Spec &spec, size_t first, size_t last, char *c
   int64_t points = 0; // the chunks cut at outer points, of which the run has this many
   for (const Member &m : members) points += m.outer;
   const int64_t chunks = poolChunks(total, points, threads);
-  WorkPool::instance().run(chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); });
+  WorkPool::instance().run(
+      chunks, [&](int64_t c) { share(static_cast<int>(c), static_cast<int>(chunks)); });
 }
 
 void CpuProgram::runLibrary(const Spec &spec, size_t i, char *const *operands, char *result,
@@ -466,105 +399,6 @@ bool CpuProgram::loadTuning(const Spec &spec) const {
   }
   spec.threads = std::move(threads);
   return true;
-}
-
-// The first call of an autotuned program at some sizes: each kernel and oneDNN step runs
-// under every candidate on the call's inputs (steps are pure: they write only their
-// result, which no operand aliases, so running one again changes nothing), and the
-// fastest candidate per step is kept.
-struct CpuProgram::Tuner {
-  const CpuProgram &prog;
-  const Spec &spec;
-  std::vector<int> threads;
-  std::string summary;
-  int considered = 0;
-
-  Tuner(const CpuProgram &p, const Spec &s) : prog(p), spec(s), threads(s.layout.steps.size(), 0) {}
-
-  // the best of a few runs after a warm-up run (more runs while they total under 2 ms)
-  template <class F> static double bestSeconds(F &&f) {
-    f();
-    double best = std::numeric_limits<double>::infinity(), total = 0;
-    for (int r = 0; r < 5 && (r < 1 || total < 2e-3); ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      f();
-      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::min(best, dt);
-      total += dt;
-    }
-    return best;
-  }
-
-  // `run(n)` runs step i on n threads; candidates 1 and all threads
-  template <class F> void choose(size_t i, const char *what, F &&run) {
-    const int all = omp_get_max_threads();
-    if (all < 2) return;
-    double one = bestSeconds([&] { run(1); }), many = bestSeconds([&] { run(all); });
-    threads[i] = one <= many ? 1 : all;
-    ++considered;
-    char line[160];
-    std::snprintf(line, sizeof line, "\n  step %zu (%s): %s (%.3f ms on 1 thread, %.3f ms on %d)",
-                  i, what, one <= many ? "1 thread" : "all threads", one * 1e3, many * 1e3, all);
-    summary += line;
-  }
-
-  void finish(double seconds) {
-    spec.threads = threads;
-    std::ostringstream rec;
-    rec << "rcjit-autotune 1 " << threads.size();
-    for (int t : threads) rec << " " << t;
-    const std::string text = rec.str();
-    cache::ObjectStore::instance().store(
-        prog.tuningKey(spec), {reinterpret_cast<const uint8_t *>(text.data()), text.size()},
-        prog.moduleId_ + " autotune");
-    logging::emit(
-        logging::CompileStepEvent{.graph = prog.moduleId_,
-                                  .step = "autotune",
-                                  .seconds = seconds,
-                                  .result = std::to_string(considered) + " steps timed" + summary});
-  }
-};
-
-void CpuProgram::runEager(const Step &s, const Program &layout, char **bases,
-                          std::vector<Tensor> &dynamic, std::vector<Tensor> &outBuffers,
-                          const Tensor *const *inputs) const {
-  std::vector<Tensor> in;
-  for (int v : s.operands) {
-    const Value &val = layout.values[v];
-    const Buffer &b = layout.buffers[val.buffer];
-    std::shared_ptr<detail::Storage> owner;
-    if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
-    if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
-    in.push_back(viewOf(bases[val.buffer], val, owner));
-  }
-  const Value &r = layout.values[s.result];
-  std::optional<OmpThreads> one;
-  if (eagerOnCallingThread(layout, s)) one.emplace(1);
-  Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
-  for (const PostOp &po : s.postOps)
-    out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
-  const Buffer &rb = layout.buffers[r.buffer];
-  if (rb.kind == Buffer::Kind::dynamic) {
-    out = out.contiguous();
-    dynamic[r.buffer] = out;
-    bases[r.buffer] = static_cast<char *>(out.data_ptr());
-  } else if (rb.kind == Buffer::Kind::output && !bases[r.buffer]) {
-    // an output this step opens: the eager result becomes the output when it has the
-    // buffer's layout, instead of being copied into a fresh one
-    const bool adopt = out.is_contiguous() && out.offset() == 0 && r.offset == 0 &&
-                       out.shape() == rb.shape && r.shape == rb.shape &&
-                       r.strides == detail::contiguousStrides(r.shape) && out.dtype() == rb.dtype &&
-                       out.impl()->storage.use_count() == 1; // not a view of an operand
-    if (!adopt) {
-      Tensor fresh = detail::makeTensor(rb.shape, rb.dtype, Device::cpu());
-      eager::copyInto(viewOf(static_cast<char *>(fresh.data_ptr()), r, nullptr), out);
-      out = fresh;
-    }
-    outBuffers[r.buffer] = out;
-    bases[r.buffer] = static_cast<char *>(out.data_ptr());
-  } else {
-    eager::copyInto(viewOf(bases[r.buffer], r, nullptr), out);
-  }
 }
 
 std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
@@ -723,230 +557,14 @@ std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
     if (!spec->intoAlias || spec->intoKey != into) {
       spec->intoAlias = std::make_shared<const std::vector<int>>(
           inPlaceBuffers(spec->layout, program_.kernels, into));
-      spec->intoRuns = std::make_shared<const std::vector<int>>(launchRuns(
-          spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get()));
+      spec->intoRuns = std::make_shared<const std::vector<int>>(
+          launchRuns(spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get()));
       spec->intoKey = into;
     }
     alias = spec->intoAlias;
     runs = spec->intoRuns;
   }
   return runImpl(inputs, n, nullptr, alias.get(), runs.get());
-}
-
-std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
-                                        const std::vector<int> *alias,
-                                        const std::vector<int> *runs) const {
-  CallSymbols callSyms(program_, inputs, n);
-  const int64_t *syms = callSyms.data();
-  std::shared_ptr<const Spec> spec = specs_->get(syms);
-  const Program &p = spec->layout;
-  // max_autotune: the first call at these sizes times the candidates (one call at a time;
-  // calls meanwhile use the defaults), unless the cache remembers the choice
-  std::unique_lock<std::mutex> tuneLock;
-  std::optional<Tuner> tuner;
-  std::chrono::steady_clock::time_point tuneStart;
-  if (autotune_ && !spec->tuned.load(std::memory_order_acquire)) {
-    tuneStart = std::chrono::steady_clock::now();
-    tuneLock = std::unique_lock<std::mutex>(spec->tuneMu, std::try_to_lock);
-    if (tuneLock.owns_lock() && !spec->tuned.load(std::memory_order_relaxed)) {
-      if (loadTuning(*spec)) {
-        spec->tuned.store(true, std::memory_order_release);
-        logging::emit(logging::CompileStepEvent{
-            .graph = moduleId_,
-            .step = "autotune",
-            .seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - tuneStart).count(),
-            .result = "the choices of an earlier tuning, from the cache"});
-      } else {
-        tuner.emplace(*this, *spec);
-      }
-    }
-  }
-  const std::vector<int> *chosen =
-      spec->tuned.load(std::memory_order_acquire) ? &spec->threads : nullptr;
-  auto threadsOf = [&](size_t i) { return chosen ? (*chosen)[i] : spec->defaultThreads[i]; };
-  std::unique_ptr<Arena> arena = acquireArena(p.arenaBytes);
-  struct Release {
-    const CpuProgram *self;
-    std::unique_ptr<Arena> &a;
-    ~Release() {
-      a->outBuffers.clear(); // the call's tensors go now, the vectors' memory stays
-      a->dynamic.clear();
-      self->releaseArena(std::move(a));
-    }
-  } release{this, arena};
-  std::vector<Tensor> &outBuffers = arena->outBuffers;
-  std::vector<Tensor> &dynamic = arena->dynamic; // eager steps' results, by buffer
-  dynamic.assign(p.buffers.size(), Tensor());
-  std::vector<char *> &bases = arena->bases;
-  bindBuffersInto(
-      p, inputs, n, Device::cpu(), arena->data, outBuffers, bases,
-      [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
-  auto open = [&](size_t i) { // the output buffers step i writes first (an eager step's
-                              // result buffer: runEager)
-    for (int b : spec->outputsAt[i]) {
-      if (p.steps[i].kind != Step::Kind::kernel && p.steps[i].result >= 0 &&
-          p.values[p.steps[i].result].buffer == b && !spec->library[i])
-        continue;
-      if (alias && (*alias)[b] >= 0) { // runInto: written in place of an input
-        const Tensor &in = *inputs[(*alias)[b]];
-        if (in.is_contiguous() && in.offset() == 0 && in.dtype() == p.buffers[b].dtype &&
-            in.shape() == p.buffers[b].shape) {
-          in.impl()->storage->version.fetch_add(1, std::memory_order_relaxed); // as copy_
-          // a tensor of its own over the input's storage: the output the caller gets back
-          // never shares the input's metadata
-          outBuffers[b] = detail::makeView(in, in.shape(), in.strides(), 0);
-          bases[b] = static_cast<char *>(in.data_ptr());
-          continue;
-        }
-      }
-      outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
-      bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
-    }
-  };
-  auto done = [&](size_t i) { // the inputs step i used last
-    for (int b : spec->dynamicDone[i]) { // results past their last reader: freed now
-      dynamic[static_cast<size_t>(b)] = Tensor();
-      bases[static_cast<size_t>(b)] = nullptr;
-    }
-    if (!consumed) return;
-    for (int in : spec->inputsDone[i]) consumed[in] = Tensor();
-  };
-  // collectives in flight, by the index of the step that started them; declared after the
-  // arena, so an error unwinding the call waits for them before the arena is released
-  std::vector<dist::Work> inFlight(spec->hasCollectives ? p.steps.size() : 0);
-  std::vector<size_t> flying; // the steps whose collectives are started and not yet waited for
-  // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress
-  // thread): between steps, each collective in flight gets one MPI_Test, so the transfer
-  // advances while the program computes instead of all at the wait
-  auto progress = [&] {
-    for (size_t at : flying) inFlight[at].test();
-  };
-  auto runCollectiveStep = [&](size_t i, const Step &s) {
-    if (s.kind == Step::Kind::collective) {
-      profiler::Scope scope("collective start", [&s] { return std::string(opName(s.op)); });
-      open(i);
-      const Value &val = p.values[s.operands.at(0)];
-      const Buffer &b = p.buffers[val.buffer];
-      std::shared_ptr<detail::Storage> owner;
-      if (b.kind == Buffer::Kind::input) owner = inputs[b.index]->impl()->storage;
-      if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
-      if (b.kind == Buffer::Kind::output && outBuffers[val.buffer].defined())
-        owner = outBuffers[val.buffer].impl()->storage;
-      const auto started = std::chrono::steady_clock::now(); // the shape check blocks
-      inFlight[i] =
-          dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
-      dist::detail::addCompiledCollectiveWait(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      flying.push_back(i);
-      done(i);
-      return;
-    }
-    profiler::Scope scope("collective wait", [&s] { return std::string(opName(s.op)); });
-    const auto waiting = std::chrono::steady_clock::now();
-    Tensor r = inFlight.at(static_cast<size_t>(s.kernel)).wait().contiguous();
-    dist::detail::addCompiledCollectiveWait(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count());
-    inFlight[static_cast<size_t>(s.kernel)] = dist::Work();
-    flying.erase(std::find(flying.begin(), flying.end(), static_cast<size_t>(s.kernel)));
-    const Value &rv = p.values[s.operands.at(1)];
-    if (r.dtype() != rv.dtype || r.shape() != rv.shape) {
-      throw Error(std::string(opName(s.op)) + ": the collective gave " +
-                  std::string(dtypeName(r.dtype())) + shapeStr(r.shape()) +
-                  ", the program expects " + std::string(dtypeName(rv.dtype)) + shapeStr(rv.shape) +
-                  " (internal error)");
-    }
-    dynamic[rv.buffer] = r;
-    bases[rv.buffer] = static_cast<char *>(r.data_ptr());
-    done(i);
-  };
-  auto runEagerStep = [&](size_t i, const Step &s) {
-    progress();
-    profiler::Scope scope("eager step", [&s, &p] {
-      return std::string(opName(s.op)) +
-             (eagerOnCallingThread(p, s) ? " (on the calling thread)" : "");
-    });
-    open(i);
-    runEager(s, p, bases.data(), dynamic, outBuffers, inputs);
-    done(i);
-  };
-  auto stepName = [this, &p](size_t i) {
-    return [this, &p, i] {
-      const Step &s = p.steps[i];
-      std::string name = s.kind == Step::Kind::kernel ? program_.kernels[s.kernel].name
-                                                      : std::string(opName(s.op));
-      return s.note.empty() ? name : name + ": " + s.note;
-    };
-  };
-  if (!runs) runs = &spec->runs;
-  size_t runEnd = 0; // steps before it ran with an earlier step's run
-  forEachStep(
-      p,
-      [&](size_t i, const Step &s) {
-        if (i < runEnd) return;
-        progress();
-        if (!tuner && !chosen && (*runs)[i] > static_cast<int>(i) + 1) {
-          runEnd = static_cast<size_t>((*runs)[i]);
-          profiler::Scope scope("kernel", [&] {
-            std::string names;
-            for (size_t j = i; j < runEnd; ++j)
-              names += (j > i ? " + " : "") + program_.kernels[p.steps[j].kernel].name;
-            return "run of " + std::to_string(runEnd - i) + " kernels: " + names;
-          });
-          for (size_t j = i; j < runEnd; ++j) open(j);
-          runKernels(*spec, i, runEnd, bases.data(), syms);
-          for (size_t j = i; j < runEnd; ++j) done(j);
-          return;
-        }
-        profiler::Scope scope("kernel", stepName(i));
-        open(i);
-        if (tuner && spec->kernelOuter[i] >= 2) {
-          tuner->choose(i, program_.kernels[s.kernel].name.c_str(),
-                        [&](int t) { runKernel(*spec, i, bases.data(), syms, t); });
-        } else {
-          runKernel(*spec, i, bases.data(), syms, threadsOf(i));
-        }
-        done(i);
-      },
-      [&](size_t i, const Step &s) {
-        progress();
-        profiler::Scope scope("library", [&, i, name = stepName(i)] {
-          // run by a one-thread primitive on this thread (the cost model's small products,
-          // or max_autotune's choice)
-          const bool serial = !tuner && threadsOf(i) == 1 && spec->serialLibrary[i];
-          return serial ? name() + " (on the calling thread)" : name();
-        });
-        if (!spec->library[i]) return runEagerStep(i, s); // no primitive for this layout
-        open(i);
-        char *ops[3];
-        for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
-          ops[j] = spec->address(bases.data(), s.operands[j]);
-        char *result = spec->address(bases.data(), s.result);
-        if (tuner) {
-          if (!spec->serialLibrary[i]) {
-            OmpThreads one(1); // a primitive made for one thread
-            spec->serialLibrary[i] = LibraryStep::create(p, s, false);
-          }
-          if (spec->serialLibrary[i]) {
-            tuner->choose(i, std::string(opName(s.op)).c_str(),
-                          [&](int t) { runLibrary(*spec, i, ops, result, t, inputs); });
-            done(i);
-            return;
-          }
-        }
-        runLibrary(*spec, i, ops, result, threadsOf(i), inputs);
-        done(i);
-      },
-      runEagerStep, runCollectiveStep);
-  if (tuner) {
-    tuner->finish(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - tuneStart).count());
-    spec->tuned.store(true, std::memory_order_release);
-  }
-  for (int b : spec->outputsAt.back()) { // outputs no step writes (zero-sized ones)
-    outBuffers[b] = detail::makeTensor(p.buffers[b].shape, p.buffers[b].dtype, Device::cpu());
-  }
-  return collectOutputs(p, inputs, dynamic, outBuffers);
 }
 
 } // namespace rcjit::cpu

@@ -55,7 +55,7 @@ public:
   int cacheHits() const override { return cacheHits_; }
 
 private:
-  struct Arena;
+  struct Arena; // a call's scratch memory and per-buffer vectors (CpuCall.h)
   // The program at one assignment of its symbols: concrete values, buffers and arena plan,
   // and the library calls prepared for those shapes.
   struct Spec {
@@ -64,7 +64,7 @@ private:
     std::vector<std::unique_ptr<LibraryStep>> library; // per step; null = eager path
     std::vector<std::vector<int>> outputsAt;           // per step: output buffers it opens
     std::vector<std::vector<int>> inputsDone;          // per step: inputs used last there
-    std::vector<std::vector<int>> dynamicDone; // per step: dynamic buffers freed after it
+    std::vector<std::vector<int>> dynamicDone;         // per step: dynamic buffers freed after it
     // max_autotune's choice per step: 0 the default heuristic, 1 one thread, n n threads;
     // written once (under tuneMu) before `tuned` is set, read-only after
     mutable std::mutex tuneMu;
@@ -72,7 +72,7 @@ private:
     mutable std::vector<int> threads;
     mutable std::vector<std::unique_ptr<LibraryStep>> serialLibrary; // one-thread primitives
     std::vector<int> defaultThreads; // per step: 1 where the cost model says one thread
-    std::vector<int> runs; // per step: end of the steps run with it as one pool job
+    std::vector<int> runs;           // per step: end of the steps run with it as one pool job
     // per kernel step: its outer points and element operations at these sizes (0 for
     // other steps); per value: its byte offset in its buffer
     std::vector<int64_t> kernelOuter, kernelWork, valueBytes;
@@ -90,6 +90,7 @@ private:
     mutable std::shared_ptr<const std::vector<int>> intoRuns; // `runs` under intoAlias
   };
   struct Tuner;
+  class Call; // one call's frame: buffers bound, steps run, outputs collected (CpuCall.cpp)
   // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
   // `alias`: per buffer, the input whose storage an output buffer is (runInto), or null
   // `runs`: per step, the end of its launch run (launchRuns), or null for the spec's own
@@ -115,8 +116,6 @@ private:
   // max_autotune: the cache key of `spec`'s choices, and reading them back
   std::string tuningKey(const Spec &spec) const;
   bool loadTuning(const Spec &spec) const;
-  void runEager(const Step &s, const Program &layout, char **bases, std::vector<Tensor> &dynamic,
-                std::vector<Tensor> &outBuffers, const Tensor *const *inputs) const;
 
   Program program_;
   std::string moduleId_;

@@ -1,0 +1,67 @@
+// `rcjit train`'s report: a run's settings and each mode's figures, printed as the columns of
+// torch.compile's published training table and written as JSON.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <rcjit/rcjit.h>
+
+#include "models/Models.h"
+#include "tools/BenchStats.h"
+
+namespace rcjit::tools::train {
+
+/// What one `rcjit train` run trains and how: its flags as checked, the device and the ranks.
+/// A plain value, filled by the command before the first mode trains; read-only after.
+struct Settings {
+  std::string model, optimizer, weights;
+  Device device = Device::cpu();   // --target cuda: the model, batches and compiled code on GPU 0
+  std::string targetLabel = "cpu"; // or "cuda (<GPU name>)"
+  int steps = 20, inferReps = 3;
+  double lr = 0;
+  uint64_t seed = 0;
+  bool autocast = false; // --dtype bf16: the loss under Autocast(bf16), f32 parameters
+  bool maxAutotune = false, reduceOverhead = false; // for every compiled mode
+  bool ddp = false;                                 // --dist ddp or zero1/2/3
+  int zeroStage = 0;                                // --dist zero1/2/3
+  bool prefetch = false;                            // --prefetch (zero3)
+  bool checkFinite = false;         // --check-finite: a NaN or infinite loss stops the run
+  std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
+  int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
+  int64_t bucketBytes = int64_t{25} << 20;
+};
+
+/// One mode's figures: the columns of the table and the JSON record. A plain value, filled by
+/// the mode's run.
+struct TrainRow {
+  std::string mode;
+  double firstStepS = 0, firstPeakMiB = 0, stepMs = 0, inferMs = 0; // medians
+  Spread stepSpread, inferSpread; // the steps after the first; the timed inference calls
+  std::vector<double> inferMsAll;
+  double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
+  std::vector<double> stepMsAll, losses;
+  std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
+  double commMs = 0;             // median of commMsAll after the first step
+  bool graphDdp = false;         // ddp in full mode: the compiled backward averages the gradients
+  double tokensPerS = 0;         // global batch * seq per median training step
+  double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
+  double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
+  double packedMiB = 0;  // packed weight copies alive after the inference calls (not tensors)
+  CompileStats train, infer;
+};
+
+/// Prints the table of `rows` (the modes `model` trained at `c` under `s`) with each median's
+/// spread, the compile counts and a note where a mode's last loss differs from eager's.
+/// Writes only to `out`.
+void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
+                     const Settings &s, const std::vector<TrainRow> &rows);
+
+/// Every figure of the run, step times and losses included, as the --json record.
+nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const Settings &s,
+                         int64_t parameters, const std::vector<TrainRow> &rows);
+
+} // namespace rcjit::tools::train
