@@ -81,6 +81,9 @@ Recorded recordGpt2Report() {
   r.trace = scratch("gpt2.jsonl");
   r.html = scratch("gpt2.html");
   std::filesystem::remove(r.trace);
+  // Cold: regional stages that an earlier test in this process compiled would be reused from
+  // the process-wide stage table, and the report would show no code for them.
+  cache::clear();
   logging::setTraceFile(r.trace);
   {
     tools::ModelConfig c{.batch = 1, .seq = 8, .layers = 2};
