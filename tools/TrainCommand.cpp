@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -157,9 +158,8 @@ CompileOptions trainOptions(const std::string &mode, const Settings &s, bool gra
 
 // The optimizer of one mode's run: ZeRO's, or AdamW or SGD over the model's parameters.
 struct TrainOptimizer {
-  std::vector<Tensor> params; // none held under ZeRO-3: the parameters live as slices
-  std::optional<optim::AdamW> adamw;
-  std::optional<optim::SGD> sgd;
+  std::vector<Tensor> params;              // none held under ZeRO-3: the parameters live as slices
+  std::unique_ptr<optim::Optimizer> local; // AdamW or SGD, when not under ZeRO
   std::optional<dist::ZeroOptimizer> zero;
 };
 
@@ -178,9 +178,9 @@ void makeOptimizer(Model &m, const Settings &s, TrainOptimizer &o) {
     o.params = m.module().parameters();
     if (s.ddp) dist::broadcast_parameters(o.params); // every rank starts from rank 0's weights
     if (s.optimizer == "adamw") {
-      o.adamw.emplace(o.params, adamwOptions);
+      o.local = std::make_unique<optim::AdamW>(o.params, adamwOptions);
     } else {
-      o.sgd.emplace(o.params, sgdOptions);
+      o.local = std::make_unique<optim::SGD>(o.params, sgdOptions);
     }
   }
 }
@@ -301,17 +301,16 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   auto loss = compile(lossFn, opts);
   TrainOptimizer o;
   makeOptimizer(*m, s, o);
-  std::optional<optim::AdamW> &adamw = o.adamw;
-  std::optional<optim::SGD> &sgd = o.sgd;
+  optim::Optimizer *local = o.local.get();
   std::optional<dist::ZeroOptimizer> &zero = o.zero;
   // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
   // they are one graph; the others compile the loss and run backward and the step outside
   const bool whole = mode == "whole";
   auto step = [&](const std::vector<Tensor> &in) {
-    adamw ? adamw->zero_grad() : sgd->zero_grad();
+    local->zero_grad();
     Tensor l = lossFn(in);
     l.backward();
-    adamw ? adamw->step() : sgd->step();
+    local->step();
     return l.detach();
   };
   auto wholeStep = compile(step, opts);
@@ -343,7 +342,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
           (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
           1e3);
     } else {
-      adamw ? adamw->zero_grad() : sgd->zero_grad();
+      local->zero_grad();
       {
         Autocast ac(DType::bf16, s.autocast);
         l = loss(inputs);
@@ -355,7 +354,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
         r.commMsAll.push_back(dist::all_reduce_gradients(o.params, s.bucketBytes).waitSeconds *
                               1e3);
       }
-      adamw ? adamw->step() : sgd->step();
+      local->step();
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
