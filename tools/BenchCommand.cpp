@@ -23,6 +23,7 @@
 #include "tools/BenchPlot.h"
 #include "tools/BenchStats.h"
 #include "tools/Cli.h"
+#include "tools/Flags.h"
 #include "tools/Process.h"
 
 namespace po = boost::program_options;
@@ -404,12 +405,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "reduce-overhead", po::bool_switch(&tuning.reduceOverhead),
       "every compiled mode with CompileOptions::reduce_overhead");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
+  if (!parseFlags(desc, args, vm, out)) return kOk;
   // Every flag, output path and the target are checked before any work starts.
   if (o.target != "cpu" && o.target != "cuda") throw std::invalid_argument("--target: cpu or cuda");
   if (seq <= 0 || reps <= 0) throw std::invalid_argument("--seq and --reps must be positive");

@@ -28,6 +28,7 @@
 #include "tools/BenchCommand.h"
 #include "tools/CacheCommand.h"
 #include "tools/DevicesCommand.h"
+#include "tools/Flags.h"
 #include "tools/LogsCommand.h"
 #include "tools/TrainCommand.h"
 #include "tracer/GraphIO.h"
@@ -217,13 +218,6 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-po::variables_map parse(const po::options_description &desc, const std::vector<std::string> &args) {
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  return vm;
-}
-
 const char *kUsageText =
     "usage: rcjit <command> [options]\n"
     "\n"
@@ -242,11 +236,8 @@ const char *kUsageText =
 int cmdModels(const std::vector<std::string> &args, std::ostream &out) {
   po::options_description desc("rcjit models: list the built-in models");
   desc.add_options()("help,h", "show this help");
-  po::variables_map vm = parse(desc, args);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
+  po::variables_map vm;
+  if (!parseFlags(desc, args, vm, out)) return kOk;
   char line[200];
   std::snprintf(line, sizeof line, "%-14s %14s %12s  %s\n", "name", "parameters", "f32 memory",
                 "description");
@@ -294,11 +285,8 @@ int cmdTrace(const std::vector<std::string> &args, std::ostream &out) {
       "mode", po::value(&mode)->default_value("full"),
       "full (one program) or regional (each distinct region compiled once: program prints "
       "the stages and which are reused, llvm each compiled stage's IR)");
-  po::variables_map vm = parse(desc, args);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
+  po::variables_map vm;
+  if (!parseFlags(desc, args, vm, out)) return kOk;
   const std::vector<std::string> dumps = {"graph", "optimized", "fusion", "program",
                                           "llvm",  "asm",       "ptx"};
   if (std::find(dumps.begin(), dumps.end(), dump) == dumps.end()) {

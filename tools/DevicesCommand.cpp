@@ -12,6 +12,7 @@
 #include "targets/cuda/CudaDriver.h"
 #include "targets/cuda/Libdevice.h"
 #include "tools/Cli.h"
+#include "tools/Flags.h"
 
 namespace po = boost::program_options;
 
@@ -23,12 +24,7 @@ int devicesCommand(const std::vector<std::string> &args, std::ostream &out, std:
   desc.add_options()("help,h", "show this help")("require-cuda", po::bool_switch(&requireCuda),
                                                  "exit 1 when no CUDA GPU can be used");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
+  if (!parseFlags(desc, args, vm, out)) return kOk;
   out << "cpu: " << hostCpuName() << ", generated code for " << cpu::cpuFeatures() << "\n";
   if (!cuda_available()) {
     out << "cuda: unavailable: " << cuda::unavailableReason() << "\n";

@@ -30,6 +30,7 @@
 #include "models/Safetensors.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
+#include "tools/Flags.h"
 
 namespace po = boost::program_options;
 
@@ -563,12 +564,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   TrainFlags f;
   addTrainOptions(desc, s, f);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    out << desc;
-    return kOk;
-  }
+  if (!parseFlags(desc, args, vm, out)) return kOk;
   checkTrainFlags(s, f, vm);
   if (vm.count("strategy")) return captionCommand(s, f, vm, out, err);
   const std::vector<std::string> modeList = trainModes(s, f);
