@@ -10,6 +10,7 @@
 #include <rcjit/Logs.h>
 #include <rcjit/Memory.h>
 #include <rcjit/Ops.h>
+#include <rcjit/Onnx.h>
 #include <rcjit/Optim.h>
 #include <rcjit/Passes.h>
 #include <rcjit/Profile.h>

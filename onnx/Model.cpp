@@ -1,0 +1,280 @@
+// rcjit::onnx::Model: parameters registered under the file's names, and the interpreter
+// that runs the graph node by node through rcjit's ops (one region per layer run).
+#include <algorithm>
+
+#include <rcjit/Compile.h>
+#include <rcjit/Onnx.h>
+#include <rcjit/Region.h>
+
+#include "onnx/Program.h"
+#include "tracer/Tracer.h"
+
+namespace rcjit::onnx {
+
+namespace {
+
+// A plain module standing for one level of a dotted parameter path.
+class Scope : public nn::ModuleBase {};
+
+bool validPath(const std::string &name) {
+  if (name.empty() || name.front() == '.' || name.back() == '.') return false;
+  return name.find("..") == std::string::npos;
+}
+
+void runNode(const detail::Node &n, std::vector<Value> &env) {
+  std::vector<const Value *> ins;
+  bool allConst = true, anyTraced = false;
+  for (int v : n.in) {
+    ins.push_back(v < 0 ? nullptr : &env[v]);
+    if (v < 0) continue;
+    allConst = allConst && env[v].c.defined();
+    anyTraced = anyTraced || env[v].t.defined();
+  }
+  auto store = [&](std::vector<Tensor> outs, bool host) {
+    for (size_t i = 0; i < n.out.size(); ++i) {
+      if (n.out[i] < 0) continue;
+      if (i >= outs.size() || !outs[i].defined()) {
+        OpContext{n, {}, false}.fail("output " + std::to_string(i) + " is not produced");
+      }
+      (host ? env[n.out[i]].c : env[n.out[i]].t) = outs[i];
+    }
+  };
+  if (allConst) {
+    TracerPause pause;
+    OpContext ctx{n, ins, true};
+    store(n.op->fn(ctx), true);
+  }
+  if (!allConst || anyTraced || n.op->makesSizes) {
+    OpContext ctx{n, ins, false};
+    store(n.op->fn(ctx), false);
+  }
+}
+
+} // namespace
+
+Model::Model(std::shared_ptr<detail::Program> program) : program_(std::move(program)) {
+  for (size_t i = 0; i < program_->parameters.size(); ++i) {
+    const auto &[id, value] = program_->parameters[i];
+    std::string name = program_->parameterNames[i];
+    params_.push_back(std::make_unique<Tensor>(value));
+    Tensor &slot = *params_.back();
+    slots_.emplace_back(id, &slot);
+    // "a.b.c" -> parameter "c" of child "a" -> "b"; a name that cannot be a path, or that
+    // collides, is registered with its dots spelled '_' at the root
+    size_t dot = name.rfind('.');
+    bool registered = false;
+    if (dot != std::string::npos && validPath(name)) {
+      try {
+        scopeFor(name.substr(0, dot)).register_parameter(name.substr(dot + 1), slot);
+        registered = true;
+      } catch (const Error &) {
+      }
+    }
+    if (!registered) {
+      std::replace(name.begin(), name.end(), '.', '_');
+      if (name.empty()) name = "_";
+      register_parameter(name, slot);
+    }
+  }
+}
+
+Model::~Model() = default;
+
+nn::ModuleBase &Model::scopeFor(const std::string &path) {
+  auto it = scopes_.find(path);
+  if (it != scopes_.end()) return *it->second;
+  size_t dot = path.rfind('.');
+  nn::ModuleBase &parent = dot == std::string::npos ? *this : scopeFor(path.substr(0, dot));
+  auto scope = std::make_unique<Scope>();
+  parent.register_module(dot == std::string::npos ? path : path.substr(dot + 1), *scope);
+  return *scopes_.emplace(path, std::move(scope)).first->second;
+}
+
+std::vector<Tensor> Model::operator()(const std::vector<Tensor> &inputs) const {
+  const detail::Program &p = *program_;
+  if (inputs.size() != p.inputIds.size()) {
+    throw Error("onnx: " + p.what + ": the model takes " + std::to_string(p.inputIds.size()) +
+                " inputs, got " + std::to_string(inputs.size()));
+  }
+  std::vector<Value> env(p.valueNames.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo &info = p.inputInfo[i];
+    const Tensor &x = inputs[i];
+    std::string where = "onnx: " + p.what + ": input '" + info.name + "'";
+    if (!x.defined()) throw Error(where + " is an undefined Tensor");
+    if (info.elemType && x.dtype() != dtypeFromOnnx(info.elemType, where)) {
+      throw Error(where + " must be " + onnxTypeName(info.elemType) + ", got " +
+                  std::string(dtypeName(x.dtype())));
+    }
+    if (info.hasShape) {
+      bool ok = static_cast<size_t>(x.dim()) == info.dims.size();
+      for (size_t d = 0; ok && d < info.dims.size(); ++d) {
+        ok = info.dims[d] < 0 || info.dims[d] == x.size(static_cast<int>(d));
+      }
+      if (!ok) {
+        throw Error(where + " has shape " + shapeStr(x.shape()) + ", the model declares " +
+                    shapeStr(info.dims) + " (-1: any size)");
+      }
+    }
+    env[p.inputIds[i]].t = x;
+  }
+  for (const auto &[id, slot] : slots_) env[id].t = *slot;
+  for (const auto &[id, value] : p.constants) env[id].c = value;
+  size_t i = 0;
+  while (i < p.nodes.size()) {
+    int layer = p.nodes[i].layer;
+    size_t j = i + 1;
+    while (layer >= 0 && j < p.nodes.size() && p.nodes[j].layer == layer) ++j;
+    if (layer < 0) {
+      runNode(p.nodes[i], env);
+    } else {
+      region(p.layers[layer], [&] {
+        for (size_t k = i; k < j; ++k) runNode(p.nodes[k], env);
+        int last = p.nodes[j - 1].out.empty() ? -1 : p.nodes[j - 1].out[0];
+        return last < 0 ? Tensor() : env[last].t;
+      });
+    }
+    i = j;
+  }
+  std::vector<Tensor> out;
+  for (int id : p.outputIds) out.push_back(env[id].t.defined() ? env[id].t : env[id].c);
+  return out;
+}
+
+const std::vector<std::string> &Model::input_names() const { return program_->inputNames; }
+const std::vector<std::string> &Model::output_names() const { return program_->outputNames; }
+std::vector<std::string> Model::layers() const { return program_->layers; }
+int64_t Model::opset() const { return program_->opset; }
+std::string Model::producer() const { return program_->producer; }
+
+std::vector<int64_t> Model::input_shape(size_t i) const {
+  return program_->inputInfo.at(i).dims;
+}
+
+std::vector<std::string> Model::input_dim_params(size_t i) const {
+  return program_->inputInfo.at(i).dimParams;
+}
+
+void Model::mark_dynamic_inputs(std::vector<Tensor> &inputs) const {
+  for (size_t i = 0; i < inputs.size() && i < program_->inputInfo.size(); ++i) {
+    const ValueInfo &info = program_->inputInfo[i];
+    for (size_t d = 0; d < info.dimParams.size(); ++d) {
+      if (!info.dimParams[d].empty() && static_cast<int>(d) < inputs[i].dim()) {
+        mark_dynamic(inputs[i], static_cast<int>(d), 1);
+      }
+    }
+  }
+}
+
+// ---- OpContext -------------------------------------------------------------------------
+
+Tensor OpContext::in(size_t i) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
+  const Value &v = *ins[i];
+  if (hostPass) return v.c;
+  return v.t.defined() ? v.t : v.c;
+}
+
+std::vector<int64_t> OpContext::ints(size_t i) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
+  const Value &v = *ins[i];
+  Tensor x = v.c.defined() ? v.c : v.t;
+  if (!isIntegral(x.dtype()) && x.dtype() != DType::boolean) {
+    fail("input " + std::to_string(i) + " must be integer, got " +
+         std::string(dtypeName(x.dtype())));
+  }
+  return x.to_vector<int64_t>();
+}
+
+double OpContext::scalar(size_t i) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
+  const Value &v = *ins[i];
+  Tensor x = v.c.defined() ? v.c : v.t;
+  if (x.numel() != 1) fail("input " + std::to_string(i) + " must hold one value");
+  return x.item();
+}
+
+bool OpContext::isScalarConst(size_t i) const {
+  return has(i) && ins[i]->c.defined() && !ins[i]->t.defined() && ins[i]->c.numel() == 1;
+}
+
+const Attribute *OpContext::attr(const std::string &name) const {
+  for (const Attribute &a : node.d.attributes) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t OpContext::attrInt(const std::string &name, int64_t def) const {
+  const Attribute *a = attr(name);
+  return a ? a->i : def;
+}
+
+double OpContext::attrFloat(const std::string &name, double def) const {
+  const Attribute *a = attr(name);
+  return a ? a->f : def;
+}
+
+std::string OpContext::attrString(const std::string &name, const std::string &def) const {
+  const Attribute *a = attr(name);
+  return a ? a->s : def;
+}
+
+std::vector<int64_t> OpContext::attrInts(const std::string &name) const {
+  const Attribute *a = attr(name);
+  return a ? a->ints : std::vector<int64_t>{};
+}
+
+Tensor OpContext::attrTensor(const std::string &name) const {
+  for (size_t i = 0; i < node.d.attributes.size(); ++i) {
+    if (node.d.attributes[i].name == name) return node.attrTensors.at(i);
+  }
+  return Tensor();
+}
+
+void OpContext::fail(const std::string &why) const {
+  throw Error("onnx: node '" + (node.d.name.empty() ? std::string("?") : node.d.name) + "' (" +
+              node.d.opType + ", opset " + std::to_string(node.opset) + "): " + why);
+}
+
+int64_t OpContext::axis(int64_t a, int64_t rank) const {
+  if (a < -rank || a >= std::max<int64_t>(rank, 1)) {
+    fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+  }
+  return a < 0 ? a + rank : a;
+}
+
+// ---- the op table ----------------------------------------------------------------------
+
+namespace {
+const std::vector<std::pair<std::string, OpInfo>> &table() {
+  static const OpTable t = [] {
+    OpTable all;
+    addElementwiseOps(all);
+    addShapeOps(all);
+    addNnOps(all);
+    std::sort(all.begin(), all.end(),
+              [](const auto &a, const auto &b) { return a.first < b.first; });
+    return all;
+  }();
+  return t;
+}
+} // namespace
+
+const OpInfo *findOp(const std::string &domain, const std::string &opType) {
+  std::string key = domain + ":" + opType;
+  const auto &t = table();
+  auto it = std::lower_bound(t.begin(), t.end(), key,
+                             [](const auto &e, const std::string &k) { return e.first < k; });
+  return it != t.end() && it->first == key ? &it->second : nullptr;
+}
+
+std::vector<std::string> supportedOps() {
+  std::vector<std::string> out;
+  for (const auto &[k, v] : table()) {
+    if (k.front() == ':') out.push_back(k.substr(1));
+  }
+  return out;
+}
+
+} // namespace rcjit::onnx
