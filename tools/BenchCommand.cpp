@@ -25,6 +25,7 @@
 #include "tools/Cli.h"
 #include "tools/Flags.h"
 #include "tools/Process.h"
+#include "tools/RunCommand.h"
 
 namespace po = boost::program_options;
 
@@ -154,16 +155,10 @@ std::string targetLabel(Target target) {
   return target == Target::cuda ? "cuda (" + cuda::DeviceContext::get(0).info().name + ")" : "cpu";
 }
 
-Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
-           const std::string &weights, Target target, const Tuning &tuning, Progress &progress) {
-  if (info.parameters > 100'000'000) progress.step("building the model");
-  std::unique_ptr<Model> m = info.build(c);
-  if (!weights.empty()) loadWeights(m->module(), weights, WeightNaming::forModel(info.name));
-  std::vector<Tensor> inputs = m->makeInputs(c);
-  if (target == Target::cuda) {
-    m->to(Device::cuda());
-    for (Tensor &t : inputs) t = t.to(Device::cuda());
-  }
+// Times `forward` (taking `inputs`) in `mode`: the first call, then `reps` calls.
+template <class F>
+Row timeMode(F &&forward, const std::vector<Tensor> &inputs, int64_t batch, const std::string &mode,
+             int reps, Target target, const Tuning &tuning, Progress &progress) {
   // a call's time includes its GPU work
   auto sync = [target] {
     if (target == Target::cuda) cuda::DeviceContext::get(0).synchronize();
@@ -172,15 +167,10 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   opts.target = target;
   opts.mode = parseMode(mode);
   tuning.apply(mode, opts);
-  if (mode == "dynamic") { // dim 1 of every input that is [batch, seq, ...]: symbolic
-    for (Tensor &t : inputs) {
-      if (t.dim() >= 2 && t.size(1) == c.seq) mark_dynamic(t, 1, 2, std::max<int64_t>(2, c.seq));
-    }
-  }
-  auto fn = compile([&](const std::vector<Tensor> &in) { return m->forward(in); }, opts);
+  auto fn = compile(std::forward<F>(forward), opts);
   Row r;
   r.mode = mode;
-  r.batch = c.batch;
+  r.batch = batch;
   progress.step(mode == "eager" ? "first call" : "first call (trace, compile, run)");
   auto t0 = std::chrono::steady_clock::now();
   fn(inputs);
@@ -204,6 +194,25 @@ Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
   r.packedJobs = pool.packedJobs() - packed0;
   r.stats = fn.stats();
   return r;
+}
+
+Row runOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode, int reps,
+           const std::string &weights, Target target, const Tuning &tuning, Progress &progress) {
+  if (info.parameters > 100'000'000) progress.step("building the model");
+  std::unique_ptr<Model> m = info.build(c);
+  if (!weights.empty()) loadWeights(m->module(), weights, WeightNaming::forModel(info.name));
+  std::vector<Tensor> inputs = m->makeInputs(c);
+  if (target == Target::cuda) {
+    m->to(Device::cuda());
+    for (Tensor &t : inputs) t = t.to(Device::cuda());
+  }
+  if (mode == "dynamic") { // dim 1 of every input that is [batch, seq, ...]: symbolic
+    for (Tensor &t : inputs) {
+      if (t.dim() >= 2 && t.size(1) == c.seq) mark_dynamic(t, 1, 2, std::max<int64_t>(2, c.seq));
+    }
+  }
+  return timeMode([&](const std::vector<Tensor> &in) { return m->forward(in); }, inputs, c.batch,
+                  mode, reps, target, tuning, progress);
 }
 
 std::string batchLabel(int64_t batch, int64_t seq) {
@@ -368,6 +377,97 @@ std::vector<int64_t> parseBatches(const std::string &batches) {
   return out;
 }
 
+// --onnx: what the flags say of the model's inputs.
+struct OnnxFlags {
+  std::string path;
+  std::vector<std::string> shapeSpecs;
+  std::map<std::string, Shape> shapes;
+  RandomInputs random;
+  bool batchGiven = false, seqGiven = false;
+};
+
+// The inputs of `w` at batch `batch` and sequence `seq`: an input's --shape where given, else
+// its declared dims with the first two named ones (dim_params) as batch and seq. An explicit
+// --batch / --seq replaces dim 0 / dim 1 of a --shape too.
+std::vector<Tensor> onnxInputs(const OnnxWorkload &w, const OnnxFlags &f, int64_t batch,
+                               int64_t seq) {
+  std::map<std::string, Shape> shapes;
+  const std::vector<std::string> &names = w.model().input_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    Shape s;
+    if (auto it = f.shapes.find(names[i]); it != f.shapes.end()) {
+      s = it->second;
+      if (f.batchGiven && !s.empty()) s[0] = batch;
+      if (f.seqGiven && s.size() >= 2) s[1] = seq;
+    } else {
+      const std::vector<int64_t> dims = w.model().input_shape(i);
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] < 0 && d >= 2)
+          throw Error("--onnx: input '" + names[i] + "' " + w.declaredShape(i) +
+                      " has a named dim past the second: give --shape " + names[i] + "=SIZES");
+        s.push_back(dims[d] >= 0 ? dims[d] : d == 0 ? batch : seq);
+      }
+    }
+    shapes[names[i]] = s;
+  }
+  return w.inputs({}, shapes, f.random);
+}
+
+// Every mode x batch of the ONNX model `f.path`, as rows; sets o's model, seq, layers, batches.
+std::vector<Row> onnxRows(BenchOptions &o, const OnnxFlags &f, Target target, const Tuning &tuning,
+                          std::ostream &err) {
+  OnnxWorkload w(f.path);
+  if (target == Target::cuda) w.model().to(Device::cuda());
+  o.model = f.path;
+  o.layers = static_cast<int>(w.model().layers().size());
+  std::vector<Row> rows;
+  std::vector<int64_t> batches;
+  for (const std::string &mode : o.modes) {
+    for (int64_t b : o.batches) {
+      std::vector<Tensor> inputs = onnxInputs(w, f, b, o.config.seq);
+      const int64_t batch = inputs.empty() || inputs[0].dim() == 0 ? 1 : inputs[0].size(0);
+      for (const Tensor &t : inputs) {
+        if (t.dim() >= 2) {
+          o.config.seq = t.size(1);
+          break;
+        }
+      }
+      if (std::find(batches.begin(), batches.end(), batch) == batches.end())
+        batches.push_back(batch);
+      for (Tensor &t : inputs) t = t.to(target == Target::cuda ? Device::cuda() : Device::cpu());
+      if (mode == "dynamic") w.model().mark_dynamic_inputs(inputs);
+      Progress progress(err, f.path + " " + mode + " b=" + std::to_string(batch));
+      if (!o.keepCache) cache::clear(); // cold: empty memory and disk cache
+      rows.push_back(timeMode([&w](const std::vector<Tensor> &in) { return w.model()(in); }, inputs,
+                              batch, mode, o.reps, target, tuning, progress));
+    }
+  }
+  o.batches = batches;
+  return rows;
+}
+
+// --onnx: the flags that do not apply are usage errors; --shape parsed; without --batch /
+// --seq, a --shape sets them.
+void prepareOnnx(const po::variables_map &vm, OnnxFlags &f, BenchOptions &o, int64_t &seq) {
+  for (const char *flag : {"model", "layers", "weights", "dtype"}) {
+    if (vm.count(flag) && !vm[flag].defaulted())
+      throw std::invalid_argument(std::string("--") + flag + " does not apply to --onnx");
+  }
+  if (o.warm) throw std::invalid_argument("--warm does not apply to --onnx");
+  for (const std::string &spec : f.shapeSpecs) {
+    auto [name, text] = splitAssignment(spec, "--shape");
+    if (!f.shapes.emplace(name, parseShapeText(text, "--shape " + name)).second)
+      throw std::invalid_argument("--shape " + name + " given twice");
+  }
+  f.batchGiven = !vm["batch"].defaulted();
+  f.seqGiven = !vm["seq"].defaulted();
+  for (const auto &[name, s] : f.shapes) {
+    if (!f.batchGiven && !s.empty()) o.batches = {s[0]};
+    if (!f.seqGiven && s.size() >= 2) seq = s[1];
+  }
+  if (f.random.intMax < 1) throw std::invalid_argument("--int-max must be positive");
+}
+
 } // namespace
 
 int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
@@ -376,6 +476,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   std::string modes, batches, dtype, json, plot;
   BenchOptions o;
   Tuning tuning;
+  OnnxFlags onnx;
   int64_t seq = 128;
   int reps = 10, layers = -1;
   desc.add_options()("help,h", "show this help")(
@@ -403,7 +504,14 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       "max-autotune", po::bool_switch(&tuning.maxAutotune),
       "every compiled mode with CompileOptions::max_autotune")(
       "reduce-overhead", po::bool_switch(&tuning.reduceOverhead),
-      "every compiled mode with CompileOptions::reduce_overhead");
+      "every compiled mode with CompileOptions::reduce_overhead")(
+      "onnx", po::value(&onnx.path),
+      "time this ONNX model instead of --model: inputs from --shape, else the declared dims "
+      "with the first two named ones (dim_params) set by --batch and --seq")(
+      "shape", po::value(&onnx.shapeSpecs)->composing(),
+      "with --onnx: NAME=1x128, an input's shape (random values as in 'rcjit run')")(
+      "int-max", po::value(&onnx.random.intMax)->default_value(100),
+      "with --onnx: integer inputs (token ids) are below this");
   po::variables_map vm;
   if (!parseFlags(desc, args, vm, out)) return kOk;
   // Every flag, output path and the target are checked before any work starts.
@@ -416,7 +524,8 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   o.batches = parseBatches(batches);
   if (o.batches.empty() || o.modes.empty())
     throw std::invalid_argument("--batch and --modes need a value");
-  const ModelInfo &info = modelNamed(o.model);
+  if (!onnx.path.empty()) prepareOnnx(vm, onnx, o, seq);
+  const ModelInfo *info = onnx.path.empty() ? &modelNamed(o.model) : nullptr;
   std::ofstream plotFile = openPlotOutput(plot);
   std::ofstream jsonFile = openJsonOutput(json);
   const Target tgt = o.target == "cuda" ? Target::cuda : Target::cpu;
@@ -425,7 +534,7 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   o.config.seq = seq;
   o.config.layers = layers;
   o.config.dtype = dtypeFromName(dtype);
-  o.layers = layers > 0 ? layers : info.layers;
+  o.layers = layers > 0 ? layers : info ? info->layers : 0;
   o.perStack = o.model == "vit-gpt2";
   std::optional<TempCacheDir> tmp; // default: a fresh cache, so first calls are cold
   std::string cacheDir = o.cacheDir;
@@ -437,12 +546,13 @@ int benchCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   }
   std::vector<Row> rows;
   std::vector<std::string> tableModes = o.modes;
-  for (const std::string &mode : o.modes) {
+  if (!info) rows = onnxRows(o, onnx, tgt, tuning, err);
+  for (const std::string &mode : info ? o.modes : std::vector<std::string>{}) {
     for (int64_t b : o.batches) {
       Progress progress(err, o.model + " " + mode + " b=" + batchLabel(b, seq));
       o.config.batch = b;
       if (!o.keepCache) cache::clear(); // cold: empty memory and disk cache
-      rows.push_back(runOne(info, o.config, mode, reps, o.weights, tgt, tuning, progress));
+      rows.push_back(runOne(*info, o.config, mode, reps, o.weights, tgt, tuning, progress));
       if (o.warm && mode != "eager") {
         progress.step("first call again in a fresh process (warm disk cache)");
         rows.push_back(warmRow(o, o.config, mode, cacheDir, tuning));

@@ -30,6 +30,7 @@
 #include "tools/DevicesCommand.h"
 #include "tools/Flags.h"
 #include "tools/LogsCommand.h"
+#include "tools/RunCommand.h"
 #include "tools/TrainCommand.h"
 #include "tracer/GraphIO.h"
 #include "tracer/Tracer.h"
@@ -226,6 +227,7 @@ const char *kUsageText =
     "  bench  --model NAME    time a model (first call and steady-state inference)\n"
     "  train  --model NAME    train a model per mode (step time, peak memory, loss)\n"
     "  trace  --model NAME    trace a model and print its graph, kernels, LLVM IR, asm or PTX\n"
+    "  run    MODEL.onnx      run an ONNX model on .npy or random inputs (time, outputs)\n"
     "  cache  stats|clear|export FILE|import FILE   the persistent compile cache\n"
     "  logs   FILE [--html OUT]   summarize a RCJIT_TRACE_FILE (compiles, recompiles, breaks)\n"
     "  devices                the CPU feature set, CUDA driver, GPUs, cuBLAS and libdevice here\n"
@@ -400,6 +402,7 @@ int runCli(int argc, const char *const *argv, std::ostream &out, std::ostream &e
       {"cache", [&] { return cacheCommand(args, out, err); }},
       {"logs", [&] { return logsCommand(args, out, err); }},
       {"devices", [&] { return devicesCommand(args, out, err); }},
+      {"run", [&] { return runCommand(args, out, err); }},
   };
   auto it = commands.find(cmd);
   if (it == commands.end()) {

@@ -21,4 +21,17 @@ inline bool parseFlags(const boost::program_options::options_description &desc,
   return false;
 }
 
+/// The same with positional arguments (`rcjit run MODEL.onnx ...`) mapped by `pos`.
+inline bool parseFlags(const boost::program_options::options_description &desc,
+                       const boost::program_options::positional_options_description &pos,
+                       const std::vector<std::string> &args,
+                       boost::program_options::variables_map &vm, std::ostream &out) {
+  namespace po = boost::program_options;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  po::notify(vm);
+  if (!vm.count("help")) return true;
+  out << desc;
+  return false;
+}
+
 } // namespace rcjit::tools

@@ -25,3 +25,9 @@ step(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK_DIR}/build/con
 # libLLVM (no LD_LIBRARY_PATH).
 step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/rcjit --help)
 step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/rcjit models)
+# The installed tool runs an exported ONNX model (tests/data/onnx, scripts/onnx_fixtures.py)
+# compiled, and its outputs match onnxruntime's.
+set(fx ${CONSUMER_SOURCE}/../data/onnx/bert)
+step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/rcjit run ${fx}/model.onnx
+  --input input_ids=${fx}/case1/input_ids.npy --input attention_mask=${fx}/case1/attention_mask.npy
+  --mode full --reps 1 --expected ${fx}/case1/expected)
