@@ -39,6 +39,12 @@ void runNode(const detail::Node &n, std::vector<Value> &env) {
       (host ? env[n.out[i]].c : env[n.out[i]].t) = outs[i];
     }
   };
+  if (n.op->readsSizes) { // the sizes of a traced tensor are host values while tracing
+    TracerPause pause;
+    OpContext ctx{n, ins, false};
+    store(n.op->fn(ctx), true);
+    return;
+  }
   if (allConst) {
     TracerPause pause;
     OpContext ctx{n, ins, true};

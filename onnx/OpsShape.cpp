@@ -45,6 +45,57 @@ Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis) {
   return permute(e, order);
 }
 
+Tensor fixNegative(Tensor idx, int64_t n) {
+  if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
+  return where(lt(idx, 0), idx + n, idx);
+}
+
+// data[idx[..., 0], ..., idx[..., k-1]] (batch_dims 0): the first k dims flattened, then
+// rows gathered by the linear index
+Tensor gatherNdOp(OpContext &c) {
+  Tensor x = c.in(0), idx = c.in(1);
+  if (c.attrInt("batch_dims", 0) != 0) c.fail("batch_dims != 0 is not supported");
+  int64_t k = idx.size(-1);
+  if (k < 1 || k > x.dim()) c.fail("the last dim of indices must be in [1, rank(data)]");
+  Shape rows{1};
+  for (int64_t d = 0; d < k; ++d) rows[0] *= x.size(static_cast<int>(d));
+  Shape rest(x.shape().begin() + k, x.shape().end());
+  Shape flat = rows;
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  Tensor lin;
+  int64_t stride = rows[0];
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t n = x.size(static_cast<int>(j));
+    stride /= n;
+    Tensor part = fixNegative(squeeze(slice(idx, -1, j, j + 1), -1), n) * stride;
+    lin = lin.defined() ? lin + part : part;
+  }
+  return gatherAxis(reshape(x, flat), lin, 0);
+}
+
+// out[p] = data[p with dim `axis` replaced by idx[p]]: a linear index into the flat data
+Tensor gatherElementsOp(OpContext &c) {
+  Tensor x = c.in(0), idx = c.in(1);
+  int64_t r = x.dim(), a = c.axis(c.attrInt("axis", 0), r);
+  if (idx.dim() != r) c.fail("indices must have the rank of data");
+  Tensor lin = fixNegative(idx, x.size(static_cast<int>(a)));
+  int64_t stride = 1;
+  std::vector<int64_t> strides(r);
+  for (int64_t d = r; d-- > 0;) {
+    strides[d] = stride;
+    stride *= x.size(static_cast<int>(d));
+  }
+  lin = lin * strides[a];
+  for (int64_t d = 0; d < r; ++d) {
+    if (d == a) continue;
+    Shape s(r, 1);
+    s[d] = idx.size(static_cast<int>(d));
+    lin = lin + reshape(Tensor::arange(s[d]) * strides[d], s);
+  }
+  Tensor e = embedding(reshape(x, {x.numel(), 1}), lin);
+  return squeeze(e, -1);
+}
+
 Tensor indexTensor(const std::vector<int64_t> &v) {
   return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
 }
@@ -270,11 +321,12 @@ Tensor tileOp(OpContext &c) {
 } // namespace
 
 void addShapeOps(OpTable &t) {
-  auto op = [&](const char *name, OpFn f, bool sizes = false) {
-    t.push_back({std::string(":") + name, {std::move(f), sizes}});
+  auto op = [&](const char *name, OpFn f, bool sizes = false, bool reads = false) {
+    t.push_back({std::string(":") + name, {std::move(f), sizes, reads}});
   };
-  op("Shape", [](OpContext &c) { return one(shapeOp(c)); });
-  op("Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); });
+  op("Shape", [](OpContext &c) { return one(shapeOp(c)); }, false, true);
+  op("Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); },
+     false, true);
   op("Reshape", [](OpContext &c) { return one(reshapeOp(c)); });
   op("Flatten", [](OpContext &c) { return one(flattenOp(c)); });
   op("Transpose", [](OpContext &c) {
@@ -300,6 +352,8 @@ void addShapeOps(OpTable &t) {
     Tensor x = c.in(0);
     return one(gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim())));
   });
+  op("GatherND", [](OpContext &c) { return one(gatherNdOp(c)); });
+  op("GatherElements", [](OpContext &c) { return one(gatherElementsOp(c)); });
   op("Range", [](OpContext &c) { return one(rangeOp(c)); }, true);
   op("ConstantOfShape", [](OpContext &c) {
     std::vector<int64_t> shape = c.ints(0);

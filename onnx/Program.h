@@ -16,12 +16,13 @@ namespace rcjit::onnx {
 struct OpContext;
 using OpFn = std::function<std::vector<Tensor>(OpContext &)>;
 
-/// What an op is: its implementation and whether it makes sizes from values (Range,
+/// What an op is: its implementation, whether it makes sizes from values (Range,
 /// ConstantOfShape: such outputs are also computed as traced ops, so that they stay
-/// symbolic under dynamic shapes).
+/// symbolic under dynamic shapes) and whether it only reads its input's sizes.
 struct OpInfo {
   OpFn fn;
   bool makesSizes = false;
+  bool readsSizes = false; // Shape, Size: the output is host data whatever the input is
 };
 
 /// The op table (every op of every domain rcjit implements), keyed "domain:OpType" with
