@@ -200,6 +200,16 @@ double OpContext::scalar(size_t i) const {
   return x.item();
 }
 
+bool OpContext::knownNonNegative(size_t i) const {
+  if (!has(i) || !ins[i]->c.defined()) return false;
+  const Tensor &c = ins[i]->c;
+  if (!isIntegral(c.dtype()) || c.numel() > (1 << 20)) return false;
+  for (int64_t v : c.to_vector<int64_t>()) {
+    if (v < 0) return false;
+  }
+  return true;
+}
+
 bool OpContext::isScalarConst(size_t i) const {
   return has(i) && ins[i]->c.defined() && !ins[i]->t.defined() && ins[i]->c.numel() == 1;
 }

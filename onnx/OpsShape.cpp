@@ -18,10 +18,11 @@ int64_t clampIndex(int64_t i, int64_t n) { return std::min(std::max(i, int64_t(0
 // x gathered along `axis` by integer indices (negative ones count from the end): the
 // rows of a [n, rest] view picked by embedding, then the dims put back in ONNX's order,
 // x.shape[:axis] + idx.shape + x.shape[axis+1:]
-Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis) {
+// (indices known to be non-negative skip the wrapping: it would put the size in the graph)
+Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis, bool nonNegative = false) {
   int64_t n = x.size(static_cast<int>(axis)), r = x.dim();
   if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
-  idx = where(lt(idx, 0), idx + n, idx);
+  if (!nonNegative) idx = where(lt(idx, 0), idx + n, idx);
   Dims perm{axis};
   Shape others;
   for (int64_t d = 0; d < r; ++d) {
@@ -45,9 +46,14 @@ Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis) {
   return permute(e, order);
 }
 
-Tensor fixNegative(Tensor idx, int64_t n) {
+// n as a traced value (the sum of n ones) rather than a number in the graph: under dynamic
+// shapes it follows the symbolic size instead of fixing it
+Tensor sizeValue(int64_t n) { return sum(Tensor::ones({n}, DType::i64)); }
+
+Tensor fixNegative(Tensor idx, int64_t n, bool nonNegative) {
   if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
-  return where(lt(idx, 0), idx + n, idx);
+  if (nonNegative) return idx;
+  return where(lt(idx, 0), idx + sizeValue(n), idx);
 }
 
 // data[idx[..., 0], ..., idx[..., k-1]] (batch_dims 0): the first k dims flattened, then
@@ -63,14 +69,13 @@ Tensor gatherNdOp(OpContext &c) {
   Shape flat = rows;
   flat.insert(flat.end(), rest.begin(), rest.end());
   Tensor lin;
-  int64_t stride = rows[0];
+  bool nonNeg = c.knownNonNegative(1);
   for (int64_t j = 0; j < k; ++j) {
     int64_t n = x.size(static_cast<int>(j));
-    stride /= n;
-    Tensor part = fixNegative(squeeze(slice(idx, -1, j, j + 1), -1), n) * stride;
-    lin = lin.defined() ? lin + part : part;
+    Tensor part = fixNegative(squeeze(slice(idx, -1, j, j + 1), -1), n, nonNeg);
+    lin = lin.defined() ? lin * sizeValue(n) + part : part;
   }
-  return gatherAxis(reshape(x, flat), lin, 0);
+  return gatherAxis(reshape(x, flat), lin, 0, true);
 }
 
 // out[p] = data[p with dim `axis` replaced by idx[p]]: a linear index into the flat data
@@ -78,19 +83,18 @@ Tensor gatherElementsOp(OpContext &c) {
   Tensor x = c.in(0), idx = c.in(1);
   int64_t r = x.dim(), a = c.axis(c.attrInt("axis", 0), r);
   if (idx.dim() != r) c.fail("indices must have the rank of data");
-  Tensor lin = fixNegative(idx, x.size(static_cast<int>(a)));
-  int64_t stride = 1;
-  std::vector<int64_t> strides(r);
-  for (int64_t d = r; d-- > 0;) {
-    strides[d] = stride;
-    stride *= x.size(static_cast<int>(d));
-  }
-  lin = lin * strides[a];
+  // the linear index, Horner style over the dims: ((c0 * n1 + c1) * n2 + c2) ...
+  Tensor lin;
   for (int64_t d = 0; d < r; ++d) {
-    if (d == a) continue;
-    Shape s(r, 1);
-    s[d] = idx.size(static_cast<int>(d));
-    lin = lin + reshape(Tensor::arange(s[d]) * strides[d], s);
+    Tensor coord;
+    if (d == a) {
+      coord = fixNegative(idx, x.size(static_cast<int>(a)), c.knownNonNegative(1));
+    } else {
+      Shape s(r, 1);
+      s[d] = idx.size(static_cast<int>(d));
+      coord = reshape(Tensor::arange(s[d]), s);
+    }
+    lin = lin.defined() ? lin * sizeValue(x.size(static_cast<int>(d))) + coord : coord;
   }
   Tensor e = embedding(reshape(x, {x.numel(), 1}), lin);
   return squeeze(e, -1);
@@ -350,7 +354,8 @@ void addShapeOps(OpTable &t) {
   op("Split", [](OpContext &c) { return splitOp(c); });
   op("Gather", [](OpContext &c) {
     Tensor x = c.in(0);
-    return one(gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim())));
+    return one(gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim()),
+                          c.knownNonNegative(1)));
   });
   op("GatherND", [](OpContext &c) { return one(gatherNdOp(c)); });
   op("GatherElements", [](OpContext &c) { return one(gatherElementsOp(c)); });

@@ -90,6 +90,9 @@ struct OpContext {
   /// a host read of the tensor (a graph break under compile) when it depends on data.
   std::vector<int64_t> ints(size_t i) const;
   double scalar(size_t i) const;
+  /// True when input i's value is known on the host and has no negative element (an index
+  /// that needs no wrapping).
+  bool knownNonNegative(size_t i) const;
   /// Input i when it is a one-element host constant (then ops can take it as a Scalar).
   bool isScalarConst(size_t i) const;
 
