@@ -153,9 +153,7 @@ std::vector<std::string> Model::layers() const { return program_->layers; }
 int64_t Model::opset() const { return program_->opset; }
 std::string Model::producer() const { return program_->producer; }
 
-std::vector<int64_t> Model::input_shape(size_t i) const {
-  return program_->inputInfo.at(i).dims;
-}
+std::vector<int64_t> Model::input_shape(size_t i) const { return program_->inputInfo.at(i).dims; }
 
 std::vector<std::string> Model::input_dim_params(size_t i) const {
   return program_->inputInfo.at(i).dimParams;

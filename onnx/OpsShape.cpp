@@ -181,7 +181,8 @@ Tensor squeezeOp(OpContext &c) {
   for (int64_t &a : axes) a = c.axis(a, x.dim());
   std::sort(axes.rbegin(), axes.rend());
   for (int64_t a : axes) {
-    if (x.size(static_cast<int>(a)) != 1) c.fail("cannot squeeze dim " + std::to_string(a) + " of shape " + shapeStr(x.shape()));
+    if (x.size(static_cast<int>(a)) != 1)
+      c.fail("cannot squeeze dim " + std::to_string(a) + " of shape " + shapeStr(x.shape()));
     x = squeeze(x, a);
   }
   return x;
@@ -208,7 +209,8 @@ Tensor expandOp(OpContext &c) {
   for (size_t i = 0; i < r; ++i) {
     int64_t a = i + x.dim() >= r ? x.size(static_cast<int>(i + x.dim() - r)) : 1;
     int64_t b = i + shape.size() >= r ? shape[i + shape.size() - r] : 1;
-    if (a != b && a != 1 && b != 1) c.fail("cannot expand " + shapeStr(x.shape()) + " to " + shapeStr(shape));
+    if (a != b && a != 1 && b != 1)
+      c.fail("cannot expand " + shapeStr(x.shape()) + " to " + shapeStr(shape));
     out[i] = a == 1 ? b : a;
   }
   return expand(x, out);
@@ -270,14 +272,15 @@ Tensor cumsumOp(OpContext &c) {
 std::vector<Tensor> splitOp(OpContext &c) {
   Tensor x = c.in(0);
   int64_t a = c.axis(c.attrInt("axis", 0), x.dim()), n = x.size(static_cast<int>(a));
-  std::vector<int64_t> sizes = c.opset() >= 13 ? (c.has(1) ? c.ints(1) : std::vector<int64_t>{})
-                                               : c.attrInts("split");
+  std::vector<int64_t> sizes =
+      c.opset() >= 13 ? (c.has(1) ? c.ints(1) : std::vector<int64_t>{}) : c.attrInts("split");
   if (sizes.empty()) {
     int64_t parts = c.hasAttr("num_outputs") ? c.attrInt("num_outputs", 1)
                                              : static_cast<int64_t>(c.node.out.size());
     if (parts <= 0) c.fail("no outputs");
     int64_t each = (n + parts - 1) / parts;
-    for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
+    for (int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
   }
   std::vector<Tensor> out;
   int64_t at = 0;
@@ -286,7 +289,8 @@ std::vector<Tensor> splitOp(OpContext &c) {
     out.push_back(slice(x, a, at, at + s));
     at += s;
   }
-  if (at != n) c.fail("split sizes sum to " + std::to_string(at) + ", the dim is " + std::to_string(n));
+  if (at != n)
+    c.fail("split sizes sum to " + std::to_string(at) + ", the dim is " + std::to_string(n));
   return out;
 }
 
@@ -328,9 +332,11 @@ void addShapeOps(OpTable &t) {
   auto op = [&](const char *name, OpFn f, bool sizes = false, bool reads = false) {
     t.push_back({std::string(":") + name, {std::move(f), sizes, reads}});
   };
-  op("Shape", [](OpContext &c) { return one(shapeOp(c)); }, false, true);
-  op("Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); },
-     false, true);
+  op(
+      "Shape", [](OpContext &c) { return one(shapeOp(c)); }, false, true);
+  op(
+      "Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); },
+      false, true);
   op("Reshape", [](OpContext &c) { return one(reshapeOp(c)); });
   op("Flatten", [](OpContext &c) { return one(flattenOp(c)); });
   op("Transpose", [](OpContext &c) {
@@ -354,21 +360,26 @@ void addShapeOps(OpTable &t) {
   op("Split", [](OpContext &c) { return splitOp(c); });
   op("Gather", [](OpContext &c) {
     Tensor x = c.in(0);
-    return one(gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim()),
-                          c.knownNonNegative(1)));
+    return one(
+        gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim()), c.knownNonNegative(1)));
   });
   op("GatherND", [](OpContext &c) { return one(gatherNdOp(c)); });
   op("GatherElements", [](OpContext &c) { return one(gatherElementsOp(c)); });
-  op("Range", [](OpContext &c) { return one(rangeOp(c)); }, true);
-  op("ConstantOfShape", [](OpContext &c) {
-    std::vector<int64_t> shape = c.ints(0);
-    Tensor v = c.attrTensor("value");
-    if (!v.defined()) return one(Tensor::zeros(shape));
-    if (v.numel() != 1) c.fail("value must hold one element");
-    if (isFloating(v.dtype())) return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
-    return one(Tensor::full(shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]),
-                            v.dtype()));
-  }, true);
+  op(
+      "Range", [](OpContext &c) { return one(rangeOp(c)); }, true);
+  op(
+      "ConstantOfShape",
+      [](OpContext &c) {
+        std::vector<int64_t> shape = c.ints(0);
+        Tensor v = c.attrTensor("value");
+        if (!v.defined()) return one(Tensor::zeros(shape));
+        if (v.numel() != 1) c.fail("value must hold one element");
+        if (isFloating(v.dtype()))
+          return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
+        return one(Tensor::full(
+            shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]), v.dtype()));
+      },
+      true);
   op("Constant", [](OpContext &c) { return one(constantOp(c)); });
   op("Trilu", [](OpContext &c) { return one(triluOp(c)); });
   op("CumSum", [](OpContext &c) { return one(cumsumOp(c)); });

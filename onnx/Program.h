@@ -50,11 +50,11 @@ struct Program {
   std::vector<ValueInfo> inputInfo;
   std::vector<int> inputIds, outputIds;
   std::vector<std::string> valueNames;
-  std::vector<Node> nodes; // topological order
-  std::vector<std::pair<int, Tensor>> constants;    // integer initializers
-  std::vector<std::pair<int, Tensor>> parameters;   // floating initializers (initial values)
-  std::vector<std::string> parameterNames;          // parallel to parameters
-  std::vector<std::string> layers;                  // repeated layers, in graph order
+  std::vector<Node> nodes;                        // topological order
+  std::vector<std::pair<int, Tensor>> constants;  // integer initializers
+  std::vector<std::pair<int, Tensor>> parameters; // floating initializers (initial values)
+  std::vector<std::string> parameterNames;        // parallel to parameters
+  std::vector<std::string> layers;                // repeated layers, in graph order
 };
 
 /// Builds the Program from a parsed model: decodes initializers (external data from
