@@ -18,8 +18,10 @@ std::string layerOfPath(const std::string &path) {
   bool first = true;
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
-    std::string seg = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!first && isDigits(seg)) return path.substr(0, dot == std::string::npos ? path.size() : dot);
+    std::string seg =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!first && isDigits(seg))
+      return path.substr(0, dot == std::string::npos ? path.size() : dot);
     first = false;
     if (dot == std::string::npos) break;
     start = dot + 1;
@@ -35,8 +37,10 @@ std::string joinScopes(const std::vector<std::string> &parts) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\'' || s.front() == '"')) s.erase(0, 1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\'' || s.back() == '"')) s.pop_back();
     if (s.empty()) continue;
-    if (!path.empty() && s.compare(0, path.size() + 1, path + ".") == 0) path = s;
-    else path = path.empty() ? s : path + "." + s;
+    if (!path.empty() && s.compare(0, path.size() + 1, path + ".") == 0)
+      path = s;
+    else
+      path = path.empty() ? s : path + "." + s;
   }
   return path;
 }

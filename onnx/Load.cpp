@@ -71,8 +71,8 @@ std::string externalPath(const std::string &location, const std::string &dir,
   bool escapes = location.empty() || loc.is_absolute();
   for (const auto &part : loc) escapes = escapes || part == "..";
   if (escapes) {
-    throw Error("onnx: " + what + ": tensor '" + tensor + "': external data location '" +
-                location + "' must be a relative path inside the model's folder");
+    throw Error("onnx: " + what + ": tensor '" + tensor + "': external data location '" + location +
+                "' must be a relative path inside the model's folder");
   }
   std::error_code ec;
   fs::path base = fs::weakly_canonical(fs::path(dir), ec);
@@ -85,14 +85,17 @@ std::string externalPath(const std::string &location, const std::string &dir,
   return f;
 }
 
-void readExternal(const TensorData &t, const std::string &dir, const std::string &what,
-                  void *dst, size_t want) {
+void readExternal(const TensorData &t, const std::string &dir, const std::string &what, void *dst,
+                  size_t want) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto &[k, v] : t.externalData) {
-    if (k == "location") location = v;
-    else if (k == "offset") offset = parseInt(v, k, what);
-    else if (k == "length") length = parseInt(v, k, what);
+    if (k == "location")
+      location = v;
+    else if (k == "offset")
+      offset = parseInt(v, k, what);
+    else if (k == "length")
+      length = parseInt(v, k, what);
   }
   std::string path = externalPath(location, dir, t.name, what);
   MappedFile file(path, what);
@@ -113,11 +116,21 @@ void readExternal(const TensorData &t, const std::string &dir, const std::string
 template <class Src> void copyTyped(const std::vector<Src> &src, Tensor &out, DType dt) {
   size_t n = src.size();
   switch (dt) {
-  case DType::f32: for (size_t i = 0; i < n; ++i) out.data<float>()[i] = static_cast<float>(src[i]); break;
-  case DType::f64: for (size_t i = 0; i < n; ++i) out.data<double>()[i] = static_cast<double>(src[i]); break;
-  case DType::i32: for (size_t i = 0; i < n; ++i) out.data<int32_t>()[i] = static_cast<int32_t>(src[i]); break;
-  case DType::i64: for (size_t i = 0; i < n; ++i) out.data<int64_t>()[i] = static_cast<int64_t>(src[i]); break;
-  case DType::boolean: for (size_t i = 0; i < n; ++i) out.data<uint8_t>()[i] = src[i] != 0; break;
+  case DType::f32:
+    for (size_t i = 0; i < n; ++i) out.data<float>()[i] = static_cast<float>(src[i]);
+    break;
+  case DType::f64:
+    for (size_t i = 0; i < n; ++i) out.data<double>()[i] = static_cast<double>(src[i]);
+    break;
+  case DType::i32:
+    for (size_t i = 0; i < n; ++i) out.data<int32_t>()[i] = static_cast<int32_t>(src[i]);
+    break;
+  case DType::i64:
+    for (size_t i = 0; i < n; ++i) out.data<int64_t>()[i] = static_cast<int64_t>(src[i]);
+    break;
+  case DType::boolean:
+    for (size_t i = 0; i < n; ++i) out.data<uint8_t>()[i] = src[i] != 0;
+    break;
   case DType::f16:
   case DType::bf16: // the bits, stored in int32_data
     for (size_t i = 0; i < n; ++i) {
@@ -132,14 +145,22 @@ template <class Src> void copyTyped(const std::vector<Src> &src, Tensor &out, DT
 
 DType dtypeFromOnnx(int32_t t, const std::string &where) {
   switch (static_cast<OnnxType>(t)) {
-  case OnnxType::f32: return DType::f32;
-  case OnnxType::f64: return DType::f64;
-  case OnnxType::f16: return DType::f16;
-  case OnnxType::bf16: return DType::bf16;
-  case OnnxType::i32: return DType::i32;
-  case OnnxType::i64: return DType::i64;
-  case OnnxType::boolean: return DType::boolean;
-  default: break;
+  case OnnxType::f32:
+    return DType::f32;
+  case OnnxType::f64:
+    return DType::f64;
+  case OnnxType::f16:
+    return DType::f16;
+  case OnnxType::bf16:
+    return DType::bf16;
+  case OnnxType::i32:
+    return DType::i32;
+  case OnnxType::i64:
+    return DType::i64;
+  case OnnxType::boolean:
+    return DType::boolean;
+  default:
+    break;
   }
   throw Error("onnx: " + where + ": element type " + onnxTypeName(t) +
               " has no rcjit dtype (f32, f64, f16, bf16, i32, i64, bool)");

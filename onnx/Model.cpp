@@ -39,6 +39,12 @@ void runNode(const detail::Node &n, std::vector<Value> &env) {
       (host ? env[n.out[i]].c : env[n.out[i]].t) = outs[i];
     }
   };
+  if (n.op->readsSizes) { // the sizes of a traced tensor are host values while tracing
+    TracerPause pause;
+    OpContext ctx{n, ins, false};
+    store(n.op->fn(ctx), true);
+    return;
+  }
   if (allConst) {
     TracerPause pause;
     OpContext ctx{n, ins, true};
@@ -147,9 +153,7 @@ std::vector<std::string> Model::layers() const { return program_->layers; }
 int64_t Model::opset() const { return program_->opset; }
 std::string Model::producer() const { return program_->producer; }
 
-std::vector<int64_t> Model::input_shape(size_t i) const {
-  return program_->inputInfo.at(i).dims;
-}
+std::vector<int64_t> Model::input_shape(size_t i) const { return program_->inputInfo.at(i).dims; }
 
 std::vector<std::string> Model::input_dim_params(size_t i) const {
   return program_->inputInfo.at(i).dimParams;
@@ -192,6 +196,16 @@ double OpContext::scalar(size_t i) const {
   Tensor x = v.c.defined() ? v.c : v.t;
   if (x.numel() != 1) fail("input " + std::to_string(i) + " must hold one value");
   return x.item();
+}
+
+bool OpContext::knownNonNegative(size_t i) const {
+  if (!has(i) || !ins[i]->c.defined()) return false;
+  const Tensor &c = ins[i]->c;
+  if (!isIntegral(c.dtype()) || c.numel() > (1 << 20)) return false;
+  for (int64_t v : c.to_vector<int64_t>()) {
+    if (v < 0) return false;
+  }
+  return true;
 }
 
 bool OpContext::isScalarConst(size_t i) const {

@@ -28,7 +28,8 @@ Tensor binary(OpContext &c, TT tt, TS ts, ST st) {
   return tt(a, b);
 }
 
-#define RCJIT_BIN(name) static_cast<TT>(&rcjit::name), static_cast<TS>(&rcjit::name), static_cast<ST>(&rcjit::name)
+#define RCJIT_BIN(name)                                                                            \
+  static_cast<TT>(&rcjit::name), static_cast<TS>(&rcjit::name), static_cast<ST>(&rcjit::name)
 
 Tensor divide(OpContext &c) {
   Tensor q = binary(c, RCJIT_BIN(div));
@@ -97,7 +98,9 @@ void addElementwiseOps(OpTable &t) {
   auto unary = [&](const char *name, Tensor (*f)(const Tensor &)) {
     t.push_back({std::string(":") + name, {[f](OpContext &c) { return one(f(c.in(0))); }}});
   };
-  auto op = [&](const char *name, OpFn f) { t.push_back({std::string(":") + name, {std::move(f)}}); };
+  auto op = [&](const char *name, OpFn f) {
+    t.push_back({std::string(":") + name, {std::move(f)}});
+  };
   unary("Neg", &rcjit::neg);
   unary("Abs", &rcjit::abs);
   unary("Exp", &rcjit::exp);
@@ -175,9 +178,8 @@ void addElementwiseOps(OpTable &t) {
   op("Max", [](OpContext &c) { return one(variadic(c, &rcjit::maximum)); });
   op("Min", [](OpContext &c) { return one(variadic(c, &rcjit::minimum)); });
   op("Sum", [](OpContext &c) { return one(variadic(c, &rcjit::add)); });
-  op("Mean", [](OpContext &c) {
-    return one(variadic(c, &rcjit::add) / static_cast<double>(c.size()));
-  });
+  op("Mean",
+     [](OpContext &c) { return one(variadic(c, &rcjit::add) / static_cast<double>(c.size())); });
   op("Not", [](OpContext &c) { return one(eq(boolInts(c.in(0)), 0)); });
   op("And", [](OpContext &c) { return one(eq(boolInts(c.in(0)) + boolInts(c.in(1)), 2)); });
   op("Or", [](OpContext &c) { return one(gt(boolInts(c.in(0)) + boolInts(c.in(1)), 0)); });

@@ -32,7 +32,9 @@ std::vector<Tensor> softmaxOp(OpContext &c, bool logarithm) {
   Tensor x = c.in(0);
   int64_t r = x.dim();
   int64_t a = c.axis(c.attrInt("axis", c.opset() < 13 ? 1 : -1), r);
-  auto f = [&](const Tensor &v, int64_t d) { return logarithm ? log_softmax(v, d) : softmax(v, d); };
+  auto f = [&](const Tensor &v, int64_t d) {
+    return logarithm ? log_softmax(v, d) : softmax(v, d);
+  };
   if (c.opset() >= 13 || a == r - 1) return one(f(x, a));
   int64_t outer = 1; // before 13: softmax of the 2-D [outer, inner] coercion
   for (int64_t d = 0; d < a; ++d) outer *= x.size(static_cast<int>(d));
@@ -140,7 +142,8 @@ Tensor convOp(OpContext &c) {
   int64_t stride = strides.empty() ? 1 : strides[0];
   if (!allEqual(strides, stride)) c.fail("unequal strides are not supported");
   int64_t p = pads.empty() ? 0 : pads[0];
-  if (pad == "VALID") p = 0;
+  if (pad == "VALID")
+    p = 0;
   else if (pad != "NOTSET") {
     if (stride != 1 || w.size(2) != w.size(3) || w.size(2) % 2 == 0) {
       c.fail("auto_pad " + pad + " is supported for stride 1 and odd square kernels only");
@@ -154,7 +157,9 @@ Tensor convOp(OpContext &c) {
 } // namespace
 
 void addNnOps(OpTable &t) {
-  auto op = [&](const char *name, OpFn f) { t.push_back({std::string(":") + name, {std::move(f)}}); };
+  auto op = [&](const char *name, OpFn f) {
+    t.push_back({std::string(":") + name, {std::move(f)}});
+  };
   op("MatMul", [](OpContext &c) { return one(matmul(c.in(0), c.in(1))); });
   op("Gemm", [](OpContext &c) { return one(gemmOp(c)); });
   op("Softmax", [](OpContext &c) { return softmaxOp(c, false); });

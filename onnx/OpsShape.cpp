@@ -18,10 +18,11 @@ int64_t clampIndex(int64_t i, int64_t n) { return std::min(std::max(i, int64_t(0
 // x gathered along `axis` by integer indices (negative ones count from the end): the
 // rows of a [n, rest] view picked by embedding, then the dims put back in ONNX's order,
 // x.shape[:axis] + idx.shape + x.shape[axis+1:]
-Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis) {
+// (indices known to be non-negative skip the wrapping: it would put the size in the graph)
+Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis, bool nonNegative = false) {
   int64_t n = x.size(static_cast<int>(axis)), r = x.dim();
   if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
-  idx = where(lt(idx, 0), idx + n, idx);
+  if (!nonNegative) idx = where(lt(idx, 0), idx + n, idx);
   Dims perm{axis};
   Shape others;
   for (int64_t d = 0; d < r; ++d) {
@@ -43,6 +44,60 @@ Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis) {
   for (int64_t d = 0; d < k; ++d) order.push_back(d);
   for (int64_t d = axis; d < r - 1; ++d) order.push_back(k + d);
   return permute(e, order);
+}
+
+// n as a traced value (the sum of n ones) rather than a number in the graph: under dynamic
+// shapes it follows the symbolic size instead of fixing it
+Tensor sizeValue(int64_t n) { return sum(Tensor::ones({n}, DType::i64)); }
+
+Tensor fixNegative(Tensor idx, int64_t n, bool nonNegative) {
+  if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
+  if (nonNegative) return idx;
+  return where(lt(idx, 0), idx + sizeValue(n), idx);
+}
+
+// data[idx[..., 0], ..., idx[..., k-1]] (batch_dims 0): the first k dims flattened, then
+// rows gathered by the linear index
+Tensor gatherNdOp(OpContext &c) {
+  Tensor x = c.in(0), idx = c.in(1);
+  if (c.attrInt("batch_dims", 0) != 0) c.fail("batch_dims != 0 is not supported");
+  int64_t k = idx.size(-1);
+  if (k < 1 || k > x.dim()) c.fail("the last dim of indices must be in [1, rank(data)]");
+  Shape rows{1};
+  for (int64_t d = 0; d < k; ++d) rows[0] *= x.size(static_cast<int>(d));
+  Shape rest(x.shape().begin() + k, x.shape().end());
+  Shape flat = rows;
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  Tensor lin;
+  bool nonNeg = c.knownNonNegative(1);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t n = x.size(static_cast<int>(j));
+    Tensor part = fixNegative(squeeze(slice(idx, -1, j, j + 1), -1), n, nonNeg);
+    lin = lin.defined() ? lin * sizeValue(n) + part : part;
+  }
+  return gatherAxis(reshape(x, flat), lin, 0, true);
+}
+
+// out[p] = data[p with dim `axis` replaced by idx[p]]: a linear index into the flat data
+Tensor gatherElementsOp(OpContext &c) {
+  Tensor x = c.in(0), idx = c.in(1);
+  int64_t r = x.dim(), a = c.axis(c.attrInt("axis", 0), r);
+  if (idx.dim() != r) c.fail("indices must have the rank of data");
+  // the linear index, Horner style over the dims: ((c0 * n1 + c1) * n2 + c2) ...
+  Tensor lin;
+  for (int64_t d = 0; d < r; ++d) {
+    Tensor coord;
+    if (d == a) {
+      coord = fixNegative(idx, x.size(static_cast<int>(a)), c.knownNonNegative(1));
+    } else {
+      Shape s(r, 1);
+      s[d] = idx.size(static_cast<int>(d));
+      coord = reshape(Tensor::arange(s[d]), s);
+    }
+    lin = lin.defined() ? lin * sizeValue(x.size(static_cast<int>(d))) + coord : coord;
+  }
+  Tensor e = embedding(reshape(x, {x.numel(), 1}), lin);
+  return squeeze(e, -1);
 }
 
 Tensor indexTensor(const std::vector<int64_t> &v) {
@@ -126,7 +181,8 @@ Tensor squeezeOp(OpContext &c) {
   for (int64_t &a : axes) a = c.axis(a, x.dim());
   std::sort(axes.rbegin(), axes.rend());
   for (int64_t a : axes) {
-    if (x.size(static_cast<int>(a)) != 1) c.fail("cannot squeeze dim " + std::to_string(a) + " of shape " + shapeStr(x.shape()));
+    if (x.size(static_cast<int>(a)) != 1)
+      c.fail("cannot squeeze dim " + std::to_string(a) + " of shape " + shapeStr(x.shape()));
     x = squeeze(x, a);
   }
   return x;
@@ -153,7 +209,8 @@ Tensor expandOp(OpContext &c) {
   for (size_t i = 0; i < r; ++i) {
     int64_t a = i + x.dim() >= r ? x.size(static_cast<int>(i + x.dim() - r)) : 1;
     int64_t b = i + shape.size() >= r ? shape[i + shape.size() - r] : 1;
-    if (a != b && a != 1 && b != 1) c.fail("cannot expand " + shapeStr(x.shape()) + " to " + shapeStr(shape));
+    if (a != b && a != 1 && b != 1)
+      c.fail("cannot expand " + shapeStr(x.shape()) + " to " + shapeStr(shape));
     out[i] = a == 1 ? b : a;
   }
   return expand(x, out);
@@ -215,14 +272,15 @@ Tensor cumsumOp(OpContext &c) {
 std::vector<Tensor> splitOp(OpContext &c) {
   Tensor x = c.in(0);
   int64_t a = c.axis(c.attrInt("axis", 0), x.dim()), n = x.size(static_cast<int>(a));
-  std::vector<int64_t> sizes = c.opset() >= 13 ? (c.has(1) ? c.ints(1) : std::vector<int64_t>{})
-                                               : c.attrInts("split");
+  std::vector<int64_t> sizes =
+      c.opset() >= 13 ? (c.has(1) ? c.ints(1) : std::vector<int64_t>{}) : c.attrInts("split");
   if (sizes.empty()) {
     int64_t parts = c.hasAttr("num_outputs") ? c.attrInt("num_outputs", 1)
                                              : static_cast<int64_t>(c.node.out.size());
     if (parts <= 0) c.fail("no outputs");
     int64_t each = (n + parts - 1) / parts;
-    for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
+    for (int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
   }
   std::vector<Tensor> out;
   int64_t at = 0;
@@ -231,7 +289,8 @@ std::vector<Tensor> splitOp(OpContext &c) {
     out.push_back(slice(x, a, at, at + s));
     at += s;
   }
-  if (at != n) c.fail("split sizes sum to " + std::to_string(at) + ", the dim is " + std::to_string(n));
+  if (at != n)
+    c.fail("split sizes sum to " + std::to_string(at) + ", the dim is " + std::to_string(n));
   return out;
 }
 
@@ -270,11 +329,14 @@ Tensor tileOp(OpContext &c) {
 } // namespace
 
 void addShapeOps(OpTable &t) {
-  auto op = [&](const char *name, OpFn f, bool sizes = false) {
-    t.push_back({std::string(":") + name, {std::move(f), sizes}});
+  auto op = [&](const char *name, OpFn f, bool sizes = false, bool reads = false) {
+    t.push_back({std::string(":") + name, {std::move(f), sizes, reads}});
   };
-  op("Shape", [](OpContext &c) { return one(shapeOp(c)); });
-  op("Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); });
+  op(
+      "Shape", [](OpContext &c) { return one(shapeOp(c)); }, false, true);
+  op(
+      "Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); },
+      false, true);
   op("Reshape", [](OpContext &c) { return one(reshapeOp(c)); });
   op("Flatten", [](OpContext &c) { return one(flattenOp(c)); });
   op("Transpose", [](OpContext &c) {
@@ -298,18 +360,26 @@ void addShapeOps(OpTable &t) {
   op("Split", [](OpContext &c) { return splitOp(c); });
   op("Gather", [](OpContext &c) {
     Tensor x = c.in(0);
-    return one(gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim())));
+    return one(
+        gatherAxis(x, c.in(1), c.axis(c.attrInt("axis", 0), x.dim()), c.knownNonNegative(1)));
   });
-  op("Range", [](OpContext &c) { return one(rangeOp(c)); }, true);
-  op("ConstantOfShape", [](OpContext &c) {
-    std::vector<int64_t> shape = c.ints(0);
-    Tensor v = c.attrTensor("value");
-    if (!v.defined()) return one(Tensor::zeros(shape));
-    if (v.numel() != 1) c.fail("value must hold one element");
-    if (isFloating(v.dtype())) return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
-    return one(Tensor::full(shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]),
-                            v.dtype()));
-  }, true);
+  op("GatherND", [](OpContext &c) { return one(gatherNdOp(c)); });
+  op("GatherElements", [](OpContext &c) { return one(gatherElementsOp(c)); });
+  op(
+      "Range", [](OpContext &c) { return one(rangeOp(c)); }, true);
+  op(
+      "ConstantOfShape",
+      [](OpContext &c) {
+        std::vector<int64_t> shape = c.ints(0);
+        Tensor v = c.attrTensor("value");
+        if (!v.defined()) return one(Tensor::zeros(shape));
+        if (v.numel() != 1) c.fail("value must hold one element");
+        if (isFloating(v.dtype()))
+          return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
+        return one(Tensor::full(
+            shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]), v.dtype()));
+      },
+      true);
   op("Constant", [](OpContext &c) { return one(constantOp(c)); });
   op("Trilu", [](OpContext &c) { return one(triluOp(c)); });
   op("CumSum", [](OpContext &c) { return one(cumsumOp(c)); });

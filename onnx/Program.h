@@ -16,12 +16,13 @@ namespace rcjit::onnx {
 struct OpContext;
 using OpFn = std::function<std::vector<Tensor>(OpContext &)>;
 
-/// What an op is: its implementation and whether it makes sizes from values (Range,
+/// What an op is: its implementation, whether it makes sizes from values (Range,
 /// ConstantOfShape: such outputs are also computed as traced ops, so that they stay
-/// symbolic under dynamic shapes).
+/// symbolic under dynamic shapes) and whether it only reads its input's sizes.
 struct OpInfo {
   OpFn fn;
   bool makesSizes = false;
+  bool readsSizes = false; // Shape, Size: the output is host data whatever the input is
 };
 
 /// The op table (every op of every domain rcjit implements), keyed "domain:OpType" with
@@ -49,11 +50,11 @@ struct Program {
   std::vector<ValueInfo> inputInfo;
   std::vector<int> inputIds, outputIds;
   std::vector<std::string> valueNames;
-  std::vector<Node> nodes; // topological order
-  std::vector<std::pair<int, Tensor>> constants;    // integer initializers
-  std::vector<std::pair<int, Tensor>> parameters;   // floating initializers (initial values)
-  std::vector<std::string> parameterNames;          // parallel to parameters
-  std::vector<std::string> layers;                  // repeated layers, in graph order
+  std::vector<Node> nodes;                        // topological order
+  std::vector<std::pair<int, Tensor>> constants;  // integer initializers
+  std::vector<std::pair<int, Tensor>> parameters; // floating initializers (initial values)
+  std::vector<std::string> parameterNames;        // parallel to parameters
+  std::vector<std::string> layers;                // repeated layers, in graph order
 };
 
 /// Builds the Program from a parsed model: decodes initializers (external data from
@@ -89,6 +90,9 @@ struct OpContext {
   /// a host read of the tensor (a graph break under compile) when it depends on data.
   std::vector<int64_t> ints(size_t i) const;
   double scalar(size_t i) const;
+  /// True when input i's value is known on the host and has no negative element (an index
+  /// that needs no wrapping).
+  bool knownNonNegative(size_t i) const;
   /// Input i when it is a one-element host constant (then ops can take it as a Scalar).
   bool isScalarConst(size_t i) const;
 

@@ -16,8 +16,8 @@ enum WireType { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
 class Reader {
 public:
   Reader(std::string_view bytes, const std::string &what, const char *msg)
-      : p_(reinterpret_cast<const uint8_t *>(bytes.data())), end_(p_ + bytes.size()),
-        what_(what), msg_(msg) {}
+      : p_(reinterpret_cast<const uint8_t *>(bytes.data())), end_(p_ + bytes.size()), what_(what),
+        msg_(msg) {}
 
   bool done() const { return p_ >= end_; }
   // The next field's number and wire type; false at the end of the message.
@@ -28,8 +28,8 @@ public:
     wire = static_cast<int>(key & 7);
     if (field == 0 || (key >> 3) > 0x1fffffff) fail("field number 0 or out of range");
     if (wire != kVarint && wire != kFixed64 && wire != kBytes && wire != kFixed32) {
-      fail("unsupported wire type " + std::to_string(wire) + " (field " +
-           std::to_string(field) + ")");
+      fail("unsupported wire type " + std::to_string(wire) + " (field " + std::to_string(field) +
+           ")");
     }
     field_ = field;
     return true;
@@ -47,8 +47,8 @@ public:
   std::string_view bytes() {
     uint64_t n = varint();
     if (n > static_cast<uint64_t>(end_ - p_)) {
-      fail("length " + std::to_string(n) + " runs past the end (" +
-           std::to_string(end_ - p_) + " bytes left): truncated or corrupt");
+      fail("length " + std::to_string(n) + " runs past the end (" + std::to_string(end_ - p_) +
+           " bytes left): truncated or corrupt");
     }
     std::string_view v(reinterpret_cast<const char *>(p_), static_cast<size_t>(n));
     p_ += n;
@@ -63,10 +63,18 @@ public:
   }
   void skip(int wire) {
     switch (wire) {
-    case kVarint: varint(); break;
-    case kFixed64: fixed<uint64_t>(); break;
-    case kFixed32: fixed<uint32_t>(); break;
-    default: bytes(); break;
+    case kVarint:
+      varint();
+      break;
+    case kFixed64:
+      fixed<uint64_t>();
+      break;
+    case kFixed32:
+      fixed<uint32_t>();
+      break;
+    default:
+      bytes();
+      break;
     }
   }
   void expect(int wire, int want) {
@@ -122,9 +130,12 @@ KeyValues::value_type parseEntry(std::string_view b, const std::string &what) {
   uint32_t f;
   int w;
   while (r.next(f, w)) {
-    if (f == 1) kv.first = r.string(w);
-    else if (f == 2) kv.second = r.string(w);
-    else r.skip(w);
+    if (f == 1)
+      kv.first = r.string(w);
+    else if (f == 2)
+      kv.second = r.string(w);
+    else
+      r.skip(w);
   }
   return kv;
 }
@@ -135,20 +146,53 @@ void parseTensorInto(std::string_view b, const std::string &what, TensorData &t)
   int w;
   while (r.next(f, w)) {
     switch (f) {
-    case 1: r.repeated(w, t.dims); break;
-    case 2: t.dataType = static_cast<int32_t>(r.int64(w)); break;
-    case 3: t.hasSegment = true; r.skip(w); break;
-    case 4: r.repeated(w, t.floats); break;
-    case 5: r.repeated(w, t.int32s); break;
-    case 6: t.stringCount++; r.skip(w); break;
-    case 7: r.repeated(w, t.int64s); break;
-    case 8: t.name = r.string(w); break;
-    case 9: r.expect(w, kBytes); t.raw = r.bytes(); t.hasRaw = true; break;
-    case 10: r.repeated(w, t.doubles); break;
-    case 11: r.repeated(w, t.uint64s); break;
-    case 13: r.expect(w, kBytes); t.externalData.push_back(parseEntry(r.bytes(), what)); break;
-    case 14: t.external = r.int64(w) == 1; break;
-    default: r.skip(w); break;
+    case 1:
+      r.repeated(w, t.dims);
+      break;
+    case 2:
+      t.dataType = static_cast<int32_t>(r.int64(w));
+      break;
+    case 3:
+      t.hasSegment = true;
+      r.skip(w);
+      break;
+    case 4:
+      r.repeated(w, t.floats);
+      break;
+    case 5:
+      r.repeated(w, t.int32s);
+      break;
+    case 6:
+      t.stringCount++;
+      r.skip(w);
+      break;
+    case 7:
+      r.repeated(w, t.int64s);
+      break;
+    case 8:
+      t.name = r.string(w);
+      break;
+    case 9:
+      r.expect(w, kBytes);
+      t.raw = r.bytes();
+      t.hasRaw = true;
+      break;
+    case 10:
+      r.repeated(w, t.doubles);
+      break;
+    case 11:
+      r.repeated(w, t.uint64s);
+      break;
+    case 13:
+      r.expect(w, kBytes);
+      t.externalData.push_back(parseEntry(r.bytes(), what));
+      break;
+    case 14:
+      t.external = r.int64(w) == 1;
+      break;
+    default:
+      r.skip(w);
+      break;
     }
   }
 }
@@ -160,10 +204,18 @@ Attribute parseAttribute(std::string_view b, const std::string &what) {
   int w;
   while (r.next(f, w)) {
     switch (f) {
-    case 1: a.name = r.string(w); break;
-    case 2: a.f = r.scalar<float>(w); break;
-    case 3: a.i = r.int64(w); break;
-    case 4: a.s = r.string(w); break;
+    case 1:
+      a.name = r.string(w);
+      break;
+    case 2:
+      a.f = r.scalar<float>(w);
+      break;
+    case 3:
+      a.i = r.int64(w);
+      break;
+    case 4:
+      a.s = r.string(w);
+      break;
     case 5:
     case 10:
       r.expect(w, kBytes);
@@ -171,13 +223,28 @@ Attribute parseAttribute(std::string_view b, const std::string &what) {
       parseTensorInto(r.bytes(), what, a.t.back());
       break;
     case 6:
-    case 11: a.hasGraph = true; r.skip(w); break;
-    case 7: r.repeated(w, a.floats); break;
-    case 8: r.repeated(w, a.ints); break;
-    case 9: a.strings.push_back(r.string(w)); break;
-    case 20: a.type = static_cast<int32_t>(r.int64(w)); break;
-    case 21: a.refAttrName = r.string(w); break;
-    default: r.skip(w); break;
+    case 11:
+      a.hasGraph = true;
+      r.skip(w);
+      break;
+    case 7:
+      r.repeated(w, a.floats);
+      break;
+    case 8:
+      r.repeated(w, a.ints);
+      break;
+    case 9:
+      a.strings.push_back(r.string(w));
+      break;
+    case 20:
+      a.type = static_cast<int32_t>(r.int64(w));
+      break;
+    case 21:
+      a.refAttrName = r.string(w);
+      break;
+    default:
+      r.skip(w);
+      break;
     }
   }
   return a;
@@ -190,14 +257,32 @@ NodeData parseNode(std::string_view b, const std::string &what) {
   int w;
   while (r.next(f, w)) {
     switch (f) {
-    case 1: n.inputs.push_back(r.string(w)); break;
-    case 2: n.outputs.push_back(r.string(w)); break;
-    case 3: n.name = r.string(w); break;
-    case 4: n.opType = r.string(w); break;
-    case 5: r.expect(w, kBytes); n.attributes.push_back(parseAttribute(r.bytes(), what)); break;
-    case 7: n.domain = r.string(w); break;
-    case 9: r.expect(w, kBytes); n.metadata.push_back(parseEntry(r.bytes(), what)); break;
-    default: r.skip(w); break;
+    case 1:
+      n.inputs.push_back(r.string(w));
+      break;
+    case 2:
+      n.outputs.push_back(r.string(w));
+      break;
+    case 3:
+      n.name = r.string(w);
+      break;
+    case 4:
+      n.opType = r.string(w);
+      break;
+    case 5:
+      r.expect(w, kBytes);
+      n.attributes.push_back(parseAttribute(r.bytes(), what));
+      break;
+    case 7:
+      n.domain = r.string(w);
+      break;
+    case 9:
+      r.expect(w, kBytes);
+      n.metadata.push_back(parseEntry(r.bytes(), what));
+      break;
+    default:
+      r.skip(w);
+      break;
     }
   }
   return n;
@@ -220,9 +305,12 @@ void parseShape(std::string_view b, const std::string &what, ValueInfo &v) {
     uint32_t df;
     int dw;
     while (d.next(df, dw)) {
-      if (df == 1) value = d.int64(dw);
-      else if (df == 2) param = d.string(dw);
-      else d.skip(dw);
+      if (df == 1)
+        value = d.int64(dw);
+      else if (df == 2)
+        param = d.string(dw);
+      else
+        d.skip(dw);
     }
     v.dims.push_back(value);
     v.dimParams.push_back(param);
@@ -254,11 +342,13 @@ ValueInfo parseValueInfo(std::string_view b, const std::string &what) {
         uint32_t ff;
         int fw;
         while (tt.next(ff, fw)) {
-          if (ff == 1) v.elemType = static_cast<int32_t>(tt.int64(fw));
+          if (ff == 1)
+            v.elemType = static_cast<int32_t>(tt.int64(fw));
           else if (ff == 2) {
             tt.expect(fw, kBytes);
             parseShape(tt.bytes(), what, v);
-          } else tt.skip(fw);
+          } else
+            tt.skip(fw);
         }
       }
       v.isTensor = tensor;
@@ -276,18 +366,37 @@ GraphData parseGraph(std::string_view b, const std::string &what) {
   int w;
   while (r.next(f, w)) {
     switch (f) {
-    case 1: r.expect(w, kBytes); g.nodes.push_back(parseNode(r.bytes(), what)); break;
-    case 2: g.name = r.string(w); break;
+    case 1:
+      r.expect(w, kBytes);
+      g.nodes.push_back(parseNode(r.bytes(), what));
+      break;
+    case 2:
+      g.name = r.string(w);
+      break;
     case 5:
       r.expect(w, kBytes);
       g.initializers.emplace_back();
       parseTensorInto(r.bytes(), what, g.initializers.back());
       break;
-    case 11: r.expect(w, kBytes); g.inputs.push_back(parseValueInfo(r.bytes(), what)); break;
-    case 12: r.expect(w, kBytes); g.outputs.push_back(parseValueInfo(r.bytes(), what)); break;
-    case 13: r.expect(w, kBytes); g.valueInfo.push_back(parseValueInfo(r.bytes(), what)); break;
-    case 15: g.sparseInitializers++; r.skip(w); break;
-    default: r.skip(w); break;
+    case 11:
+      r.expect(w, kBytes);
+      g.inputs.push_back(parseValueInfo(r.bytes(), what));
+      break;
+    case 12:
+      r.expect(w, kBytes);
+      g.outputs.push_back(parseValueInfo(r.bytes(), what));
+      break;
+    case 13:
+      r.expect(w, kBytes);
+      g.valueInfo.push_back(parseValueInfo(r.bytes(), what));
+      break;
+    case 15:
+      g.sparseInitializers++;
+      r.skip(w);
+      break;
+    default:
+      r.skip(w);
+      break;
     }
   }
   return g;
@@ -296,9 +405,10 @@ GraphData parseGraph(std::string_view b, const std::string &what) {
 } // namespace
 
 std::string onnxTypeName(int32_t t) {
-  static const char *names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16",
-                                "int32", "int64", "string", "bool", "float16", "double",
-                                "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+  static const char *names[] = {"undefined",  "float",   "uint8",  "int8",   "uint16",
+                                "int16",      "int32",   "int64",  "string", "bool",
+                                "float16",    "double",  "uint32", "uint64", "complex64",
+                                "complex128", "bfloat16"};
   if (t >= 0 && t < static_cast<int32_t>(sizeof(names) / sizeof(names[0]))) return names[t];
   return "type " + std::to_string(t);
 }
@@ -310,9 +420,15 @@ ModelData parseModel(std::string_view bytes, const std::string &what) {
   int w;
   while (r.next(f, w)) {
     switch (f) {
-    case 1: m.irVersion = r.int64(w); break;
-    case 2: m.producerName = r.string(w); break;
-    case 3: m.producerVersion = r.string(w); break;
+    case 1:
+      m.irVersion = r.int64(w);
+      break;
+    case 2:
+      m.producerName = r.string(w);
+      break;
+    case 3:
+      m.producerVersion = r.string(w);
+      break;
     case 7:
       r.expect(w, kBytes);
       m.graph = parseGraph(r.bytes(), what);
@@ -325,16 +441,27 @@ ModelData parseModel(std::string_view bytes, const std::string &what) {
       uint32_t of;
       int ow;
       while (o.next(of, ow)) {
-        if (of == 1) op.first = o.string(ow);
-        else if (of == 2) op.second = o.int64(ow);
-        else o.skip(ow);
+        if (of == 1)
+          op.first = o.string(ow);
+        else if (of == 2)
+          op.second = o.int64(ow);
+        else
+          o.skip(ow);
       }
       m.opsets.push_back(op);
       break;
     }
-    case 14: r.expect(w, kBytes); m.metadata.push_back(parseEntry(r.bytes(), what)); break;
-    case 25: m.functions++; r.skip(w); break;
-    default: r.skip(w); break;
+    case 14:
+      r.expect(w, kBytes);
+      m.metadata.push_back(parseEntry(r.bytes(), what));
+      break;
+    case 25:
+      m.functions++;
+      r.skip(w);
+      break;
+    default:
+      r.skip(w);
+      break;
     }
   }
   return m;

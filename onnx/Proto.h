@@ -16,8 +16,21 @@ using KeyValues = std::vector<std::pair<std::string, std::string>>;
 
 /// ONNX TensorProto.DataType values rcjit reads.
 enum class OnnxType : int32_t {
-  undefined = 0, f32 = 1, u8 = 2, i8 = 3, u16 = 4, i16 = 5, i32 = 6, i64 = 7, string = 8,
-  boolean = 9, f16 = 10, f64 = 11, u32 = 12, u64 = 13, bf16 = 16
+  undefined = 0,
+  f32 = 1,
+  u8 = 2,
+  i8 = 3,
+  u16 = 4,
+  i16 = 5,
+  i32 = 6,
+  i64 = 7,
+  string = 8,
+  boolean = 9,
+  f16 = 10,
+  f64 = 11,
+  u32 = 12,
+  u64 = 13,
+  bf16 = 16
 };
 std::string onnxTypeName(int32_t t);
 
@@ -65,8 +78,8 @@ struct ValueInfo {
   std::string name;
   int32_t elemType = 0;
   bool hasShape = false;
-  std::vector<int64_t> dims;           // -1 where the dim has no value
-  std::vector<std::string> dimParams;  // "" where the dim has a value or nothing
+  std::vector<int64_t> dims;          // -1 where the dim has no value
+  std::vector<std::string> dimParams; // "" where the dim has a value or nothing
   bool isTensor = true;
 };
 

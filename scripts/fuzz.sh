@@ -4,7 +4,7 @@
 #   bash scripts/fuzz.sh [SECONDS] [HARNESS...]
 #
 # SECONDS per harness (default 60; CI's smoke run uses 30, the documented long run 600).
-# HARNESS is graph_parser, safetensors, artifacts or cache_entry (default: all four). Each
+# HARNESS is graph_parser, safetensors, artifacts, cache_entry or onnx_model (default: all). Each
 # runs on a working copy of its committed seed corpus (fuzz/corpus/<harness>, grown in
 # build-fuzz/corpus/<harness>) with its dictionary (fuzz/dict/<harness>.dict); a crash, an
 # uncaught exception, a sanitizer report, a timeout or running out of memory stops it and
@@ -15,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 secs="${1:-60}"
 shift || true
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(graph_parser safetensors artifacts cache_entry)
+((${#harnesses[@]})) || harnesses=(graph_parser safetensors artifacts cache_entry onnx_model)
 cxx="${RCJIT_FUZZ_CXX:-clang++-19}"
 if ! command -v "$cxx" >/dev/null; then
   echo "fuzz: $cxx not found (bash scripts/deps.sh fuzz installs clang-19 and libFuzzer)" >&2

@@ -103,8 +103,10 @@ inline Msg valueInfo(const std::string &name, int type, const std::vector<int64_
   Msg shape;
   for (size_t i = 0; i < dims.size(); ++i) {
     Msg d;
-    if (dims[i] >= 0) d.varint(1, static_cast<uint64_t>(dims[i]));
-    else d.bytes(2, i < params.size() ? params[i] : "d" + std::to_string(i));
+    if (dims[i] >= 0)
+      d.varint(1, static_cast<uint64_t>(dims[i]));
+    else
+      d.bytes(2, i < params.size() ? params[i] : "d" + std::to_string(i));
     shape.msg(1, d);
   }
   Msg tt;

@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+
+#include <unistd.h>
 
 #include <rcjit/rcjit.h>
 
@@ -27,8 +30,8 @@ GraphSpec mlpGraph() {
   GraphSpec g;
   g.initializers = {floats("fc1.weight", {4, 8}, seq(32, 0.1f)),
                     floats("fc1.bias", {8}, seq(8, 0.05f)),
-                    floats("fc2.weight", {4, 3}, seq(12, 0.2f)),
-                    int64s("zero", {1}, {0}), int64s("tail", {2}, {2, 4})};
+                    floats("fc2.weight", {4, 3}, seq(12, 0.2f)), int64s("zero", {1}, {0}),
+                    int64s("tail", {2}, {2, 4})};
   g.nodes = {node("MatMul", {"x", "fc1.weight"}, {"h0"}, "/fc1/MatMul"),
              node("Add", {"h0", "fc1.bias"}, {"h1"}, "/fc1/Add"),
              node("Gelu", {"h1"}, {"h2"}, "/act/Gelu"),
@@ -80,14 +83,201 @@ TEST(OnnxImport, CompiledFullAndDynamicServeSeveralBatches) {
     EXPECT_TRUE(allclose(y.at(0), m({x})[0], 1e-4, 1e-5)) << b;
   }
   // automatic dynamic: the second batch size makes the batch symbolic, then no more compiles
-  EXPECT_EQ(cm.stats().compiles, 2);
+  // (each entry is a forward and a backward program: the parameters require grad)
+  EXPECT_EQ(cm.stats().recompiles, 1);
+  EXPECT_EQ(cm.stats().graph_breaks, 0);
   auto marked = compile(m, o);
   for (int64_t b : {4, 6, 11}) {
     std::vector<Tensor> in{Tensor::randn({b, 4}, static_cast<uint64_t>(b))};
     m.mark_dynamic_inputs(in);
     EXPECT_TRUE(allclose(marked(in).at(0), m(in)[0], 1e-4, 1e-5)) << b;
   }
-  EXPECT_EQ(marked.stats().compiles, 1);
+  EXPECT_EQ(marked.stats().recompiles, 0) << marked.explain();
+  EXPECT_NE(marked.explain().find("s0 in [1, inf]"), std::string::npos) << marked.explain();
+}
+
+// three identical layers "/layers.i/..." (TorchScript-style node names), each x @ W_i + b_i
+// then tanh
+GraphSpec layeredGraph() {
+  GraphSpec g;
+  std::string x = "x";
+  for (int i = 0; i < 3; ++i) {
+    std::string l = "layers." + std::to_string(i);
+    g.initializers.push_back(floats(l + ".w", {6, 6}, seq(36, 0.05f * (i + 1))));
+    g.initializers.push_back(floats(l + ".b", {6}, seq(6, 0.1f)));
+    std::string h = "h" + std::to_string(i), a = "a" + std::to_string(i);
+    g.nodes.push_back(node("MatMul", {x, l + ".w"}, {h}, "/" + l + "/MatMul"));
+    g.nodes.push_back(node("Add", {h, l + ".b"}, {a}, "/" + l + "/Add"));
+    x = "t" + std::to_string(i);
+    g.nodes.push_back(node("Tanh", {a}, {x}, "/" + l + "/Tanh"));
+  }
+  g.nodes.push_back(node("ReduceSum", {x, "axes"}, {"y"}, "/head/Sum", {attrInt("keepdims", 0)}));
+  g.initializers.push_back(int64s("axes", {1}, {1}));
+  g.inputs = {valueInfo("x", kFloat, {-1, 6})};
+  g.outputs = {valueInfo("y", kFloat, {-1})};
+  return g;
+}
+
+TEST(OnnxImport, RegionalCompilesEachDistinctLayerOnce) {
+  Model m = load_bytes(model(layeredGraph()));
+  EXPECT_EQ(m.layers(), (std::vector<std::string>{"layers.0", "layers.1", "layers.2"}));
+  Tensor x = Tensor::randn({4, 6}, 3);
+  NoGradGuard inference; // forward programs only
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto cm = compile(m, o);
+  EXPECT_TRUE(allclose(cm(std::vector<Tensor>{x}).at(0), m({x})[0], 1e-5, 1e-6));
+  std::string ex = cm.explain();
+  EXPECT_NE(ex.find("layers.0"), std::string::npos) << ex;
+  // three identical layers: one compiled region reused twice, plus the glue
+  EXPECT_LE(cm.stats().compiles, 3) << ex;
+}
+
+TEST(OnnxImport, TrainingEagerAndCompiledGradientsAgree) {
+  Model m = load_bytes(model(layeredGraph()));
+  Tensor x = Tensor::randn({8, 6}, 4), target = Tensor::randn({8}, 5);
+  auto lossOf = [&](const std::vector<Tensor> &in) { return mse_loss(m(in)[0], target); };
+  m.zero_grad();
+  lossOf({x}).backward();
+  std::vector<Tensor> eagerGrads;
+  for (const Tensor &p : m.parameters()) eagerGrads.push_back(p.grad().clone());
+  ASSERT_EQ(eagerGrads.size(), 6u);
+  m.zero_grad();
+  CompileOptions o;
+  auto step = compile(
+      [&](const Tensor &in) {
+        Tensor l = lossOf({in});
+        l.backward();
+        return l;
+      },
+      o);
+  step(x);
+  std::vector<Tensor> params = m.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i].grad().defined()) << i;
+    EXPECT_TRUE(allclose(params[i].grad(), eagerGrads[i], 1e-4, 1e-5)) << i;
+  }
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  optim::SGD sgd(m.parameters(), so);
+  double first = 0, last = 0;
+  for (int it = 0; it < 20; ++it) {
+    sgd.zero_grad();
+    Tensor l = lossOf({x});
+    l.backward();
+    sgd.step();
+    (it == 0 ? first : last) = l.item();
+  }
+  EXPECT_LT(last, first * 0.8);
+}
+
+// ---- bad input -------------------------------------------------------------------------
+
+std::string errorOf(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR(stmt, text)                                                                   \
+  do {                                                                                             \
+    std::string msg = errorOf([&] { stmt; });                                                      \
+    EXPECT_NE(msg.find(text), std::string::npos) << msg;                                           \
+  } while (0)
+
+fs::path scratchDir(const std::string &name) {
+  fs::path d = fs::temp_directory_path() / ("rcjit_onnx_" + name + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void writeFile(const fs::path &p, const std::string &bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+TEST(OnnxImport, BadFilesAreErrorsNamingTheProblem) {
+  fs::path d = scratchDir("bad");
+  writeFile(d / "text.onnx", "this is not an onnx model at all\n");
+  EXPECT_ERROR(load((d / "text.onnx").string()), "text.onnx");
+  EXPECT_ERROR(load((d / "missing.onnx").string()), "cannot open");
+  writeFile(d / "empty.onnx", "");
+  EXPECT_ERROR(load((d / "empty.onnx").string()), "empty file");
+  std::string good = model(mlpGraph());
+  for (size_t cut : {good.size() / 2, good.size() - 1, size_t(3)}) {
+    EXPECT_ERROR(load_bytes(good.substr(0, cut)), "bad protobuf");
+  }
+  // a length field far past the end
+  EXPECT_ERROR(load_bytes(std::string("\x3a\xff\xff\xff\xff\x0f", 6)), "runs past the end");
+  EXPECT_ERROR(load_bytes(std::string("\x0b\x01", 2)), "wire type");
+  EXPECT_ERROR(load_bytes(Msg().varint(1, 7).str()), "no graph");
+  fs::remove_all(d);
+}
+
+TEST(OnnxImport, GraphErrorsNameNodeOpAndValue) {
+  GraphSpec g = mlpGraph();
+  g.nodes.push_back(node("FancyOp", {"y"}, {"z"}, "my_node"));
+  std::string msg = errorOf([&] { load_bytes(model(g, 17)); });
+  for (const char *part : {"FancyOp", "my_node", "ai.onnx", "opset 17"}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  GraphSpec u = mlpGraph();
+  u.nodes.push_back(node("Relu", {"nowhere"}, {"z"}, "reader"));
+  EXPECT_ERROR(load_bytes(model(u)), "'nowhere'");
+  GraphSpec c;
+  c.nodes = {node("Relu", {"b"}, {"a"}, "first"), node("Relu", {"a"}, {"b"}, "second")};
+  c.outputs = {valueInfo("a", kFloat, {2})};
+  EXPECT_ERROR(load_bytes(model(c)), "cycle");
+  GraphSpec o = mlpGraph();
+  o.outputs.push_back(valueInfo("ghost", kFloat, {1}));
+  EXPECT_ERROR(load_bytes(model(o)), "'ghost' is never defined");
+  GraphSpec s = mlpGraph();
+  s.initializers[1] = tensor("fc1.bias", kFloat, {8}, std::string(12, '\0'));
+  EXPECT_ERROR(load_bytes(model(s)), "raw_data has 12 bytes");
+  Model m = load_bytes(model(mlpGraph()));
+  EXPECT_ERROR(m({}), "takes 1 inputs");
+  EXPECT_ERROR(m({Tensor::randn({2, 5}, 1)}), "input 'x' has shape [2, 5]");
+  EXPECT_ERROR(m({Tensor::zeros({2, 4}, DType::i64)}), "must be float");
+}
+
+Msg externalTensor(const std::string &name, const std::string &location, int64_t offset) {
+  Msg t;
+  t.varint(1, 4).varint(2, kFloat).bytes(8, name);
+  t.msg(13, Msg().bytes(1, "location").bytes(2, location));
+  t.msg(13, Msg().bytes(1, "offset").bytes(2, std::to_string(offset)));
+  t.varint(14, 1);
+  return t;
+}
+
+TEST(OnnxImport, ExternalDataIsReadAndChecked) {
+  fs::path d = scratchDir("ext");
+  std::vector<float> w{1, 2, 3, 4, 5, 6, 7, 8};
+  writeFile(d / "weights.bin", rawOf(w));
+  auto withWeight = [&](const Msg &t) {
+    GraphSpec g;
+    g.initializers = {t};
+    g.nodes = {node("Add", {"x", "w"}, {"y"}, "add")};
+    g.inputs = {valueInfo("x", kFloat, {4})};
+    g.outputs = {valueInfo("y", kFloat, {4})};
+    return model(g);
+  };
+  writeFile(d / "ok.onnx", withWeight(externalTensor("w", "weights.bin", 16)));
+  Model m = load((d / "ok.onnx").string());
+  EXPECT_EQ(m({Tensor::zeros({4})})[0].to_vector<float>(), (std::vector<float>{5, 6, 7, 8}));
+  writeFile(d / "short.onnx", withWeight(externalTensor("w", "weights.bin", 24)));
+  EXPECT_ERROR(load((d / "short.onnx").string()), "too short");
+  writeFile(d / "missing.onnx", withWeight(externalTensor("w", "nope.bin", 0)));
+  EXPECT_ERROR(load((d / "missing.onnx").string()), "cannot open");
+  writeFile(d / "escape.onnx", withWeight(externalTensor("w", "../weights.bin", 0)));
+  EXPECT_ERROR(load((d / "escape.onnx").string()), "inside the model's folder");
+  writeFile(d / "abs.onnx", withWeight(externalTensor("w", (d / "weights.bin").string(), 0)));
+  EXPECT_ERROR(load((d / "abs.onnx").string()), "inside the model's folder");
+  EXPECT_ERROR(load_bytes(withWeight(externalTensor("w", "weights.bin", 0))),
+               "not loaded from a file");
+  fs::remove_all(d);
 }
 
 } // namespace
