@@ -540,10 +540,6 @@ std::vector<std::string> trainModes(const Settings &s, const TrainFlags &f) {
   }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {
-      if (m == "regional") {
-        throw std::invalid_argument("--dist zero3 --modes regional is not built yet: the ZeRO "
-                                    "passes rewrite full-mode graphs (use eager or full)");
-      }
       if (m != "eager" && s.schedule == "none") {
         throw std::invalid_argument("--dist zero3 --schedule none runs no passes, so the "
                                     "eager hooks gather each block as it is called and the "
