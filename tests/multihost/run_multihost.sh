@@ -8,6 +8,9 @@
 # usage: run_multihost.sh RCJIT COMPARE MPIRUN train ddp|zero3 MODES
 #          2 hosts x 2 ranks train the 2-layer gpt2; every loss equals one process's
 #          (relative 1e-5; COMPARE is rcjit_multihost_compare)
+#        run_multihost.sh RCJIT COMPARE MPIRUN run ARGS...
+#          runs `rcjit ARGS...` on 2 hosts x 2 ranks and prints its output (by hand: the
+#          figures in docs/distributed.md)
 #        run_multihost.sh RCJIT COMPARE MPIRUN cut TIMEOUT
 #          host B's link goes down mid-run: every rank ends within the collective timeout
 #          (RCJIT_DIST_TIMEOUT=TIMEOUT), host B's ranks (which nothing can reach) each with
@@ -66,6 +69,12 @@ if [ "$what" = train ]; then
   "$compare" "$work/dist.json" "$work/one.json" 1e-5 || { echo "FAIL: the losses differ"; exit 1; }
   echo "PASS: $dist on 2 hosts x 2 ranks equals one process"
   exit 0
+fi
+
+if [ "$what" = run ]; then
+  export RCJIT_DIST_TIMEOUT=${RCJIT_DIST_TIMEOUT:-600}
+  "${launch[@]}" "$rcjit" "$@"
+  exit $?
 fi
 
 if [ "$what" = cut ]; then
