@@ -195,11 +195,11 @@ std::shared_ptr<Entry> guardedEntry(const CompiledState &s, const Trace &t,
 void bindSharding(EntryBuild &b) {
   b.sharding = shardingOf(b.inputs);
   if (b.sharding.empty()) return;
-  if (b.s.opts.mode == Mode::regional || b.t.mutates() || b.s.opts.target != Target::cpu) {
+  if (b.t.mutates() || b.s.opts.target != Target::cpu) {
     throw Error("compile: " + b.s.label() + " reads the sharded parameter " +
                 b.sharding.inputs.front().param.name +
-                "; sharded parameters compile in full mode on the CPU, as a forward or a "
-                "training entry (not regional mode, a whole step or cuda)");
+                "; sharded parameters compile in full or regional mode on the CPU, as a "
+                "forward or a training entry (not a whole step or cuda)");
   }
   for (const ShardedInput &in : b.sharding.inputs) b.strides[static_cast<size_t>(in.input)] = {1};
   if (!b.dynamic.empty()) {
@@ -221,8 +221,9 @@ std::unique_ptr<EntryRunner> buildRunner(EntryBuild &b) {
   b.exec.keepLlvmIr = logging::wanted(logging::Kind::output_code);
   b.label = b.s.label() + " entry " + std::to_string(b.e.id);
   if (b.t.mutates()) return makeWholeStepRunner(b);
-  if (b.s.opts.mode == Mode::regional) return makeRegionalRunner(b);
-  std::unique_ptr<EntryRunner> r = b.training ? makeTrainingRunner(b) : makeStaticRunner(b);
+  std::unique_ptr<EntryRunner> r = b.s.opts.mode == Mode::regional ? makeRegionalRunner(b)
+                                   : b.training                    ? makeTrainingRunner(b)
+                                                                   : makeStaticRunner(b);
   return b.sharding.empty() ? std::move(r) : makeShardedRunner(b, std::move(r));
 }
 

@@ -9,6 +9,7 @@
 #include "cache/ClearHooks.h"
 #include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
+#include "jit/Sharding.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
 #include "tracer/GraphIO.h"
@@ -108,6 +109,7 @@ struct StageContext {
   const std::vector<std::vector<int64_t>> &symValues;
   const RegionalTraining *training;
   const std::vector<int> &graphInputs; // the plan's program inputs
+  const ShardingState *sharding;       // the plan's sharded program inputs (ZeRO-3), or null
 };
 
 // One stage to compile: its sub-graph and input strides at each sample's sizes.
@@ -116,7 +118,44 @@ struct StageSamples {
   std::vector<std::vector<Shape>> strides;
   std::vector<bool> wantGrad; // per stage input: it wants a gradient
   bool trains = false;
+  ShardingState sharding; // the stage's own inputs that are sharded parameters
+  std::string shardingKey;
 };
+
+// The sharded parameters among a stage's inputs (`inputs`: graph node ids), numbered by the
+// stage's input order, and their part of the stage key: what the zero3 pass reads (offsets,
+// shapes, shard size, world, each unit's rank among the stage's units), not which unit or
+// shard, so every identical layer shares one compiled stage.
+ShardingState stageSharding(const StageContext &c, const std::vector<int> &inputs,
+                            std::string &keyPart) {
+  ShardingState out;
+  if (!c.sharding || c.sharding->empty()) return out;
+  out.world_size = c.sharding->world_size;
+  out.rank = c.sharding->rank;
+  out.stage = c.sharding->stage;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    auto at = std::find(c.graphInputs.begin(), c.graphInputs.end(), inputs[j]);
+    if (at == c.graphInputs.end()) continue;
+    const int programInput = static_cast<int>(at - c.graphInputs.begin());
+    for (const ShardedInput &in : c.sharding->inputs) {
+      if (in.input == programInput)
+        out.inputs.push_back({.input = static_cast<int>(j), .grad_output = -1, .param = in.param});
+    }
+  }
+  std::vector<int> units;
+  for (const ShardedInput &in : out.inputs) units.push_back(in.param.unit);
+  std::sort(units.begin(), units.end());
+  units.erase(std::unique(units.begin(), units.end()), units.end());
+  std::ostringstream key;
+  if (!out.empty()) key << "zero" << out.stage << "x" << out.world_size << ":";
+  for (const ShardedInput &in : out.inputs) {
+    const auto u = std::find(units.begin(), units.end(), in.param.unit) - units.begin();
+    key << in.input << "@u" << u << "+" << in.param.offset << "/" << in.param.unit_numel << "/"
+        << in.param.shard.numel() << shapeStr(in.param.shape) << ";";
+  }
+  keyPart = key.str();
+  return out;
+}
 
 // The stage's key in the stage tables: the target and lowering, the pass schedule, which
 // inputs train, and each sample's structural hash and input strides.
@@ -130,6 +169,7 @@ std::string stageKey(const ExecutableOptions &exec, const StageSamples &ss) {
     for (bool w : ss.wantGrad) key << (w ? '1' : '0');
     key << "/";
   }
+  if (!ss.sharding.empty()) key << ss.shardingKey << "/";
   for (size_t k = 0; k < ss.subs.size(); ++k) {
     key << (k ? "/" : "") << hashGraph(ss.subs[k]).hex();
     for (const Shape &st : ss.strides[k]) key << "|" << shapeStr(st);
@@ -163,6 +203,7 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
   }
   r.symbolic.ranges = c.ranges;
   r.symbolic.findSources = true;
+  r.sharding = std::move(ss.sharding);
   try {
     st.training = TrainingPlan::create(std::move(r));
   } catch (const Error &e) {
@@ -190,8 +231,11 @@ void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, con
   // a stage reads its symbolic sizes from its own inputs
   req.symbolic.ranges = c.ranges;
   req.symbolic.findSources = true;
+  req.sharding = ss.sharding;
   CompileResult res = compileGraph(std::move(req));
   if (!res.notSymbolic.empty()) throw Error("stage " + st.name + ": " + res.notSymbolic);
+  if (!ss.sharding.empty())
+    checkShardedInputs(res.graphs.at(0), ss.sharding, moduleId + " (" + st.name + ")");
   st.program = std::move(res.executable);
   StageTable::instance().add(key, st.program);
   ++plan.compiled;
@@ -216,7 +260,8 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
                                const std::vector<int64_t> &syms, const std::vector<Symbol> &ranges,
-                               const RegionalTraining *training) {
+                               const RegionalTraining *training,
+                               const ShardingState *sharding) {
   RegionalPlan plan;
   plan.numNodes = static_cast<int>(g.nodes.size());
   plan.graphOutputs = g.outputs;
@@ -244,7 +289,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   std::vector<int> stages;
   for (size_t k = 0; k < ns; ++k) stages = cutStages(*graphs[k], cuts[k]);
   const std::vector<bool> needs = training ? needsGrad(g, training->wantGrad) : std::vector<bool>{};
-  const StageContext context{exec, ranges, symValues, training, plan.graphInputs};
+  const StageContext context{exec, ranges, symValues, training, plan.graphInputs, sharding};
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
     StageSamples ss;
@@ -261,6 +306,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
       ss.wantGrad.push_back(training && needs[id]);
       ss.trains = ss.trains || ss.wantGrad.back();
     }
+    ss.sharding = stageSharding(context, st.inputs, ss.shardingKey);
     ss.strides.resize(ns);
     for (size_t k = 0; k < ns; ++k) {
       for (int id : st.inputs) ss.strides[k].push_back(strides[k][id]);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <rcjit/Passes.h>
 #include <rcjit/Tensor.h>
 
 #include "jit/autograd/CompiledTraining.h"
@@ -80,12 +81,16 @@ struct RegionalTraining {
 /// the same function at other symbol values; `syms` the values of `g`, `ranges` the
 /// symbols' ranges), every stage is a symbolic program whose sizes it reads from its own
 /// inputs. With `training`, stages train (see RegionalTraining). Throws rcjit::Error (also
-/// when a stage cannot be made symbolic, saying why).
+/// when a stage cannot be made symbolic, saying why). With `sharding` (ZeRO-3: sharded
+/// parameters among the program inputs, which the call binds as their shards), each stage is
+/// told which of its own inputs are sharded, so the zero3 pass gathers and releases the
+/// stage's units inside the stage; identical layers still share one compiled stage.
 RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputStrides,
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes = {},
                                const std::vector<int64_t> &syms = {},
                                const std::vector<Symbol> &ranges = {},
-                               const RegionalTraining *training = nullptr);
+                               const RegionalTraining *training = nullptr,
+                               const ShardingState *sharding = nullptr);
 
 } // namespace rcjit

@@ -213,7 +213,11 @@ void measureInference(TrainRow &r, Model &m, const CompileOptions &opts,
                       const std::vector<Tensor> &templates, const Settings &s) {
   NoGradGuard noGrad;
   CompileOptions inferOpts = opts;
-  inferOpts.schedule.clear(); // unsharded again: the ZeRO passes have nothing to do
+  // ZeRO-3 keeps the parameters sharded: the compiled forward gathers each unit before its
+  // first use and frees it after its last (eager: the optimizer's hooks gather per block),
+  // so no rank packs full weight copies; otherwise no scheduled pass has anything to do
+  inferOpts.schedule.clear();
+  if (s.zeroStage == 3 && opts.mode != Mode::eager) inferOpts.schedule = {{0, {"zero3"}}};
   auto forward = compile([&](const std::vector<Tensor> &in) { return m.forward(in); }, inferOpts);
   std::vector<Tensor> in = batchAt(templates, s.seed, s.steps).inputs;
   if (s.device.is_cuda()) {
@@ -361,7 +365,6 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
   }
   finishTrainRow(r, s, global, c, memoryBefore);
-  if (zero) zero->unshard(); // ZeRO-3: every parameter back in the model for inference
   r.train = whole ? wholeStep.stats() : loss.stats();
   measureInference(r, *m, opts, templates, s);
   return r;
@@ -540,10 +543,6 @@ std::vector<std::string> trainModes(const Settings &s, const TrainFlags &f) {
   }
   if (s.zeroStage == 3) {
     for (const std::string &m : modeList) {
-      if (m == "regional") {
-        throw std::invalid_argument("--dist zero3 --modes regional is not built yet: the ZeRO "
-                                    "passes rewrite full-mode graphs (use eager or full)");
-      }
       if (m != "eager" && s.schedule == "none") {
         throw std::invalid_argument("--dist zero3 --schedule none runs no passes, so the "
                                     "eager hooks gather each block as it is called and the "

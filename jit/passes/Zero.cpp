@@ -402,6 +402,9 @@ Graph prefetchPass(const Graph &g, const PassContext &ctx) {
 Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
   const ShardingState &s = ctx.sharding;
   if (s.empty() || s.stage < 3) return g;
+  // a regional stage is reused by every layer: keeping its unit gathered from the forward to
+  // the backward would keep every layer's; each stage gathers again in its backward
+  if (ctx.graph.find(" stage ") != std::string::npos) return g;
   const std::vector<int> resident = residentUnits(s, ctx.memory_budget);
   if (resident.empty()) return g;
   auto isResident = [&](int unit) {

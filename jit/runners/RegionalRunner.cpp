@@ -61,8 +61,10 @@ std::unique_ptr<EntryRunner> makeRegionalRunner(EntryBuild &b) {
       return std::make_unique<RegionalRunner>(std::move(r.plan));
     }
   }
+  // ZeRO-3: each stage gathers its sharded inputs itself (bound as shards by the caller)
+  const ShardingState *sharding = b.sharding.empty() ? nullptr : &b.sharding;
   return std::make_unique<RegionalRunner>(std::make_shared<RegionalPlan>(
-      buildRegionalPlan(b.t.graph, b.strides, b.moduleId, b.exec, {}, {}, {}, rt)));
+      buildRegionalPlan(b.t.graph, b.strides, b.moduleId, b.exec, {}, {}, {}, rt, sharding)));
 }
 
 } // namespace rcjit::detail

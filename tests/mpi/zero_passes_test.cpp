@@ -33,9 +33,10 @@ using PassRun = test::ZeroTrainRun;
 
 // 20 compiled steps (full mode): ZeroOptimizer stage 3 with `schedule` when sharded, else one
 // process with AdamW on the whole batch.
-PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {}, int64_t memoryBudget = 0) {
+PassRun passTrain(bool sharded, std::vector<ScheduleStep> schedule = {}, int64_t memoryBudget = 0,
+                  Mode mode = Mode::full) {
   return test::zeroTrain({.stage = sharded ? 3 : -1,
-                          .mode = Mode::full,
+                          .mode = mode,
                           .bucketBytes = int64_t{25} << 20,
                           .schedule = std::move(schedule),
                           .memoryBudget = memoryBudget});
@@ -75,9 +76,10 @@ const PassRun &oneProcess() {
 // Tolerance as zero_test.cpp's (the gradients are the same f32 sums in another order): every
 // step's loss within 1e-5 relative; AdamW's final parameters within rtol 1e-4, atol 2e-4.
 void expectPassesMatch(const std::vector<ScheduleStep> &schedule, const std::string &what,
-                       int64_t budget = 0) {
+                       int64_t budget = 0, Mode mode = Mode::full, PassRun *out = nullptr) {
   const PassRun &one = oneProcess();
-  PassRun run = passTrain(true, schedule, budget);
+  PassRun run = passTrain(true, schedule, budget, mode);
+  if (out) *out = run;
   ASSERT_EQ(run.losses.size(), one.losses.size());
   double worstLoss = 0, worstParam = 0;
   for (size_t i = 0; i < one.losses.size(); ++i) {
@@ -141,6 +143,28 @@ TEST(ZeroPasses, Zero3SelectiveUnshardEqualsOneProcess) {
   EXPECT_EQ(programGathers(z3.explain, "backward"), 3u);
   EXPECT_EQ(programGathers(sel.explain, "forward"), 3u);
   EXPECT_EQ(programGathers(sel.explain, "backward"), 2u);
+}
+
+// Regional mode: each stage (a block, the glue before and after) gathers its own unit inside
+// the stage and reduce-scatters its gradient in the stage's backward; the two blocks share one
+// compiled stage (its shards bound per layer), and the result is one process's.
+TEST(ZeroPasses, Zero3RegionalEqualsOneProcess) {
+  const std::vector<ScheduleStep> schedule = {{0, {"zero3"}},
+                                              {2, {"zero3", "selective_unshard", "prefetch"}}};
+  PassRun run;
+  expectPassesMatch(schedule, "zero3 regional", 0, Mode::regional, &run);
+  // glue, h.0, h.1 (h.0's stage again), glue: 3 training stages compiled (a forward and a
+  // backward each) per pass list, the second block's reused
+  EXPECT_EQ(run.stats.recompiles, 1);
+  EXPECT_NE(run.explain.find("stage 2: transformer.h.1 (reused)"), std::string::npos) << run.explain;
+  EXPECT_NE(run.explain.find("stage 1: transformer.h.0 (compiled)"), std::string::npos) << run.explain;
+  const PassRun &one = oneProcess();
+  const int w = dist::world_size();
+  if (w >= 2) {
+    EXPECT_LE(static_cast<double>(run.stateBytes) / static_cast<double>(one.stateBytes),
+              1.0 / w + 0.03)
+        << "each rank holds its slice of everything";
+  }
 }
 
 // DeepCompile's schedule: zero3 from the first step, then prefetch and selective_unshard:
@@ -222,14 +246,14 @@ TEST(ZeroPasses, Zero3CompiledForwardEqualsTheFullModel) {
   EXPECT_EQ(compiled.stats().compiles, 1);
 }
 
-// `rcjit train --dist zero3 --modes eager,full` (the default schedule for full) trains as one
-// process does.
+// `rcjit train --dist zero3` with the default modes (eager, full, regional; the default
+// schedule for the compiled ones) trains as one process does.
 TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
   auto run = [](const std::string &distMode, const std::string &json) {
     std::vector<std::string> args = {"rcjit",   "train",   "--model", "toy64",      "--layers",
                                      "2",       "--batch", "8",       "--seq",      "4",
-                                     "--steps", "5",       "--modes", "eager,full", "--dist",
-                                     distMode,  "--json",  json};
+                                     "--steps", "5",       "--dist",  distMode,     "--json",
+                                     json};
     std::vector<const char *> argv;
     for (const std::string &a : args) argv.push_back(a.c_str());
     std::ostringstream out, err;
@@ -252,8 +276,13 @@ TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
   nlohmann::json z = nlohmann::json::parse(std::ifstream(json));
   EXPECT_EQ(z["dist"], "zero3");
   EXPECT_EQ(z["schedule"], "default");
-  ASSERT_EQ(z["results"].size(), 2u);
-  for (size_t mi = 0; mi < 2; ++mi) {
+  ASSERT_EQ(z["results"].size(), 3u);
+  for (size_t mi = 0; mi < 3; ++mi) {
+    // inference after the training stays sharded (gathers per unit): no full weight copies
+    // are packed (one process's compiled modes pack its weights)
+    if (dist::world_size() > 1) {
+      EXPECT_EQ(z["results"][mi]["packed_weight_mib"].get<double>(), 0.0) << mi;
+    }
     for (int i = 0; i < 5; ++i) {
       double a = one["results"][mi]["losses"][i], b = z["results"][mi]["losses"][i];
       EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << "mode " << mi << " step " << i;
