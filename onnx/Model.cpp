@@ -53,6 +53,11 @@ void runNode(const detail::Node &n, std::vector<Value> &env) {
   if (!allConst || anyTraced || n.op->makesSizes) {
     OpContext ctx{n, ins, false};
     store(n.op->fn(ctx), false);
+    if (n.d.opType == "Concat" && n.d.domain.empty() && !n.out.empty() && n.out[0] >= 0) {
+      Value &v = env[n.out[0]];
+      for (size_t i = 0; i < ins.size(); ++i) v.catParts.push_back(ctx.in(i));
+      v.catAxis = ctx.axis(ctx.attrInt("axis", 0), v.t.dim());
+    }
   }
 }
 
@@ -125,7 +130,12 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor> &inputs) const {
     env[p.inputIds[i]].t = x;
   }
   for (const auto &[id, slot] : slots_) env[id].t = *slot;
-  for (const auto &[id, value] : p.constants) env[id].c = value;
+  for (const auto &[id, value] : p.constants) {
+    env[id].c = value;
+    // a buffer (BERT's position_ids [1, 64]) is also a traced input, so that a slice of
+    // it by a symbolic size stays a traced view instead of a size-dependent constant
+    if (value.dim() >= 2 || value.numel() > 16) env[id].t = value;
+  }
   size_t i = 0;
   while (i < p.nodes.size()) {
     int layer = p.nodes[i].layer;

@@ -104,6 +104,22 @@ Tensor indexTensor(const std::vector<int64_t> &v) {
   return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
 }
 
+// [s, e) along `axis` of a traced Concat's result from the parts it covers, or undefined
+// when the input is no such Concat
+Tensor sliceOfCat(OpContext &c, int64_t axis, int64_t s, int64_t e) {
+  const Value *v = c.ins.at(0);
+  if (c.hostPass || !v || v->catAxis != axis || v->catParts.empty() || e <= s) return Tensor();
+  std::vector<Tensor> picked;
+  int64_t at = 0;
+  for (const Tensor &p : v->catParts) {
+    int64_t n = p.size(static_cast<int>(axis));
+    int64_t lo = std::max(s, at), hi = std::min(e, at + n);
+    if (lo < hi) picked.push_back(lo == at && hi == at + n ? p : slice(p, axis, lo - at, hi - at));
+    at += n;
+  }
+  return picked.size() == 1 ? picked[0] : cat(picked, axis);
+}
+
 Tensor sliceOp(OpContext &c) {
   Tensor x = c.in(0);
   std::vector<int64_t> starts, ends, axes, steps;
@@ -135,7 +151,8 @@ Tensor sliceOp(OpContext &c) {
       s = clampIndex(s, n);
       e = clampIndex(e, n);
       if (st == 1) {
-        x = slice(x, a, s, std::max(s, e));
+        Tensor fromCat = i == 0 ? sliceOfCat(c, a, s, std::max(s, e)) : Tensor();
+        x = fromCat.defined() ? fromCat : slice(x, a, s, std::max(s, e));
         continue;
       }
     } else {

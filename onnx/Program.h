@@ -74,6 +74,11 @@ std::vector<std::string> findLayers(const Program &p);
 struct Value {
   Tensor t;
   Tensor c;
+  /// For a Concat's traced result: its parts and axis, so that a Slice of it takes the
+  /// parts it covers (no loop over the sum of the parts' sizes, which would pin symbolic
+  /// sizes: GPT-2's position-id difference slices a cat of a prefix and the positions).
+  std::vector<Tensor> catParts;
+  int64_t catAxis = -1;
 };
 
 /// What an op implementation sees: its inputs (the host values on the host pass, the
