@@ -106,6 +106,11 @@ struct ZeroOptimizer::Impl {
   bool finishGradient(ZeroUnit &u);
   void stepStage1();
   void stepStage2();
+  // Stages 1 and 2 compiled with the zero1 / zero2 pass: the parameters declared sharded (so
+  // the compiled backward reduce-scatters into the slices), and step()'s part for that case
+  void declareSharded();
+  bool compiledGradients() const;
+  void stepSlices();
   // Stages 1 and 2, after each unit's update: its slice all-gathered, all in flight at once
   void startGather(ZeroUnit &u, std::vector<Work> &gathers);
   // then each unit's gathered values written into its parameters
@@ -185,7 +190,10 @@ void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
   for (const Slot &s : slots) checkSlot(s);
   params = m.parameters();
   broadcast_parameters(params); // every rank starts from rank 0's weights
-  if (stage < 3) return buildBuckets(slots);
+  if (stage < 3) {
+    buildBuckets(slots);
+    return declareSharded();
+  }
   buildBlocks(m, slots);
 }
 
@@ -537,7 +545,59 @@ void ZeroOptimizer::Impl::finishGathers(std::vector<Work> &gathers) {
   }
 }
 
+void ZeroOptimizer::Impl::declareSharded() {
+  for (size_t i = 0; i < units.size(); ++i) {
+    const ZeroUnit &u = units[i];
+    for (const ZeroMember &mem : u.members) {
+      ShardedParameter info;
+      info.name = mem.name;
+      info.unit = static_cast<int>(i);
+      info.offset = mem.offset;
+      info.unit_numel = u.numel;
+      info.shape = mem.shape;
+      info.shard = u.slice;
+      info.world_size = world;
+      info.rank = rank;
+      info.stage = stage;
+      shard_parameter(*mem.slots.front(), std::move(info));
+    }
+  }
+}
+
+// Whether the gradients came reduce-scattered into the slices by compiled code (the zero1 /
+// zero2 pass) rather than whole into the parameters; both at once is an Error.
+bool ZeroOptimizer::Impl::compiledGradients() const {
+  bool slices = false;
+  std::string whole; // a parameter with a whole gradient
+  for (const ZeroUnit &u : units) {
+    slices |= u.slice.grad().defined();
+    for (const ZeroMember &mem : u.members) {
+      if (whole.empty() && mem.slots.front()->grad().defined()) whole = mem.name;
+    }
+  }
+  if (slices && !whole.empty()) {
+    throw Error(where() + ": some gradients came reduce-scattered by a compiled backward (the " +
+                "zero" + std::to_string(stage) + " pass) and others whole (" + whole +
+                "); compute the whole loss in one compiled function or none");
+  }
+  return slices;
+}
+
+// Each slice's gradient is this rank's mean already: update, then all-gather.
+void ZeroOptimizer::Impl::stepSlices() {
+  std::vector<Work> gathers;
+  for (ZeroUnit &u : units) {
+    if (u.slice.grad().defined()) {
+      u.optimizer->step();
+      u.stepped = true;
+    }
+    startGather(u, gathers);
+  }
+  finishGathers(gathers);
+}
+
 void ZeroOptimizer::Impl::stepStage1() {
+  if (compiledGradients()) return stepSlices();
   GradSyncStats g = all_reduce_gradients(params, bucketBytes);
   stats.waitSeconds += g.waitSeconds;
   stats.reductions += g.buckets;
@@ -565,6 +625,7 @@ void ZeroOptimizer::Impl::stepStage1() {
 }
 
 void ZeroOptimizer::Impl::stepStage2() {
+  if (compiledGradients()) return stepSlices();
   for (ZeroUnit &u : units) { // every unit's reduce-scatter in flight at once
     std::vector<Tensor> grads;
     for (const ZeroMember &mem : u.members) {
@@ -635,6 +696,11 @@ ZeroOptimizer::~ZeroOptimizer() {
   if (!impl_) return;
   impl_->unhook();
   impl_->forgetPlaceholders();
+  if (impl_->stage < 3) {
+    for (const ZeroUnit &u : impl_->units) {
+      for (const ZeroMember &mem : u.members) unshard_parameter(*mem.slots.front());
+    }
+  }
 }
 
 void ZeroOptimizer::zero_grad() {

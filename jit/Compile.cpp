@@ -195,6 +195,15 @@ std::shared_ptr<Entry> guardedEntry(const CompiledState &s, const Trace &t,
 void bindSharding(EntryBuild &b) {
   b.sharding = shardingOf(b.inputs);
   if (b.sharding.empty()) return;
+  if (b.sharding.stage < 3) {
+    // ZeRO stages 1 and 2: the parameters are whole; a full-mode training entry's backward
+    // may reduce-scatter their gradients into the shards (the zero1 / zero2 passes); any
+    // other entry reads them as plain inputs and the optimizer reduces after backward()
+    if (!b.training || b.s.opts.mode != Mode::full || b.t.mutates() ||
+        b.s.opts.target != Target::cpu)
+      b.sharding = {};
+    return;
+  }
   if (b.t.mutates() || b.s.opts.target != Target::cpu) {
     throw Error("compile: " + b.s.label() + " reads the sharded parameter " +
                 b.sharding.inputs.front().param.name +
@@ -224,7 +233,9 @@ std::unique_ptr<EntryRunner> buildRunner(EntryBuild &b) {
   std::unique_ptr<EntryRunner> r = b.s.opts.mode == Mode::regional ? makeRegionalRunner(b)
                                    : b.training                    ? makeTrainingRunner(b)
                                                                    : makeStaticRunner(b);
-  return b.sharding.empty() ? std::move(r) : makeShardedRunner(b, std::move(r));
+  // stage 3: the shards bound in the parameters' place (stages 1 and 2 read the parameters)
+  return b.sharding.empty() || b.sharding.stage < 3 ? std::move(r)
+                                                    : makeShardedRunner(b, std::move(r));
 }
 
 std::shared_ptr<Entry> buildEntry(CompiledState &s, Trace &t, const std::string &reason,

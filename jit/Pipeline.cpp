@@ -95,7 +95,7 @@ std::vector<Pass> scheduledPasses(const std::string &label, const ShardingState 
       label.find(" stage ") == std::string::npos) {
     std::vector<Tensor> inputs = a->inputs;
     for (const ShardedInput &in : ctx.sharding.inputs) { // bound as the compiled code binds them
-      if (in.input >= 0 && in.input < static_cast<int>(inputs.size()))
+      if (ctx.sharding.stage >= 3 && in.input >= 0 && in.input < static_cast<int>(inputs.size()))
         inputs[static_cast<size_t>(in.input)] = in.param.shard.detach();
     }
     ctx.profile = [inputs](const Graph &g) { return profileGraph(g, inputs); };

@@ -18,6 +18,7 @@ ShardingState shardingOf(const std::vector<Tensor> &inputs);
 
 /// Throws rcjit::Error naming the parameter when a sharded input of `g` (a graph after its
 /// passes, `what` names it) does not take its shard (f32 [S]): no zero3 pass rewrote it.
+/// Stages 1 and 2 (whole parameters) pass.
 void checkShardedInputs(const Graph &g, const ShardingState &s, const std::string &what);
 
 } // namespace rcjit

@@ -148,6 +148,10 @@ CompileOptions trainOptions(const std::string &mode, const Settings &s, bool gra
   opts.max_autotune = s.maxAutotune;
   opts.reduce_overhead = s.reduceOverhead;
   if (s.zeroStage == 3 && opts.mode != Mode::eager) opts.schedule = zeroSchedule(s);
+  // zero1 / zero2 in full mode: the compiled backward reduce-scatters the gradients into the
+  // optimizer's slices (regional mode: the optimizer reduces them after backward())
+  if ((s.zeroStage == 1 || s.zeroStage == 2) && opts.mode == Mode::full && s.schedule != "none")
+    opts.schedule = {{0, {"zero" + std::to_string(s.zeroStage)}}};
   if (graphDdp) {
     const std::string pass = "rcjit_train_ddp_" + std::to_string(s.bucketBytes);
     if (!has_scheduled_pass(pass))
@@ -418,7 +422,8 @@ void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) 
       "schedule", po::value(&s.schedule)->default_value("default"),
       "zero3, compiled modes: default (the pass zero3 from step 0, + selective_unshard and "
       "prefetch from step 2), zero3 (the zero3 pass alone) or none (no passes: zero3 runs "
-      "eagerly, --modes eager)")(
+      "eagerly, --modes eager); zero1/zero2, full mode: the zero1/zero2 pass (reduce-scatters "
+      "in the compiled backward) unless none")(
       "bucket-mb", po::value(&f.bucketMiB)->default_value(25),
       "ddp: MiB of gradients per non-blocking all_reduce; zero1/zero2: MiB of parameters per "
       "sharded unit")("prefetch", po::bool_switch(&s.prefetch),

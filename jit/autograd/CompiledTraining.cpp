@@ -111,7 +111,8 @@ ShardingState backwardShardingOf(const ShardingState &forward, const Partition &
     }
     return nullptr;
   };
-  for (size_t sv = 0; sv < part.savedOutput.size(); ++sv) {
+  // stage 3: a saved parameter is its shard (stages 1 and 2 save the whole parameter)
+  for (size_t sv = 0; sv < part.savedOutput.size() && forward.stage >= 3; ++sv) {
     const int node = fwd.outputs[static_cast<size_t>(part.savedOutput[sv])];
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] != node) continue;
@@ -204,7 +205,8 @@ void checkHalvesAgree(const std::string &label, const Graph &fg, const Graph &bg
                     " (the pass schedule rewrote one half and not the other)");
       }
     }
-    if (in.grad_output >= 0 && !dropGrad[static_cast<size_t>(in.grad_output)]) {
+    if (in.grad_output >= 0 && !dropGrad[static_cast<size_t>(in.grad_output)] &&
+        backwardSharding.stage >= 3) {
       const Node &g =
           bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
       if (concreteShape(g.shape) != Shape{in.param.shard.numel()}) {
@@ -218,6 +220,33 @@ void checkHalvesAgree(const std::string &label, const Graph &fg, const Graph &bg
 }
 
 } // namespace
+
+// ZeRO stages 1 and 2: where a zero1 / zero2 pass made a unit's gradient its shard
+// gradient ([S]), that output goes to the shard (redirect_); without the pass every
+// parameter's gradient goes to the parameter, none dropped.
+void TrainingPlan::shardedGradients(TrainingPlan &plan, const ShardingState &backwardSharding) {
+  if (backwardSharding.empty() || backwardSharding.stage >= 3) return;
+  const Graph &bg = plan.backwardGraph_;
+  // a unit is reduced when its first output is its shard gradient (the others: scalar zeros)
+  std::vector<const detail::TensorImpl *> reducedShards;
+  for (const ShardedInput &in : backwardSharding.inputs) {
+    if (in.grad_output < 0 || plan.dropGrad_[static_cast<size_t>(in.grad_output)]) continue;
+    const Node &g = bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
+    if (concreteShape(g.shape) == Shape{in.param.shard.numel()})
+      reducedShards.push_back(in.param.shard.impl().get());
+  }
+  std::vector<bool> reduced(plan.gradInput_.size(), false);
+  for (const ShardedInput &in : backwardSharding.inputs) {
+    if (in.grad_output >= 0)
+      reduced[static_cast<size_t>(in.grad_output)] =
+          std::find(reducedShards.begin(), reducedShards.end(), in.param.shard.impl().get()) !=
+          reducedShards.end();
+  }
+  for (size_t j = 0; j < reduced.size(); ++j) {
+    if (reduced[j] && !plan.dropGrad_[j]) plan.redirect_.push_back(static_cast<int>(j));
+    if (!reduced[j]) plan.dropGrad_[j] = false;
+  }
+}
 
 std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   if (r.samples.empty()) throw Error("compiled training: no graph to compile");
@@ -261,6 +290,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->backward_ = std::move(br.executable);
   checkHalvesAgree(r.label, plan->forwardGraph_, plan->backwardGraph_, backwardSharding,
                    plan->savedOutput_, plan->dropGrad_);
+  shardedGradients(*plan, backwardSharding);
   return plan;
 }
 
@@ -274,6 +304,11 @@ std::vector<Tensor> TrainingPlan::run(const Tensor *const *inputs, size_t n) con
   for (const Tensor &o : all) shapes.push_back(o.shape());
   std::vector<Tensor> in;
   for (size_t i = 0; i < n; ++i) in.push_back(*inputs[i]);
+  for (int j : redirect_) { // ZeRO 1/2: the unit's reduce-scattered gradient goes to its shard
+    const size_t i = static_cast<size_t>(gradInput_[static_cast<size_t>(j)]);
+    ShardedParameter p;
+    if (i < in.size() && sharded_parameter(in[i], p)) in[i] = p.shard;
+  }
   auto node =
       std::make_shared<CompiledBackward>(shared_from_this(), std::move(saved), std::move(shapes));
   autograd::recordCustom(std::move(node), in, all);

@@ -75,6 +75,8 @@ private:
   std::vector<DType> outputDtypes_;
   std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
   std::vector<bool> dropGrad_; // per backward output: a unit's shard gradient counted already
+  std::vector<int> redirect_;  // backward outputs that are a ZeRO 1/2 unit's shard gradient
+  static void shardedGradients(TrainingPlan &plan, const ShardingState &backwardSharding);
   size_t numInputs_ = 0;
   Device device_; // where the programs run
   int64_t savedBytes_ = 0;

@@ -344,6 +344,14 @@ Graph zero3Pass(const Graph &g, const PassContext &ctx) {
   return Zero3Rewrite(g, s).run();
 }
 
+Graph zeroGradientPass(const Graph &g, const PassContext &ctx) {
+  const ShardingState &s = ctx.sharding;
+  // the backward of a full-mode training entry whose parameters are sharded by stage 1 or 2
+  if (s.empty() || s.stage > 2 || !ctx.backward || ctx.graph.find(" stage ") != std::string::npos)
+    return g;
+  return Zero3Rewrite(g, s).run(); // no sharded inputs there: only the reduce-scatters
+}
+
 Graph prefetchPass(const Graph &g, const PassContext &ctx) {
   const std::vector<int> gathers = zeroGathersOfInputs(g);
   if (gathers.empty()) return g;
@@ -519,6 +527,8 @@ Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx) {
 
 const std::map<std::string, ScheduledPassFn> &builtinScheduledPasses() {
   static const std::map<std::string, ScheduledPassFn> passes = {
+      {"zero1", zeroGradientPass},
+      {"zero2", zeroGradientPass},
       {"zero3", zero3Pass},
       {"prefetch", prefetchPass},
       {"selective_unshard", selectiveUnshardPass},

@@ -55,10 +55,17 @@ std::vector<int64_t> estimatedLiveBytes(const Graph &g);
 std::vector<int> residentUnits(const ShardingState &s, int64_t budget);
 
 Graph zero3Pass(const Graph &g, const PassContext &ctx);
+/// zero1 / zero2: in the backward of a full-mode training entry whose parameters a stage-1
+/// or stage-2 ZeroOptimizer declared sharded (whole parameters, sharded optimizer state),
+/// each unit's gradients are flattened, scaled by 1 / world and reduce-scattered right after
+/// the last of them is computed (as zero3's backward does): the output is this rank's slice
+/// of the mean gradient, handed to the unit's shard, so opt.step() only updates slices and
+/// all-gathers them. Every other graph is returned unchanged.
+Graph zeroGradientPass(const Graph &g, const PassContext &ctx);
 Graph prefetchPass(const Graph &g, const PassContext &ctx);
 Graph selectiveUnshardPass(const Graph &g, const PassContext &ctx);
 
-/// The built-in scheduled passes: zero3, prefetch, selective_unshard.
+/// The built-in scheduled passes: zero1, zero2, zero3, prefetch, selective_unshard.
 const std::map<std::string, ScheduledPassFn> &builtinScheduledPasses();
 
 } // namespace rcjit

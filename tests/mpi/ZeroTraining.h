@@ -33,7 +33,8 @@ struct ZeroTrainRun {
   int64_t peakBytes = 0;        // memory_stats: the peak of the steps after the first
   dist::ModelStateBytes ledger; // the optimizer's own count (ZeRO runs)
   int units = 0;
-  int gathers = 0; // all-gathers the optimizer itself started (not the compiled code)
+  int gathers = 0;    // all-gathers the optimizer itself started (not the compiled code)
+  int reductions = 0; // reductions the optimizer itself started (not the compiled code)
   CompileStats stats;
   std::string explain;
 };
@@ -92,6 +93,7 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   if (zero) {
     out.ledger = zero->model_state_bytes();
     out.gathers = zero->stats().gathers;
+    out.reductions = zero->stats().reductions;
   }
   out.params = zero ? zero->full_parameters() : m->module().parameters();
   return out;

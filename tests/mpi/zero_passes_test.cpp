@@ -145,6 +145,42 @@ TEST(ZeroPasses, Zero3SelectiveUnshardEqualsOneProcess) {
   EXPECT_EQ(programGathers(sel.explain, "backward"), 2u);
 }
 
+// ZeRO stages 1 and 2 as a pass: the compiled backward reduce-scatters each unit's gradient
+// (64 KiB buckets: several units) right after its last part; opt.step() only updates the
+// slices and all-gathers them. One process's losses and parameters; the optimizer reduced
+// nothing itself, and the backward program holds the reduce-scatters.
+TEST(ZeroPasses, Zero1AndZero2PassesEqualOneProcess) {
+  const PassRun &one = oneProcess();
+  for (int stage : {1, 2}) {
+    const std::string pass = "zero" + std::to_string(stage);
+    PassRun run = test::zeroTrain(
+        {.stage = stage, .mode = Mode::full, .schedule = {{0, {pass}}}});
+    ASSERT_EQ(run.losses.size(), one.losses.size());
+    double worst = 0;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      const double rel = std::abs(run.losses[i] - one.losses[i]) / std::abs(one.losses[i]);
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, 1e-5) << pass << " step " << i;
+    }
+    ASSERT_EQ(run.params.size(), one.params.size());
+    double worstParam = 0;
+    for (size_t i = 0; i < one.params.size(); ++i) {
+      EXPECT_TRUE(allclose(run.params[i], one.params[i], 1e-4, 2e-4)) << pass << " parameter " << i;
+      worstParam = std::max(worstParam, amax(abs(run.params[i] - one.params[i]), {}, false).item());
+    }
+    EXPECT_EQ(run.reductions, 0) << pass << ": the compiled backward reduced the gradients";
+    EXPECT_GE(run.units, 2) << pass;
+    const size_t bwd = run.explain.find("backward program:");
+    ASSERT_NE(bwd, std::string::npos) << run.explain;
+    EXPECT_NE(run.explain.find("start reduce_scatter", bwd), std::string::npos) << run.explain;
+    if (dist::rank() == 0) {
+      std::printf("%s pass on %d ranks: %d units, largest loss difference %.3g (relative), "
+                  "largest parameter difference %.3g\n",
+                  pass.c_str(), dist::world_size(), run.units, worst, worstParam);
+    }
+  }
+}
+
 // Regional mode: each stage (a block, the glue before and after) gathers its own unit inside
 // the stage and reduce-scatters its gradient in the stage's backward; the two blocks share one
 // compiled stage (its shards bound per layer), and the result is one process's.
