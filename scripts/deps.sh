@@ -6,7 +6,8 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
   libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin)
+  nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin
+  redis-server libhiredis-dev)
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang-19 libclang-rt-19-dev libomp-19-dev)
 fi
