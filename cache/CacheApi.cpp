@@ -18,6 +18,7 @@ std::string dir() { return store().dir(); }
 void set_max_bytes(uint64_t bytes) { store().setMaxBytes(bytes); }
 uint64_t max_bytes() { return store().maxBytes(); }
 void set_key_file(const std::string &path) { store().setKeyFile(path); }
+void set_remote(const std::string &url) { store().setRemote(url); }
 
 std::vector<uint8_t> save_artifacts() { return packArtifacts(store().usedObjects()); }
 std::vector<uint8_t> save_disk_artifacts() { return packArtifacts(store().diskObjects()); }
@@ -39,12 +40,16 @@ Stats stats() {
   Stats s;
   s.memory_hits = get(c.memoryHits); // hits before lookups: a lookup counts first
   s.disk_hits = get(c.diskHits);
+  s.remote_hits = get(c.remoteHits);
   s.lookups = get(c.lookups);
-  s.misses = s.lookups - s.memory_hits - s.disk_hits;
+  s.misses = s.lookups - s.memory_hits - s.disk_hits - s.remote_hits;
   s.disk_writes = get(c.diskWrites);
   s.write_failures = get(c.writeFailures);
   s.rejections = get(c.rejections);
   s.evictions = get(c.evictions);
+  s.remote_misses = get(c.remoteMisses);
+  s.remote_writes = get(c.remoteWrites);
+  s.remote_errors = get(c.remoteErrors);
   s.memory_entries = store().memory().size();
   s.memory_bytes = store().memory().bytes();
   return s;
@@ -52,8 +57,10 @@ Stats stats() {
 
 void reset_stats() {
   Counters &c = store().counters();
-  for (std::atomic<uint64_t> *a : {&c.lookups, &c.memoryHits, &c.diskHits, &c.diskMisses, &c.stores,
-                                   &c.diskWrites, &c.writeFailures, &c.rejections, &c.evictions}) {
+  for (std::atomic<uint64_t> *a :
+       {&c.lookups, &c.memoryHits, &c.diskHits, &c.diskMisses, &c.stores, &c.diskWrites,
+        &c.writeFailures, &c.rejections, &c.evictions, &c.remoteHits, &c.remoteMisses,
+        &c.remoteWrites, &c.remoteErrors}) {
     a->store(0, std::memory_order_relaxed);
   }
 }

@@ -1,4 +1,4 @@
-// The cache's event counters, shared by the memory and disk layers of one process.
+// The cache's event counters, shared by the memory, disk and remote layers of one process.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -16,6 +16,11 @@ struct Counters {
   std::atomic<uint64_t> writeFailures{0};
   std::atomic<uint64_t> rejections{0}; // disk entries refused by verification
   std::atomic<uint64_t> evictions{0};  // disk entries removed for the size bound
+  // the remote layer (RemoteStore.h)
+  std::atomic<uint64_t> remoteHits{0};
+  std::atomic<uint64_t> remoteMisses{0};
+  std::atomic<uint64_t> remoteWrites{0};
+  std::atomic<uint64_t> remoteErrors{0}; // unreachable, timed out, or a write refused
 };
 
 } // namespace rcjit::cache

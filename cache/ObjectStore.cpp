@@ -1,4 +1,4 @@
-// The object cache's policy: environment defaults, lazy disk opening, memory then disk.
+// The object cache's policy: environment defaults, lazy opening, memory then disk then remote.
 #include "cache/ObjectStore.h"
 
 #include <cstdlib>
@@ -42,6 +42,22 @@ uint64_t defaultMaxBytes() {
 
 bool isOff(const std::string &dir) { return dir.empty() || dir == "off"; }
 
+// RCJIT_REMOTE_CACHE: a malformed URL is logged and the remote layer left off (the cache never
+// stops a program; cache::set_remote and `rcjit cache stats --remote` throw instead).
+std::optional<RedisUrl> defaultRemote() {
+  const std::optional<std::string> s = envValue("RCJIT_REMOTE_CACHE");
+  if (!s || *s == "off") return std::nullopt;
+  try {
+    return parseRedisUrl(*s);
+  } catch (const Error &) {
+    logging::emit(logging::CacheBadSettingEvent{.variable = "RCJIT_REMOTE_CACHE",
+                                                .value = *s,
+                                                .expected = "redis://host:port[/db]",
+                                                .fallback = "no remote cache"});
+    return std::nullopt;
+  }
+}
+
 } // namespace
 
 ObjectStore &ObjectStore::instance() {
@@ -51,7 +67,36 @@ ObjectStore &ObjectStore::instance() {
 
 ObjectStore::ObjectStore()
     : memory_(kDefaultMemoryBytes), dir_(defaultDir()), keyFile_(defaultKeyFile()),
-      maxBytes_(defaultMaxBytes()) {}
+      maxBytes_(defaultMaxBytes()), remoteUrl_(defaultRemote()) {}
+
+std::shared_ptr<RemoteStore> ObjectStore::remote() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (remoteTried_ || !remoteUrl_) return remote_;
+  remoteTried_ = true;
+  std::string why;
+  std::optional<Secret> secret = loadOrCreateSecret(keyFile_, why);
+  if (!secret) {
+    logging::emit(logging::CacheRemoteEvent{
+        .url = remoteUrl_->text(), .state = "off", .error = "no key file to sign entries: " + why});
+    return nullptr;
+  }
+  remote_ = std::make_shared<RemoteStore>(*remoteUrl_, *secret, remoteLimitsFromEnv(), counters_);
+  return remote_;
+}
+
+void ObjectStore::setRemote(const std::string &url) {
+  std::optional<RedisUrl> u;
+  if (!url.empty() && url != "off") u = parseRedisUrl(url); // throws: nothing changed
+  std::lock_guard<std::mutex> lock(mu_);
+  remoteUrl_ = std::move(u);
+  remote_.reset();
+  remoteTried_ = false;
+}
+
+std::string ObjectStore::remoteUrl() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return remoteUrl_ ? remoteUrl_->text() : "";
+}
 
 std::shared_ptr<DiskStore> ObjectStore::disk() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -82,22 +127,32 @@ Bytes ObjectStore::lookup(const std::string &key, const std::string &name) {
     return b;
   }
   std::shared_ptr<DiskStore> d = disk();
-  if (!d) {
-    logging::emit(logging::CacheMissEvent{.where = "memory", .key = key, .name = name});
-    return nullptr;
-  }
   std::vector<uint8_t> payload;
-  if (d->read(key, payload) != DiskStore::Read::hit) {
+  if (d) {
+    if (d->read(key, payload) == DiskStore::Read::hit) {
+      counters_.diskHits.fetch_add(1, std::memory_order_relaxed);
+      logging::emit(logging::CacheHitEvent{.where = "disk", .key = key, .name = name});
+      auto b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
+      memory_.put(key, b);
+      markUsed(key);
+      return b;
+    }
     counters_.diskMisses.fetch_add(1, std::memory_order_relaxed);
-    logging::emit(logging::CacheMissEvent{.where = "disk", .key = key, .name = name});
-    return nullptr;
   }
-  counters_.diskHits.fetch_add(1, std::memory_order_relaxed);
-  logging::emit(logging::CacheHitEvent{.where = "disk", .key = key, .name = name});
-  auto b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
-  memory_.put(key, b);
-  markUsed(key);
-  return b;
+  std::shared_ptr<RemoteStore> r = remote();
+  const RemoteStore::Read got = r ? r->read(key, payload) : RemoteStore::Read::unavailable;
+  if (got == RemoteStore::Read::hit) {
+    logging::emit(logging::CacheHitEvent{.where = "remote", .key = key, .name = name});
+    if (d) d->write(key, payload); // the next process on this machine hits on disk
+    auto b = std::make_shared<const std::vector<uint8_t>>(std::move(payload));
+    memory_.put(key, b);
+    markUsed(key);
+    return b;
+  }
+  // `where`: the last layer that answered (a remote cache being skipped did not)
+  const char *where = got != RemoteStore::Read::unavailable ? "remote" : d ? "disk" : "memory";
+  logging::emit(logging::CacheMissEvent{.where = where, .key = key, .name = name});
+  return nullptr;
 }
 
 void ObjectStore::store(const std::string &key, std::span<const uint8_t> object,
@@ -108,8 +163,13 @@ void ObjectStore::store(const std::string &key, std::span<const uint8_t> object,
   memory_.put(key, b);
   markUsed(key);
   std::shared_ptr<DiskStore> d = disk();
-  bool onDisk = d && d->write(key, object);
-  logging::emit(logging::CacheStoreEvent{.where = onDisk ? "disk" : "memory",
+  const bool onDisk = d && d->write(key, object);
+  std::shared_ptr<RemoteStore> r = remote();
+  const bool onRemote = r && r->write(key, object);
+  logging::emit(logging::CacheStoreEvent{.where = onDisk && onRemote ? "disk+remote"
+                                                  : onRemote         ? "remote"
+                                                  : onDisk           ? "disk"
+                                                                     : "memory",
                                          .key = key,
                                          .name = name,
                                          .bytes = static_cast<int64_t>(object.size())});
@@ -126,7 +186,9 @@ void ObjectStore::evict(const std::string &key, const std::string &why) {
   counters_.rejections.fetch_add(1, std::memory_order_relaxed);
   memory_.erase(key);
   if (std::shared_ptr<DiskStore> d = disk()) d->remove(key);
-  logging::emit(logging::CacheRejectEvent{.key = key, .reason = why + " (recompiling)", .deleted = true});
+  if (std::shared_ptr<RemoteStore> r = remote()) r->remove(key);
+  logging::emit(
+      logging::CacheRejectEvent{.key = key, .reason = why + " (recompiling)", .deleted = true});
 }
 
 void ObjectStore::setDir(const std::string &dir) {
@@ -164,6 +226,8 @@ void ObjectStore::setKeyFile(const std::string &path) {
   keyFile_ = path;
   disk_.reset();
   diskTried_ = false;
+  remote_.reset();
+  remoteTried_ = false;
 }
 
 std::string ObjectStore::keyFile() const {

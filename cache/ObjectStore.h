@@ -1,4 +1,4 @@
-// The process-wide compiled-object cache: a memory LRU in front of an optional disk store.
+// The process-wide compiled-object cache: a memory LRU in front of optional disk and remote stores.
 #pragma once
 #include <memory>
 #include <mutex>
@@ -11,25 +11,30 @@
 #include "cache/Counters.h"
 #include "cache/DiskStore.h"
 #include "cache/MemoryLru.h"
+#include "cache/RemoteStore.h"
 
 namespace rcjit::cache {
 
 /// One per process (instance()); thread-safe. Keys must satisfy isContentKey (others are
 /// neither looked up nor stored). The disk layer is configured from the environment
 /// (RCJIT_CACHE_DIR, RCJIT_CACHE_MAX_BYTES, RCJIT_CACHE_KEY_FILE) or the setters, and opened
-/// lazily: a missing or unusable key file turns it off with one `cache` log line.
+/// lazily: a missing or unusable key file turns it off with one `cache` log line. The remote
+/// layer (RCJIT_REMOTE_CACHE or setRemote, RemoteStore.h) is opened lazily too, with the
+/// same key file.
 class ObjectStore {
 public:
   static ObjectStore &instance();
 
-  /// The object for `key`: memory first, then disk (a disk hit is kept in memory too).
+  /// The object for `key`: memory first, then disk, then remote (a disk hit is kept in
+  /// memory too, a remote hit in memory and on disk).
   /// `name` (a module id, "" when unknown) is only for the `cache` log's hit and miss events.
   Bytes lookup(const std::string &key, const std::string &name = "");
-  /// Records a freshly compiled object in memory and on disk (`name` as for lookup).
+  /// Records a freshly compiled object in memory and on disk, and publishes it to the remote
+  /// layer (`name` as for lookup).
   void store(const std::string &key, std::span<const uint8_t> object, const std::string &name = "");
   /// Adds an object from an artifact blob (memory and disk), as if compiled here.
   void warm(const std::string &key, Bytes object);
-  /// Drops `key` from memory and disk: its object was found unusable (`why`, logged on the
+  /// Drops `key` from memory, disk and remote: its object was found unusable (`why`, logged on the
   /// `cache` log and counted as a rejection), so the next lookup misses and recompiles.
   void evict(const std::string &key, const std::string &why);
 
@@ -40,7 +45,14 @@ public:
   uint64_t maxBytes() const;
   void setKeyFile(const std::string &path);
   std::string keyFile() const;
-  /// Drops memory entries and removes disk entries.
+  /// "redis://host:port[/db]", or "" to turn the remote layer off; throws rcjit::Error on a
+  /// malformed URL (and changes nothing).
+  void setRemote(const std::string &url);
+  /// The remote URL configured (normalized "redis://host:port/db"), "" when off.
+  std::string remoteUrl();
+  /// The remote store, opened if needed; nullptr when off or without a usable key file.
+  std::shared_ptr<RemoteStore> remote();
+  /// Drops memory entries and removes disk entries (the remote server is shared: kept).
   void clear();
 
   /// Every key used (compiled, hit or warmed) by this process with its object, as far as
@@ -65,6 +77,9 @@ private:
   uint64_t maxBytes_;
   std::shared_ptr<DiskStore> disk_;
   bool diskTried_ = false;
+  std::optional<RedisUrl> remoteUrl_; // from RCJIT_REMOTE_CACHE until setRemote
+  std::shared_ptr<RemoteStore> remote_;
+  bool remoteTried_ = false;
   std::set<std::string> used_;
 };
 

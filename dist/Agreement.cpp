@@ -11,11 +11,16 @@
 
 #include <rcjit/Error.h>
 
+#include "dist/DeviceCollectives.h"
 #include "tracer/Tracer.h"
 
 namespace rcjit::dist::detail {
 
 namespace {
+
+// Why this rank's last cuda record could not use NCCL (added to the Error here); guarded by
+// lockMpi(), which every caller of tensorRecord and agree holds.
+std::string deviceReason;
 
 const char *opName(int32_t op) {
   switch (static_cast<ReduceOp>(op)) {
@@ -79,6 +84,10 @@ std::string problemText(const Record &r) {
     return "root " + std::to_string(r.root) + " is not a rank";
   case Problem::badBucket:
     return "a gradient is not f32, f64, i32 or i64, or bucket_bytes is not positive";
+  case Problem::noDevice:
+    return "its tensor " + describe(r) +
+           " is on cuda, but NCCL cannot be used there (see "
+           "that rank's reason)";
   }
   return "?";
 }
@@ -150,7 +159,14 @@ Record tensorRecord(Kind kind, const Tensor &t, ReduceOp op, int64_t dim, int ro
   r.ndim = t.dim();
   for (int i = 0; i < std::min(r.ndim, kMaxDims); ++i) r.dims[i] = t.size(i);
   if (Tracer::current()) problem(Problem::traced);
-  if (!t.device().is_cpu()) problem(Problem::notCpu);
+  if (t.device().is_cuda()) { // NCCL (DeviceCollectives.h), when this rank can use it
+    r.device = 1;
+    deviceReason = deviceUnavailable(t);
+    if (!deviceReason.empty()) problem(Problem::noDevice);
+    r.fresh = r.problem == 0 && needsCommunicator(t);
+  } else if (!t.device().is_cpu()) {
+    problem(Problem::notCpu);
+  }
   if (reduces(kind) && reduceType(t.dtype()) == MPI_DATATYPE_NULL) problem(Problem::dtype);
   if (kind == Kind::all_reduce && op == ReduceOp::mean && !isFloating(t.dtype())) {
     problem(Problem::meanOfIntegers);
@@ -252,9 +268,12 @@ void agree(const Record &mine, const Comm &c) {
   bool anyProblem = false;
   for (const Record &r : all) anyProblem |= r.problem != 0;
   if (anyProblem) {
-    throw Error(ctx + ": " + byRank(all, [](const Record &r) {
-                  return r.problem ? problemText(r) : std::string("ok");
-                }));
+    const bool here = mine.problem == static_cast<int32_t>(Problem::noDevice);
+    throw Error(
+        ctx + ": " +
+        byRank(all,
+               [](const Record &r) { return r.problem ? problemText(r) : std::string("ok"); }) +
+        (here ? "; here: " + deviceReason : std::string()));
   }
   const Kind kind = static_cast<Kind>(mine.kind);
   if (reduces(kind) && differ([](const Record &r) { return r.op; })) {
@@ -269,6 +288,21 @@ void agree(const Record &mine, const Comm &c) {
   if (hasDim(kind) && differ([](const Record &r) { return r.dim; })) {
     throw Error(ctx + ": the ranks passed different dims: " + byRank(all, [](const Record &r) {
                   return "dim " + std::to_string(r.dim);
+                }));
+  }
+  if (differ([](const Record &r) { return r.device; })) {
+    throw Error(
+        ctx +
+        ": the ranks' tensors are on different kinds of device (all cpu: MPI, or "
+        "all cuda: NCCL): " +
+        byRank(all, [](const Record &r) { return std::string(r.device ? "cuda" : "cpu"); }));
+  }
+  if (differ([](const Record &r) { return r.fresh; })) {
+    throw Error(ctx +
+                ": the ranks disagree on making an NCCL communicator (each rank must keep "
+                "its collectives on one cuda device): " +
+                byRank(all, [](const Record &r) {
+                  return std::string(r.fresh ? "new device" : "device seen before");
                 }));
   }
   if (differ([](const Record &r) { return describe(r); })) {

@@ -36,6 +36,7 @@ enum class Problem : int32_t {
   tooLarge,
   badRoot,
   badBucket,
+  noDevice, // a cuda tensor where NCCL or the GPU cannot be used (dist/DeviceCollectives.h)
 };
 
 constexpr int kMaxDims = 8;
@@ -45,6 +46,9 @@ constexpr int kMaxDims = 8;
 /// tensors, dims[1] their elements, dims[2] a hash of their dtypes and shapes.
 struct Record {
   int32_t kind = 0, op = 0, dtype = -1, problem = 0, root = 0, ndim = 0;
+  // the tensor's device kind (0 cpu, 1 cuda: NCCL), and whether this rank makes its NCCL
+  // communicator in this call (every rank must)
+  int32_t device = 0, fresh = 0;
   int64_t dim = 0;
   int64_t dims[kMaxDims] = {};
 };

@@ -1,5 +1,5 @@
 // rcjit::dist's collectives on tensors: the shape check, then MPI's non-blocking
-// collective on a contiguous buffer; the blocking forms wait at once.
+// collective on a contiguous buffer (NCCL's for cuda tensors); the blocking forms wait at once.
 #include "dist/Collectives.h"
 
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <rcjit/Ops.h>
 
 #include "dist/Agreement.h"
+#include "dist/DeviceCollectives.h"
 #include "dist/IrCollectives.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/TensorImpl.h"
@@ -20,8 +21,9 @@ namespace rcjit::dist {
 struct Work::State {
   std::string context; // starts every error message
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<Tensor> keep;       // what MPI reads or writes until the request is done
-  std::function<Tensor()> finish; // after the transfer: mean, write back, reshape
+  std::vector<Tensor> keep;         // what MPI reads or writes until the request is done
+  std::function<Tensor()> finish;   // after the transfer: mean, write back, reshape
+  std::function<void()> deviceWait; // cuda tensors: waits for NCCL on the device's stream
   Tensor result;
   bool finished = false;
   std::string error; // a failed wait, thrown again by later waits
@@ -83,6 +85,15 @@ Tensor Work::wait() {
       }
     }
   }
+  if (s.deviceWait) {
+    try {
+      s.deviceWait();
+    } catch (const Error &e) {
+      s.finished = true;
+      s.error = e.what();
+      throw;
+    }
+  }
   NoGradGuard noGrad;
   s.result = s.finish ? s.finish() : Tensor();
   s.finished = true;
@@ -140,6 +151,18 @@ std::unique_ptr<Work::State> newState(const std::string &context) {
   return s;
 }
 
+// Enqueues a cuda tensor's collective with NCCL (DeviceCollectives.h) on the device's
+// stream; s's wait() then waits for the stream, bounded by the collective timeout.
+void startOnDevice(Work::State &s, Kind kind, ReduceOp op, int root, const Tensor &in,
+                   const Tensor &out, const Comm &c) {
+  void *comm = detail::communicatorFor(in, c, s.context);
+  const detail::DeviceCollectives *d = detail::deviceCollectives();
+  d->start(comm, kind, op, root, in, out);
+  s.deviceWait = [d, comm, device = in.device(), ctx = s.context] {
+    d->wait(comm, device, detail::timeoutSeconds(), ctx);
+  };
+}
+
 // Checks the call with every rank (an Error on all of them when any disagrees) and returns
 // the context of its error messages. The caller holds lockMpi().
 std::string agreeOn(const Record &r, const Comm &c) {
@@ -168,10 +191,21 @@ Work detail::startAllReduce(const Tensor &buffer, ReduceOp op, const std::string
 Work all_reduce_async(Tensor &t, ReduceOp op) {
   auto lock = detail::lockMpi();
   const Comm &c = detail::commLocked();
-  const std::string ctx = agreeOn(detail::tensorRecord(Kind::all_reduce, t, op, 0, 0, c), c);
+  const Record r = detail::tensorRecord(Kind::all_reduce, t, op, 0, 0, c);
+  const std::string ctx = agreeOn(r, c);
   NoGradGuard noGrad;
   Tensor buffer = t.is_contiguous() ? t : t.contiguous();
   Tensor target = t;
+  if (r.device) { // NCCL reduces in place, the mean too (ncclAvg)
+    auto s = newState(ctx);
+    s->keep = {buffer};
+    startOnDevice(*s, Kind::all_reduce, op, 0, buffer, buffer, c);
+    s->finish = [target, buffer]() mutable {
+      writeBack(target, buffer);
+      return target;
+    };
+    return Work(std::move(s));
+  }
   return detail::startAllReduce(buffer, op, ctx, c, [target, buffer]() mutable {
     writeBack(target, buffer); // the reduced buffer lands in t
     return target;
@@ -187,12 +221,16 @@ Work all_gather_async(const Tensor &t, int64_t dim) {
   Tensor in = t.contiguous();
   Shape gathered = t.shape();
   gathered.insert(gathered.begin(), c.size); // [world, t's shape...]
-  Tensor out = Tensor::empty(gathered, t.dtype());
+  Tensor out = Tensor::empty(gathered, t.dtype(), t.device());
   s->keep = {in, out};
   const MPI_Datatype type = detail::moveType(t.dtype());
-  checkMpi(MPI_Iallgather(in.data_ptr(), count(in), type, out.data_ptr(), count(in), type, c.comm,
-                          &s->request),
-           "MPI_Iallgather", s->context);
+  if (r.device) {
+    startOnDevice(*s, Kind::all_gather, ReduceOp::sum, 0, in, out, c);
+  } else {
+    checkMpi(MPI_Iallgather(in.data_ptr(), count(in), type, out.data_ptr(), count(in), type, c.comm,
+                            &s->request),
+             "MPI_Iallgather", s->context);
+  }
   const int64_t d = r.dim;
   Dims result(t.shape().begin(), t.shape().end());
   result[static_cast<size_t>(d)] *= c.size;
@@ -232,11 +270,15 @@ Work reduce_scatter_async(const Tensor &t, int64_t dim) {
     }
     in = permute(in, order).contiguous();
   }
-  Tensor out = Tensor::empty(Shape(split.begin(), split.end()), t.dtype());
+  Tensor out = Tensor::empty(Shape(split.begin(), split.end()), t.dtype(), t.device());
   s->keep = {in, out};
-  checkMpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out),
-                                     detail::reduceType(t.dtype()), MPI_SUM, c.comm, &s->request),
-           "MPI_Ireduce_scatter_block", s->context);
+  if (r.device) {
+    startOnDevice(*s, Kind::reduce_scatter, ReduceOp::sum, 0, in, out, c);
+  } else {
+    checkMpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out),
+                                       detail::reduceType(t.dtype()), MPI_SUM, c.comm, &s->request),
+             "MPI_Ireduce_scatter_block", s->context);
+  }
   s->finish = [out] { return out; };
   return Work(std::move(s));
 }
@@ -244,14 +286,18 @@ Work reduce_scatter_async(const Tensor &t, int64_t dim) {
 Work broadcast_async(Tensor &t, int root) {
   auto lock = detail::lockMpi();
   const Comm &c = detail::commLocked();
-  auto s =
-      newState(agreeOn(detail::tensorRecord(Kind::broadcast, t, ReduceOp::sum, 0, root, c), c));
+  const Record r = detail::tensorRecord(Kind::broadcast, t, ReduceOp::sum, 0, root, c);
+  auto s = newState(agreeOn(r, c));
   NoGradGuard noGrad;
   Tensor buffer = t.is_contiguous() ? t : t.contiguous();
   s->keep = {buffer};
-  checkMpi(MPI_Ibcast(buffer.data_ptr(), count(buffer), detail::moveType(t.dtype()), root, c.comm,
-                      &s->request),
-           "MPI_Ibcast", s->context);
+  if (r.device) {
+    startOnDevice(*s, Kind::broadcast, ReduceOp::sum, root, buffer, buffer, c);
+  } else {
+    checkMpi(MPI_Ibcast(buffer.data_ptr(), count(buffer), detail::moveType(t.dtype()), root, c.comm,
+                        &s->request),
+             "MPI_Ibcast", s->context);
+  }
   Tensor target = t;
   const bool receives = c.rank != root;
   s->finish = [target, buffer, receives]() mutable {

@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config ccache llvm-19-dev libdnnl-dev
   libboost-program-options-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libxxhash-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin
-  libonnx-testdata iproute2) # iproute2: the multihost tests' network namespaces (ip netns)
+  libonnx-testdata redis-server libhiredis-dev
+  iproute2) # iproute2: the multihost tests' network namespaces (ip netns)
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang-19 libclang-rt-19-dev libomp-19-dev)
 fi

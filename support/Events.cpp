@@ -227,13 +227,18 @@ std::string CallEvent::message() const {
 std::string CacheHitEvent::message() const { return where + " hit " + named(key, name); }
 
 std::string CacheMissEvent::message() const {
-  return std::string(where == "disk" ? "miss in memory and on disk " : "miss in memory ") +
-         named(key, name) + ": compiling";
+  const char *in = where == "remote" ? "miss in memory, on disk and remote "
+                   : where == "disk" ? "miss in memory and on disk "
+                                     : "miss in memory ";
+  return in + named(key, name) + ": compiling";
 }
 
 std::string CacheStoreEvent::message() const {
   return "stored " + named(key, name) + ", " + std::to_string(bytes) + " bytes, " +
-         (where == "disk" ? "in memory and on disk" : "in memory");
+         (where == "disk+remote" ? "in memory, on disk and remote"
+          : where == "remote"    ? "in memory and remote"
+          : where == "disk"      ? "in memory and on disk"
+                                 : "in memory");
 }
 
 std::string CacheRejectEvent::message() const {
@@ -241,8 +246,9 @@ std::string CacheRejectEvent::message() const {
     return "rejected cached object " + keyPrefix(key) + ": " + reason +
            (deleted ? " (evicted; recompiling)" : " (recompiling)");
   }
-  return "rejected disk entry " + path + ": " + reason + (deleted ? " (deleted)" : "") +
-         "; ignored, the kernels are recompiled";
+  const bool remote = path.rfind("redis://", 0) == 0;
+  return std::string(remote ? "rejected remote entry " : "rejected disk entry ") + path + ": " +
+         reason + (deleted ? " (deleted)" : "") + "; ignored, the kernels are recompiled";
 }
 
 std::string CacheEvictEvent::message() const {
@@ -258,6 +264,17 @@ std::string CacheWriteFailedEvent::message() const {
 }
 
 std::string CacheOffEvent::message() const { return "disk cache off: " + why; }
+
+std::string CacheRemoteEvent::message() const {
+  if (state == "reachable") return "remote cache " + url + " reachable again";
+  if (state == "off") return "remote cache " + url + " off: " + error;
+  if (state == "refuses_writes") {
+    return "remote cache " + url + " refuses writes (" + error +
+           "); entries are not published until it takes one again";
+  }
+  return "remote cache " + url + " unreachable (" + error + "); compiling locally, next try in " +
+         std::to_string(retrySeconds) + " s";
+}
 
 std::string CacheBadSettingEvent::message() const {
   return variable + "='" + value + "' is not " + expected + "; using " + fallback;

@@ -328,7 +328,8 @@ private:
 
 /// Cache events. `key` is the full content key ("rcjit-" + 32 hex digits; messages show its
 /// first 12 digits), `name` what the object was compiled for (a module id such as
-/// "rcjit_f0_e1", "" when unknown), `where` "memory" or "disk".
+/// "rcjit_f0_e1", "" when unknown), `where` "memory", "disk" or "remote" (the Redis server of
+/// RCJIT_REMOTE_CACHE); a store's `where` is "memory", "disk", "remote" or "disk+remote".
 struct CacheHitEvent {
   RCJIT_TRACE_EVENT(CacheHitEvent, cache, "cache_hit");
 #define RCJIT_FIELDS(F)                                                                            \
@@ -433,6 +434,22 @@ struct CacheBadSettingEvent {
 #undef RCJIT_FIELDS
 };
 
+/// The remote cache (RCJIT_REMOTE_CACHE) changed state, logged once per change: `state`
+/// "unreachable" (connect, I/O or timeout: lookups skip it for `retry_seconds`, compiles are
+/// local), "reachable" (again, after being unreachable) or "refuses_writes" (an error reply
+/// to a write, e.g. a full server: entries are not published until a write succeeds), or
+/// "off" (no usable key file to sign entries with: the remote layer is not used).
+struct CacheRemoteEvent {
+  RCJIT_TRACE_EVENT(CacheRemoteEvent, cache, "cache_remote");
+#define RCJIT_FIELDS(F)                                                                            \
+  F(std::string, url, "url")                                                                       \
+  F(std::string, state, "state")                                                                   \
+  F(std::string, error, "error")                                                                   \
+  F(int64_t, retrySeconds, "retry_seconds")
+  RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
+#undef RCJIT_FIELDS
+};
+
 #undef RCJIT_TRACE_EVENT
 #undef RCJIT_EVENT_FIELDS
 #undef RCJIT_FIELD_VISIT
@@ -462,7 +479,8 @@ struct CacheBadSettingEvent {
   X(CacheLoadEvent)                                                                                \
   X(CacheWriteFailedEvent)                                                                         \
   X(CacheOffEvent)                                                                                 \
-  X(CacheBadSettingEvent)
+  X(CacheBadSettingEvent)                                                                          \
+  X(CacheRemoteEvent)
 
 /// Records `e` (stderr when its kind is enabled, the trace file when open); does nothing,
 /// not even build the message, when its kind is not wanted. Thread-safe.

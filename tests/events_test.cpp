@@ -94,6 +94,10 @@ std::vector<Event> samples() {
                            .value = "lots",
                            .expected = "a positive integer",
                            .fallback = "1 GiB"},
+      CacheRemoteEvent{.url = "redis://10.0.0.2:6379/0",
+                       .state = "unreachable",
+                       .error = "connect: Connection refused",
+                       .retrySeconds = 30},
   };
 }
 

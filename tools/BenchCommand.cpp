@@ -40,6 +40,7 @@ struct Row {
   std::vector<double> samples; // each timed call after the first, in ms
   CompileStats stats;
   int64_t jobs = 0, packedJobs = 0; // the work pool's jobs in the timed calls, and packed ones
+  int64_t remoteHits = 0;           // objects the remote cache (RCJIT_REMOTE_CACHE) served
 
   // compile_seconds is the tracing + compiling inside the first call; the rest ran the code
   double compileMs() const { return mode == "eager" ? 0 : stats.compile_seconds * 1e3; }
@@ -146,6 +147,7 @@ Row warmRow(const BenchOptions &o, const ModelConfig &c, const std::string &mode
   row.stats.compiles = r.at("compiles");
   row.stats.cache_hits = r.at("cache_hits");
   row.stats.compile_seconds = r.at("compile_seconds");
+  row.remoteHits = r.at("remote_cache_hits");
   std::remove(json.c_str());
   return row;
 }
@@ -172,11 +174,13 @@ Row timeMode(F &&forward, const std::vector<Tensor> &inputs, int64_t batch, cons
   r.mode = mode;
   r.batch = batch;
   progress.step(mode == "eager" ? "first call" : "first call (trace, compile, run)");
+  const uint64_t remoteHits0 = cache::stats().remote_hits;
   auto t0 = std::chrono::steady_clock::now();
   fn(inputs);
   sync();
   r.firstMs = msSince(t0);
   r.stats = fn.stats();
+  r.remoteHits = static_cast<int64_t>(cache::stats().remote_hits - remoteHits0);
   progress.step((mode == "eager" ? "" : "compile " + formatMeasured(r.compileMs()) + " ms, ") +
                 "first run " + formatMeasured(r.firstRunMs()) + " ms; timing " +
                 plural(reps, "call"));
@@ -320,6 +324,7 @@ nlohmann::json toJson(const BenchOptions &o, const std::vector<Row> &rows, const
          {"first_run_ms", r.firstRunMs()},
          {"compiles", r.stats.compiles},
          {"cache_hits", r.stats.cache_hits},
+         {"remote_cache_hits", r.remoteHits},
          {"compile_seconds", r.stats.compile_seconds},
          {"spread_warning", why.empty() ? nlohmann::json() : nlohmann::json(why)},
          {"pool_jobs", r.jobs},

@@ -13,7 +13,9 @@
 #include <rcjit/Cache.h>
 
 #include "cache/Artifacts.h"
+#include "cache/ObjectStore.h"
 
+#include "support/Env.h"
 #include "tools/Cli.h"
 
 namespace po = boost::program_options;
@@ -50,6 +52,30 @@ void printStats(std::ostream &out) {
       << "size:       " << u.bytes << " bytes of at most " << u.max_bytes << "\n";
 }
 
+// `stats --remote`: the server, what it holds under rcjit's prefix, and this process's counters.
+// An unreachable server is an error (exit 1): the user asked about it.
+void printRemote(std::ostream &out) {
+  cache::ObjectStore &store = cache::ObjectStore::instance();
+  std::shared_ptr<cache::RemoteStore> r = store.remote();
+  if (!r) {
+    out << "remote cache: off (set RCJIT_REMOTE_CACHE=redis://host:port[/db])\n";
+    return;
+  }
+  cache::RemoteStore::Report rep = r->inspect();
+  if (!rep.error.empty()) {
+    throw std::runtime_error("remote cache " + r->url().text() + ": " + rep.error);
+  }
+  const cache::Stats s = cache::stats();
+  out << "remote:     " << r->url().text() << " (redis " << rep.version << ", timeout "
+      << r->limits().timeoutMs << " ms, retry after " << r->limits().retrySeconds << " s)\n"
+      << "  entries:  " << rep.entries << " under " << cache::RemoteStore::prefix() << "*, "
+      << rep.bytes << " bytes\n"
+      << "  server:   used_memory " << rep.usedMemory << " bytes, maxmemory " << rep.maxMemory
+      << " (" << rep.policy << ")\n"
+      << "  this process: " << s.remote_hits << " hits, " << s.remote_misses << " misses, "
+      << s.remote_writes << " writes, " << s.remote_errors << " errors\n";
+}
+
 // The disk cache directory, which must exist (export) or be creatable and writable (import).
 std::string usableDir(bool forWriting) {
   namespace fs = std::filesystem;
@@ -74,9 +100,11 @@ std::string usableDir(bool forWriting) {
   return d;
 }
 
-int run(const std::string &action, const std::string &file, std::ostream &out) {
+int run(const std::string &action, const std::string &file, bool remote, std::ostream &out) {
+  if (remote && action != "stats") throw CacheUsage("--remote goes with stats only");
   if (action == "stats") {
     printStats(out);
+    if (remote) printRemote(out);
   } else if (action == "clear") {
     cache::clear();
     out << "cleared " << (cache::dir().empty() ? "the memory cache" : cache::dir()) << "\n";
@@ -112,12 +140,16 @@ int run(const std::string &action, const std::string &file, std::ostream &out) {
 } // namespace
 
 int cacheCommand(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
-  po::options_description desc("rcjit cache stats|clear|export FILE|import FILE");
+  po::options_description desc("rcjit cache stats|clear|export FILE|import FILE [--remote]");
   std::string action, file, dir;
+  bool remote = false;
   desc.add_options()("help,h", "show this help")(
       "dir", po::value(&dir), "cache directory (default: $RCJIT_CACHE_DIR or ~/.cache/rcjit)")(
       "action", po::value(&action), "stats, clear, export or import")(
-      "file", po::value(&file), "the artifact file of export and import");
+      "file", po::value(&file), "the artifact file of export and import")(
+      "remote", po::bool_switch(&remote),
+      "stats: also the remote cache ($RCJIT_REMOTE_CACHE): server, entries, this process's "
+      "hits");
   po::positional_options_description pos;
   pos.add("action", 1).add("file", 1);
   try {
@@ -129,7 +161,10 @@ int cacheCommand(const std::vector<std::string> &args, std::ostream &out, std::o
       return vm.count("help") ? kOk : kUsage;
     }
     if (vm.count("dir")) cache::set_dir(dir);
-    return run(action, file, out);
+    if (remote) { // a malformed RCJIT_REMOTE_CACHE is an error here, not a warning
+      if (std::optional<std::string> url = envValue("RCJIT_REMOTE_CACHE")) cache::set_remote(*url);
+    }
+    return run(action, file, remote, out);
   } catch (const CacheUsage &e) {
     err << "rcjit cache: " << e.what() << "\n";
     return kUsage;

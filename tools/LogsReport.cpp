@@ -193,7 +193,8 @@ template <class E> void addCacheEntry(Reader &rd, const E &e, const std::string 
 }
 
 void add(Reader &rd, const logging::CacheHitEvent &e) {
-  ++(e.where == "disk" ? rd.report.cache.diskHits : rd.report.cache.memoryHits);
+  // a remote hit (RCJIT_REMOTE_CACHE) counts with the disk hits: loaded, not compiled here
+  ++(e.where == "memory" ? rd.report.cache.memoryHits : rd.report.cache.diskHits);
   ++rd.report.cache.byName[{e.where + " hit", e.name}];
   addCacheEntry(rd, e, e.where + " hit");
 }

@@ -26,6 +26,19 @@ uint64_t max_bytes();
 /// directory and private: whoever holds it can make every reader run their code.
 void set_key_file(const std::string &path);
 
+/// "redis://host:port[/db]"; default: env RCJIT_REMOTE_CACHE; "" turns it off. Local disk
+/// first, then remote, then compile and publish; a dead server never fails a call.
+///
+/// A shared compile cache on a Redis server for many processes and machines: a lookup that
+/// misses in memory and on disk asks the server; a hit is verified like a disk entry (the
+/// same signed, versioned bytes: every machine needs the same key file, set_key_file) and
+/// kept on disk; a fresh compile is published. A dead, slow or full server costs at most
+/// its timeouts (env RCJIT_REMOTE_CACHE_TIMEOUT_MS, default 200 ms) once per retry interval
+/// (RCJIT_REMOTE_CACHE_RETRY_S, default 30 s), logged once on the `cache` log, and the
+/// code is compiled locally. Throws rcjit::Error naming a malformed URL (nothing changes);
+/// a malformed RCJIT_REMOTE_CACHE is logged and leaves the remote cache off. Thread-safe.
+void set_remote(const std::string &url);
+
 /// Everything compiled (or loaded from cache) in this process, as one zstd-compressed blob.
 /// Thread-safe. Throws rcjit::Error if compression fails.
 std::vector<uint8_t> save_artifacts();
@@ -38,7 +51,8 @@ std::vector<uint8_t> save_disk_artifacts();
 /// saved by another rcjit version; returns the number of objects loaded.
 size_t load_artifacts(const std::vector<uint8_t> &blob);
 
-/// Empties the memory cache and removes every entry of the disk cache directory.
+/// Empties the memory cache and removes every entry of the disk cache directory (not the
+/// remote server's, which other processes share).
 void clear();
 
 /// What the cache did in this process (counters since start or reset_stats()).
@@ -46,11 +60,15 @@ struct Stats {
   uint64_t lookups = 0; // compiles that asked the cache first
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
-  uint64_t misses = 0; // lookups that found nothing: compiled from scratch
+  uint64_t remote_hits = 0; // found on the remote server (set_remote), verified
+  uint64_t misses = 0;      // lookups that found nothing: compiled from scratch
   uint64_t disk_writes = 0;
   uint64_t write_failures = 0;
-  uint64_t rejections = 0; // disk entries refused: corrupt, truncated, foreign, forged
-  uint64_t evictions = 0;  // disk entries removed for the size bound
+  uint64_t rejections = 0;    // disk entries refused: corrupt, truncated, foreign, forged
+  uint64_t evictions = 0;     // disk entries removed for the size bound
+  uint64_t remote_misses = 0; // lookups the remote server answered without an entry
+  uint64_t remote_writes = 0; // entries published to the remote server
+  uint64_t remote_errors = 0; // remote calls failed: unreachable, timed out, write refused
   uint64_t memory_entries = 0;
   uint64_t memory_bytes = 0;
 };

@@ -7,7 +7,11 @@
 // every rank naming the ranks that disagree and their shapes, never a hang. Every MPI error
 // is an rcjit::Error naming the collective, the rank and the shapes.
 //
-// Tensors: CPU only (a cuda tensor is an Error), any layout (a non-contiguous tensor is
+// Tensors: CPU tensors go through MPI; cuda tensors through NCCL (libnccl.so.2, loaded at
+// run time; the unique id is sent over the MPI communicator; every rank's tensor must be on
+// cuda, one device per rank: mixed devices are an Error on every rank, as is a cuda tensor
+// where NCCL or the GPU cannot be used, naming the reason). all_reduce_gradients and
+// broadcast_parameters take CPU tensors only. Any layout (a non-contiguous tensor is
 // copied to a contiguous buffer and, for in-place collectives, written back). Reductions
 // (all_reduce, reduce_scatter) take f32, f64, i32 and i64; f16, bf16 and bool are an Error
 // (convert to f32 first); `mean` takes f32 and f64 only. broadcast and all_gather move any
