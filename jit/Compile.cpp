@@ -16,6 +16,7 @@
 #include "jit/CompiledState.h"
 #include "jit/Pipeline.h"
 #include "jit/Sharding.h"
+#include "jit/Tiered.h"
 #include "jit/autograd/CompiledTraining.h"
 #include "support/Events.h"
 #include "support/Profiler.h"
@@ -149,6 +150,7 @@ ExecutableOptions executableOptions(const CompileOptions &o, const std::vector<T
   exec.target = o.target;
   exec.cudaGraphs = o.cuda_graphs || o.reduce_overhead;
   exec.autotune = o.max_autotune;
+  exec.tiered = tieredEnabled(o);
   if (o.target != Target::cuda) return exec;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].device().is_cuda()) {
@@ -324,12 +326,19 @@ std::vector<Tensor> runEntryLogged(const CompiledState &s, const Entry &e,
                                    const std::vector<Tensor> &args, const TracedFn &fn) {
   if (!logging::wanted(logging::Kind::compile)) return runEntry(e, inputs, args, fn);
   auto t0 = std::chrono::steady_clock::now();
+  takeCallTier(); // what earlier calls on this thread left
   std::vector<Tensor> out = runEntry(e, inputs, args, fn);
   const double seconds = secondsSince(t0);
+  const char *tier = takeCallTier();
   const int64_t call = e.calls.fetch_add(1, std::memory_order_relaxed) + 1;
   if (logging::tracedCall(call)) {
-    logging::emit(logging::CallEvent{
-        .function = s.id, .name = s.name, .entry = e.id, .call = call, .seconds = seconds});
+    logging::emit(logging::CallEvent{.function = s.id,
+                                     .name = s.name,
+                                     .entry = e.id,
+                                     .call = call,
+                                     .seconds = seconds,
+                                     .tier = tier ? std::optional<std::string>(tier)
+                                                  : std::nullopt});
   }
   return out;
 }

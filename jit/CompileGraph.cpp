@@ -13,6 +13,8 @@
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
 #include "jit/Pipeline.h"
+#include "jit/Tiered.h"
+#include "support/CompileCancel.h"
 #include "support/Events.h"
 #include "support/Log.h"
 #include "targets/FastestOf.h"
@@ -38,6 +40,7 @@ public:
   // split); `show` gives the text the passes log prints after it.
   template <class Fn, class Show>
   auto run(const std::string &name, const char *phase, Fn &&fn, Show &&show) {
+    throwIfCompileCancelled(); // a background compile stops here at exit (jit/Tiered.h)
     auto t0 = Clock::now();
     auto out = fn();
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -361,6 +364,7 @@ CompileResult lowerGraphs(const CompileRequest &r) {
 
 CompileResult compileGraph(CompileRequest r) {
   if (r.samples.empty()) throw Error("compileGraph: no graph to compile");
+  if (tiersRequest(r)) return compileTiered(r);
   if (autotunesLowering(r)) return compileFastestLowering(r);
   CompilePath path(r);
   path.optimize();

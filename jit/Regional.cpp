@@ -10,6 +10,7 @@
 #include "jit/CompileGraph.h"
 #include "jit/Pipeline.h"
 #include "jit/Sharding.h"
+#include "jit/Tiered.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
 #include "tracer/GraphIO.h"
@@ -183,7 +184,8 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
   st.training = TrainingStageTable::instance().find(key);
   if (st.training) {
     st.reused = true;
-    plan.reused += 2;
+    st.backwardAtBuild = st.training->backwardIfCompiled() != nullptr;
+    plan.reused += st.backwardAtBuild ? 2 : 1;
     return;
   }
   TrainingRequest r;
@@ -210,7 +212,8 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
     throw Error("stage " + st.name + ": " + e.what());
   }
   TrainingStageTable::instance().add(key, st.training);
-  plan.compiled += 2;
+  st.backwardAtBuild = st.training->backwardIfCompiled() != nullptr;
+  plan.compiled += st.backwardAtBuild ? 2 : 1;
 }
 
 // A forward-only stage: its program, from the process's table or compiled.
@@ -421,11 +424,15 @@ std::string RegionalPlan::print() const {
     const RegionalStage &s = stages[i];
     os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", ";
     if (s.training) {
+      const Executable *b = s.training->backwardIfCompiled();
       os << s.training->forward().program().steps.size() << " forward steps, "
-         << s.training->backward().program().steps.size() << " backward steps, "
+         << (b ? std::to_string(b->program().steps.size()) : std::string("(not yet compiled)"))
+         << " backward steps, "
          << s.training->savedBytes() << " bytes saved\n";
     } else {
-      os << s.program->program().steps.size() << " steps\n";
+      const std::string tier = tierNote(*s.program);
+      os << s.program->program().steps.size() << " steps" << (tier.empty() ? "" : "; " + tier)
+         << "\n";
     }
   }
   return os.str();

@@ -29,6 +29,8 @@ struct RegionalStage {
   std::vector<int> inputs;                // graph node ids, in the program's input order
   std::vector<int> outputs;               // graph node ids of the program's outputs
   bool reused = false;                    // the program came from an earlier identical stage
+  bool backwardAtBuild = false;           // a training stage's backward was compiled (or
+                                          // reused) with the plan, not lazily
   // run()'s slots of `inputs` and `outputs` (see RegionalPlan::assignSlots), and the
   // stage-output slots read for the last time by this stage (or never read), which run()
   // lets go of once this stage has run
@@ -41,7 +43,8 @@ struct RegionalPlan {
   std::vector<int> graphInputs; // node id of program input i (args then captured)
   std::vector<int> graphOutputs;
   int numNodes = 0;
-  int compiled = 0; // programs compiled now (a training stage's forward and backward: 2)
+  int compiled = 0; // programs compiled now (a training stage's forward, and its backward
+                    // where compiled with the plan; a lazy one counts once it exists)
   int reused = 0;   // programs served by an already compiled identical stage
   // run()'s tensors by slot, not by node id: the program inputs first, then the stages'
   // outputs (a call touches these, not every node of the graph)

@@ -88,7 +88,7 @@ bool SegmentTable::run(Segment &seg) {
       plan = TrainingPlan::create(std::move(r));
       std::lock_guard<std::mutex> lock(mu_);
       plans_.emplace(key.str(), plan);
-      compiled_ += 2;
+      ++compiled_; // its backward counts once a backward() compiled it (compiled())
       fresh = true;
     } else {
       CompileRequest r;
@@ -116,7 +116,9 @@ bool SegmentTable::run(Segment &seg) {
 
 int SegmentTable::compiled() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return compiled_;
+  int n = compiled_;
+  for (const auto &[key, plan] : plans_) n += plan->backwardIfCompiled() ? 1 : 0;
+  return n;
 }
 
 int SegmentTable::reused() const {

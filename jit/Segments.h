@@ -25,7 +25,7 @@ public:
   /// eagerly instead of compiling more (with eager autograd when it trains).
   bool run(Segment &seg);
   bool training() const { return training_; }
-  int compiled() const; // programs: a training segment's forward and backward count 2
+  int compiled() const; // programs: a training segment's forward, and its backward once compiled
   int reused() const;
 
 private:

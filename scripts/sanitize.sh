@@ -22,8 +22,8 @@ supp="$root/scripts/sanitizers"
 # not set up.
 asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events|logs|whole_step|autocast|profile)_test\.cpp$'
 # The TSan subset: the test files holding the tests that start threads; only those run.
-tsan_tests='^(autograd|eager_matmul|codegen|compile|work_pool)_test\.cpp$'
-tsan_filter='^(Autograd\.GradModeIsPerThread|EagerMatmul\.ConcurrentCallsAgree|CodegenTest\.ConcurrentCompilesAndCalls|Compile\.ConcurrentCalls|WorkPool\..*)$'
+tsan_tests='^(autograd|eager_matmul|codegen|compile|work_pool|tiered)_test\.cpp$'
+tsan_filter='^(Autograd\.GradModeIsPerThread|EagerMatmul\.ConcurrentCallsAgree|CodegenTest\.ConcurrentCompilesAndCalls|Compile\.ConcurrentCalls|WorkPool\..*|Tiered\.(ConcurrentCallersDuringTheSwitch|ProcessExitsDuringABackgroundCompile))$'
 
 build() { # build dir, sanitizers, test-source regex
   cmake -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -221,7 +221,8 @@ std::string CompileFailedEvent::message() const {
 std::string CallEvent::message() const {
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.3f", seconds * 1e3);
-  return fnEntry(function, name, entry) + " call " + std::to_string(call) + ": " + ms + " ms";
+  return fnEntry(function, name, entry) + " call " + std::to_string(call) + ": " + ms + " ms" +
+         (tier ? " (" + *tier + " tier)" : "");
 }
 
 std::string CacheHitEvent::message() const { return where + " hit " + named(key, name); }

@@ -296,7 +296,9 @@ struct CallEvent {
   F(std::optional<std::string>, name, "name")                                                      \
   F(int64_t, entry, "entry")                                                                       \
   F(int64_t, call, "call")                                                                         \
-  F(double, seconds, "seconds")
+  F(double, seconds, "seconds")                                                                    \
+  /* tiered compilation: "fast" or "optimized", the tier the call ran (jit/Tiered.h) */            \
+  F(std::optional<std::string>, tier, "tier")
   RCJIT_EVENT_FIELDS(RCJIT_FIELDS);
 #undef RCJIT_FIELDS
 };

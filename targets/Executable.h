@@ -53,6 +53,10 @@ struct ExecutableOptions {
   bool keepAssembly = false; // cpu: keep the host assembly
   bool cudaGraphs = true;    // cuda: replay static programs as CUDA graphs
   bool autotune = false;     // cpu: time candidates per step on the first call (max_autotune)
+  /// cpu: compile a fast first tier (library matmuls, a cheap LLVM pipeline) and the
+  /// optimized program in the background (jit/Tiered.h; CompileOptions::tiered)
+  bool tiered = false;
+  bool quick = false; // cpu: this compile is the fast tier's: the cheap LLVM pipeline
 };
 
 /// Compiles `p` for `o.target`; `moduleId` names the module. Throws rcjit::Error (for

@@ -1,10 +1,20 @@
-// optimizeModuleO3: analysis managers, library info, the default O3 module pipeline.
+// optimizeModuleO3 (analysis managers, library info, the default O3 module pipeline) and the
+// fast tier's short pipeline.
 #include "targets/LlvmOptimize.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
+#include <llvm/Transforms/Scalar/EarlyCSE.h>
+#include <llvm/Transforms/Scalar/LICM.h>
+#include <llvm/Transforms/Scalar/LoopPassManager.h>
+#include <llvm/Transforms/Scalar/LoopRotation.h>
+#include <llvm/Transforms/Scalar/SROA.h>
+#include <llvm/Transforms/Scalar/SimplifyCFG.h>
+
+#include "support/Env.h"
 
 namespace rcjit {
 
@@ -24,6 +34,44 @@ void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+}
+
+void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
+                         const llvm::TargetLibraryInfoImpl *tlii) {
+  static const int choice = envChoice("RCJIT_QUICK_PIPELINE", {"passes", "o1", "o0"}, 0);
+  if (choice == 2) return;
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = false;
+  pto.SLPVectorization = false;
+  pto.LoopUnrolling = false;
+  llvm::PassBuilder pb(&tm, pto);
+  if (tlii) fam.registerPass([&] { return llvm::TargetLibraryAnalysis(*tlii); });
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  if (choice == 1) {
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1).run(m, mam);
+    return;
+  }
+  llvm::FunctionPassManager fpm;
+  fpm.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
+  fpm.addPass(llvm::EarlyCSEPass());
+  fpm.addPass(llvm::InstCombinePass());
+  fpm.addPass(llvm::SimplifyCFGPass());
+  llvm::LoopPassManager lpm;
+  lpm.addPass(llvm::LoopRotatePass());
+  lpm.addPass(llvm::LICMPass(llvm::LICMOptions()));
+  fpm.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(lpm), /*UseMemorySSA=*/true));
+  fpm.addPass(llvm::InstCombinePass());
+  llvm::ModulePassManager mpm;
+  mpm.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(fpm)));
+  mpm.run(m, mam);
 }
 
 } // namespace rcjit

@@ -16,4 +16,11 @@ void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
                       const llvm::PipelineTuningOptions &pto,
                       const llvm::TargetLibraryInfoImpl *tlii = nullptr);
 
+/// The fast tier's pipeline (jit/Tiered.h): what makes loop kernels cheap to compile and
+/// not slow to run: SROA (allocas to registers), EarlyCSE, InstCombine, SimplifyCFG, LICM and
+/// loop rotation; no unrolling and no vectorizers. Set RCJIT_QUICK_PIPELINE=o1 to run
+/// LLVM's O1 instead, o0 to run nothing (measurements, docs/first-call.md).
+void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
+                         const llvm::TargetLibraryInfoImpl *tlii = nullptr);
+
 } // namespace rcjit

@@ -19,7 +19,8 @@ std::shared_ptr<Executable> compileCpu(Program p, const std::string &moduleId,
   cpu::CpuProgramOptions co;
   co.keepLlvmIr = o.keepLlvmIr;
   co.keepAssembly = o.keepAssembly;
-  co.autotune = o.autotune;
+  co.autotune = o.autotune && !o.quick;
+  co.quick = o.quick;
   return cpu::CpuProgram::create(std::move(p), moduleId, co);
 }
 

@@ -196,6 +196,7 @@ TEST(EnvSwitch, SwitchesReadOnceNameTheVariableOfABadValue) {
       {"RCJIT_PACK_WEIGHTS_MAX_MB", "1G", "expected an integer from 0 to 1099511627776 (MiB)"},
       {"RCJIT_POOL_SPIN_US", "-5", "expected an integer from 0 to 1000000 (microseconds)"},
       {"RCJIT_POOL_PACK", "on", "expected off or auto"},
+      {"RCJIT_TIERED", "yes", "expected 0 or 1"},
 #ifdef NDEBUG // (debug builds verify whatever the variable says)
       {"RCJIT_VERIFY_IR", "yes", "expected 0 or 1"},
 #endif

@@ -411,8 +411,15 @@ void htmlEntry(std::ostream &o, const TraceReport &r, FunctionKey id, const Entr
   if (!e.calls.empty()) {
     htmlPart(o, "calls", "Calls");
     HtmlRows rows;
-    for (const CallRow &c : e.calls) rows.push_back({std::to_string(c.call), fixedDigits(c.ms, 3)});
-    htmlInnerTable(o, {"call", "ms"}, rows);
+    bool tiered = false; // tiered compilation: which tier each call ran
+    for (const CallRow &c : e.calls) tiered = tiered || !c.tier.empty();
+    for (const CallRow &c : e.calls) {
+      rows.push_back({std::to_string(c.call), fixedDigits(c.ms, 3)});
+      if (tiered) rows.back().push_back(c.tier.empty() ? "-" : c.tier);
+    }
+    htmlInnerTable(o, tiered ? std::vector<std::string>{"call", "ms", "tier"}
+                             : std::vector<std::string>{"call", "ms"},
+                   rows);
     o << "</div>\n";
   }
   o << "</section>\n";

@@ -128,7 +128,7 @@ void add(Reader &rd, const logging::CallEvent &e) {
   std::vector<EntryReport> &entries = rd.function(e.function).entries;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (it->compiled && it->entry == e.entry) {
-      it->calls.push_back({e.call, e.seconds * 1e3, rd.time - e.seconds});
+      it->calls.push_back({e.call, e.seconds * 1e3, rd.time - e.seconds, e.tier.value_or("")});
       return;
     }
   }

@@ -25,6 +25,7 @@ struct CallRow {
   int64_t call = 0;
   double ms = 0;
   double time = 0; // seconds since the run's first event, at the call's start
+  std::string tier; // tiered compilation: "fast" or "optimized" ("" untiered)
 };
 
 /// One "dynamic" event: an argument dim that became a symbol of an entry, or a candidate dim

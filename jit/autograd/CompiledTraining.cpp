@@ -3,6 +3,7 @@
 #include "jit/autograd/CompiledTraining.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 
 #include <rcjit/Autograd.h>
@@ -11,6 +12,7 @@
 #include "autograd/Autograd.h"
 #include "jit/CompileGraph.h"
 #include "jit/Sharding.h"
+#include "jit/Tiered.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
 #include "targets/SymbolicProgram.h"
@@ -50,7 +52,7 @@ public:
       }
       in.push_back(g.is_contiguous() ? g : g.contiguous());
     }
-    std::vector<Tensor> grads = p.backward_->runConsuming(in);
+    std::vector<Tensor> grads = p.backward().runConsuming(in);
     std::vector<Tensor> out(p.numInputs_);
     for (size_t j = 0; j < p.gradInput_.size(); ++j) {
       size_t i = static_cast<size_t>(p.gradInput_[j]);
@@ -248,6 +250,14 @@ void TrainingPlan::shardedGradients(TrainingPlan &plan, const ShardingState &bac
   }
 }
 
+// What compiling the backward reads: the request (its samples' symbol values, options and
+// names), each sample's partition and the backward's sharding.
+struct TrainingPlan::PendingBackward {
+  TrainingRequest request;
+  std::vector<Partition> parts;
+  ShardingState backwardSharding;
+};
+
 std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   if (r.samples.empty()) throw Error("compiled training: no graph to compile");
   const Graph &forward = r.samples[0].graph;
@@ -273,8 +283,10 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->savedOutput_ = parts[0].savedOutput;
   plan->savedBytes_ = parts[0].savedBytes;
 
-  // the forward and the backward, each through the one compile path
-  const ShardingState backwardSharding =
+  // the forward now, through the one compile path; the backward when a backward() first
+  // reaches it, or now where it must fail at the compile (symbolic, sharded)
+  auto pending = std::make_shared<PendingBackward>();
+  pending->backwardSharding =
       backwardShardingOf(r.sharding, parts[0], plan->gradInput_, plan->dropGrad_);
   std::vector<GraphSample> forwardSamples;
   for (size_t k = 0; k < r.samples.size(); ++k)
@@ -284,14 +296,56 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
   checkShardedInputs(plan->forwardGraph_, r.sharding, r.label + " forward");
-  CompileResult br = compileHalf(r, backwardSharding, "_bwd", "backward", true,
-                                 backwardSamples(r, parts, plan->forward_->program()));
-  plan->backwardGraph_ = std::move(br.graphs.at(0));
-  plan->backward_ = std::move(br.executable);
-  checkHalvesAgree(r.label, plan->forwardGraph_, plan->backwardGraph_, backwardSharding,
-                   plan->savedOutput_, plan->dropGrad_);
-  shardedGradients(*plan, backwardSharding);
+  const bool now = r.samples.size() > 1 || !r.sharding.empty();
+  for (TrainingSample &sample : r.samples) { // the backward reads their symbol values only
+    sample.graph = Graph();
+    sample.inputs.clear();
+  }
+  pending->parts = std::move(parts);
+  pending->request = std::move(r);
+  plan->pending_ = std::move(pending);
+  if (now) {
+    std::lock_guard<std::mutex> lock(plan->backwardMu_);
+    plan->compileBackward(*plan->pending_);
+    plan->backwardSeconds_ = 0; // part of the entry's compile
+    shardedGradients(*plan, plan->pending_->backwardSharding); // before any call delivers one
+  }
   return plan;
+}
+
+void TrainingPlan::compileBackward(PendingBackward &p) const {
+  const TrainingRequest &r = p.request;
+  auto t0 = std::chrono::steady_clock::now();
+  CompileResult br = compileHalf(r, p.backwardSharding, "_bwd", "backward", true,
+                                 backwardSamples(r, p.parts, forward_->program()));
+  Graph graph = std::move(br.graphs.at(0));
+  checkHalvesAgree(r.label, forwardGraph_, graph, p.backwardSharding, savedOutput_, dropGrad_);
+  backwardGraph_ = std::move(graph);
+  backward_ = std::move(br.executable);
+  backwardSeconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  backwardReady_.store(true, std::memory_order_release);
+}
+
+const Executable &TrainingPlan::backward() const {
+  if (!backwardReady_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(backwardMu_);
+    if (!backwardReady_.load(std::memory_order_relaxed)) compileBackward(*pending_);
+  }
+  return *backward_;
+}
+
+const Executable *TrainingPlan::backwardIfCompiled() const {
+  return backwardReady_.load(std::memory_order_acquire) ? backward_.get() : nullptr;
+}
+
+const Graph &TrainingPlan::backwardGraph() const {
+  return backwardReady_.load(std::memory_order_acquire) ? backwardGraph_
+                                                        : pending_->parts.at(0).backward;
+}
+
+double TrainingPlan::backwardSeconds() const {
+  return backwardReady_.load(std::memory_order_acquire) ? backwardSeconds_ : 0.0;
 }
 
 std::vector<Tensor> TrainingPlan::run(const Tensor *const *inputs, size_t n) const {
@@ -317,9 +371,15 @@ std::vector<Tensor> TrainingPlan::run(const Tensor *const *inputs, size_t n) con
 
 std::string TrainingPlan::print() const {
   std::ostringstream os;
-  os << "training: forward " << forward_->program().steps.size() << " steps, backward "
-     << backward_->program().steps.size() << " steps, " << savedOutput_.size() << " saved values ("
-     << savedBytes_ << " bytes held until backward)\n";
+  const std::string tier = tierNote(*forward_);
+  if (!tier.empty()) os << "forward " << tier << "\n";
+  os << "training: forward " << forward_->program().steps.size() << " steps, backward ";
+  if (const Executable *b = backwardIfCompiled()) {
+    os << b->program().steps.size() << " steps, ";
+  } else {
+    os << "not compiled yet (compiled when a backward() first reaches it), ";
+  }
+  os << savedOutput_.size() << " saved values (" << savedBytes_ << " bytes held until backward)\n";
   return os.str();
 }
 

@@ -6,8 +6,17 @@
 // compiled backward program on the saved values and the outputs' gradients, and hands the
 // gradients of the inputs that require grad to the eager engine, which accumulates them into
 // leaves or passes them further back. Both programs go through the one compile path.
+//
+// The backward is compiled lazily, as AOTAutograd does: create() compiles the forward (which
+// returns what the backward will read) and keeps the partitioned backward graph; the first
+// backward() that reaches a call's node compiles it (from the compile caches where they hold
+// it), once per plan. A grad-mode call that never runs backward compiles one program.
+// Symbolic and sharded plans compile both halves at once (a backward that cannot be fitted or
+// sharded must fail at the compile, where the caller can still fall back).
 #pragma once
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,16 +69,32 @@ public:
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
 
   const Graph &forwardGraph() const { return forwardGraph_; }
-  const Graph &backwardGraph() const { return backwardGraph_; }
+  /// The backward graph after the graph passes once compiled, else the partitioned one.
+  const Graph &backwardGraph() const;
   const Executable &forward() const { return *forward_; }
-  const Executable &backward() const { return *backward_; }
+  /// The compiled backward, compiled now when no backward() reached the plan yet. Throws
+  /// rcjit::Error when that compile fails. Thread-safe.
+  const Executable &backward() const;
+  /// The compiled backward, or null while no backward() reached the plan.
+  const Executable *backwardIfCompiled() const;
+  /// Seconds the lazy backward compile took (0 until it ran, or when create() compiled it).
+  double backwardSeconds() const;
   int64_t savedBytes() const { return savedBytes_; } // per call, held until backward
   std::string print() const;
 
 private:
   friend class CompiledBackward;
-  Graph forwardGraph_, backwardGraph_;
-  std::shared_ptr<Executable> forward_, backward_;
+  struct PendingBackward; // what compiling the backward reads (CompiledTraining.cpp)
+  void compileBackward(PendingBackward &p) const; // the caller holds backwardMu_
+  Graph forwardGraph_;
+  std::shared_ptr<Executable> forward_;
+  // the lazy backward: set once under backwardMu_, read after backwardReady_ (acquire)
+  mutable std::mutex backwardMu_;
+  mutable std::atomic<bool> backwardReady_{false};
+  std::shared_ptr<PendingBackward> pending_; // set by create(), never changed after
+  mutable Graph backwardGraph_;
+  mutable std::shared_ptr<Executable> backward_;
+  mutable double backwardSeconds_ = 0;
   std::vector<int> savedOutput_; // per saved value: its index among the forward's outputs
   size_t numOutputs_ = 0;        // the function's outputs
   std::vector<DType> outputDtypes_;

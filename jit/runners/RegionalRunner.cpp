@@ -20,6 +20,15 @@ public:
   }
   int64_t compiles() const override { return plan_->compiled; }
   int64_t cacheHits() const override { return plan_->reused; }
+  // a training stage's backward compiled lazily, once a backward() reached it (a reused
+  // stage's counts as reused)
+  void addLaterStats(CompileStats &st) const override {
+    for (const RegionalStage &s : plan_->stages) {
+      if (!s.training || s.backwardAtBuild || !s.training->backwardIfCompiled()) continue;
+      (s.reused ? st.cache_hits : st.compiles) += 1;
+      if (!s.reused) st.compile_seconds += s.training->backwardSeconds();
+    }
+  }
   std::string printPrograms() const override { return plan_->print(); }
   std::pair<int64_t, int64_t> regions() const override { return {plan_->compiled, plan_->reused}; }
 
@@ -31,7 +40,10 @@ public:
       if (st.reused) continue;
       std::string code = st.program ? st.program->llvmIr()
                          : st.training
-                             ? st.training->forward().llvmIr() + st.training->backward().llvmIr()
+                             ? st.training->forward().llvmIr() +
+                                   (st.training->backwardIfCompiled()
+                                        ? st.training->backwardIfCompiled()->llvmIr()
+                                        : std::string())
                              : "";
       if (!code.empty()) ir += "; stage " + std::to_string(i) + " (" + st.name + ")\n" + code;
     }

@@ -5,6 +5,7 @@
 #include "jit/CompileGraph.h"
 #include "jit/CompiledState.h"
 #include "jit/Sharding.h"
+#include "jit/Tiered.h"
 #include "tracer/GraphIO.h"
 
 namespace rcjit::detail {
@@ -14,7 +15,10 @@ std::vector<Tensor> StaticRunner::run(const std::vector<const Tensor *> &inputs,
   return program_->run(inputs.data(), inputs.size());
 }
 
-std::string StaticRunner::printPrograms() const { return printProgram(program_->program()); }
+std::string StaticRunner::printPrograms() const {
+  const std::string tier = tierNote(*program_);
+  return (tier.empty() ? "" : tier + "\n") + printProgram(program_->program());
+}
 
 std::shared_ptr<Executable> compileProgram(EntryBuild &b) {
   Entry &e = b.e;
@@ -23,6 +27,15 @@ std::shared_ptr<Executable> compileProgram(EntryBuild &b) {
   r.label = b.label;
   r.samples.push_back({b.t.graph, b.strides});
   r.sharding = b.sharding;
+  // a static tiered compile runs the graph passes once per tier, inside compileGraph
+  const bool passesInside = b.exec.tiered && b.dynamic.empty() && b.sharding.empty();
+  if (passesInside) {
+    r.moduleId = b.moduleId;
+    CompileResult c = compileGraph(std::move(r));
+    e.graph = std::move(c.graphs.at(0)); // the fast tier's (library matmuls)
+    e.fusion = printFusionPlan(c.fusion, e.graph);
+    return std::move(c.executable);
+  }
   // the graph passes first: the symbolic attempt starts from their graph
   e.graph = std::move(optimizeGraphs(r).graphs.at(0));
   checkShardedInputs(e.graph, b.sharding, b.label);
@@ -40,8 +53,9 @@ std::shared_ptr<Executable> compileProgram(EntryBuild &b) {
   }
   r.moduleId = b.moduleId;
   // max_autotune of a static program: compileGraph tries each lowering of the traced graph
-  // (small matmuls generated or library calls), so it starts again before the passes
-  if (b.exec.autotune && r.samples.size() == 1 && b.sharding.empty())
+  // (small matmuls generated or library calls), so it starts again before the passes; so
+  // does a tiered one (its fast tier lowers every matmul to a library call)
+  if ((b.exec.autotune || b.exec.tiered) && r.samples.size() == 1 && b.sharding.empty())
     r.samples[0] = {b.t.graph, b.strides};
   CompileResult c = compileGraph(std::move(r));
   e.fusion = printFusionPlan(c.fusion, c.graphs.at(0));

@@ -14,30 +14,44 @@ namespace {
 // immutable, run() thread-safe.
 class TrainingRunner final : public EntryRunner {
 public:
-  explicit TrainingRunner(std::shared_ptr<TrainingPlan> plan) : plan_(std::move(plan)) {}
+  explicit TrainingRunner(std::shared_ptr<TrainingPlan> plan)
+      : plan_(std::move(plan)), backwardAtBuild_(plan_->backwardIfCompiled() != nullptr) {}
 
   std::vector<Tensor> run(const std::vector<const Tensor *> &inputs, const std::vector<Tensor> &,
                           const TracedFn &) const override {
     return plan_->run(inputs.data(), inputs.size());
   }
-  int64_t compiles() const override { return 2; }
+  // the backward counts once it exists: at the build (symbolic, sharded) or when a
+  // backward() first reached it
+  int64_t compiles() const override { return backwardAtBuild_ ? 2 : 1; }
   int64_t cacheHits() const override {
-    return plan_->forward().cacheHits() + plan_->backward().cacheHits();
+    return plan_->forward().cacheHits() +
+           (backwardAtBuild_ ? plan_->backwardIfCompiled()->cacheHits() : 0);
+  }
+  void addLaterStats(CompileStats &st) const override {
+    const Executable *b = plan_->backwardIfCompiled();
+    if (backwardAtBuild_ || !b) return;
+    st.compiles += 1;
+    st.cache_hits += b->cacheHits();
+    st.compile_seconds += plan_->backwardSeconds();
   }
   std::string printPrograms() const override {
-    return plan_->print() + "forward " + printProgram(plan_->forward().program()) + "backward " +
-           printProgram(plan_->backward().program());
+    const Executable *b = plan_->backwardIfCompiled();
+    return plan_->print() + "forward " + printProgram(plan_->forward().program()) +
+           (b ? "backward " + printProgram(b->program()) : "");
   }
   std::string graphLog() const override {
     return "backward graph:\n" + printGraph(plan_->backwardGraph()) + plan_->print();
   }
   std::optional<std::string> llvmIr(const std::string &entry) const override {
-    return "; " + entry + " forward\n" + plan_->forward().llvmIr() + "; " + entry + " backward\n" +
-           plan_->backward().llvmIr();
+    const Executable *b = plan_->backwardIfCompiled();
+    return "; " + entry + " forward\n" + plan_->forward().llvmIr() +
+           (b ? "; " + entry + " backward\n" + b->llvmIr() : "");
   }
 
 private:
   std::shared_ptr<TrainingPlan> plan_;
+  bool backwardAtBuild_;
 };
 
 } // namespace

@@ -106,8 +106,14 @@ public:
       }
     }
     try {
-      std::unique_ptr<llvm::TargetMachine> tm = jit_.makeTargetMachine();
-      jit_.optimizeWith(*tm, m);
+      const bool quick = m.getModuleFlag(kQuickFlag) != nullptr;
+      std::unique_ptr<llvm::TargetMachine> tm = jit_.makeTargetMachine(quick);
+      if (quick) {
+        llvm::TargetLibraryInfoImpl tlii(tm->getTargetTriple());
+        optimizeModuleQuick(*tm, m, &tlii);
+      } else {
+        jit_.optimizeWith(*tm, m);
+      }
       auto obj = llvm::orc::SimpleCompiler(*tm)(m);
       if (obj && cache) cache->notifyObjectCompiled(&m, (*obj)->getMemBufferRef());
       return obj;
@@ -175,8 +181,10 @@ std::unique_ptr<CpuJit> CpuJit::create(const std::string &cpu) {
   return self;
 }
 
-std::unique_ptr<llvm::TargetMachine> CpuJit::makeTargetMachine() const {
+std::unique_ptr<llvm::TargetMachine> CpuJit::makeTargetMachine(bool quick) const {
   llvm::orc::JITTargetMachineBuilder b = *jtmb_;
+  // the fast tier: instruction selection and register allocation at their cheap level
+  if (quick) b.setCodeGenOptLevel(llvm::CodeGenOptLevel::Less);
   return check("creating the target machine", b.createTargetMachine());
 }
 

@@ -44,6 +44,9 @@ public:
 
   /// Gives `m` the JIT's target triple and data layout (do this before building IR).
   void prepareModule(llvm::Module &m) const;
+  /// A module flag: a module that has it is compiled by the fast tier's short pipeline
+  /// (optimizeModuleQuick, cheap code generation) instead of O3 (jit/Tiered.h).
+  static constexpr const char *kQuickFlag = "rcjit.quick";
   /// Runs the O3 pipeline on `m` in place. Throws rcjit::Error.
   void optimize(llvm::Module &m) const;
   /// Host assembly text of `m` (expected to be optimized already; `m` is left unchanged).
@@ -75,7 +78,7 @@ public:
 private:
   class Compiler;
   CpuJit();
-  std::unique_ptr<llvm::TargetMachine> makeTargetMachine() const;
+  std::unique_ptr<llvm::TargetMachine> makeTargetMachine(bool quick = false) const;
   void optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const;
 
   std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_; // read-only after create()

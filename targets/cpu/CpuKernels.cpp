@@ -443,6 +443,7 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   auto m = std::make_unique<llvm::Module>(moduleId, *ctx);
   if (!options.name.empty()) m->setSourceFileName(options.name); // for the cache log
   jit.prepareModule(*m);
+  if (options.quick) m->addModuleFlag(llvm::Module::Warning, CpuJit::kQuickFlag, 1);
   for (const LoopKernel &k : kernels) {
     llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");

@@ -13,6 +13,8 @@ struct CpuCompileOptions {
   bool wantLlvmIr = false;   // fill CpuCompiledKernels::llvmIr (optimized IR)
   bool wantAssembly = false; // fill CpuCompiledKernels::assembly
   std::string name;          // what the module is for ("rcjit_f0_e1"): named in cache logs
+  bool quick = false;        // the cheap LLVM pipeline (CpuJit::kQuickFlag); the module id
+                             // (the cache key) must say so too
 };
 
 /// The result of compileKernels. The functions stay valid while a copy of `code` lives.

@@ -20,6 +20,7 @@
 #include "cache/ObjectStore.h"
 #include "support/Events.h"
 #include "support/Threads.h"
+#include "support/CompileCancel.h"
 #include "support/WorkPool.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
@@ -107,10 +108,10 @@ private:
 };
 
 // The module's cache key: the same kernels on the same host give the same key in any process.
-std::string moduleKey(const std::vector<LoopKernel> &todo) {
+std::string moduleKey(const std::vector<LoopKernel> &todo, bool quick) {
   std::string text;
   for (const LoopKernel &k : todo) text += printKernel(k);
-  return cache::contentKey({"cpu", text, hostCodegenId()});
+  return cache::contentKey({quick ? "cpu-quick" : "cpu", text, hostCodegenId()});
 }
 
 // Whether a program's kernels compile as a module each on the work pool: when the pool
@@ -118,13 +119,14 @@ std::string moduleKey(const std::vector<LoopKernel> &todo) {
 // ~2.5 ms more each on one thread: gpt2's six 155 ms against 122 as one module).
 bool compileInParallel() {
   const WorkPool &pool = WorkPool::instance();
-  return pool.threads() > 1 && omp_get_max_threads() > 1 && pool.packedCpus() == 0;
+  return pool.threads() > 1 && (omp_get_max_threads() > 1 || cancellableCompile()) &&
+         pool.packedCpus() == 0;
 }
 
-std::string kernelKey(const LoopKernel &k, const std::string &features) {
+std::string kernelKey(const LoopKernel &k, const std::string &features, bool quick) {
   LoopKernel anon = k;
   anon.name = "k";
-  return features + "\n" + printKernel(anon);
+  return features + (quick ? " quick\n" : "\n") + printKernel(anon);
 }
 
 } // namespace
@@ -141,7 +143,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   cp->kernels_.assign(p.kernels.size(), nullptr);
   const std::string features = cpuFeatures(); // code for one feature set never serves another
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    keys.push_back(kernelKey(p.kernels[i], features));
+    keys.push_back(kernelKey(p.kernels[i], features, opts.quick));
     if (!dumps) {
       KernelMemo::Hit hit = memo.find(keys[i]);
       cp->kernels_[i] = hit.fn;
@@ -159,8 +161,12 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     co.wantLlvmIr = opts.keepLlvmIr;
     co.wantAssembly = opts.keepAssembly;
     co.name = moduleId;
+    co.quick = opts.quick;
     std::vector<KernelFn> fns;
     std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
+    // a background compile (jit/Tiered.h) groups kernels as a compile on a caller's thread
+    // would (the same cache keys), one after another on its own thread, stopping between
+    // kernels when the process exits
     if (!dumps && todo.size() > 1 && compileInParallel()) {
       // one module per kernel, compiled concurrently on the work pool (LLVM takes 15-50 ms
       // a kernel here: gpt2's six on two threads in 53-68 ms against ~100 as one module),
@@ -170,9 +176,10 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       WorkPool::instance().run(static_cast<int64_t>(todo.size()), [&](int64_t i) {
         std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
         if (context) scope.emplace(*context);
+        throwIfCompileCancelled();
         std::vector<LoopKernel> one{todo[static_cast<size_t>(i)]};
         one[0].name = "k0";
-        each[static_cast<size_t>(i)] = compileKernels(one, moduleKey(one), co);
+        each[static_cast<size_t>(i)] = compileKernels(one, moduleKey(one, co.quick), co);
       });
       for (CpuCompiledKernels &ck : each) {
         cp->cacheHits_ += ck.fromCache ? 1 : 0;
@@ -181,7 +188,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       }
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
-      CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo), co);
+      CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co.quick), co);
       if (ck.fromCache) cp->cacheHits_ += static_cast<int>(todo.size());
       fns = std::move(ck.functions);
       owners.assign(fns.size(), ck.code);

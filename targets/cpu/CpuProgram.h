@@ -25,6 +25,9 @@ struct CpuProgramOptions {
   /// in the cache (memory and disk) under the program's text, sizes and host, so a later
   /// compile of the same program skips the timing.
   bool autotune = false;
+  /// The fast tier (jit/Tiered.h): kernels through the cheap LLVM pipeline (CpuJit), keyed
+  /// apart from the optimized ones in the memo and the object cache.
+  bool quick = false;
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena

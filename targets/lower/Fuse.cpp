@@ -25,6 +25,11 @@ std::string nodeRef(const Graph &g, int node) {
 bool isPostOp(OpKind op) { return opHas(op, kPostOp); }
 
 constexpr int64_t kTinyDomain = 16;
+// At most this many nodes in one loop kernel: LLVM's O3 time grows faster than a function's
+// size (one fused kernel of a 30 k-op function took 5.7 s, of a 100 k-op one 61 s), so a
+// longer chain is cut into kernels of this size, and compile time grows linearly with the
+// graph (docs/first-call.md). Ordinary kernels have tens of nodes.
+constexpr size_t kMaxGroupNodes = 256;
 
 int64_t numelOf(const Shape &shape) {
   int64_t n = 1;
@@ -314,6 +319,12 @@ int Lowering::availableAt(int node) const {
 // compatible level, a constant, or available from an earlier step.
 bool Lowering::canJoin(int gid, int node, Level lv, std::string *why) const {
   const FusionGroup &grp = plan.groups[gid];
+  if (grp.members.size() >= kMaxGroupNodes) {
+    if (why)
+      *why = "k" + std::to_string(gid) + " has " + std::to_string(kMaxGroupNodes) +
+             " nodes, the most one kernel takes (compile time)";
+    return false;
+  }
   for (int in : g.nodes[node].inputs) {
     if (groupOf[in] == gid && value[in] < 0) {
       Level l = level[in];
@@ -412,7 +423,9 @@ void Lowering::mergeOperandGroups(int node, const Shape &shape) {
   const int at = plan.groups[into].order;
   for (size_t i = 1; i < gids.size(); ++i) {
     FusionGroup &from = plan.groups[gids[i]];
-    bool ok = !from.reduce; // its members join at full level (the earliest may reduce)
+    // its members join at full level (the earliest may reduce), up to the size cap
+    bool ok = !from.reduce &&
+              plan.groups[into].members.size() + from.members.size() < kMaxGroupNodes;
     for (int m : from.members) {
       ok = ok && value[m] < 0;
       for (int in : g.nodes[m].inputs) {

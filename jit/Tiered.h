@@ -1,0 +1,56 @@
+// Tiered compilation (CompileOptions::tiered): a CPU graph's first calls run a program that
+// compiles in milliseconds while the optimized one compiles on a background thread.
+//
+// The fast tier lowers every matmul to a oneDNN library call (no generated small-matmul
+// kernels) and compiles its loop kernels through a short LLVM pipeline with cheap code
+// generation (LlvmOptimize.h's optimizeModuleQuick); the optimized tier is the ordinary
+// compile (generated small matmuls, O3, max_autotune's choices). The executable a compile
+// returns runs the fast tier until the optimized one is ready, then switches between two
+// calls (one atomic flag: a call runs wholly on one tier; the inputs' guards are the entry's,
+// the same for both); the switch needs the optimized program's outputs to have the same
+// shapes, strides and dtypes as the fast one's, else the fast tier stays (and says why).
+//
+// No call waits for the background compile. It runs on one thread of its own (one job at a
+// time, OpenMP and the work pool at one thread on it, so a call's parallel work is never
+// held up); at process exit an atexit handler stops it at its next step or kernel and joins
+// it, so a process may exit with a compile in flight. A finished optimized compile records a
+// marker in the compile cache (memory and disk), so a later compile of the same graph (a warm
+// start) compiles the optimized tier at once, from the cache, and runs it from the first call.
+#pragma once
+#include <string>
+
+#include <rcjit/Compile.h>
+
+#include "jit/CompileGraph.h"
+#include "targets/Executable.h"
+
+namespace rcjit {
+
+/// Whether a function compiled with `o` tiers its compiles: o.tiered, unless env
+/// RCJIT_TIERED=0 turns tiering off for every function (read once).
+bool tieredEnabled(const CompileOptions &o);
+
+/// Whether compileGraph takes the tiered path for `r`: r.exec.tiered, a CPU request up to its
+/// executable, no assembly kept (the CLI's dumps show the optimized code). With LLVM IR kept
+/// (the output_code log), the fast tier keeps none and the switch logs the optimized one's.
+bool tiersRequest(const CompileRequest &r);
+
+/// compileGraph's tiered path (tiersRequest(r) holds): the optimized tier at once where the
+/// compile cache says it was compiled before, else the fast tier, with the optimized one
+/// queued on the background thread. Throws rcjit::Error as compileGraph does.
+CompileResult compileTiered(const CompileRequest &r);
+
+/// explain()'s line for a tiered executable: the tier each call ran and when the switch
+/// came; "" for any other executable.
+std::string tierNote(const Executable &e);
+
+/// The tier the calls on this thread ran since the last take: "fast" where any tiered
+/// program ran its fast tier, else "optimized" where one ran its optimized tier, else null
+/// (no tiered program ran). Resets it.
+const char *takeCallTier();
+
+/// Waits until the background thread has no job left (tests, benchmarks); false after
+/// `seconds` with one still running.
+bool waitForBackgroundCompiles(double seconds);
+
+} // namespace rcjit

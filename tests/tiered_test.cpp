@@ -1,0 +1,214 @@
+// Tiered compilation (CompileOptions::tiered): the fast tier's results, the switch to the
+// optimized tier (equal results before and after, concurrent callers during it), the warm
+// start that runs the optimized tier from the first call, tiered = false, and a process
+// that exits with a background compile in flight.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <rcjit/rcjit.h>
+
+#include "jit/Tiered.h"
+
+extern char **environ;
+
+using namespace rcjit;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A disk cache of its own per test (markers and objects of other tests stay out).
+struct IsolatedCache {
+  fs::path dir;
+  IsolatedCache() {
+    static int n = 0;
+    dir = fs::temp_directory_path() /
+          ("rcjit-tiered-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::remove_all(dir);
+    cache::set_dir(dir.string());
+    cache::clear();
+  }
+  ~IsolatedCache() {
+    EXPECT_TRUE(waitForBackgroundCompiles(600));
+    cache::clear();
+    fs::remove_all(dir);
+  }
+};
+
+// Three small matmuls (64 wide: generated kernels in the optimized tier) with relu and tanh.
+struct SmallMlp {
+  Tensor w1 = Tensor::randn({64, 64}, 11), w2 = Tensor::randn({64, 64}, 12),
+         w3 = Tensor::randn({64, 32}, 13), b = Tensor::randn({64}, 14);
+  Tensor operator()(const Tensor &x) const {
+    Tensor h = relu(matmul(x, w1) + b);
+    h = tanh(matmul(h, w2) * 0.1);
+    return matmul(h, w3);
+  }
+};
+
+bool has(const std::string &text, const std::string &what) {
+  return text.find(what) != std::string::npos;
+}
+
+TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({1, 16, 64}, 1);
+  Tensor want = f(x);
+  auto cf = compile([&](const Tensor &t) { return f(t); }); // tiered by default
+  Tensor first = cf(x);
+  EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
+  EXPECT_TRUE(has(cf.explain(), "tiered: fast tier")) << cf.explain();
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
+  Tensor after = cf(x);
+  const std::string ex = cf.explain();
+  EXPECT_TRUE(has(ex, "switched to the optimized tier at call 2")) << ex;
+  EXPECT_TRUE(has(ex, "optimized tier 1 calls")) << ex;
+  EXPECT_TRUE(allclose(after, want, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(after, first, 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().compiles, 1) << "both tiers are one compiled graph";
+  EXPECT_EQ(cf.stats().recompiles, 0);
+}
+
+TEST(Tiered, WarmStartRunsTheOptimizedTierFromTheFirstCall) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({2, 8, 64}, 2);
+  auto fn = [&](const Tensor &t) { return f(t); };
+  {
+    auto cold = compile(fn);
+    cold(x);
+    ASSERT_TRUE(waitForBackgroundCompiles(600));
+    cold(x);
+    ASSERT_TRUE(has(cold.explain(), "switched to the optimized tier")) << cold.explain();
+  }
+  auto warm = compile(fn); // the compile cache holds the optimized tier now
+  Tensor y = warm(x);
+  EXPECT_FALSE(has(warm.explain(), "tiered:")) << warm.explain();
+  EXPECT_TRUE(allclose(y, f(x), 1e-4, 1e-5));
+}
+
+TEST(Tiered, FalseWaitsForTheOptimizedCode) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({1, 4, 64}, 3);
+  CompileOptions o;
+  o.tiered = false;
+  auto cf = compile([&](const Tensor &t) { return f(t); }, o);
+  Tensor y = cf(x);
+  EXPECT_FALSE(has(cf.explain(), "tiered:")) << cf.explain();
+  EXPECT_TRUE(has(cf.explain(), "kernel k0")) << "generated small matmuls\n" << cf.explain();
+  EXPECT_TRUE(allclose(y, f(x), 1e-4, 1e-5));
+  EXPECT_EQ(cf.stats().compiles, 1);
+}
+
+TEST(Tiered, RegionalStagesSwitchToo) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f, g;
+  Tensor x = Tensor::randn({1, 8, 64}, 4);
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto fn = [&](const Tensor &t) {
+    Tensor h = region("a", [&] { return matmul(f(t), transpose(g.w3, 0, 1)); });
+    return region("b", [&] { return f(h); });
+  };
+  Tensor want = fn(x);
+  auto cf = compile(fn, o);
+  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
+  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
+  EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
+}
+
+// Threads call while the optimized tier compiles and is switched in: every result equals
+// eager's (scripts/sanitize.sh runs this under ThreadSanitizer).
+TEST(Tiered, ConcurrentCallersDuringTheSwitch) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({1, 16, 64}, 5);
+  Tensor want = f(x);
+  auto cf = compile([&](const Tensor &t) { return f(t); });
+  cf(x); // the first call compiles; the optimized tier compiles in the background
+  std::atomic<int> bad{0}, calls{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      NoGradGuard ng;
+      while (!stop.load()) {
+        if (!allclose(cf(x), want, 1e-4, 1e-5)) ++bad;
+        ++calls;
+      }
+    });
+  }
+  const bool idle = waitForBackgroundCompiles(600);
+  // a few more calls after the switch
+  const int at = calls.load();
+  while (calls.load() < at + 30) std::this_thread::yield();
+  stop = true;
+  for (std::thread &t : threads) t.join();
+  EXPECT_TRUE(idle);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
+}
+
+// Runs in a child process only (RCJIT_TIERED_TEST_CHILD set): compiles a function with many
+// kernels and returns from main at once, with its optimized tier compiling in the background.
+TEST(TieredChild, ExitsDuringABackgroundCompile) {
+  if (!std::getenv("RCJIT_TIERED_TEST_CHILD")) GTEST_SKIP() << "runs in a child process only";
+  NoGradGuard noGrad;
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 24; ++i) ws.push_back(Tensor::randn({48, 48}, 100 + i));
+  auto cf = compile([&](const Tensor &x) {
+    Tensor h = x;
+    for (size_t i = 0; i < ws.size(); ++i)
+      h = i % 2 ? tanh(matmul(h, ws[i])) : gelu(matmul(h, ws[i]));
+    return h;
+  });
+  Tensor x = Tensor::randn({2, 48}, 1);
+  EXPECT_EQ(cf(x).shape(), (Shape{2, 48}));
+  std::exit(0); // static destructors and atexit handlers run with the compile in flight
+}
+
+TEST(Tiered, ProcessExitsDuringABackgroundCompile) {
+  IsolatedCache cacheDir;
+  std::vector<std::string> env;
+  for (char **e = environ; *e; ++e) {
+    std::string s = *e;
+    if (s.rfind("RCJIT_CACHE_DIR=", 0) != 0) env.push_back(s);
+  }
+  env.push_back("RCJIT_TIERED_TEST_CHILD=1");
+  env.push_back("RCJIT_CACHE_DIR=" + cacheDir.dir.string());
+  std::vector<char *> envp;
+  for (std::string &s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=TieredChild.ExitsDuringABackgroundCompile";
+  char *argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ASSERT_EQ(rc, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+} // namespace
