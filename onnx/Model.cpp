@@ -174,7 +174,7 @@ void Model::mark_dynamic_inputs(std::vector<Tensor> &inputs) const {
     const ValueInfo &info = program_->inputInfo[i];
     for (size_t d = 0; d < info.dimParams.size(); ++d) {
       if (!info.dimParams[d].empty() && static_cast<int>(d) < inputs[i].dim()) {
-        mark_dynamic(inputs[i], static_cast<int>(d), 1);
+        mark_dynamic(inputs[i], static_cast<int>(d));
       }
     }
   }
