@@ -275,6 +275,7 @@ const std::vector<std::pair<std::string, OpInfo>> &table() {
   static const OpTable t = [] {
     OpTable all;
     addElementwiseOps(all);
+    addBinaryOps(all);
     addShapeOps(all);
     addNnOps(all);
     std::sort(all.begin(), all.end(),

@@ -195,6 +195,12 @@ void addElementwiseOps(OpTable &t) {
     Tensor x = c.in(0);
     return one(x * minimum(maximum(x * (1.0 / 6) + 0.5, 0.0), 1.0));
   });
+}
+
+void addBinaryOps(OpTable &t) {
+  auto op = [&](const char *name, OpFn f) {
+    t.push_back({std::string(":") + name, {std::move(f)}});
+  };
   op("Clip", [](OpContext &c) { return one(clip(c)); });
   op("Add", [](OpContext &c) { return one(binary(c, RCJIT_BIN(add))); });
   op("Sub", [](OpContext &c) { return one(binary(c, RCJIT_BIN(sub))); });
