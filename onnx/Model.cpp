@@ -174,7 +174,7 @@ void Model::mark_dynamic_inputs(std::vector<Tensor> &inputs) const {
     const ValueInfo &info = program_->inputInfo[i];
     for (size_t d = 0; d < info.dimParams.size(); ++d) {
       if (!info.dimParams[d].empty() && static_cast<int>(d) < inputs[i].dim()) {
-        mark_dynamic(inputs[i], static_cast<int>(d), 1);
+        mark_dynamic(inputs[i], static_cast<int>(d));
       }
     }
   }
@@ -275,6 +275,7 @@ const std::vector<std::pair<std::string, OpInfo>> &table() {
   static const OpTable t = [] {
     OpTable all;
     addElementwiseOps(all);
+    addBinaryOps(all);
     addShapeOps(all);
     addNnOps(all);
     std::sort(all.begin(), all.end(),

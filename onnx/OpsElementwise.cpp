@@ -115,6 +115,37 @@ void addElementwiseOps(OpTable &t) {
   unary("Cos", &rcjit::cos);
   op("Tan", [](OpContext &c) { return one(sin(c.in(0)) / cos(c.in(0))); });
   op("Identity", [](OpContext &c) { return one(c.in(0)); });
+  op("Sinh", [](OpContext &c) { return one((exp(c.in(0)) - exp(neg(c.in(0)))) * 0.5); });
+  op("Cosh", [](OpContext &c) { return one((exp(c.in(0)) + exp(neg(c.in(0)))) * 0.5); });
+  op("Asinh", [](OpContext &c) {
+    Tensor x = c.in(0);
+    return one(log(x + sqrt(x * x + 1.0)));
+  });
+  op("Acosh", [](OpContext &c) {
+    Tensor x = c.in(0);
+    return one(log(x + sqrt(x * x - 1.0)));
+  });
+  op("Atanh", [](OpContext &c) {
+    Tensor x = c.in(0);
+    return one(log((x + 1.0) / (1.0 - x)) * 0.5);
+  });
+  op("IsNaN", [](OpContext &c) { return one(ne(c.in(0), c.in(0))); });
+  op("IsInf", [](OpContext &c) {
+    Tensor x = c.in(0);
+    bool pos = c.attrInt("detect_positive", 1) != 0, negv = c.attrInt("detect_negative", 1) != 0;
+    Tensor p = eq(x, INFINITY).to(DType::i32), n = eq(x, -INFINITY).to(DType::i32);
+    Tensor hit = pos && negv ? p + n : (pos ? p : n);
+    return one(gt(hit, 0));
+  });
+  // floor and ceil through truncation (a cast to i64), exact for |x| < 2^63
+  op("Floor", [](OpContext &c) {
+    Tensor x = c.in(0), t = x.to(DType::i64).to(x.dtype());
+    return one(t - gt(t, x).to(x.dtype()));
+  });
+  op("Ceil", [](OpContext &c) {
+    Tensor x = c.in(0), t = x.to(DType::i64).to(x.dtype());
+    return one(t + lt(t, x).to(x.dtype()));
+  });
   op("Softplus", [](OpContext &c) { return one(softplus(c.in(0))); });
   op("Softsign", [](OpContext &c) { return one(c.in(0) / (abs(c.in(0)) + 1.0)); });
   op("Mish", [](OpContext &c) { return one(c.in(0) * tanh(softplus(c.in(0)))); });
@@ -164,6 +195,12 @@ void addElementwiseOps(OpTable &t) {
     Tensor x = c.in(0);
     return one(x * minimum(maximum(x * (1.0 / 6) + 0.5, 0.0), 1.0));
   });
+}
+
+void addBinaryOps(OpTable &t) {
+  auto op = [&](const char *name, OpFn f) {
+    t.push_back({std::string(":") + name, {std::move(f)}});
+  };
   op("Clip", [](OpContext &c) { return one(clip(c)); });
   op("Add", [](OpContext &c) { return one(binary(c, RCJIT_BIN(add))); });
   op("Sub", [](OpContext &c) { return one(binary(c, RCJIT_BIN(sub))); });

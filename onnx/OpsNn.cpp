@@ -179,6 +179,12 @@ void addNnOps(OpTable &t) {
   op("ArgMin", [](OpContext &c) { return one(argOp(c, true)); });
   op("BatchNormalization", [](OpContext &c) { return one(batchNormOp(c)); });
   op("Conv", [](OpContext &c) { return one(convOp(c)); });
+  op("GlobalMaxPool", [](OpContext &c) {
+    Tensor x = c.in(0);
+    Dims dims;
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    return one(amax(x, dims, true));
+  });
   op("GlobalAveragePool", [](OpContext &c) {
     Tensor x = c.in(0);
     Dims dims;

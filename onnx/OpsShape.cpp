@@ -270,7 +270,9 @@ Tensor triluOp(OpContext &c) {
   return where(keep, x, zero);
 }
 
-// a running sum as a product with a triangular matrix of ones (f64 keeps integers exact)
+// a running sum as a product with a triangular matrix of ones; integers (positions from an
+// attention mask) as a masked sum instead, exact and with no matmul whose lowering depends
+// on the size
 Tensor cumsumOp(OpContext &c) {
   Tensor x = c.in(0);
   int64_t a = c.axis(c.ints(1).at(0), x.dim());
@@ -280,10 +282,14 @@ Tensor cumsumOp(OpContext &c) {
   // out[j] = sum_i x[i] * m[i, j]
   Tensor m = reverse ? (exclusive ? gt(rows, cols) : ge(rows, cols))
                      : (exclusive ? lt(rows, cols) : le(rows, cols));
-  DType work = isFloating(x.dtype()) ? x.dtype() : DType::f64;
-  Tensor moved = transpose(x.to(work), a, x.dim() - 1);
-  Tensor out = transpose(matmul(moved, m.to(work)), a, x.dim() - 1);
-  return out.to(x.dtype());
+  Tensor moved = transpose(x, a, x.dim() - 1);
+  Tensor out;
+  if (isFloating(x.dtype())) {
+    out = matmul(moved, m.to(x.dtype()));
+  } else {
+    out = sum(unsqueeze(moved, -1) * m.to(x.dtype()), {moved.dim() - 1}).to(x.dtype());
+  }
+  return transpose(out, a, x.dim() - 1);
 }
 
 std::vector<Tensor> splitOp(OpContext &c) {

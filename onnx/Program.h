@@ -117,6 +117,7 @@ struct OpContext {
 /// Registration of each group of ops (onnx/Ops*.cpp).
 using OpTable = std::vector<std::pair<std::string, OpInfo>>;
 void addElementwiseOps(OpTable &t);
+void addBinaryOps(OpTable &t);
 void addShapeOps(OpTable &t);
 void addNnOps(OpTable &t);
 

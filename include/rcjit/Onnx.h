@@ -43,8 +43,9 @@ public:
   std::vector<int64_t> input_shape(size_t i) const;
   /// The dim_param names of input i ("" for a fixed dim).
   std::vector<std::string> input_dim_params(size_t i) const;
-  /// Calls rcjit::mark_dynamic on every input dim the file names with a dim_param (sizes
-  /// 1 and up), so the first compile is already symbolic in those dims.
+  /// Calls rcjit::mark_dynamic on every input dim the file names with a dim_param (range
+  /// [2, inf]: size 1 broadcasts, so it stays a specialization), so the first compile is
+  /// already symbolic in those dims.
   void mark_dynamic_inputs(std::vector<Tensor> &inputs) const;
   /// The repeated layers found (in graph order), e.g. "encoder.layer.0"; empty if none.
   std::vector<std::string> layers() const;
