@@ -449,7 +449,7 @@ std::vector<Row> onnxRows(BenchOptions &o, const OnnxFlags &f, Target target, co
       if (std::find(batches.begin(), batches.end(), batch) == batches.end())
         batches.push_back(batch);
       for (Tensor &t : inputs) t = t.to(target == Target::cuda ? Device::cuda() : Device::cpu());
-      if (mode == "dynamic") w.model().mark_dynamic_inputs(inputs);
+      if (mode == "dynamic") w.markDynamic(inputs);
       Progress progress(err, f.path + " " + mode + " b=" + std::to_string(batch));
       if (!o.keepCache) cache::clear(); // cold: empty memory and disk cache
       rows.push_back(timeMode([&w](const std::vector<Tensor> &in) { return w.model()(in); }, inputs,

@@ -107,6 +107,19 @@ std::vector<DType> declaredDtypes(const std::string &path, const std::vector<std
 OnnxWorkload::OnnxWorkload(const std::string &path)
     : path_(path), model_(onnx::load(path)), dtypes_(declaredDtypes(path, model_.input_names())) {}
 
+int OnnxWorkload::markDynamic(std::vector<Tensor> &inputs) const {
+  int marked = 0;
+  for (size_t i = 0; i < inputs.size() && i < model_.input_names().size(); ++i) {
+    const std::vector<std::string> params = model_.input_dim_params(i);
+    for (size_t d = 0; d < params.size() && static_cast<int>(d) < inputs[i].dim(); ++d) {
+      if (params[d].empty() || inputs[i].size(static_cast<int>(d)) < 2) continue;
+      mark_dynamic(inputs[i], static_cast<int>(d), 2);
+      ++marked;
+    }
+  }
+  return marked;
+}
+
 std::string OnnxWorkload::declaredShape(size_t i) const {
   const std::vector<int64_t> dims = model_.input_shape(i);
   const std::vector<std::string> params = model_.input_dim_params(i);
@@ -288,7 +301,8 @@ int run(const RunFlags &f, std::ostream &out, std::ostream &err) {
   printModel(out, w, inputs, f, loadMs);
   CompileOptions opts;
   opts.mode = f.mode == "full" ? Mode::full : Mode::regional;
-  if (f.dynamic) w.model().mark_dynamic_inputs(inputs);
+  if (f.dynamic && w.markDynamic(inputs) == 0)
+    err << "run: --dynamic: no input dim is named by the file and 2 or more; nothing marked\n";
   Forward fn = [&w](const std::vector<Tensor> &in) { return w.model()(in); };
   std::function<CompileStats()> stats = [] { return CompileStats{}; };
   if (f.mode != "eager") {

@@ -45,6 +45,10 @@ public:
   std::vector<Tensor> inputs(const std::map<std::string, std::string> &files,
                              const std::map<std::string, Shape> &shapes,
                              const RandomInputs &random) const;
+  /// rcjit::mark_dynamic on every dim of `inputs` that the file names with a dim_param and
+  /// whose size is 2 or more (range [2, inf): a size-1 dim stays static, as compile's
+  /// automatic dynamic treats it). Returns how many dims were marked.
+  int markDynamic(std::vector<Tensor> &inputs) const;
   /// The declared shape of input i as text: "[batch, seq]" with dim_params by name.
   std::string declaredShape(size_t i) const;
 
