@@ -91,8 +91,8 @@ public:
     const std::string why = layoutsDiffer(fast_->program(), opt->program());
     const double at = secondsBetween(born_, Clock::now());
     if (!why.empty()) {
-      note_ = "the optimized tier compiled in " + ms(seconds) + " but " + why +
-              ": the fast tier stays";
+      note_ =
+          "the optimized tier compiled in " + ms(seconds) + " but " + why + ": the fast tier stays";
     } else {
       opt_ = std::move(opt);
       switchCall_ = fastCalls_.load() + 1;
@@ -188,7 +188,7 @@ public:
 
   void submit(Job j) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return; // exiting: the fast tier stays
+    if (stopped_) return;                 // exiting: the fast tier stays
     if (!worker_ || owner_ != getpid()) { // first job, or a forked child without the thread
       worker_ = new std::thread([this] { loop(); }); // joined by shutdown()
       owner_ = getpid();
@@ -245,8 +245,7 @@ private:
       CompileResult res = compileGraph(j.request);
       std::shared_ptr<TieredExecutable> target = j.target.lock();
       if (!target) return;
-      if (target->install(std::move(res.executable), secondsBetween(t0, Clock::now()),
-                          j.context)) {
+      if (target->install(std::move(res.executable), secondsBetween(t0, Clock::now()), j.context)) {
         static const uint8_t yes[] = {'1'};
         cache::ObjectStore::instance().store(j.marker, yes, j.request.moduleId + " optimized tier");
       }
@@ -294,8 +293,8 @@ bool tieredEnabled(const CompileOptions &o) {
 
 bool tiersRequest(const CompileRequest &r) {
   return r.exec.tiered && !r.exec.quick && r.exec.target == Target::cpu &&
-         r.stop == CompileStop::executable && !r.exec.keepAssembly &&
-         r.sharding.empty() && scheduleKey().empty(); // (the background thread has no schedule)
+         r.stop == CompileStop::executable && !r.exec.keepAssembly && r.sharding.empty() &&
+         scheduleKey().empty(); // (the background thread has no schedule)
 }
 
 CompileResult compileTiered(const CompileRequest &r) {

@@ -32,8 +32,8 @@ int main() {
     std::vector<float> a(size_t(m) * k, 0.5f), b(size_t(k) * n, 0.25f), c(size_t(m) * n);
     // libxsmm is column-major: C^T[N,M] = B^T[N,K] A^T[K,M], the same memory
     auto t0 = Clock::now();
-    libxsmm_smmfunction f = libxsmm_smmdispatch(n, m, k, nullptr, nullptr, nullptr, nullptr,
-                                                nullptr, nullptr, nullptr);
+    libxsmm_smmfunction f =
+        libxsmm_smmdispatch(n, m, k, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     const double xsmmGet = us(t0, Clock::now());
     using tag = dnnl::memory::format_tag;
     dnnl::memory::desc ad({m, k}, dnnl::memory::data_type::f32, tag::ab),
@@ -59,8 +59,8 @@ int main() {
     }
     std::sort(tx.begin(), tx.end());
     std::sort(td.begin(), td.end());
-    std::printf("%d x %d x %d | %.1f / %.1f | %.2f (%.2f) / %.2f (%.2f)\n", m, n, k, xsmmGet, dnnlGet,
-                tx[tx.size() / 2], tx[0], td[td.size() / 2], td[0]);
+    std::printf("%d x %d x %d | %.1f / %.1f | %.2f (%.2f) / %.2f (%.2f)\n", m, n, k, xsmmGet,
+                dnnlGet, tx[tx.size() / 2], tx[0], td[td.size() / 2], td[0]);
   }
   return 0;
 }

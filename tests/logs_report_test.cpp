@@ -101,9 +101,8 @@ Recorded recordGpt2Report() {
     full(ids);
     full(ids);
     full(longerIds); // a recompile: dim 1 is 12, not 8
-    auto regional =
-        compile(forward,
-                CompileOptions{.mode = Mode::regional, .name = "gpt2 regional", .tiered = false});
+    auto regional = compile(
+        forward, CompileOptions{.mode = Mode::regional, .name = "gpt2 regional", .tiered = false});
     regional(ids);
     regional(ids);
     auto readsLogits = [&m](const Tensor &x) {

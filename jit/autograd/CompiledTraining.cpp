@@ -305,14 +305,13 @@ void TrainingPlan::compileBackward(PendingBackward &p, bool lazy) const {
   // the output_code log showed the forward's code with the entry; the backward's comes now
   if (lazy && p.context && !backward_->llvmIr().empty() &&
       logging::wanted(logging::Kind::output_code)) {
-    logging::emit(logging::OutputCodeEvent{.function = p.context->function,
-                                           .name = p.context->name,
-                                           .entry = p.context->entry,
-                                           .llvmIr = "; " + r.label + " backward\n" +
-                                                     backward_->llvmIr()});
+    logging::emit(
+        logging::OutputCodeEvent{.function = p.context->function,
+                                 .name = p.context->name,
+                                 .entry = p.context->entry,
+                                 .llvmIr = "; " + r.label + " backward\n" + backward_->llvmIr()});
   }
-  backwardSeconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  backwardSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   backwardReady_.store(true, std::memory_order_release);
 }
 
