@@ -332,13 +332,13 @@ std::vector<Tensor> runEntryLogged(const CompiledState &s, const Entry &e,
   const char *tier = takeCallTier();
   const int64_t call = e.calls.fetch_add(1, std::memory_order_relaxed) + 1;
   if (logging::tracedCall(call)) {
-    logging::emit(logging::CallEvent{.function = s.id,
-                                     .name = s.name,
-                                     .entry = e.id,
-                                     .call = call,
-                                     .seconds = seconds,
-                                     .tier = tier ? std::optional<std::string>(tier)
-                                                  : std::nullopt});
+    logging::emit(
+        logging::CallEvent{.function = s.id,
+                           .name = s.name,
+                           .entry = e.id,
+                           .call = call,
+                           .seconds = seconds,
+                           .tier = tier ? std::optional<std::string>(tier) : std::nullopt});
   }
   return out;
 }

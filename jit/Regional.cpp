@@ -427,8 +427,7 @@ std::string RegionalPlan::print() const {
       const Executable *b = s.training->backwardIfCompiled();
       os << s.training->forward().program().steps.size() << " forward steps, "
          << (b ? std::to_string(b->program().steps.size()) : std::string("(not yet compiled)"))
-         << " backward steps, "
-         << s.training->savedBytes() << " bytes saved\n";
+         << " backward steps, " << s.training->savedBytes() << " bytes saved\n";
     } else {
       const std::string tier = tierNote(*s.program);
       os << s.program->program().steps.size() << " steps" << (tier.empty() ? "" : "; " + tier)

@@ -91,8 +91,8 @@ public:
     const std::string why = layoutsDiffer(fast_->program(), opt->program());
     const double at = secondsBetween(born_, Clock::now());
     if (!why.empty()) {
-      note_ = "the optimized tier compiled in " + ms(seconds) + " but " + why +
-              ": the fast tier stays";
+      note_ =
+          "the optimized tier compiled in " + ms(seconds) + " but " + why + ": the fast tier stays";
     } else {
       opt_ = std::move(opt);
       switchCall_ = fastCalls_.load() + 1;
@@ -101,7 +101,7 @@ public:
          << " after the fast tier was ready (background compile " << ms(seconds) << ")";
       note_ = os.str();
       ready_.store(true, std::memory_order_release);
-      // the output_code log shows the code that runs from now on (the fast tier keeps none)
+      // the output_code log shows the code that runs from now on
       if (context && !opt_->llvmIr().empty() && logging::wanted(logging::Kind::output_code)) {
         logging::emit(logging::OutputCodeEvent{.function = context->function,
                                                .name = context->name,
@@ -188,7 +188,7 @@ public:
 
   void submit(Job j) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return; // exiting: the fast tier stays
+    if (stopped_) return;                 // exiting: the fast tier stays
     if (!worker_ || owner_ != getpid()) { // first job, or a forked child without the thread
       worker_ = new std::thread([this] { loop(); }); // joined by shutdown()
       owner_ = getpid();
@@ -245,8 +245,7 @@ private:
       CompileResult res = compileGraph(j.request);
       std::shared_ptr<TieredExecutable> target = j.target.lock();
       if (!target) return;
-      if (target->install(std::move(res.executable), secondsBetween(t0, Clock::now()),
-                          j.context)) {
+      if (target->install(std::move(res.executable), secondsBetween(t0, Clock::now()), j.context)) {
         static const uint8_t yes[] = {'1'};
         cache::ObjectStore::instance().store(j.marker, yes, j.request.moduleId + " optimized tier");
       }
@@ -288,13 +287,14 @@ std::string markerKey(const CompileRequest &r) {
 
 bool tieredEnabled(const CompileOptions &o) {
   static const bool env = envFlag("RCJIT_TIERED", true);
-  return o.tiered && env && o.target == Target::cpu;
+  // max_autotune asks for the fastest code, timed on the first call: not tiered
+  return o.tiered && env && o.target == Target::cpu && !o.max_autotune;
 }
 
 bool tiersRequest(const CompileRequest &r) {
   return r.exec.tiered && !r.exec.quick && r.exec.target == Target::cpu &&
-         r.stop == CompileStop::executable && !r.exec.keepAssembly &&
-         r.sharding.empty();
+         r.stop == CompileStop::executable && !r.exec.keepAssembly && r.sharding.empty() &&
+         scheduleKey().empty(); // (the background thread has no schedule)
 }
 
 CompileResult compileTiered(const CompileRequest &r) {
@@ -308,7 +308,6 @@ CompileResult compileTiered(const CompileRequest &r) {
   fast.exec.tiered = false;
   fast.exec.quick = true;
   fast.exec.autotune = false;
-  fast.exec.keepLlvmIr = false; // the output_code log shows the optimized tier's at the switch
   // RCJIT_TIER_MATMULS=kernels: the fast tier keeps the cost model's generated small matmuls
   // (through the quick pipeline) instead of oneDNN calls (measurements, docs/first-call.md)
   static const int kernels = envChoice("RCJIT_TIER_MATMULS", {"library", "kernels"}, 0);

@@ -26,13 +26,15 @@
 
 namespace rcjit {
 
-/// Whether a function compiled with `o` tiers its compiles: o.tiered, unless env
-/// RCJIT_TIERED=0 turns tiering off for every function (read once).
+/// Whether a function compiled with `o` tiers its compiles: o.tiered on the CPU, unless env
+/// RCJIT_TIERED=0 turns tiering off for every function (read once) or o.max_autotune asks for
+/// the candidates timed on the first call.
 bool tieredEnabled(const CompileOptions &o);
 
 /// Whether compileGraph takes the tiered path for `r`: r.exec.tiered, a CPU request up to its
-/// executable, no assembly kept (the CLI's dumps show the optimized code). With LLVM IR kept
-/// (the output_code log), the fast tier keeps none and the switch logs the optimized one's.
+/// executable, no assembly kept (the CLI's dumps show the optimized code), no sharding and
+/// no active pass schedule (the background thread runs neither's passes). With LLVM IR kept
+/// (the output_code log), the entry logs the fast tier's and the switch the optimized one's.
 bool tiersRequest(const CompileRequest &r);
 
 /// compileGraph's tiered path (tiersRequest(r) holds): the optimized tier at once where the

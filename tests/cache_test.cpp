@@ -130,6 +130,9 @@ pid_t spawnChild(const TempCache &c, const std::string &opts, const fs::path &ou
   env.push_back("RCJIT_CACHE_DIR=" + c.dir.string());
   env.push_back("RCJIT_CACHE_KEY_FILE=" + c.key.string());
   env.push_back("RCJIT_LOGS=cache");
+  // the object cache's own counts: one program per compile, no fast tier beside it (the
+  // tiered compile's cache marker: tests/tiered_test.cpp)
+  env.push_back("RCJIT_TIERED=0");
   env.push_back("RCJIT_CACHE_TEST_CHILD=" + opts);
   env.push_back("RCJIT_CACHE_TEST_OUT=" + out.string());
   std::vector<char *> envp;

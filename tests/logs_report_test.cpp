@@ -94,13 +94,15 @@ Recorded recordGpt2Report() {
     Tensor longerIds = m->makeInputs(longer).at(0);
     NoGradGuard noGrad;
     auto forward = [&m](const Tensor &x) { return m->forward({x}); };
-    auto full = compile(forward, CompileOptions{.name = "gpt2 full"});
+    // untiered: the entries' code and LLVM phases are in the compile (tiered_test covers
+    // the fast tier and the switch)
+    auto full = compile(forward, CompileOptions{.name = "gpt2 full", .tiered = false});
     r.compileLine = __LINE__ - 1;
     full(ids);
     full(ids);
     full(longerIds); // a recompile: dim 1 is 12, not 8
-    auto regional =
-        compile(forward, CompileOptions{.mode = Mode::regional, .name = "gpt2 regional"});
+    auto regional = compile(
+        forward, CompileOptions{.mode = Mode::regional, .name = "gpt2 regional", .tiered = false});
     regional(ids);
     regional(ids);
     auto readsLogits = [&m](const Tensor &x) {

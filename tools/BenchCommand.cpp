@@ -16,8 +16,8 @@
 
 #include <rcjit/rcjit.h>
 
-#include "models/Models.h"
 #include "jit/Tiered.h"
+#include "models/Models.h"
 #include "models/Safetensors.h"
 #include "support/WorkPool.h"
 #include "targets/cuda/CudaRuntime.h"

@@ -417,8 +417,9 @@ void htmlEntry(std::ostream &o, const TraceReport &r, FunctionKey id, const Entr
       rows.push_back({std::to_string(c.call), fixedDigits(c.ms, 3)});
       if (tiered) rows.back().push_back(c.tier.empty() ? "-" : c.tier);
     }
-    htmlInnerTable(o, tiered ? std::vector<std::string>{"call", "ms", "tier"}
-                             : std::vector<std::string>{"call", "ms"},
+    htmlInnerTable(o,
+                   tiered ? std::vector<std::string>{"call", "ms", "tier"}
+                          : std::vector<std::string>{"call", "ms"},
                    rows);
     o << "</div>\n";
   }

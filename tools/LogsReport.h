@@ -24,7 +24,7 @@ struct StepRow {
 struct CallRow {
   int64_t call = 0;
   double ms = 0;
-  double time = 0; // seconds since the run's first event, at the call's start
+  double time = 0;  // seconds since the run's first event, at the call's start
   std::string tier; // tiered compilation: "fast" or "optimized" ("" untiered)
 };
 

@@ -43,9 +43,9 @@ struct CompileOptions {
   /// (before the first listed step: no scheduled passes); the recompiles log says why.
   std::vector<ScheduleStep> schedule;
   int64_t memory_budget = 0; // bytes, handed to scheduled passes (PassContext); 0: none
-  bool tiered = true;                    // first calls run code that compiles in milliseconds while
-                                         // the optimized code compiles in the background; false:
-                                         // the first call waits for the optimized code
+  bool tiered = true;        // first calls run code that compiles in milliseconds while
+                             // the optimized code compiles in the background; false:
+                             // the first call waits for the optimized code
 };
 
 struct CompileStats {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <sstream>
 
 #include <rcjit/Autograd.h>
@@ -11,10 +12,13 @@
 
 #include "autograd/Autograd.h"
 #include "jit/CompileGraph.h"
+#include "jit/Pipeline.h"
 #include "jit/Sharding.h"
 #include "jit/Tiered.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
+#include "support/Events.h"
+#include "support/Log.h"
 #include "targets/SymbolicProgram.h"
 #include "tracer/TensorImpl.h"
 
@@ -256,6 +260,7 @@ struct TrainingPlan::PendingBackward {
   TrainingRequest request;
   std::vector<Partition> parts;
   ShardingState backwardSharding;
+  std::optional<logging::CompileContext> context; // the entry whose compile made the plan
 };
 
 std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
@@ -286,6 +291,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   // the forward now, through the one compile path; the backward when a backward() first
   // reaches it, or now where it must fail at the compile (symbolic, sharded)
   auto pending = std::make_shared<PendingBackward>();
+  if (const logging::CompileContext *c = logging::CompileScope::current()) pending->context = *c;
   pending->backwardSharding =
       backwardShardingOf(r.sharding, parts[0], plan->gradInput_, plan->dropGrad_);
   std::vector<GraphSample> forwardSamples;
@@ -296,7 +302,8 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
   checkShardedInputs(plan->forwardGraph_, r.sharding, r.label + " forward");
-  const bool now = r.samples.size() > 1 || !r.sharding.empty();
+  // (and under a pass schedule, whose passes the entry's compile scope holds)
+  const bool now = r.samples.size() > 1 || !r.sharding.empty() || !scheduleKey().empty();
   for (TrainingSample &sample : r.samples) { // the backward reads their symbol values only
     sample.graph = Graph();
     sample.inputs.clear();
@@ -306,15 +313,18 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   plan->pending_ = std::move(pending);
   if (now) {
     std::lock_guard<std::mutex> lock(plan->backwardMu_);
-    plan->compileBackward(*plan->pending_);
+    plan->compileBackward(*plan->pending_, false);
     plan->backwardSeconds_ = 0; // part of the entry's compile
     shardedGradients(*plan, plan->pending_->backwardSharding); // before any call delivers one
   }
   return plan;
 }
 
-void TrainingPlan::compileBackward(PendingBackward &p) const {
+void TrainingPlan::compileBackward(PendingBackward &p, bool lazy) const {
   const TrainingRequest &r = p.request;
+  // the steps and cache lookups of a lazy compile name the entry, as the forward's did
+  std::optional<logging::CompileScope> scope;
+  if (p.context && !logging::CompileScope::current()) scope.emplace(*p.context);
   auto t0 = std::chrono::steady_clock::now();
   CompileResult br = compileHalf(r, p.backwardSharding, "_bwd", "backward", true,
                                  backwardSamples(r, p.parts, forward_->program()));
@@ -322,15 +332,23 @@ void TrainingPlan::compileBackward(PendingBackward &p) const {
   checkHalvesAgree(r.label, forwardGraph_, graph, p.backwardSharding, savedOutput_, dropGrad_);
   backwardGraph_ = std::move(graph);
   backward_ = std::move(br.executable);
-  backwardSeconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // the output_code log showed the forward's code with the entry; the backward's comes now
+  if (lazy && p.context && !backward_->llvmIr().empty() &&
+      logging::wanted(logging::Kind::output_code)) {
+    logging::emit(
+        logging::OutputCodeEvent{.function = p.context->function,
+                                 .name = p.context->name,
+                                 .entry = p.context->entry,
+                                 .llvmIr = "; " + r.label + " backward\n" + backward_->llvmIr()});
+  }
+  backwardSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   backwardReady_.store(true, std::memory_order_release);
 }
 
 const Executable &TrainingPlan::backward() const {
   if (!backwardReady_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(backwardMu_);
-    if (!backwardReady_.load(std::memory_order_relaxed)) compileBackward(*pending_);
+    if (!backwardReady_.load(std::memory_order_relaxed)) compileBackward(*pending_, true);
   }
   return *backward_;
 }

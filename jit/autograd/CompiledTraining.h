@@ -11,8 +11,9 @@
 // returns what the backward will read) and keeps the partitioned backward graph; the first
 // backward() that reaches a call's node compiles it (from the compile caches where they hold
 // it), once per plan. A grad-mode call that never runs backward compiles one program.
-// Symbolic and sharded plans compile both halves at once (a backward that cannot be fitted or
-// sharded must fail at the compile, where the caller can still fall back).
+// Symbolic, sharded and scheduled plans compile both halves at once (a backward that cannot be
+// fitted or sharded must fail at the compile, where the caller can still fall back; a pass
+// schedule is active only during the entry's compile).
 #pragma once
 #include <atomic>
 #include <memory>
@@ -85,7 +86,8 @@ public:
 private:
   friend class CompiledBackward;
   struct PendingBackward; // what compiling the backward reads (CompiledTraining.cpp)
-  void compileBackward(PendingBackward &p) const; // the caller holds backwardMu_
+  // the caller holds backwardMu_; `lazy`: a backward() asked (then it logs its code)
+  void compileBackward(PendingBackward &p, bool lazy) const;
   Graph forwardGraph_;
   std::shared_ptr<Executable> forward_;
   // the lazy backward: set once under backwardMu_, read after backwardReady_ (acquire)

@@ -38,13 +38,12 @@ public:
     for (size_t i = 0; i < plan_->stages.size(); ++i) {
       const RegionalStage &st = plan_->stages[i];
       if (st.reused) continue;
-      std::string code = st.program ? st.program->llvmIr()
-                         : st.training
-                             ? st.training->forward().llvmIr() +
-                                   (st.training->backwardIfCompiled()
-                                        ? st.training->backwardIfCompiled()->llvmIr()
-                                        : std::string())
-                             : "";
+      std::string code = st.program    ? st.program->llvmIr()
+                         : st.training ? st.training->forward().llvmIr() +
+                                             (st.training->backwardIfCompiled()
+                                                  ? st.training->backwardIfCompiled()->llvmIr()
+                                                  : std::string())
+                                       : "";
       if (!code.empty()) ir += "; stage " + std::to_string(i) + " (" + st.name + ")\n" + code;
     }
     if (ir.empty()) return std::nullopt;

@@ -193,7 +193,12 @@ void CpuJit::prepareModule(llvm::Module &m) const {
   m.setTargetTriple(jit_->getTargetTriple().str());
 }
 
-void CpuJit::optimize(llvm::Module &m) const { optimizeWith(*makeTargetMachine(), m); }
+void CpuJit::optimize(llvm::Module &m, bool quick) const {
+  if (!quick) return optimizeWith(*makeTargetMachine(), m);
+  std::unique_ptr<llvm::TargetMachine> tm = makeTargetMachine(true);
+  llvm::TargetLibraryInfoImpl tlii(tm->getTargetTriple());
+  optimizeModuleQuick(*tm, m, &tlii);
+}
 
 void CpuJit::optimizeWith(llvm::TargetMachine &tm, llvm::Module &m) const {
   llvm::PipelineTuningOptions pto;

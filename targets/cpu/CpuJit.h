@@ -48,7 +48,8 @@ public:
   /// (optimizeModuleQuick, cheap code generation) instead of O3 (jit/Tiered.h).
   static constexpr const char *kQuickFlag = "rcjit.quick";
   /// Runs the O3 pipeline on `m` in place. Throws rcjit::Error.
-  void optimize(llvm::Module &m) const;
+  /// `quick`: the fast tier's short pipeline instead (kQuickFlag).
+  void optimize(llvm::Module &m, bool quick = false) const;
   /// Host assembly text of `m` (expected to be optimized already; `m` is left unchanged).
   std::string assembly(const llvm::Module &m) const;
   /// Adds `m`, which must use `ctx` and nothing else; it is optimized and compiled lazily,

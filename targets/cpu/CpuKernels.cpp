@@ -465,7 +465,7 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   if (options.wantLlvmIr || options.wantAssembly) {
     auto tDump = std::chrono::steady_clock::now();
     std::unique_ptr<llvm::Module> copy = llvm::CloneModule(*m);
-    jit.optimize(*copy);
+    jit.optimize(*copy, options.quick);
     if (options.wantLlvmIr) out.llvmIr = printModule(*copy);
     if (options.wantAssembly) out.assembly = jit.assembly(*copy);
     announceCpuStep(moduleId, "optimize a copy for the logs' LLVM IR", "logging",

@@ -22,9 +22,9 @@ struct CpuCompiledKernels {
   std::vector<KernelFn> functions; // one per kernel, in order
   /// Owns the module's machine code: the last copy dropped frees it (CpuJit::removeModule).
   std::shared_ptr<const void> code;
-  std::string llvmIr;              // when asked for: the optimized module
-  std::string assembly;            // when asked for: its host assembly
-  bool fromCache = false;          // the module's object came from the object cache
+  std::string llvmIr;     // when asked for: the optimized module
+  std::string assembly;   // when asked for: its host assembly
+  bool fromCache = false; // the module's object came from the object cache
 };
 
 /// What besides the kernels' text shapes their machine code on this host, for cache keys:
