@@ -263,8 +263,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
                                const std::string &idPrefix, const ExecutableOptions &exec,
                                const std::vector<RegionalProbe> &probes,
                                const std::vector<int64_t> &syms, const std::vector<Symbol> &ranges,
-                               const RegionalTraining *training,
-                               const ShardingState *sharding) {
+                               const RegionalTraining *training, const ShardingState *sharding) {
   RegionalPlan plan;
   plan.numNodes = static_cast<int>(g.nodes.size());
   plan.graphOutputs = g.outputs;

@@ -237,8 +237,10 @@ void TrainingPlan::shardedGradients(TrainingPlan &plan, const ShardingState &bac
   std::vector<const detail::TensorImpl *> reducedShards;
   for (const ShardedInput &in : backwardSharding.inputs) {
     if (in.grad_output < 0 || plan.dropGrad_[static_cast<size_t>(in.grad_output)]) continue;
-    const Node &g = bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
-    if (concreteShape(g.shape) == Shape{in.param.shard.numel()})
+    const Node &g =
+        bg.nodes[static_cast<size_t>(bg.outputs.at(static_cast<size_t>(in.grad_output)))];
+    // the pass's reduce_scatter, not a whole gradient of the same shape (one rank, 1-D)
+    if (g.op == OpKind::reduce_scatter && concreteShape(g.shape) == Shape{in.param.shard.numel()})
       reducedShards.push_back(in.param.shard.impl().get());
   }
   std::vector<bool> reduced(plan.gradInput_.size(), false);

@@ -153,8 +153,7 @@ TEST(ZeroPasses, Zero1AndZero2PassesEqualOneProcess) {
   const PassRun &one = oneProcess();
   for (int stage : {1, 2}) {
     const std::string pass = "zero" + std::to_string(stage);
-    PassRun run = test::zeroTrain(
-        {.stage = stage, .mode = Mode::full, .schedule = {{0, {pass}}}});
+    PassRun run = test::zeroTrain({.stage = stage, .mode = Mode::full, .schedule = {{0, {pass}}}});
     ASSERT_EQ(run.losses.size(), one.losses.size());
     double worst = 0;
     for (size_t i = 0; i < one.losses.size(); ++i) {
@@ -192,8 +191,10 @@ TEST(ZeroPasses, Zero3RegionalEqualsOneProcess) {
   // glue, h.0, h.1 (h.0's stage again), glue: 3 training stages compiled (a forward and a
   // backward each) per pass list, the second block's reused
   EXPECT_EQ(run.stats.recompiles, 1);
-  EXPECT_NE(run.explain.find("stage 2: transformer.h.1 (reused)"), std::string::npos) << run.explain;
-  EXPECT_NE(run.explain.find("stage 1: transformer.h.0 (compiled)"), std::string::npos) << run.explain;
+  EXPECT_NE(run.explain.find("stage 2: transformer.h.1 (reused)"), std::string::npos)
+      << run.explain;
+  EXPECT_NE(run.explain.find("stage 1: transformer.h.0 (compiled)"), std::string::npos)
+      << run.explain;
   const PassRun &one = oneProcess();
   const int w = dist::world_size();
   if (w >= 2) {
@@ -286,10 +287,9 @@ TEST(ZeroPasses, Zero3CompiledForwardEqualsTheFullModel) {
 // schedule for the compiled ones) trains as one process does.
 TEST(ZeroPasses, TrainCommandZero3CompiledEqualsOneProcess) {
   auto run = [](const std::string &distMode, const std::string &json) {
-    std::vector<std::string> args = {"rcjit",   "train",   "--model", "toy64",      "--layers",
-                                     "2",       "--batch", "8",       "--seq",      "4",
-                                     "--steps", "5",       "--dist",  distMode,     "--json",
-                                     json};
+    std::vector<std::string> args = {"rcjit",   "train",  "--model", "toy64", "--layers", "2",
+                                     "--batch", "8",      "--seq",   "4",     "--steps",  "5",
+                                     "--dist",  distMode, "--json",  json};
     std::vector<const char *> argv;
     for (const std::string &a : args) argv.push_back(a.c_str());
     std::ostringstream out, err;
