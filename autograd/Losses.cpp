@@ -1,11 +1,15 @@
 // Losses composed of public ops (so they fuse when compiled and differentiate by the rules).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include <rcjit/Ops.h>
 
 #include "tracer/Autocast.h"
 #include "tracer/OpsInternal.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit {
 
@@ -18,6 +22,38 @@ Tensor checkedTarget(const Tensor &target, int64_t classes, int64_t ignoreIndex)
   Attrs a;
   a.dims = {classes, ignoreIndex};
   return detail::applyOp(OpKind::check_target, {target}, a);
+}
+
+// Classes from which a traced cross_entropy over linear(x, w)'s f32 logits computes
+// log_softmax(logits)[target] with linear_ce_pick (row chunks, no [rows, classes] logits
+// or their gradient held); RCJIT_FUSED_LINEAR_CE=0 turns it off.
+constexpr int64_t kFusedLinearCeMinClasses = 4096;
+
+bool fusedLinearCeEnabled() {
+  static const bool on = [] {
+    const char *e = std::getenv("RCJIT_FUSED_LINEAR_CE");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+// log_softmax(logits)[target] per row through linear_ce_pick when `logits` is a traced
+// linear(x, w) (no bias) of f32 CPU tensors over a large class count; undefined otherwise.
+// The linear itself stays in the graph and is dropped as dead code when nothing else reads
+// the logits.
+Tensor fusedPick(const Tensor &logits, const Tensor &t, int64_t classes) {
+  Tracer *tr = Tracer::current();
+  if (!tr || classes < kFusedLinearCeMinClasses || logits.dtype() != DType::f32 ||
+      !logits.device().is_cpu() || !fusedLinearCeEnabled()) {
+    return Tensor();
+  }
+  OpKind op = OpKind::input;
+  std::vector<Tensor> in;
+  if (!tr->producer(logits, op, in) || op != OpKind::linear || in.size() != 2 ||
+      in[0].dtype() != DType::f32 || in[1].dtype() != DType::f32) {
+    return Tensor();
+  }
+  return detail::linearCePick(in[0], in[1], t);
 }
 
 } // namespace
@@ -43,9 +79,12 @@ Tensor cross_entropy(const Tensor &logitsIn, const Tensor &target, int64_t ignor
   }
   const int64_t classes = logits.size(-1);
   const Tensor t = checkedTarget(target, classes, ignore_index);
-  Tensor logp = log_softmax(logits, -1);
-  Tensor oneHot = eq(Tensor::arange(classes, DType::i64, logits.device()), unsqueeze(t, -1));
-  Tensor picked = sum(where(oneHot, logp, 0.0), {-1});
+  Tensor picked = fusedPick(logitsIn, t, classes);
+  if (!picked.defined()) {
+    Tensor logp = log_softmax(logits, -1);
+    Tensor oneHot = eq(Tensor::arange(classes, DType::i64, logits.device()), unsqueeze(t, -1));
+    picked = sum(where(oneHot, logp, 0.0), {-1});
+  }
   Tensor valid = ne(t, ignore_index);
   // where (not a multiply by the mask): ignored targets get an exact 0 gradient, even when
   // every target is ignored and the loss is 0/0. A target the check let through out of
