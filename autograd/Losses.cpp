@@ -1,12 +1,11 @@
 // Losses composed of public ops (so they fuse when compiled and differentiate by the rules).
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <rcjit/Ops.h>
 
+#include "support/Env.h"
 #include "tracer/Autocast.h"
 #include "tracer/OpsInternal.h"
 #include "tracer/Tracer.h"
@@ -26,15 +25,19 @@ Tensor checkedTarget(const Tensor &target, int64_t classes, int64_t ignoreIndex)
 
 // Classes from which a traced cross_entropy over linear(x, w)'s f32 logits computes
 // log_softmax(logits)[target] with linear_ce_pick (row chunks, no [rows, classes] logits
-// or their gradient held); RCJIT_FUSED_LINEAR_CE=0 turns it off.
+// or their gradient held), when turned on: RCJIT_FUSED_LINEAR_CE=1 or
+// detail::setFusedLinearCe(true). Off by default: it saves memory, but measured no faster
+// (docs/performance.md, "The fused LM head").
 constexpr int64_t kFusedLinearCeMinClasses = 4096;
 
+int &fusedLinearCeSetting() { // -1: not set, read the environment
+  static int setting = -1;
+  return setting;
+}
+
 bool fusedLinearCeEnabled() {
-  static const bool on = [] {
-    const char *e = std::getenv("RCJIT_FUSED_LINEAR_CE");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return on;
+  if (fusedLinearCeSetting() >= 0) return fusedLinearCeSetting() == 1;
+  return envFlag("RCJIT_FUSED_LINEAR_CE", false);
 }
 
 // log_softmax(logits)[target] per row through linear_ce_pick when `logits` is a traced
@@ -57,6 +60,14 @@ Tensor fusedPick(const Tensor &logits, const Tensor &t, int64_t classes) {
 }
 
 } // namespace
+
+namespace detail {
+bool setFusedLinearCe(bool on) {
+  const bool was = fusedLinearCeEnabled();
+  fusedLinearCeSetting() = on ? 1 : 0;
+  return was;
+}
+} // namespace detail
 
 Tensor cross_entropy(const Tensor &logitsIn, const Tensor &target, int64_t ignore_index) {
   if (!logitsIn.defined() || !target.defined()) {

@@ -5,9 +5,17 @@
 
 #include <rcjit/rcjit.h>
 
+#include "tracer/OpsInternal.h"
+
 using namespace rcjit;
 
 namespace {
+
+// turns the fusion on for one test (it is off by default)
+struct FusedOn {
+  bool was = detail::setFusedLinearCe(true);
+  ~FusedOn() { detail::setFusedLinearCe(was); }
+};
 
 constexpr int64_t kHidden = 16, kClasses = 5000; // past the 4096-class threshold
 
@@ -35,8 +43,7 @@ Tensor targets(int64_t classes = kClasses) {
   return Tensor::from_blob(t.data(), {2, 6}, DType::i64).to(DType::i32); // a copy
 }
 
-std::vector<Tensor> gradsOf(const std::function<Tensor()> &loss, nn::ModuleBase &m,
-                            double *value) {
+std::vector<Tensor> gradsOf(const std::function<Tensor()> &loss, nn::ModuleBase &m, double *value) {
   m.zero_grad();
   Tensor l = loss();
   *value = l.item();
@@ -57,6 +64,7 @@ void expectGradsEqual(const std::vector<Tensor> &got, const std::vector<Tensor> 
 }
 
 TEST(FusedLinearCe, LossAndGradientsEqualUnfusedInFullAndRegionalMode) {
+  FusedOn on;
   Head head;
   Tensor x = Tensor::randn({2, 6, kHidden}, 4), t = targets();
   auto loss = [&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); };
@@ -84,11 +92,11 @@ TEST(FusedLinearCe, LossAndGradientsEqualUnfusedInFullAndRegionalMode) {
 }
 
 TEST(FusedLinearCe, WholeStepGradientsEqualUnfused) {
+  FusedOn on;
   Head head;
   Tensor x = Tensor::randn({2, 6, kHidden}, 5), t = targets();
   double want = 0;
-  std::vector<Tensor> wantGrads =
-      gradsOf([&] { return cross_entropy(head(x), t); }, head, &want);
+  std::vector<Tensor> wantGrads = gradsOf([&] { return cross_entropy(head(x), t); }, head, &want);
   auto step = compile([&](const Tensor &a, const Tensor &b) {
     head.zero_grad();
     Tensor l = cross_entropy(head(a), b);
@@ -105,19 +113,21 @@ TEST(FusedLinearCe, WholeStepGradientsEqualUnfused) {
 }
 
 // Not fused: a biased linear, a small class count, bf16 logits under autocast, and eager
-// code (no trace to look back into); the compiled results still equal eager's.
-TEST(FusedLinearCe, AppliesOnlyToABiasFreeF32LinearOverManyClasses) {
+// code (no trace to look back into); the compiled results still equal eager's. Nor when
+// turned off (the default).
+TEST(FusedLinearCe, AppliesOnlyToABiasFreeF32LinearOverManyClassesWhenOn) {
+  FusedOn on;
   Head head;
   head.bias = true;
   Tensor x = Tensor::randn({2, 6, kHidden}, 6), t = targets();
-  auto biased = compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
+  auto biased =
+      compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
   EXPECT_NEAR(biased(x, t).item(), cross_entropy(head(x), t).item(), 1e-4);
   EXPECT_EQ(biased.explain().find("linear_ce_pick"), std::string::npos) << biased.explain();
 
   Tensor w = Tensor::randn({100, kHidden}, 7), few = targets(100);
-  auto small = compile([&](const Tensor &a, const Tensor &b) {
-    return cross_entropy(linear(a, w, Tensor()), b);
-  });
+  auto small = compile(
+      [&](const Tensor &a, const Tensor &b) { return cross_entropy(linear(a, w, Tensor()), b); });
   EXPECT_NEAR(small(x, few).item(), cross_entropy(linear(x, w, Tensor()), few).item(), 1e-4);
   EXPECT_EQ(small.explain().find("linear_ce_pick"), std::string::npos) << small.explain();
 
@@ -128,6 +138,11 @@ TEST(FusedLinearCe, AppliesOnlyToABiasFreeF32LinearOverManyClasses) {
   });
   mixed(x, t);
   EXPECT_EQ(mixed.explain().find("linear_ce_pick"), std::string::npos) << mixed.explain();
+
+  detail::setFusedLinearCe(false);
+  auto off = compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
+  EXPECT_NEAR(off(x, t).item(), cross_entropy(head(x), t).item(), 1e-4);
+  EXPECT_EQ(off.explain().find("linear_ce_pick"), std::string::npos) << off.explain();
 }
 
 } // namespace
