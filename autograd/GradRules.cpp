@@ -234,6 +234,18 @@ Grads sdpaGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
   return r;
 }
 
+Grads linearCePickGrad(const std::vector<Tensor> &in, const Tensor &g,
+                       const std::vector<bool> &need) {
+  const Tensor &x = in[0], &w = in[1];
+  Grads r(3);
+  if (!need[0] && !need[1]) return r;
+  Tensor packed = detail::linearCePickBackward(x, w, in[2], g);
+  const int64_t xs = x.numel();
+  if (need[0]) r[0] = reshape(slice(packed, 0, 0, xs), x.shape());
+  if (need[1]) r[1] = reshape(slice(packed, 0, xs, xs + w.numel()), w.shape());
+  return r;
+}
+
 Grads conv2dGrad(const std::vector<Tensor> &in, const Attrs &a, const Tensor &g,
                  const std::vector<bool> &need) {
   const Tensor &x = in[0], &w = in[1];
@@ -385,6 +397,10 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
             in.size() > 2 && need[2] ? g : Tensor()};
   case OpKind::sdpa:
     return sdpaGrad(in, a, g, need);
+  case OpKind::linear_ce_pick: // dx and dw in one packed tensor, sliced apart (views)
+    return linearCePickGrad(in, g, need);
+  case OpKind::linear_ce_pick_backward:
+    throw Error("linear_ce_pick_backward: higher-order gradients are not implemented");
   case OpKind::reshape:
     return {reshape(g, in[0].shape())};
   case OpKind::permute: {

@@ -22,6 +22,8 @@ GradKind gradKind(OpKind op) {
   case OpKind::argmax:
   case OpKind::check_target:
     return GradKind::none;
+  case OpKind::linear_ce_pick_backward: // no higher-order gradients
+    return GradKind::notImplemented;
   case OpKind::neg:
   case OpKind::abs:
   case OpKind::exp:
@@ -61,6 +63,7 @@ GradKind gradKind(OpKind op) {
   case OpKind::conv2d_backward_weight:
   case OpKind::embedding_backward:
   case OpKind::sdpa:
+  case OpKind::linear_ce_pick:
   case OpKind::reshape:
   case OpKind::permute:
   case OpKind::expand:
@@ -148,6 +151,8 @@ SavedUse savedUse(OpKind op) {
   case OpKind::conv2d_backward_weight:
   case OpKind::rms_norm:
   case OpKind::sdpa:
+  case OpKind::linear_ce_pick: // x, w and the target: the backward recomputes the logits
+  case OpKind::linear_ce_pick_backward:
     return {false, kAll};
   }
   throw Error("internal: unknown op in savedUse");

@@ -12,6 +12,15 @@ PyTorch (`pip install torch`) and is run by hand, e.g.
 
 Modes: eager, full (torch.compile of the whole model), regional (torch.compile of each
 repeated layer, the PyTorch recipe for regional compilation).
+
+--train times training steps instead (cross-entropy on shifted synthetic tokens, backward,
+AdamW with PyTorch's defaults at lr 1e-3, as `rcjit train`): modes eager, full, regional and
+whole (torch.compile of one function that runs forward, backward and opt.step()); each mode
+in a fresh model, with Inductor's cache directory fresh per mode (cold compiles). Rounds
+alternate the modes (--rounds, each --reps steps after the first call); printed per mode:
+the first step (compiling included), the minimum and the median step in ms, e.g.
+
+    OMP_NUM_THREADS=2 python3 scripts/peer_bench.py --train --model gpt2 --layers 2 --batch 4
 """
 import argparse
 import math
@@ -188,6 +197,68 @@ def time_mode(model, x, mode, reps):
     return first, statistics.median(samples), q[2] - q[0], min(samples)
 
 
+def train_modes(a):
+    import os
+    import tempfile
+    if a.model == "toy64":
+        raise SystemExit("--train: gpt2 or llama-3.2-1b (toy64 has no tokens to predict)")
+    batch = int(a.batch.split(",")[-1])
+    modes = [m for m in a.modes.split(",")]
+    runs = {}
+    for mode in modes:  # each mode its own model, optimizer and cold Inductor cache
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{mode}-")
+        torch.manual_seed(0)
+        model, vocab = build(a.model, a.layers, a.seq)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (batch, a.seq + 1), generator=g)
+        x, y = ids[:, :-1], ids[:, 1:]
+
+        def loss_fn(m, x=x, y=y, vocab=vocab):
+            return F.cross_entropy(m(x).reshape(-1, vocab), y.reshape(-1))
+
+        if mode == "whole":
+            def step(m=model, o=opt):
+                o.zero_grad(set_to_none=True)
+                loss = loss_fn(m)
+                loss.backward()
+                o.step()
+                return loss.detach()
+            fn = torch.compile(step)
+        else:
+            if mode == "full":
+                fwd = torch.compile(model)
+            elif mode == "regional":
+                for layer in model.layers:
+                    layer.compile()
+                fwd = model
+            else:
+                fwd = model
+
+            def fn(m=fwd, o=opt):
+                o.zero_grad(set_to_none=True)
+                loss = loss_fn(m)
+                loss.backward()
+                o.step()
+                return loss.detach()
+        t0 = time.perf_counter()
+        fn()
+        runs[mode] = {"fn": fn, "first": (time.perf_counter() - t0) * 1e3, "steps": []}
+    for _ in range(a.rounds):  # interleaved rounds
+        for mode in modes:
+            for _ in range(a.reps):
+                t0 = time.perf_counter()
+                runs[mode]["fn"]()
+                runs[mode]["steps"].append((time.perf_counter() - t0) * 1e3)
+    print(f"{a.model} training, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"batch {batch} x {a.seq}, {a.rounds} interleaved rounds of {a.reps} steps; ms")
+    print(f"{'mode':10} | {'first step':>10} | {'min':>9} {'median':>9}")
+    for mode in modes:
+        st = runs[mode]["steps"]
+        print(f"{mode:10} | {runs[mode]['first']:10.1f} | {min(st):9.1f} "
+              f"{statistics.median(st):9.1f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="toy64")
@@ -196,7 +267,13 @@ def main():
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--layers", type=int, default=-1)
+    p.add_argument("--train", action="store_true", help="time AdamW training steps per mode")
+    p.add_argument("--rounds", type=int, default=3, help="--train: interleaved rounds")
     a = p.parse_args()
+    if a.train:
+        if a.modes == "eager,full,regional":
+            a.modes = "eager,full,regional,whole"
+        return train_modes(a)
     torch.manual_seed(0)
     print(f"{a.model}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"seq {a.seq}, {a.reps} timed calls per row after the first; times in ms")

@@ -315,6 +315,9 @@ TEST(GradRules, EveryOpIsClassifiedAndEveryDifferentiableOpHasAGradientCase) {
   // the collectives need an MPI job: tests/mpi/compiled_collectives_test.cpp checks each rule
   // (CompiledCollectives.GradientRulesMatchTheReference) on 1, 2 and 4 ranks
   for (OpKind op : opsOfCategory(OpCategory::Collective)) covered.insert(op);
+  // f32 only (the fused LM head): FusedLinearCe.* compares its gradients with the unfused
+  // cross_entropy(linear(...))'s, and OpGradient's linear_cross_entropy case with eager's
+  covered.insert(OpKind::linear_ce_pick);
   for (int k = 0; k < kNumOps; ++k) {
     const OpKind op = static_cast<OpKind>(k);
     const GradKind g = autograd::gradKind(op);

@@ -115,6 +115,15 @@ Tensor castTo(const Tensor &x, DType dtype) {
   return applyWithMeta(OpKind::cast, {x}, Attrs{}, TensorMeta{dtype, x.shape()});
 }
 
+Tensor linearCePick(const Tensor &x, const Tensor &w, const Tensor &target) {
+  return applyOp(OpKind::linear_ce_pick, {x, w, target}, Attrs{});
+}
+
+Tensor linearCePickBackward(const Tensor &x, const Tensor &w, const Tensor &target,
+                            const Tensor &g) {
+  return applyOp(OpKind::linear_ce_pick_backward, {x, w, target, g}, Attrs{});
+}
+
 } // namespace detail
 
 using detail::applyOp;

@@ -332,6 +332,26 @@ TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, con
   notHandledBy(op, "inferMatmulCategory");
 }
 
+// linear_ce_pick: x [..., K] and w [N, K] f32, target [...] i32/i64 (and the backward's
+// g [...] f32) -> per-row values [...], or the backward's packed [R*K + N*K].
+TensorMeta inferLinearCePick(OpKind op, const std::vector<TensorMeta> &in) {
+  const size_t want = op == OpKind::linear_ce_pick ? 3 : 4;
+  expectArity(op, in, want, want);
+  const TensorMeta &x = in[0], &w = in[1], &t = in[2];
+  bool ok = x.dtype == DType::f32 && w.dtype == DType::f32 && isIntegral(t.dtype) &&
+            !x.shape.empty() && w.shape.size() == 2 && x.shape.back() == w.shape[1] &&
+            Shape(x.shape.begin(), x.shape.end() - 1) == t.shape;
+  if (want == 4) ok = ok && in[3].dtype == DType::f32 && in[3].shape == t.shape;
+  if (!ok) {
+    fail(op, "expected f32 x [..., K], f32 w [N, K], integer target [...]" +
+                 std::string(want == 4 ? " and f32 g [...]" : "") + ", got " + metasStr(in));
+  }
+  if (op == OpKind::linear_ce_pick) return {DType::f32, t.shape};
+  int64_t rows = 1;
+  for (int64_t d : t.shape) rows *= d;
+  return {DType::f32, {rows * w.shape[1] + w.shape[0] * w.shape[1]}};
+}
+
 TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {
   switch (op) {
   case OpKind::layer_norm:
@@ -371,6 +391,9 @@ TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a)
       fail(op, "expected dims [classes, ignore_index], got " + shapeStr(a.dims));
     }
     return in[0];
+  case OpKind::linear_ce_pick:
+  case OpKind::linear_ce_pick_backward:
+    return inferLinearCePick(op, in);
   case OpKind::sdpa: {
     expectArity(op, in, 3, 3);
     expectSameDtype(op, in, 0, 3);

@@ -257,6 +257,24 @@ void Tracer::record(OpKind op, const std::vector<Tensor> &in, const Attrs &a, co
   remember(out, id);
 }
 
+bool Tracer::producer(const Tensor &t, OpKind &op, std::vector<Tensor> &inputs) const {
+  auto id = ids_.find(t.impl().get());
+  if (id == ids_.end()) return false;
+  const Node &n = trace_.graph.nodes[static_cast<size_t>(id->second)];
+  if (n.op == OpKind::input) return false;
+  inputs.assign(n.inputs.size(), Tensor());
+  for (const Tensor &k : keepAlive_) { // every input and result of the trace is held there
+    auto kid = ids_.find(k.impl().get());
+    if (kid == ids_.end()) continue;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (n.inputs[i] == kid->second && !inputs[i].defined()) inputs[i] = k;
+  }
+  for (const Tensor &t : inputs)
+    if (!t.defined()) return false;
+  op = n.op;
+  return true;
+}
+
 void Tracer::recordSource(OpKind op, const Attrs &a, const Tensor &out) { record(op, {}, a, out); }
 
 void Tracer::beginRegion(std::string name, std::string type, bool inList,

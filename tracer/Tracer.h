@@ -158,6 +158,9 @@ public:
   void gradAccess(const Tensor &leaf, autograd::AutogradMeta *m, bool reads);
   /// Whether `t` is a value of this trace (an input or an op's result).
   bool knows(const Tensor &t) const { return ids_.count(t.impl().get()) > 0; }
+  /// The op that produced `t` in this trace and its input values; false for an input or a
+  /// value this trace did not make (cross_entropy looks for the linear of its logits).
+  bool producer(const Tensor &t, OpKind &op, std::vector<Tensor> &inputs) const;
   /// backward() or grad() ran inside the trace.
   void noteBackward() { trace_.backward = true; }
 

@@ -212,6 +212,8 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::conv2d_backward_input:  // run by the eager kernel
   case OpKind::conv2d_backward_weight: // run by the eager kernel
   case OpKind::check_target:           // a host read, run by the eager kernel
+  case OpKind::linear_ce_pick:         // chunked GEMMs, run by the eager kernel
+  case OpKind::linear_ce_pick_backward:
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy,
                    Collective) // lowered as is
     return -1;

@@ -26,6 +26,8 @@ Tensor runConv2dBackward(OpKind op, const std::vector<Tensor> &in, const Attrs &
 /// dims[1]; else a copy of `target` (on the CPU) or `target` itself (a device tensor, read
 /// back to the host for the check).
 Tensor runCheckTarget(const Tensor &target, const Attrs &a);
+/// linear_ce_pick and linear_ce_pick_backward (LinearCe.cpp).
+Tensor runLinearCePick(OpKind op, const std::vector<Tensor> &in, const TensorMeta &out);
 Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).

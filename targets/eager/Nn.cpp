@@ -356,6 +356,9 @@ Tensor runNn(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const Ten
     return runSdpa(in, a, out);
   case OpKind::check_target:
     return runCheckTarget(in[0], a);
+  case OpKind::linear_ce_pick:
+  case OpKind::linear_ce_pick_backward:
+    return runLinearCePick(op, in, out);
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, Normalize, Matmul, View, Copy,
                    Collective)
     break;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/conformance/Conformance.h"
+#include "tracer/OpsInternal.h"
 
 namespace rcjit::conformance {
 
@@ -525,6 +526,19 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                  return std::vector<Tensor>{cross_entropy(v[0], v[1]),
                                             cross_entropy(v[2], v[3], 1) * 2.0};
                }});
+
+  // over a linear's logits with >= 4096 classes, compiled code records linear_ce_pick (the
+  // fused LM head; eager runs the composite): the two must agree
+  t.push_back(
+      {"linear_cross_entropy",
+       {{{2, 3, 8}}, {{4100, 8}}, {{2, 3}, Layout::contiguous, Values::ids, DType::i64, 4100}},
+       kF32,
+       [](const std::vector<Tensor> &v) { // the fusion is off by default
+         const bool was = rcjit::detail::setFusedLinearCe(true);
+         Tensor l = cross_entropy(linear(v[0], v[1], Tensor()), v[2]);
+         rcjit::detail::setFusedLinearCe(was);
+         return std::vector<Tensor>{l};
+       }});
 
   Fn sdpa = [](const std::vector<Tensor> &v) {
     return std::vector<Tensor>{scaled_dot_product_attention(v[0], v[1], v[2], false)};

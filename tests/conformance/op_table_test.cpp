@@ -23,6 +23,8 @@ using namespace rcjit::conformance;
 // Ops that no conformance case can hold on its own, and why. Keep it short.
 const std::map<OpKind, std::string> kNoConformanceCase = {
     {OpKind::input, "the arguments of every case: not an op a user calls"},
+    {OpKind::linear_ce_pick_backward,
+     "linear_ce_pick's gradient: fused_linear_ce_test compares it with the unfused gradients"},
     // the collectives need an MPI job: tests/mpi/compiled_collectives_test.cpp traces and
     // compiles each against the eager rcjit::dist result on 1, 2 and 4 ranks, and
     // tests/collective_ops_test.cpp checks their shape rules, text form and hash here

@@ -1,0 +1,134 @@
+// The eager target's linear_ce_pick (log_softmax(x @ w^T)[target] per row) and its backward,
+// in row chunks so the [R, N] logits are never held: a chunk's logits are one oneDNN sgemm
+// into a buffer of at most ~32 MiB, reduced per row (the forward), or turned into the chunk's
+// logit gradient in place and multiplied into dx's rows and dw (the backward recomputes the
+// chunk's logits, as Liger kernel's FusedLinearCrossEntropy does in its forward).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <rcjit/Error.h>
+
+#include "targets/eager/Eager.h"
+#include "tracer/TensorImpl.h"
+
+namespace rcjit::eager {
+
+namespace {
+
+constexpr int64_t kChunkFloats = int64_t{1} << 23; // a chunk's logits: 32 MiB of f32
+
+Tensor contiguousAs(const Tensor &t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t;
+  Tensor c = detail::makeTensor(t.shape(), dt);
+  copyInto(c, t);
+  return c;
+}
+
+template <class C> C *ptr(const Tensor &t) { return reinterpret_cast<C *>(t.impl()->ptr()); }
+
+// x [R, K] rows, w [N, K], target [R] as i64.
+struct Problem {
+  int64_t rows, k, n;
+  const float *x, *w;
+  const int64_t *t;
+  int64_t chunkRows() const {
+    const int64_t chunks = std::max<int64_t>(1, (rows * n + kChunkFloats - 1) / kChunkFloats);
+    return std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+  }
+};
+
+void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (dnnl_sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc) != dnnl_success) {
+    throw Error("linear_ce_pick: oneDNN sgemm failed for " + std::to_string(m) + "x" +
+                std::to_string(n) + "x" + std::to_string(k));
+  }
+}
+
+// logsumexp of one row of n logits
+float logSumExp(const float *row, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n; ++c) m = std::max(m, row[c]);
+  if (!std::isfinite(m)) return m;
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < n; ++c) s += std::exp(row[c] - m);
+  return m + std::log(s);
+}
+
+Problem problemOf(const Tensor &xc, const Tensor &wc, const Tensor &tc) {
+  const int64_t k = wc.shape()[1];
+  return {tc.numel(), k, wc.shape()[0], ptr<float>(xc), ptr<float>(wc), ptr<int64_t>(tc)};
+}
+
+Tensor pickForward(const Problem &p, const TensorMeta &out) {
+  Tensor y = detail::makeTensor(out.shape, DType::f32);
+  float *yp = ptr<float>(y);
+  const int64_t chunk = p.chunkRows();
+  Tensor buf = detail::makeTensor({chunk * p.n}, DType::f32);
+  float *b = ptr<float>(buf);
+  for (int64_t r0 = 0; r0 < p.rows; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.rows - r0);
+    sgemm('N', 'T', rows, p.n, p.k, p.x + r0 * p.k, p.k, p.w, p.k, 0.f, b, p.n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const float *row = b + i * p.n;
+      const int64_t t = p.t[r0 + i];
+      yp[r0 + i] = t >= 0 && t < p.n ? row[t] - logSumExp(row, p.n) : 0.f;
+    }
+  }
+  return y;
+}
+
+Tensor pickBackward(const Problem &p, const Tensor &gIn, const TensorMeta &out) {
+  Tensor gc = contiguousAs(gIn, DType::f32);
+  const float *g = ptr<float>(gc);
+  Tensor packed = detail::makeTensor(out.shape, DType::f32);
+  float *dx = ptr<float>(packed), *dw = dx + p.rows * p.k;
+  const int64_t chunk = p.chunkRows();
+  Tensor buf = detail::makeTensor({chunk * p.n}, DType::f32);
+  float *b = ptr<float>(buf);
+  if (p.rows == 0) std::memset(dw, 0, static_cast<size_t>(p.n * p.k) * sizeof(float));
+  for (int64_t r0 = 0; r0 < p.rows; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.rows - r0);
+    sgemm('N', 'T', rows, p.n, p.k, p.x + r0 * p.k, p.k, p.w, p.k, 0.f, b, p.n);
+    // d(logp[t]) / d(logit[c]) = [c == t] - softmax[c], times the row's gradient
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      float *row = b + i * p.n;
+      const float gr = g[r0 + i];
+      const int64_t t = p.t[r0 + i];
+      if (gr == 0.f || t < 0 || t >= p.n) {
+        std::fill(row, row + p.n, 0.f);
+        continue;
+      }
+      const float lse = logSumExp(row, p.n);
+#pragma omp simd
+      for (int64_t c = 0; c < p.n; ++c) row[c] = -gr * std::exp(row[c] - lse);
+      row[t] += gr;
+    }
+    sgemm('N', 'N', rows, p.k, p.n, b, p.n, p.w, p.k, 0.f, dx + r0 * p.k, p.k);
+    sgemm('T', 'N', p.n, p.k, rows, b, p.n, p.x + r0 * p.k, p.k, r0 == 0 ? 0.f : 1.f, dw, p.k);
+  }
+  return packed;
+}
+
+} // namespace
+
+Tensor runLinearCePick(OpKind op, const std::vector<Tensor> &in, const TensorMeta &out) {
+  if (!in[0].device().is_cpu()) {
+    throw Error(std::string(opName(op)) + ": runs on the CPU only, got a tensor on " +
+                in[0].device().str());
+  }
+  Tensor xc = contiguousAs(in[0], DType::f32), wc = contiguousAs(in[1], DType::f32),
+         tc = contiguousAs(in[2], DType::i64);
+  const Problem p = problemOf(xc, wc, tc);
+  return op == OpKind::linear_ce_pick ? pickForward(p, out) : pickBackward(p, in[3], out);
+}
+
+} // namespace rcjit::eager

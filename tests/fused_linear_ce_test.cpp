@@ -1,0 +1,148 @@
+// The fused LM head: a traced cross_entropy over linear(x, w)'s f32 logits with a large class
+// count records linear_ce_pick (row chunks, no logits held); its loss and gradients equal the
+// unfused eager ones in full, regional and whole-step mode, and it applies only there.
+#include <gtest/gtest.h>
+
+#include <rcjit/rcjit.h>
+
+#include "tracer/OpsInternal.h"
+
+using namespace rcjit;
+
+namespace {
+
+// turns the fusion on for one test (it is off by default)
+struct FusedOn {
+  bool was = detail::setFusedLinearCe(true);
+  ~FusedOn() { detail::setFusedLinearCe(was); }
+};
+
+constexpr int64_t kHidden = 16, kClasses = 5000; // past the 4096-class threshold
+
+struct Head : nn::Module<Head> {
+  nn::Linear proj{kHidden, kHidden, true, 1};
+  Tensor w = Tensor::randn({kClasses, kHidden}, 2) * 0.5;
+  bool bias = false;
+  Tensor b = Tensor::randn({kClasses}, 3);
+  Head() {
+    register_module("proj", proj);
+    register_parameter("w", w);
+    register_parameter("b", b);
+  }
+  Tensor forward(const Tensor &x) {
+    Tensor h = tanh(proj(x));
+    return linear(h, w, bias ? b : Tensor());
+  }
+};
+
+// i32 targets over [2, 6] below `classes`, two of them ignored (-100)
+Tensor targets(int64_t classes = kClasses) {
+  std::vector<int64_t> t = {3, 4999, -100, 0, 17, 2500, 4098, 1, -100, 999, 42, 4097};
+  for (int64_t &v : t)
+    if (v >= 0) v %= classes;
+  return Tensor::from_blob(t.data(), {2, 6}, DType::i64).to(DType::i32); // a copy
+}
+
+std::vector<Tensor> gradsOf(const std::function<Tensor()> &loss, nn::ModuleBase &m, double *value) {
+  m.zero_grad();
+  Tensor l = loss();
+  *value = l.item();
+  l.backward();
+  std::vector<Tensor> g;
+  for (const Tensor &p : m.parameters()) g.push_back(p.grad());
+  return g;
+}
+
+void expectGradsEqual(const std::vector<Tensor> &got, const std::vector<Tensor> &want,
+                      const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!want[i].defined()) continue; // the unused bias
+    ASSERT_TRUE(got[i].defined()) << what << " parameter " << i;
+    EXPECT_TRUE(allclose(got[i], want[i], 1e-4, 1e-6)) << what << " parameter " << i;
+  }
+}
+
+TEST(FusedLinearCe, LossAndGradientsEqualUnfusedInFullAndRegionalMode) {
+  FusedOn on;
+  Head head;
+  Tensor x = Tensor::randn({2, 6, kHidden}, 4), t = targets();
+  auto loss = [&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); };
+  double want = 0, got = 0;
+  std::vector<Tensor> wantGrads = gradsOf([&] { return loss(x, t); }, head, &want);
+  for (Mode mode : {Mode::full, Mode::regional}) {
+    CompileOptions o;
+    o.mode = mode;
+    auto cf = compile(loss, o);
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> g = gradsOf([&] { return cf(x, t); }, head, &got);
+      EXPECT_NEAR(got, want, 1e-4 * std::abs(want));
+      expectGradsEqual(g, wantGrads, mode == Mode::full ? "full" : "regional");
+    }
+    const std::string ex = cf.explain();
+    if (mode == Mode::full) {
+      EXPECT_NE(ex.find("linear_ce_pick"), std::string::npos) << ex;
+    } else { // explain() lists the stages, not their ops: the logits are not saved
+      const size_t at = ex.find(" bytes saved");
+      ASSERT_NE(at, std::string::npos) << ex;
+      const size_t from = ex.rfind(' ', at - 1) + 1;
+      EXPECT_LT(std::stoll(ex.substr(from, at - from)), 2 * 6 * kClasses * 4) << ex;
+    }
+  }
+}
+
+TEST(FusedLinearCe, WholeStepGradientsEqualUnfused) {
+  FusedOn on;
+  Head head;
+  Tensor x = Tensor::randn({2, 6, kHidden}, 5), t = targets();
+  double want = 0;
+  std::vector<Tensor> wantGrads = gradsOf([&] { return cross_entropy(head(x), t); }, head, &want);
+  auto step = compile([&](const Tensor &a, const Tensor &b) {
+    head.zero_grad();
+    Tensor l = cross_entropy(head(a), b);
+    l.backward();
+    return l.detach();
+  });
+  head.zero_grad();
+  const double got = step(x, t).item();
+  EXPECT_NEAR(got, want, 1e-4 * std::abs(want));
+  std::vector<Tensor> g;
+  for (const Tensor &p : head.parameters()) g.push_back(p.grad());
+  expectGradsEqual(g, wantGrads, "whole step");
+  EXPECT_NE(step.explain().find("linear_ce_pick"), std::string::npos) << step.explain();
+}
+
+// Not fused: a biased linear, a small class count, bf16 logits under autocast, and eager
+// code (no trace to look back into); the compiled results still equal eager's. Nor when
+// turned off (the default).
+TEST(FusedLinearCe, AppliesOnlyToABiasFreeF32LinearOverManyClassesWhenOn) {
+  FusedOn on;
+  Head head;
+  head.bias = true;
+  Tensor x = Tensor::randn({2, 6, kHidden}, 6), t = targets();
+  auto biased =
+      compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
+  EXPECT_NEAR(biased(x, t).item(), cross_entropy(head(x), t).item(), 1e-4);
+  EXPECT_EQ(biased.explain().find("linear_ce_pick"), std::string::npos) << biased.explain();
+
+  Tensor w = Tensor::randn({100, kHidden}, 7), few = targets(100);
+  auto small = compile(
+      [&](const Tensor &a, const Tensor &b) { return cross_entropy(linear(a, w, Tensor()), b); });
+  EXPECT_NEAR(small(x, few).item(), cross_entropy(linear(x, w, Tensor()), few).item(), 1e-4);
+  EXPECT_EQ(small.explain().find("linear_ce_pick"), std::string::npos) << small.explain();
+
+  head.bias = false;
+  auto mixed = compile([&](const Tensor &a, const Tensor &b) {
+    Autocast ac(DType::bf16);
+    return cross_entropy(head(a), b);
+  });
+  mixed(x, t);
+  EXPECT_EQ(mixed.explain().find("linear_ce_pick"), std::string::npos) << mixed.explain();
+
+  detail::setFusedLinearCe(false);
+  auto off = compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
+  EXPECT_NEAR(off(x, t).item(), cross_entropy(head(x), t).item(), 1e-4);
+  EXPECT_EQ(off.explain().find("linear_ce_pick"), std::string::npos) << off.explain();
+}
+
+} // namespace
