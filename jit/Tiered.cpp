@@ -26,6 +26,7 @@
 #include "support/CompileCancel.h"
 #include "support/Env.h"
 #include "support/Events.h"
+#include "support/WorkPool.h"
 #include "targets/Target.h"
 #include "targets/cpu/CpuKernels.h"
 #include "tracer/GraphIO.h"
@@ -204,10 +205,11 @@ public:
   }
 
 private:
-  void shutdown() {
+  void shutdown() { // idempotent: registered once per job
     std::thread *w = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_ && joined_) return;
       stopped_ = true;
       cancel_.store(true, std::memory_order_release);
       jobs_.clear();
@@ -215,10 +217,23 @@ private:
       cv_.notify_all();
     }
     if (w && w->joinable()) w->join(); // at most the rest of one step or kernel
+    std::lock_guard<std::mutex> lock(mu_);
+    joined_ = true;
+  }
+
+  // The exit handler must run before the static destructors of whatever a compile uses:
+  // atexit handlers run in reverse order of registration, interleaved with the destructors
+  // of statics constructed before them, so the worker makes the singletons it uses first and
+  // registers the handler again before each job (every job after the statics it needs).
+  static void registerExitHandler() {
+    std::atexit([] { instance().shutdown(); });
   }
 
   void loop() {
     omp_set_num_threads(1); // the work pool and oneDNN stay the calls'
+    WorkPool::instance();
+    cache::ObjectStore::instance();
+    cpu::hostCodegenId(); // starts the process's JIT
     CancelScope cancel(cancel_);
     for (;;) {
       Job j;
@@ -233,6 +248,7 @@ private:
         busy_ = true;
       }
       if (j.target.expired()) continue;
+      registerExitHandler();
       run(j);
     }
   }
@@ -260,7 +276,7 @@ private:
   std::deque<Job> jobs_;
   std::thread *worker_ = nullptr;
   pid_t owner_ = 0;
-  bool stopped_ = false, busy_ = false;
+  bool stopped_ = false, busy_ = false, joined_ = false;
   std::atomic<bool> cancel_{false};
 };
 
