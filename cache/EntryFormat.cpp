@@ -37,6 +37,15 @@ EVP_MAC *hmacAlgorithm() {
   return mac;
 }
 
+} // namespace
+
+void initCrypto() {
+  OPENSSL_init_crypto(0, nullptr);
+  (void)hmacAlgorithm();
+}
+
+namespace {
+
 // HMAC-SHA256 over the header up to the tag, then the body.
 Tag computeTag(const Secret &secret, const uint8_t *head, std::span<const uint8_t> body) {
   Tag tag{};

@@ -18,6 +18,12 @@ using Tag = std::array<uint8_t, 32>;
 /// This build's rcjit version (RCJIT_VERSION_STRING).
 const char *rcjitVersion();
 
+/// Initializes OpenSSL and fetches the HMAC the entries are signed with, now. OpenSSL frees its
+/// state in an exit handler it registers at its first use; a caller whose own exit handler
+/// joins a thread that signs entries (jit/Tiered.cpp) calls this first, so that OpenSSL's
+/// handler runs after the caller's (exit handlers run in reverse order of registration).
+void initCrypto();
+
 /// What an entry holds. `format` and `version` default to this build's.
 struct EntryFields {
   uint32_t format = kFormatVersion;

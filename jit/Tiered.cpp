@@ -20,6 +20,7 @@
 
 #include <rcjit/Error.h>
 
+#include "cache/EntryFormat.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
 #include "jit/Pipeline.h"
@@ -181,6 +182,7 @@ public:
   static TierCompiler &instance() {
     static TierCompiler *t = [] {
       auto *p = new TierCompiler(); // never destroyed: the atexit handler stops its thread
+      cache::initCrypto();          // OpenSSL's exit handler then runs after ours
       std::atexit([] { instance().shutdown(); });
       return p;
     }();
@@ -226,6 +228,7 @@ private:
   // of statics constructed before them, so the worker makes the singletons it uses first and
   // registers the handler again before each job (every job after the statics it needs).
   static void registerExitHandler() {
+    cache::initCrypto(); // (the entries' signatures: OpenSSL frees its state at exit)
     std::atexit([] { instance().shutdown(); });
   }
 
