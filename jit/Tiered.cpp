@@ -183,7 +183,7 @@ public:
     static TierCompiler *t = [] {
       auto *p = new TierCompiler(); // never destroyed: the atexit handler stops its thread
       cache::initCrypto();          // OpenSSL's exit handler then runs after ours
-      std::atexit([] { instance().shutdown(); });
+      registerExitHandler();
       return p;
     }();
     return *t;
@@ -227,9 +227,26 @@ private:
   // atexit handlers run in reverse order of registration, interleaved with the destructors
   // of statics constructed before them, so the worker makes the singletons it uses first and
   // registers the handler again before each job (every job after the statics it needs).
+  // A compile in flight when the process exits may be inside LLVM code generation, far from
+  // its next cancellation check, while exit() destroys statics that the compile first used
+  // after this handler was registered (so their destructors ran before it). Such a process
+  // ends here at once, with its exit status and flushed stdio, without running the remaining
+  // exit handlers and destructors under the compile; an idle thread is joined as usual.
   static void registerExitHandler() {
     cache::initCrypto(); // (the entries' signatures: OpenSSL frees its state at exit)
-    std::atexit([] { instance().shutdown(); });
+    on_exit([](int status, void *) { instance().atExit(status); }, nullptr);
+  }
+
+  void atExit(int status) {
+    bool compiling = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compiling = busy_ && owner_ == getpid();
+    }
+    if (!compiling) return shutdown();
+    cancel_.store(true, std::memory_order_release);
+    std::fflush(nullptr);
+    _exit(status);
   }
 
   void loop() {
