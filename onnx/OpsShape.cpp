@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "onnx/Program.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::onnx {
 
@@ -48,7 +49,10 @@ Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis, bool nonNegative = 
 
 // n as a traced value (the sum of n ones) rather than a number in the graph: under dynamic
 // shapes it follows the symbolic size instead of fixing it
-Tensor sizeValue(int64_t n) { return sum(Tensor::ones({n}, DType::i64)); }
+// n as a traced 0-dim i64 value whose lowering loops over n (so that n stays a symbolic size):
+// a sum of a constant would be lowered to value * n with n a literal (BuildKernels'
+// reduceInvariant), which pins the size
+Tensor sizeValue(int64_t n) { return sum(ge(Tensor::arange(n), 0).to(DType::i64)); }
 
 Tensor fixNegative(Tensor idx, int64_t n, bool nonNegative) {
   if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
@@ -397,10 +401,14 @@ void addShapeOps(OpTable &t) {
         Tensor v = c.attrTensor("value");
         if (!v.defined()) return one(Tensor::zeros(shape));
         if (v.numel() != 1) c.fail("value must hold one element");
-        if (isFloating(v.dtype()))
-          return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
-        return one(Tensor::full(
-            shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]), v.dtype()));
+        double fill = 0;
+        {
+          TracerPause pause; // the attribute is a host constant: reading it is no graph break
+          fill = isFloating(v.dtype())
+                     ? v.to(DType::f64).item()
+                     : static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]);
+        }
+        return one(Tensor::full(shape, fill, v.dtype()));
       },
       true);
   op("Constant", [](OpContext &c) { return one(constantOp(c)); });
