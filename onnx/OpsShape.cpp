@@ -49,10 +49,7 @@ Tensor gatherAxis(const Tensor &x, Tensor idx, int64_t axis, bool nonNegative = 
 
 // n as a traced value (the sum of n ones) rather than a number in the graph: under dynamic
 // shapes it follows the symbolic size instead of fixing it
-// n as a traced 0-dim i64 value whose lowering loops over n (so that n stays a symbolic size):
-// a sum of a constant would be lowered to value * n with n a literal (BuildKernels'
-// reduceInvariant), which pins the size
-Tensor sizeValue(int64_t n) { return sum(ge(Tensor::arange(n), 0).to(DType::i64)); }
+Tensor sizeValue(int64_t n) { return sum(Tensor::ones({n}, DType::i64)); }
 
 Tensor fixNegative(Tensor idx, int64_t n, bool nonNegative) {
   if (!isIntegral(idx.dtype())) idx = idx.to(DType::i64);
