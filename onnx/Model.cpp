@@ -1,6 +1,7 @@
 // rcjit::onnx::Model: parameters registered under the file's names, and the interpreter
 // that runs the graph node by node through rcjit's ops (one region per layer run).
 #include <algorithm>
+#include <optional>
 
 #include <rcjit/Compile.h>
 #include <rcjit/Onnx.h>
@@ -193,6 +194,10 @@ std::vector<int64_t> OpContext::ints(size_t i) const {
   if (!has(i)) fail("input " + std::to_string(i) + " is missing");
   const Value &v = *ins[i];
   Tensor x = v.c.defined() ? v.c : v.t;
+  // a host value (from sizes and constants) is read with the tracer paused: it may have
+  // been captured by a traced op already, and reading it is no graph break
+  std::optional<TracerPause> pause;
+  if (v.c.defined()) pause.emplace();
   if (!isIntegral(x.dtype()) && x.dtype() != DType::boolean) {
     fail("input " + std::to_string(i) + " must be integer, got " +
          std::string(dtypeName(x.dtype())));
@@ -204,6 +209,8 @@ double OpContext::scalar(size_t i) const {
   if (!has(i)) fail("input " + std::to_string(i) + " is missing");
   const Value &v = *ins[i];
   Tensor x = v.c.defined() ? v.c : v.t;
+  std::optional<TracerPause> pause;
+  if (v.c.defined()) pause.emplace();
   if (x.numel() != 1) fail("input " + std::to_string(i) + " must hold one value");
   return x.item();
 }
@@ -212,6 +219,7 @@ bool OpContext::knownNonNegative(size_t i) const {
   if (!has(i) || !ins[i]->c.defined()) return false;
   const Tensor &c = ins[i]->c;
   if (!isIntegral(c.dtype()) || c.numel() > (1 << 20)) return false;
+  TracerPause pause;
   for (int64_t v : c.to_vector<int64_t>()) {
     if (v < 0) return false;
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "onnx/Program.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::onnx {
 
@@ -12,7 +13,10 @@ using TT = Tensor (*)(const Tensor &, const Tensor &);
 using TS = Tensor (*)(const Tensor &, Scalar);
 using ST = Tensor (*)(Scalar, const Tensor &);
 
+// c is a host constant (OpContext::isScalarConst): read it with the tracer paused, since a
+// conversion of it would otherwise be a traced op and its read a graph break
 Scalar scalarOf(const Tensor &c) {
+  TracerPause pause;
   if (isFloating(c.dtype())) return Scalar(c.to(DType::f64).item());
   return Scalar(static_cast<int64_t>(c.to(DType::i64).to_vector<int64_t>().at(0)));
 }

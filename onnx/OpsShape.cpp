@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "onnx/Program.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::onnx {
 
@@ -397,10 +398,14 @@ void addShapeOps(OpTable &t) {
         Tensor v = c.attrTensor("value");
         if (!v.defined()) return one(Tensor::zeros(shape));
         if (v.numel() != 1) c.fail("value must hold one element");
-        if (isFloating(v.dtype()))
-          return one(Tensor::full(shape, v.to(DType::f64).item(), v.dtype()));
-        return one(Tensor::full(
-            shape, static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]), v.dtype()));
+        double fill = 0;
+        {
+          TracerPause pause; // the attribute is a host constant: reading it is no graph break
+          fill = isFloating(v.dtype())
+                     ? v.to(DType::f64).item()
+                     : static_cast<double>(v.to(DType::i64).to_vector<int64_t>()[0]);
+        }
+        return one(Tensor::full(shape, fill, v.dtype()));
       },
       true);
   op("Constant", [](OpContext &c) { return one(constantOp(c)); });
