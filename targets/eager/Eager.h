@@ -32,5 +32,7 @@ Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const 
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).
 void copyInto(const Tensor &dst, const Tensor &src);
+/// t itself where it is contiguous and of dtype dt, else a contiguous copy converted to dt.
+Tensor contiguousAs(const Tensor &t, DType dt);
 
 } // namespace rcjit::eager

@@ -22,13 +22,6 @@ namespace {
 
 constexpr int64_t kChunkFloats = int64_t{1} << 23; // a chunk's logits: 32 MiB of f32
 
-Tensor contiguousAs(const Tensor &t, DType dt) {
-  if (t.dtype() == dt && t.is_contiguous()) return t;
-  Tensor c = detail::makeTensor(t.shape(), dt);
-  copyInto(c, t);
-  return c;
-}
-
 template <class C> C *ptr(const Tensor &t) { return reinterpret_cast<C *>(t.impl()->ptr()); }
 
 // x [R, K] rows, w [N, K], target [R] as i64.

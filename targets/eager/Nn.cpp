@@ -17,6 +17,14 @@
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::eager {
+
+Tensor contiguousAs(const Tensor &t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t;
+  Tensor c = detail::makeTensor(t.shape(), dt);
+  copyInto(c, t);
+  return c;
+}
+
 namespace {
 
 /// Work (in elements touched) below which a kernel stays on one thread.
@@ -69,13 +77,6 @@ template <class F> void dispatchFloating(DType t, const char *op, F &&f) {
   }
   throw Error(std::string(op) + ": dtype " + std::string(dtypeName(t)) +
               " is not supported (floating dtypes only)");
-}
-
-Tensor contiguousAs(const Tensor &t, DType dt) {
-  if (t.dtype() == dt && t.is_contiguous()) return t;
-  Tensor c = detail::makeTensor(t.shape(), dt);
-  copyInto(c, t);
-  return c;
 }
 
 template <class S> const S *elems(const Tensor &t) {
