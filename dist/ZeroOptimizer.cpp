@@ -109,6 +109,7 @@ struct ZeroOptimizer::Impl {
   // Stages 1 and 2 compiled with the zero1 / zero2 pass: the parameters declared sharded (so
   // the compiled backward reduce-scatters into the slices), and step()'s part for that case
   void declareSharded();
+  ShardedParameter shardInfo(size_t i, const ZeroMember &mem, int stage) const;
   bool compiledGradients() const;
   void stepSlices();
   // Stages 1 and 2, after each unit's update: its slice all-gathered, all in flight at once
@@ -383,6 +384,22 @@ void ZeroOptimizer::Impl::release(size_t i) {
   u.present = false;
 }
 
+// What shard_parameter records of member `mem` of unit i at ZeRO stage `stage`.
+ShardedParameter ZeroOptimizer::Impl::shardInfo(size_t i, const ZeroMember &mem, int stage) const {
+  const ZeroUnit &u = units[i];
+  ShardedParameter info;
+  info.name = mem.name;
+  info.unit = static_cast<int>(i);
+  info.offset = mem.offset;
+  info.unit_numel = u.numel;
+  info.shape = mem.shape;
+  info.shard = u.slice;
+  info.world_size = world;
+  info.rank = rank;
+  info.stage = stage;
+  return info;
+}
+
 void ZeroOptimizer::Impl::installPlaceholders() {
   for (size_t i = 0; i < units.size(); ++i) {
     ZeroUnit &u = units[i];
@@ -392,17 +409,7 @@ void ZeroOptimizer::Impl::installPlaceholders() {
         detail::releaseStorage(t);
         t.requires_grad_(true);
         mem.placeholder = t;
-        ShardedParameter info;
-        info.name = mem.name;
-        info.unit = static_cast<int>(i);
-        info.offset = mem.offset;
-        info.unit_numel = u.numel;
-        info.shape = mem.shape;
-        info.shard = u.slice;
-        info.world_size = world;
-        info.rank = rank;
-        info.stage = 3;
-        shard_parameter(t, std::move(info));
+        shard_parameter(t, shardInfo(i, mem, 3));
       }
       for (Tensor *slot : mem.slots) *slot = mem.placeholder;
     }
@@ -548,19 +555,8 @@ void ZeroOptimizer::Impl::finishGathers(std::vector<Work> &gathers) {
 void ZeroOptimizer::Impl::declareSharded() {
   for (size_t i = 0; i < units.size(); ++i) {
     const ZeroUnit &u = units[i];
-    for (const ZeroMember &mem : u.members) {
-      ShardedParameter info;
-      info.name = mem.name;
-      info.unit = static_cast<int>(i);
-      info.offset = mem.offset;
-      info.unit_numel = u.numel;
-      info.shape = mem.shape;
-      info.shard = u.slice;
-      info.world_size = world;
-      info.rank = rank;
-      info.stage = stage;
-      shard_parameter(*mem.slots.front(), std::move(info));
-    }
+    for (const ZeroMember &mem : u.members)
+      shard_parameter(*mem.slots.front(), shardInfo(i, mem, stage));
   }
 }
 

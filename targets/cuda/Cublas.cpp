@@ -78,18 +78,7 @@ const CublasLoad &processCublas() {
 
 CublasLoad probeCublas(const std::string &library) {
   CublasLoad out;
-  out.library = library;
-  out.handle = openLibrary(library, out.reason);
-  if (!out.handle) return out;
-  std::string missing;
-  resolveAll(out.handle, out.api, missing);
-  if (!missing.empty()) {
-    out.reason = library + ": missing entry point" +
-                 (missing.find(',') == std::string::npos ? " " : "s ") + missing +
-                 " (not cuBLAS, or one older than rcjit supports)";
-    out.api = CublasApi{};
-    return out;
-  }
+  if (!openAndResolve(out, library, resolveAll, "cuBLAS")) return out;
   int major = 0, minor = 0, patch = 0;
   if (out.api.getProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
       out.api.getProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&

@@ -58,6 +58,25 @@ void *openLibrary(const std::string &library, std::string &reason);
 /// Resolves `name` in `lib` into `slot`; appends the name to `missing` (comma separated) when
 /// the library lacks it.
 void resolveSymbol(void *lib, const char *name, void *&slot, std::string &missing);
+
+/// What the probes of cuBLAS and NCCL share: opens `library` into `out` (a struct with
+/// library, handle, api and reason members) and resolves its entry points with
+/// resolve(handle, api, missing). False with out.reason set and out.api empty where the library
+/// is missing or lacks an entry point; `what` names the library in that message.
+template <class Load, class Resolve>
+bool openAndResolve(Load &out, const std::string &library, Resolve resolve, const char *what) {
+  out.library = library;
+  out.handle = openLibrary(library, out.reason);
+  if (!out.handle) return false;
+  std::string missing;
+  resolve(out.handle, out.api, missing);
+  if (missing.empty()) return true;
+  out.reason = library + ": missing entry point" +
+               (missing.find(',') == std::string::npos ? " " : "s ") + missing + " (not " + what +
+               ", or one older than rcjit supports)";
+  out.api = decltype(out.api){};
+  return false;
+}
 template <class Fn> void resolve(void *lib, const char *name, Fn &slot, std::string &missing) {
   void *p = nullptr;
   resolveSymbol(lib, name, p, missing);

@@ -201,18 +201,7 @@ const bool installed = [] {
 
 NcclLoad probeNccl(const std::string &library) {
   NcclLoad out;
-  out.library = library;
-  out.handle = openLibrary(library, out.reason);
-  if (!out.handle) return out;
-  std::string missing;
-  resolveAll(out.handle, out.api, missing);
-  if (!missing.empty()) {
-    out.reason = library + ": missing entry point" +
-                 (missing.find(',') == std::string::npos ? " " : "s ") + missing +
-                 " (not NCCL 2, or one older than rcjit supports)";
-    out.api = NcclApi{};
-    return out;
-  }
+  if (!openAndResolve(out, library, resolveAll, "NCCL 2")) return out;
   int v = 0;
   if (out.api.getVersion(&v) == kSuccess) out.version = v;
   return out;
