@@ -54,8 +54,6 @@ Tensor power(OpContext &c) {
 
 Tensor boolInts(const Tensor &x) { return x.to(DType::i32); }
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
-
 Tensor variadic(OpContext &c, TT f) {
   Tensor acc = c.in(0);
   for (size_t i = 1; i < c.size(); ++i) acc = f(acc, c.in(i));

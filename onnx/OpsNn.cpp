@@ -8,8 +8,6 @@ namespace rcjit::onnx {
 
 namespace {
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
-
 Tensor gemmOp(OpContext &c) {
   Tensor a = c.in(0), b = c.in(1);
   double alpha = c.attrFloat("alpha", 1.0), beta = c.attrFloat("beta", 1.0);

@@ -12,8 +12,6 @@ namespace rcjit::onnx {
 
 namespace {
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
-
 int64_t clampIndex(int64_t i, int64_t n) { return std::min(std::max(i, int64_t(0)), n); }
 
 // x gathered along `axis` by integer indices (negative ones count from the end): the

@@ -114,6 +114,9 @@ struct OpContext {
   int64_t axis(int64_t a, int64_t rank) const;
 };
 
+/// An op's single output as the list an OpFn returns.
+inline std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
+
 /// Registration of each group of ops (onnx/Ops*.cpp).
 using OpTable = std::vector<std::pair<std::string, OpInfo>>;
 void addElementwiseOps(OpTable &t);
