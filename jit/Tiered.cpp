@@ -182,8 +182,12 @@ public:
   static TierCompiler &instance() {
     static TierCompiler *t = [] {
       auto *p = new TierCompiler(); // never destroyed: the atexit handler stops its thread
-      cache::initCrypto();          // OpenSSL's exit handler then runs after ours
-      registerExitHandler();
+      // the singletons the thread uses, made here on the calling thread before the handler
+      // is registered, so that their destructors run after it has joined the thread
+      WorkPool::instance();
+      cache::ObjectStore::instance();
+      cpu::hostCodegenId(); // starts the process's JIT
+      registerExitHandler(); // (also initializes OpenSSL first)
       return p;
     }();
     return *t;
@@ -251,9 +255,6 @@ private:
 
   void loop() {
     omp_set_num_threads(1); // the work pool and oneDNN stay the calls'
-    WorkPool::instance();
-    cache::ObjectStore::instance();
-    cpu::hostCodegenId(); // starts the process's JIT
     CancelScope cancel(cancel_);
     for (;;) {
       Job j;
