@@ -41,7 +41,7 @@ asan() {
   ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:strict_string_checks=1" \
   LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp" \
-    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -LE 'gpu|mpi'
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -LE 'gpu|mpi|multihost'
 }
 
 tsan() {
