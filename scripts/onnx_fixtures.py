@@ -21,8 +21,11 @@ hold the inputs as `<input>.npy` and onnxruntime's outputs as `expected/<output>
 Both models use `attn_implementation="eager"` (the explicit MatMul/Softmax attention); the
 default "sdpa" path exports too (see --sdpa) but is not what the fixtures hold.
 
-    /work/peer-venv/bin/python scripts/onnx_fixtures.py            # writes tests/data/onnx
-    /work/peer-venv/bin/python scripts/onnx_fixtures.py --out DIR --layers 12 --hidden 768 \\
+Needs `pip install torch transformers onnx onnxscript onnxruntime numpy` (the fixtures were
+made with torch 2.15, transformers 5.24, onnx 1.23, onnxruntime 1.32).
+
+    python3 scripts/onnx_fixtures.py            # writes tests/data/onnx
+    python3 scripts/onnx_fixtures.py --out DIR --layers 12 --hidden 768 \\
         --heads 12 --intermediate 3072 --vocab 30522 --only bert   # a BERT-base-like encoder
 """
 import argparse

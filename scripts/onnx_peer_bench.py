@@ -16,7 +16,7 @@ each model and shape runs interleaved rounds of:
 and prints min and median over rounds of each figure (ms). Not a test and not a dependency:
 run by hand with the venv that has torch, transformers, onnx and onnxruntime, e.g.
 
-    /work/peer-venv/bin/python scripts/onnx_peer_bench.py --rcjit build/rcjit \\
+    python3 scripts/onnx_peer_bench.py --rcjit build/rcjit \\
         --models bert-4,gpt2-4 --shapes 1x128,8x128 --rounds 3 --reps 10
 """
 import argparse

@@ -8,7 +8,7 @@ median of the rounds' minima, in ms, and GFLOP/s at the minimum. PyTorch runs in
 process; the others are `gemm_libs` binaries (bench/gemm_libs.cpp) run as subprocesses, one
 per candidate and round. Not a test and not a dependency of anything; run by hand, e.g.
 
-    OMP_NUM_THREADS=2 /work/peer-venv/bin/python scripts/peer_gemm.py --dtype f32,bf16 \\
+    OMP_NUM_THREADS=2 python3 scripts/peer_gemm.py --dtype f32,bf16 \\
         --bin rcjit=build/bench/gemm_libs:rcjit --bin dnnl2.6=build/bench/gemm_libs:dnnl
 
 --bin NAME=PATH:LIB adds a candidate (LIB is gemm_libs' first argument: dnnl, dnnl-packed,
