@@ -324,8 +324,11 @@ std::string markerKey(const CompileRequest &r) {
 
 bool tieredEnabled(const CompileOptions &o) {
   static const bool env = envFlag("RCJIT_TIERED", true);
+  // A rank under mpirun compiles untiered: a process that exits inside a background compile
+  // ends at once (see atExit), which would skip MPI_Finalize and fail the whole job.
+  static const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK");
   // max_autotune asks for the fastest code, timed on the first call: not tiered
-  return o.tiered && env && o.target == Target::cpu && !o.max_autotune;
+  return o.tiered && env && !launched && o.target == Target::cpu && !o.max_autotune;
 }
 
 bool tiersRequest(const CompileRequest &r) {
