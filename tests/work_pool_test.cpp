@@ -645,7 +645,9 @@ TEST(PackedWeights, CountedInMemoryStatsApartFromTensorBytes) {
   Tensor x = Tensor::randn({64, 512}, 15);
   const int64_t base = memory_stats().packed_weight_bytes;
   {
-    auto cf = compile([&](const Tensor &in) { return relu(linear(in, w, b)); });
+    CompileOptions untiered;
+    untiered.tiered = false; // one program: a tier switch would pack the weight afresh
+    auto cf = compile([&](const Tensor &in) { return relu(linear(in, w, b)); }, untiered);
     OmpThreads one(1); // not split: the weight is packed on its second sighting
     cf(x);
     EXPECT_EQ(memory_stats().packed_weight_bytes, base) << "seen once: not packed yet";
