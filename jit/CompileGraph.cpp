@@ -278,8 +278,10 @@ public:
   bool lower(bool stopAfterFuse) {
     const size_t ns = r_.samples.size();
     lowered_.resize(ns);
+    LowerOptions opts = target_.lower;
+    opts.symbolic = ns > 1;
     for (size_t k = 0; k < ns; ++k) {
-      LowerSteps lower(res_.graphs[k], r_.samples[k].strides, target_.lower);
+      LowerSteps lower(res_.graphs[k], r_.samples[k].strides, opts);
       if (k > 0) {
         lower.fuse();
         lower.buildKernels();

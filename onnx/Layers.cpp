@@ -1,4 +1,5 @@
 // Finding the repeated layers of an exported model from the module scopes exporters record.
+#include <algorithm>
 #include <unordered_map>
 
 #include "onnx/Program.h"
@@ -56,7 +57,17 @@ std::vector<std::string> split(const std::string &s, char sep) {
   }
 }
 
-std::string scopeOfNode(const Node &n, const Program &p) {
+// The layer of a node from the scopes its exporter recorded: the dynamo exporter's
+// name_scopes / namespace metadata, else a TorchScript node name ("/encoder/layer.0/...").
+// A node whose recorded scope is outside every layer ("transformer.ln_f") is in none, even
+// when it reads a layer's parameter: exporters share identical initializers between modules
+// (GPT-2's final LayerNorm reads "transformer.h.0.ln_1.weight" when the values are equal).
+// Only a node with no recorded scope is placed by the parameters it reads, and only when it
+// computes on something else too (an Identity of a weight aliases it for another module).
+// `known`: the node's place comes from a recorded scope (it is not a gap to fill).
+std::string scopeOfNode(const Node &n, const Program &p, bool &known) {
+  bool scoped = false;
+  known = true;
   for (const auto &[k, v] : n.d.metadata) {
     if (k == "pkg.torch.onnx.name_scopes") {
       std::string body = v;
@@ -64,6 +75,7 @@ std::string scopeOfNode(const Node &n, const Program &p) {
       if (!body.empty() && body.back() == ']') body.pop_back();
       std::string l = layerOfPath(joinScopes(split(body, ',')));
       if (!l.empty()) return l;
+      scoped = true;
     }
   }
   for (const auto &[k, v] : n.d.metadata) {
@@ -72,6 +84,7 @@ std::string scopeOfNode(const Node &n, const Program &p) {
       for (const std::string &part : split(v, '/')) parts.push_back(part.substr(0, part.find(':')));
       std::string l = layerOfPath(joinScopes(parts));
       if (!l.empty()) return l;
+      scoped = true;
     }
   }
   if (!n.d.name.empty() && n.d.name.front() == '/') { // "/encoder/layer.0/attention/MatMul"
@@ -79,7 +92,21 @@ std::string scopeOfNode(const Node &n, const Program &p) {
     parts.pop_back();
     std::string l = layerOfPath(joinScopes(parts));
     if (!l.empty()) return l;
+    scoped = scoped || !parts.empty();
   }
+  if (scoped) return "";
+  known = false;
+  auto initializer = [&](int v) {
+    for (const auto &[id, t] : p.parameters) {
+      if (id == v) return true;
+    }
+    for (const auto &[id, t] : p.constants) {
+      if (id == v) return true;
+    }
+    return false;
+  };
+  if (std::all_of(n.in.begin(), n.in.end(), [&](int v) { return v < 0 || initializer(v); }))
+    return "";
   for (int v : n.in) { // a parameter "encoder.layer.0.attention.self.query.weight"
     if (v < 0) continue;
     for (size_t i = 0; i < p.parameters.size(); ++i) {
@@ -97,17 +124,23 @@ std::string scopeOfNode(const Node &n, const Program &p) {
 std::vector<std::string> findLayers(const Program &p) {
   size_t n = p.nodes.size();
   std::vector<std::string> layer(n);
-  for (size_t i = 0; i < n; ++i) layer[i] = scopeOfNode(p.nodes[i], p);
+  std::vector<bool> known(n);
+  for (size_t i = 0; i < n; ++i) {
+    bool k = false;
+    layer[i] = scopeOfNode(p.nodes[i], p, k);
+    known[i] = k;
+  }
   // a node without a scope between two nodes of one layer (a Constant, a shape helper)
-  // belongs to it, so that the layer stays one region
+  // belongs to it, so that the layer stays one region; a node recorded outside every layer
+  // (the embeddings) is no gap
   std::string prev;
   for (size_t i = 0; i < n; ++i) {
-    if (!layer[i].empty()) {
+    if (!layer[i].empty() || known[i]) {
       prev = layer[i];
       continue;
     }
     size_t j = i;
-    while (j < n && layer[j].empty()) ++j;
+    while (j < n && layer[j].empty() && !known[j]) ++j;
     if (j < n && !prev.empty() && layer[j] == prev) {
       for (size_t k = i; k < j; ++k) layer[k] = prev;
     }

@@ -19,6 +19,7 @@ namespace {
 // the element type, reassociated), then into an f64 total: accurate for ~1e9 points.
 constexpr int64_t kSumBlock = 4096;
 
+// a * b; both without an added constant (mergeable() says so)
 SizeExpr mulSize(SizeExpr a, const SizeExpr &b) {
   a.c *= b.c;
   a.syms.insert(a.syms.end(), b.syms.begin(), b.syms.end());
@@ -32,9 +33,13 @@ SizeExpr canonical(SizeExpr e) {
   return e;
 }
 
-// Dims [d, d+1] merge when every tensor's stride of d equals stride(d+1) * size(d+1).
+// Dims [d, d+1] merge when every tensor's stride of d equals stride(d+1) * size(d+1); a
+// size or stride with an added constant (s - 1) keeps its dims apart: products of such
+// sums are not SizeExprs.
 bool canMerge(const LoopKernel &k, size_t d) {
+  if (k.domain[d].add != 0 || k.domain[d + 1].add != 0) return false;
   for (const KernelTensor &t : k.tensors) {
+    if (t.strides[d].add != 0 || t.strides[d + 1].add != 0) return false;
     if (canonical(t.strides[d]) != canonical(mulSize(t.strides[d + 1], k.domain[d + 1]))) {
       return false;
     }
@@ -309,7 +314,15 @@ void KernelBody::analyze() {
 Value *KernelBody::size(const SizeExpr &e) {
   Value *v = b_.getInt64(e.c);
   for (int32_t s : e.syms) v = b_.CreateMul(v, syms_.at(s));
-  return v;
+  return e.add != 0 ? b_.CreateAdd(v, b_.getInt64(e.add)) : v;
+}
+
+Value *KernelBody::innerCount() {
+  Value *count = b_.getInt64(1);
+  for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
+    count = b_.CreateMul(count, size(k_.domain[d]));
+  }
+  return count;
 }
 
 std::vector<Value *> KernelBody::unflatten(Value *flat, int first, int end) {
@@ -362,6 +375,7 @@ Value *KernelBody::emitStmt(int s, const Values &idx, const Values &vals) {
   const KernelStmt &st = k_.stmts[s];
   if (st.kind == K::load) return emitLoad(st.tensor, idx);
   if (st.kind == K::constant) return emitConstant(b_, st.value, st.dtype);
+  if (st.kind == K::count) return emitCompute(b_, OpKind::cast, st.dtype, {innerCount()}, {DType::i64});
   std::vector<Value *> args;
   std::vector<DType> types;
   for (int a : st.args) {
@@ -534,10 +548,7 @@ void KernelBody::emitPass(int pass, Values &idx, Values &vals) {
     totals = emitInnerLoops(k_.numOuter, idx, vals, needed, reds, totals, blocked);
   }
   idx.resize(k_.numOuter);
-  Value *count = b_.getInt64(1);
-  for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
-    count = b_.CreateMul(count, size(k_.domain[d]));
-  }
+  Value *count = innerCount();
   for (const Reduction &r : reds) {
     vals[r.stmt] = r.finish(b_, totals, count, k_.stmts[r.stmt].dtype);
   }

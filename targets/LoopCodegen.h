@@ -77,6 +77,8 @@ public:
   const LoopKernel &kernel() const { return k_; }
   /// The i64 value of a size or stride, at the builder's point.
   llvm::Value *size(const SizeExpr &e);
+  /// The i64 number of inner points (the product of the inner dims' sizes).
+  llvm::Value *innerCount();
   /// Splits a flat row-major index over domain dims [first, end) into one index per dim.
   std::vector<llvm::Value *> unflatten(llvm::Value *flat, int first, int end);
   /// Makes emitPoint split each point over lanes (see LaneSplit); call before emitPoint.

@@ -13,7 +13,7 @@ namespace rcjit {
 int64_t evalSize(const SizeExpr &e, const int64_t *syms) {
   int64_t v = e.c;
   for (int32_t s : e.syms) v *= syms[s];
-  return v;
+  return v + e.add;
 }
 
 int64_t LoopKernel::outerSize(const int64_t *syms) const {
@@ -28,6 +28,7 @@ std::string sizeStr(const SizeExpr &e) {
   std::string out;
   if (e.c != 1 || e.syms.empty()) out = std::to_string(e.c);
   for (int32_t s : e.syms) out += (out.empty() ? "s" : "*s") + std::to_string(s);
+  if (e.add != 0) out += (e.add > 0 ? "+" : "") + std::to_string(e.add);
   return out;
 }
 
@@ -53,6 +54,8 @@ void printStmt(std::ostringstream &os, const KernelStmt &s, size_t i) {
     os << "constant " << s.value;
   else if (s.kind == K::store)
     os << "store t" << s.tensor << ",";
+  else if (s.kind == K::count)
+    os << "count";
   else
     os << opName(s.op);
   for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", %" : " %") << s.args[a];

@@ -26,12 +26,14 @@
 namespace rcjit {
 
 /// A size or stride: c * product of the symbolic sizes named in `syms` (indices into
-/// the kernel's runtime size array). Static shapes have no syms.
+/// the kernel's runtime size array), plus `add` (a slice's `s - 1`). Static shapes have no
+/// syms and add 0.
 struct SizeExpr {
   int64_t c = 1;
   std::vector<int32_t> syms;
+  int64_t add = 0;
   bool isConstant() const { return syms.empty(); }
-  static SizeExpr constant(int64_t v) { return {v, {}}; }
+  static SizeExpr constant(int64_t v) { return {v, {}, 0}; }
   friend bool operator==(const SizeExpr &, const SizeExpr &) = default;
 };
 
@@ -51,6 +53,8 @@ struct KernelStmt {
     compute,  // op (a Unary/Binary/Compare/Where op or cast) applied to args
     reduce,   // op in {sum, mean, amax, argmax} over the inner dims of args[0]
     store,    // writes args[0] to tensors[tensor] (at inner level if args[0] is)
+    count,    // the number of inner points (the product of the inner dims' sizes) as `dtype`:
+              // a reduction's count that follows symbolic sizes instead of fixing them
   };
   Kind kind = Kind::compute;
   OpKind op = OpKind::add;

@@ -22,6 +22,9 @@ namespace rcjit {
 
 struct LowerOptions {
   bool fuseLibraryEpilogues = true; // oneDNN post-ops (CPU); off for targets without them
+  // one sample of a symbolic program: no fusion choice may depend on a size that can vary
+  // (the tiny-domain join applies to single elements only), so every sample lowers alike
+  bool symbolic = false;
 };
 
 namespace lowering {

@@ -77,8 +77,7 @@ struct SymSource {
 /// forEachSizeField visits them) whose value depends on the symbols.
 struct SymField {
   int32_t field = 0;
-  SizeExpr expr;
-  int64_t add = 0; // the field is expr + add
+  SizeExpr expr; // with its `add`: an offset or length like s - 1
 };
 
 /// The symbolic sizes of a program. Empty for a static program. Kernels use the symbols

@@ -145,8 +145,7 @@ bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<i
 }
 
 bool fitSizePlus(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
-                 SizeExpr &out, int64_t &add) {
-  add = 0;
+                 SizeExpr &out) {
   if (fitSize(values, syms, out)) return true;
   if (values.size() < 3) return false; // two unknowns: a third sample must confirm them
   for (const std::vector<int> &e : exponentVectors(syms[0].size())) {
@@ -158,7 +157,7 @@ bool fitSizePlus(const std::vector<int64_t> &values, const std::vector<std::vect
     for (size_t s = 2; s < values.size() && ok; ++s) ok = c * monomial(e, syms[s]) + b == values[s];
     if (!ok) continue;
     out = exprOf(c, e);
-    add = b;
+    out.add = b;
     return true;
   }
   return false;
@@ -201,7 +200,7 @@ bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out,
     if (!varies) continue;
     SymField field;
     field.field = static_cast<int32_t>(f);
-    if (!fitSizePlus(values, syms, field.expr, field.add)) {
+    if (!fitSizePlus(values, syms, field.expr)) {
       return fail("a size of the program", "a constant plus a constant times a product of sizes");
     }
     out.symbols.fields.push_back(field);
@@ -212,9 +211,9 @@ bool fitSymbolicProgram(const std::vector<ProgramSample> &samples, Program &out,
     std::vector<SizeExpr *> target = kernelSizes(out.kernels[k]);
     for (size_t f = 0; f < target.size(); ++f) {
       for (size_t s = 0; s < samples.size(); ++s) values[s] = sizes[s][f]->c;
-      if (!fitSize(values, syms, *target[f])) {
+      if (!fitSizePlus(values, syms, *target[f])) {
         return fail("a size of kernel " + out.kernels[k].name,
-                    "a constant times a product of sizes");
+                    "a constant plus a constant times a product of sizes");
       }
     }
   }
@@ -229,7 +228,7 @@ Program specializeProgram(const Program &p, const int64_t *syms) {
   out.outputs = p.outputs;
   out.numInputs = p.numInputs;
   std::vector<int64_t *> fields = sizeFields(out);
-  for (const SymField &f : p.symbols.fields) *fields[f.field] = evalSize(f.expr, syms) + f.add;
+  for (const SymField &f : p.symbols.fields) *fields[f.field] = evalSize(f.expr, syms);
   planArena(out);
   return out;
 }

@@ -32,10 +32,10 @@ struct ProgramSample {
 bool fitSize(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
              SizeExpr &out);
 
-/// Like fitSize, or else c * product + add (an offset or length like s - 1 or s + 4), solved
-/// from the first two samples and confirmed by the others (at least three).
+/// Like fitSize, or else c * product + out.add (an offset or length like s - 1 or s + 4),
+/// solved from the first two samples and confirmed by the others (at least three).
 bool fitSizePlus(const std::vector<int64_t> &values, const std::vector<std::vector<int64_t>> &syms,
-                 SizeExpr &out, int64_t &add);
+                 SizeExpr &out);
 
 /// The symbolic program of samples (at least three; samples[0] at the trace-time sizes,
 /// whose numbers the result keeps). Fills out.symbols.fields and the kernels' SizeExprs;

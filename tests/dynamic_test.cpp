@@ -201,17 +201,17 @@ TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
   EXPECT_EQ(e.c, 2);
   EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 0}));
   EXPECT_FALSE(fitSize({512, 1331, 2197}, syms, e)); // s0 ^ 3
-  int64_t add = 0;
-  ASSERT_TRUE(fitSizePlus({9, 12, 14}, syms, e, add)); // s0 + 1
+  ASSERT_TRUE(fitSizePlus({9, 12, 14}, syms, e)); // s0 + 1
   EXPECT_EQ(e.c, 1);
   EXPECT_EQ(e.syms, std::vector<int32_t>{0});
-  EXPECT_EQ(add, 1);
-  ASSERT_TRUE(fitSizePlus({7 * 64, 10 * 64, 12 * 64}, syms, e, add)); // (s0 - 1) * 64
+  EXPECT_EQ(e.add, 1);
+  ASSERT_TRUE(fitSizePlus({7 * 64, 10 * 64, 12 * 64}, syms, e)); // (s0 - 1) * 64
   EXPECT_EQ(e.c, 64);
-  EXPECT_EQ(add, -64);
-  ASSERT_TRUE(fitSizePlus({64, 88, 104}, syms, e, add)); // products need no constant
-  EXPECT_EQ(add, 0);
-  EXPECT_FALSE(fitSizePlus({9, 12, 15}, syms, e, add)); // the third sample disagrees
+  EXPECT_EQ(e.add, -64);
+  EXPECT_EQ(evalSize(e, std::vector<int64_t>{8, 1}.data()), 7 * 64);
+  ASSERT_TRUE(fitSizePlus({64, 88, 104}, syms, e)); // products need no constant
+  EXPECT_EQ(e.add, 0);
+  EXPECT_FALSE(fitSizePlus({9, 12, 15}, syms, e)); // the third sample disagrees
 }
 
 // The built-in decoders with a marked sequence dim: one compile serves every length
@@ -276,6 +276,46 @@ TEST(Dynamic, LastTokenSliceServesEveryLength) {
     EXPECT_TRUE(allclose(cf(x), f(x), 1e-5, 1e-6)) << n;
   }
   EXPECT_EQ(cf.stats().compiles, 2) << cf.explain(); // static first, then symbolic
+}
+
+// What an imported ONNX graph does with sizes, in plain ops, under Dynamic::always: a size
+// used as a value (the sum of n ones: a reduction of a value that is the same at every
+// point, whose count must follow the symbol, not be a literal), a shifted slice whose loop
+// runs over s - 1 (a row: a product of a symbol and s - 1 is not a fitted size yet), and two small independent elementwise groups that a first call of 2x5
+// (10 elements) would join into one tiny kernel where larger sizes do not. Each compiles
+// once for every size, equal to eager.
+TEST(Dynamic, SizeValuesShiftedSlicesAndTinyFirstShapesCompileOnce) {
+  CompileOptions o;
+  o.dynamic = Dynamic::always;
+  auto sizes = [](const Tensor &x) {
+    Tensor n = sum(Tensor::ones({x.size(0)}, DType::i64)); // x.size(0) as a traced value
+    return x * n.to(DType::f32) + sum(x, {0}, true);
+  };
+  auto shifted = [](const Tensor &x) {
+    int64_t n = x.size(1);
+    return slice(x, 1, 1, n) - slice(x, 1, 0, n - 1) * 0.5;
+  };
+  auto tiny = [](const Tensor &ids, const Tensor &mask) {
+    Tensor wrapped = where(lt(ids, 0), ids + 100, ids); // one group over [b, s]
+    Tensor m = mask.to(DType::boolean);                 // another, independent of it
+    return std::vector<Tensor>{wrapped, m.to(DType::f32) * 2.0};
+  };
+  auto cs = compile(sizes, o);
+  auto ch = compile(shifted, o);
+  auto ct = compile(tiny, o);
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{2, 5}, {3, 12}, {4, 7}}) {
+    Tensor x = Tensor::randn({r, c}, static_cast<uint64_t>(r * c));
+    EXPECT_TRUE(allclose(cs(x), sizes(x), 1e-5, 1e-6)) << r << "x" << c;
+    Tensor row = slice(x, 0, 0, 1); // [1, c]: s1 - 1 alone (s0 * (s1 - 1) does not fit yet)
+    EXPECT_TRUE(allclose(ch(row), shifted(row), 1e-5, 1e-6)) << r << "x" << c;
+    Tensor ids = (x * 50.0).to(DType::i64), mask = gt(x, 0.0).to(DType::i64);
+    std::vector<Tensor> got = ct(ids, mask), want = tiny(ids, mask);
+    EXPECT_TRUE(allclose(got[0].to(DType::f32), want[0].to(DType::f32), 0, 0)) << r << "x" << c;
+    EXPECT_TRUE(allclose(got[1], want[1], 0, 0)) << r << "x" << c;
+  }
+  EXPECT_EQ(cs.stats().compiles, 1) << cs.explain();
+  EXPECT_EQ(ch.stats().compiles, 1) << ch.explain();
+  EXPECT_EQ(ct.stats().compiles, 1) << ct.explain();
 }
 
 } // namespace

@@ -69,6 +69,7 @@ bool dependsOnInner(const LoopKernel &k, int id) {
     }
     return false;
   case KernelStmt::Kind::constant:
+  case KernelStmt::Kind::count:
   case KernelStmt::Kind::reduce:
   case KernelStmt::Kind::store:
     return false;
@@ -145,12 +146,10 @@ bool Lowering::hasCopy(int gid) const {
 }
 
 // A reduction of a value that is the same at every inner point (size-1 or broadcast
-// reduced dims, a 0-dim input): sum = v * count, mean = amax = v, argmax = 0.
+// reduced dims, a 0-dim input): sum = v * count, mean = amax = v, argmax = 0. The count is a
+// `count` statement, not a literal, so that the kernel is the same at every size and a
+// symbolic program's count follows its symbols (the ONNX importer's sizes are such sums).
 int Lowering::reduceInvariant(LoopKernel &k, const KernelStmt &r) {
-  int64_t count = 1;
-  for (size_t d = static_cast<size_t>(k.numOuter); d < k.domain.size(); ++d) {
-    count *= k.domain[d].c;
-  }
   KernelStmt c;
   c.kind = KernelStmt::Kind::constant;
   c.dtype = r.dtype;
@@ -168,7 +167,11 @@ int Lowering::reduceInvariant(LoopKernel &k, const KernelStmt &r) {
   out.kind = KernelStmt::Kind::compute;
   out.dtype = r.dtype;
   // sum: v * count; mean, amax: the value itself (x * 1 keeps a fresh statement)
-  c.value = r.op == OpKind::sum ? static_cast<double>(count) : 1.0;
+  if (r.op == OpKind::sum) {
+    c.kind = KernelStmt::Kind::count;
+  } else {
+    c.value = 1.0;
+  }
   out.op = OpKind::mul;
   out.args = {v, push(k, c)};
   return push(k, out);

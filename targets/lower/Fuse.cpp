@@ -384,8 +384,9 @@ void Lowering::fuseElementwise(int node) {
   }
   // a few elements (a step count, a learning rate, a bias correction): join the latest
   // group over the same tiny domain rather than adding a kernel, so that the scalars a
-  // step needs are ready before the big kernels that read them
-  if (numelOf(shape) <= kTinyDomain) {
+  // step needs are ready before the big kernels that read them (a symbolic sample: only a
+  // single element, whose dims cannot be symbolic, or the samples would fuse differently)
+  if (numelOf(shape) <= (opts.symbolic ? 1 : kTinyDomain)) {
     for (size_t gid = plan.groups.size(); gid-- > 0;) {
       const FusionGroup &grp = plan.groups[gid];
       if (grp.reduce || grp.domain != shape || grp.mergedInto >= 0 ||
