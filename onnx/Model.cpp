@@ -22,14 +22,37 @@ bool validPath(const std::string &name) {
   return name.find("..") == std::string::npos;
 }
 
-void runNode(const detail::Node &n, std::vector<Value> &env) {
+void runNode(const detail::Node &n, std::vector<Value> &env, std::vector<int> *made = nullptr);
+
+// The traced form of a host value computed from a traced tensor's sizes (Shape, and the
+// shape arithmetic on it), made when a traced op first computes with it: its producer runs
+// again as traced ops with Shape and Size giving traced sizes (sums of ones, which follow
+// symbolic sizes). Without it the traced op would capture a host tensor made at this size
+// (the TorchScript exporter's Where(Equal(shape, -1), ones, shape) before an Expand), which
+// pins the sizes under dynamic shapes. Values no traced op computes with stay host-only.
+// The traced forms are made again at each use and not kept: kept, one made inside a layer's
+// region would become an input of the next layer's (which then differs from the first's).
+Tensor tracedOf(const Value &v, std::vector<Value> &env) {
+  if (v.t.defined() || !v.producer) return v.t.defined() ? v.t : v.c;
+  std::vector<int> made;
+  runNode(*v.producer, env, &made);
+  Tensor out = v.t;
+  for (int id : made) env[id].t = Tensor();
+  return out;
+}
+
+// Runs node n on `env`: a host pass where every input is known on the host, a traced pass
+// where an input is traced (or the op makes sizes). With `made`: only the traced pass, with
+// size-derived host inputs made traced (tracedOf), the values it gives a traced form listed.
+void runNode(const detail::Node &n, std::vector<Value> &env, std::vector<int> *made) {
   std::vector<const Value *> ins;
-  bool allConst = true, anyTraced = false;
+  bool allConst = true, anyTraced = false, sizeDerived = false;
   for (int v : n.in) {
     ins.push_back(v < 0 ? nullptr : &env[v]);
     if (v < 0) continue;
     allConst = allConst && env[v].c.defined();
     anyTraced = anyTraced || env[v].t.defined();
+    sizeDerived = sizeDerived || env[v].producer;
   }
   auto store = [&](std::vector<Tensor> outs, bool host) {
     for (size_t i = 0; i < n.out.size(); ++i) {
@@ -38,12 +61,38 @@ void runNode(const detail::Node &n, std::vector<Value> &env) {
         OpContext{n, {}, false}.fail("output " + std::to_string(i) + " is not produced");
       }
       (host ? env[n.out[i]].c : env[n.out[i]].t) = outs[i];
+      if (!host && made) made->push_back(n.out[i]);
+    }
+  };
+  // a traced pass; under a trace its size-derived host inputs are made traced first
+  auto traced = [&](bool sizes) {
+    OpContext ctx{n, ins, false};
+    ctx.tracedSizes = sizes;
+    if (Tracer::current()) {
+      ctx.traced = [&env, made](const Value &v) {
+        if (!made) return tracedOf(v, env);
+        // inside a traced form: its inputs' forms are dropped with it
+        if (!v.t.defined() && v.producer) runNode(*v.producer, env, made);
+        return v.t.defined() ? v.t : v.c;
+      };
+    }
+    store(n.op->fn(ctx), false);
+    return ctx;
+  };
+  if (made) {
+    traced(true);
+    return;
+  }
+  auto markSizeDerived = [&](bool derived) {
+    for (int o : n.out) {
+      if (o >= 0 && derived && !env[o].t.defined()) env[o].producer = &n;
     }
   };
   if (n.op->readsSizes) { // the sizes of a traced tensor are host values while tracing
     TracerPause pause;
     OpContext ctx{n, ins, false};
     store(n.op->fn(ctx), true);
+    markSizeDerived(anyTraced || sizeDerived); // a host value's size may follow sizes too
     return;
   }
   if (allConst) {
@@ -52,14 +101,14 @@ void runNode(const detail::Node &n, std::vector<Value> &env) {
     store(n.op->fn(ctx), true);
   }
   if (!allConst || anyTraced || n.op->makesSizes) {
-    OpContext ctx{n, ins, false};
-    store(n.op->fn(ctx), false);
+    OpContext ctx = traced(false);
     if (n.d.opType == "Concat" && n.d.domain.empty() && !n.out.empty() && n.out[0] >= 0) {
       Value &v = env[n.out[0]];
       for (size_t i = 0; i < ins.size(); ++i) v.catParts.push_back(ctx.in(i));
       v.catAxis = ctx.axis(ctx.attrInt("axis", 0), v.t.dim());
     }
   }
+  markSizeDerived(allConst && sizeDerived);
 }
 
 } // namespace
@@ -187,6 +236,7 @@ Tensor OpContext::in(size_t i) const {
   if (!has(i)) fail("input " + std::to_string(i) + " is missing");
   const Value &v = *ins[i];
   if (hostPass) return v.c;
+  if (!v.t.defined() && v.producer && traced) return traced(v);
   return v.t.defined() ? v.t : v.c;
 }
 
@@ -227,7 +277,9 @@ bool OpContext::knownNonNegative(size_t i) const {
 }
 
 bool OpContext::isScalarConst(size_t i) const {
-  return has(i) && ins[i]->c.defined() && !ins[i]->t.defined() && ins[i]->c.numel() == 1;
+  // a size-derived value under a trace is no constant: in() gives its traced form
+  return has(i) && ins[i]->c.defined() && !ins[i]->t.defined() && ins[i]->c.numel() == 1 &&
+         !(ins[i]->producer && traced);
 }
 
 const Attribute *OpContext::attr(const std::string &name) const {

@@ -323,7 +323,10 @@ Tensor shapeOp(OpContext &c) {
   s = clampIndex(s < 0 ? s + r : s, r);
   e = clampIndex(e < 0 ? e + r : e, r);
   std::vector<int64_t> dims(x.shape().begin() + s, x.shape().begin() + std::max(s, e));
-  return indexTensor(dims);
+  if (!c.tracedSizes || dims.empty()) return indexTensor(dims);
+  std::vector<Tensor> parts;
+  for (int64_t n : dims) parts.push_back(reshape(sizeValue(n), {1}));
+  return parts.size() == 1 ? parts[0] : cat(parts, 0);
 }
 
 Tensor flattenOp(OpContext &c) {
@@ -357,7 +360,11 @@ void addShapeOps(OpTable &t) {
   op(
       "Shape", [](OpContext &c) { return one(shapeOp(c)); }, false, true);
   op(
-      "Size", [](OpContext &c) { return one(Tensor::full({}, 0, DType::i64) + c.in(0).numel()); },
+      "Size",
+      [](OpContext &c) {
+        int64_t n = c.in(0).numel();
+        return one(c.tracedSizes ? sizeValue(n) : Tensor::full({}, 0, DType::i64) + n);
+      },
       false, true);
   op("Reshape", [](OpContext &c) { return one(reshapeOp(c)); });
   op("Flatten", [](OpContext &c) { return one(flattenOp(c)); });

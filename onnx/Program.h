@@ -79,6 +79,9 @@ struct Value {
   /// sizes: GPT-2's position-id difference slices a cat of a prefix and the positions).
   std::vector<Tensor> catParts;
   int64_t catAxis = -1;
+  /// A host value computed from a traced tensor's sizes: the node that made it, run again
+  /// as traced ops when a traced op computes with the value (Model.cpp, tracedOf).
+  const detail::Node *producer = nullptr;
 };
 
 /// What an op implementation sees: its inputs (the host values on the host pass, the
@@ -87,6 +90,11 @@ struct OpContext {
   const detail::Node &node;
   std::vector<const Value *> ins;
   bool hostPass = false;
+  /// Shape and Size under a trace: the sizes as traced values (sums of ones, which follow
+  /// symbolic sizes) rather than host numbers, for traced ops that compute with them.
+  bool tracedSizes = false;
+  /// Under a trace: the traced form of a size-derived host input (Value::producer).
+  std::function<Tensor(const Value &)> traced;
 
   size_t size() const { return ins.size(); }
   bool has(size_t i) const { return i < ins.size() && ins[i] != nullptr; }
@@ -98,7 +106,8 @@ struct OpContext {
   /// True when input i's value is known on the host and has no negative element (an index
   /// that needs no wrapping).
   bool knownNonNegative(size_t i) const;
-  /// Input i when it is a one-element host constant (then ops can take it as a Scalar).
+  /// Input i when it is a one-element host constant (then ops can take it as a Scalar); not
+  /// a size-derived value under a trace (in() gives its traced form).
   bool isScalarConst(size_t i) const;
 
   const Attribute *attr(const std::string &name) const;

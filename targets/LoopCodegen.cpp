@@ -375,7 +375,8 @@ Value *KernelBody::emitStmt(int s, const Values &idx, const Values &vals) {
   const KernelStmt &st = k_.stmts[s];
   if (st.kind == K::load) return emitLoad(st.tensor, idx);
   if (st.kind == K::constant) return emitConstant(b_, st.value, st.dtype);
-  if (st.kind == K::count) return emitCompute(b_, OpKind::cast, st.dtype, {innerCount()}, {DType::i64});
+  if (st.kind == K::count)
+    return emitCompute(b_, OpKind::cast, st.dtype, {innerCount()}, {DType::i64});
   std::vector<Value *> args;
   std::vector<DType> types;
   for (int a : st.args) {

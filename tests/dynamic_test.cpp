@@ -201,7 +201,7 @@ TEST(Dynamic, FitSizeFindsProductsAndRejectsSums) {
   EXPECT_EQ(e.c, 2);
   EXPECT_EQ(e.syms, (std::vector<int32_t>{0, 0}));
   EXPECT_FALSE(fitSize({512, 1331, 2197}, syms, e)); // s0 ^ 3
-  ASSERT_TRUE(fitSizePlus({9, 12, 14}, syms, e)); // s0 + 1
+  ASSERT_TRUE(fitSizePlus({9, 12, 14}, syms, e));    // s0 + 1
   EXPECT_EQ(e.c, 1);
   EXPECT_EQ(e.syms, std::vector<int32_t>{0});
   EXPECT_EQ(e.add, 1);
@@ -281,9 +281,9 @@ TEST(Dynamic, LastTokenSliceServesEveryLength) {
 // What an imported ONNX graph does with sizes, in plain ops, under Dynamic::always: a size
 // used as a value (the sum of n ones: a reduction of a value that is the same at every
 // point, whose count must follow the symbol, not be a literal), a shifted slice whose loop
-// runs over s - 1 (a row: a product of a symbol and s - 1 is not a fitted size yet), and two small independent elementwise groups that a first call of 2x5
-// (10 elements) would join into one tiny kernel where larger sizes do not. Each compiles
-// once for every size, equal to eager.
+// runs over s - 1 (a row: a product of a symbol and s - 1 is not a fitted size yet), and two small
+// independent elementwise groups that a first call of 2x5 (10 elements) would join into one tiny
+// kernel where larger sizes do not. Each compiles once for every size, equal to eager.
 TEST(Dynamic, SizeValuesShiftedSlicesAndTinyFirstShapesCompileOnce) {
   CompileOptions o;
   o.dynamic = Dynamic::always;

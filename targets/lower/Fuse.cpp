@@ -401,9 +401,9 @@ void Lowering::fuseElementwise(int node) {
 }
 
 // When `node` reads unstored full-domain values of several open groups over its own
-// domain, the later elementwise groups merge into the earliest (which may reduce) (their members move to its step), so
-// that the node joins one group and none of the values goes through memory: the update of
-// a parameter, (1 - b1) * g + b1 * m and the rest, is one kernel rather than one per
+// domain, the later elementwise groups merge into the earliest (which may reduce) (their members
+// move to its step), so that the node joins one group and none of the values goes through memory:
+// the update of a parameter, (1 - b1) * g + b1 * m and the rest, is one kernel rather than one per
 // branch that starts from an input. A later group merges only when everything its members
 // read from outside it is available before the earliest group's step and none of its
 // values has been placed in memory yet.
@@ -417,16 +417,15 @@ void Lowering::mergeOperandGroups(int node, const Shape &shape) {
     if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
   }
   if (gids.size() < 2) return;
-  std::sort(gids.begin(), gids.end(), [&](int a, int b) {
-    return plan.groups[a].order < plan.groups[b].order;
-  });
+  std::sort(gids.begin(), gids.end(),
+            [&](int a, int b) { return plan.groups[a].order < plan.groups[b].order; });
   const int into = gids[0];
   const int at = plan.groups[into].order;
   for (size_t i = 1; i < gids.size(); ++i) {
     FusionGroup &from = plan.groups[gids[i]];
     // its members join at full level (the earliest may reduce), up to the size cap
-    bool ok = !from.reduce &&
-              plan.groups[into].members.size() + from.members.size() < kMaxGroupNodes;
+    bool ok =
+        !from.reduce && plan.groups[into].members.size() + from.members.size() < kMaxGroupNodes;
     for (int m : from.members) {
       ok = ok && value[m] < 0;
       for (int in : g.nodes[m].inputs) {
