@@ -126,9 +126,11 @@ TEST(Tiered, RegionalStagesSwitchToo) {
   };
   Tensor want = fn(x);
   auto cf = compile(fn, o);
-  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
+  // outputs up to ~24 after two chained MLPs: summation order differs between eager's and the
+  // tiers' GEMMs by up to ~7e-5 near zero on AVX2 hosts, so the absolute tolerance is 1e-3
+  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-3));
   ASSERT_TRUE(waitForBackgroundCompiles(600));
-  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
+  EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-3));
   EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
 }
 
