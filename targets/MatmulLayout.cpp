@@ -38,6 +38,18 @@ bool matmulLayout(const Program &p, const Step &s, MatmulLayout &out) {
     out.a = {0, out.m > 1 ? rows : out.k * x.strides.back(), x.strides.back()};
     out.b = {0, w.strides[1], w.strides[0]}; // B = W^T
     out.bias = s.operands.size() == 3;
+  } else if (s.op == OpKind::matmul && p.values[s.operands[1]].shape.size() == 2 &&
+             p.values[s.operands[0]].shape.size() >= 3) {
+    // x [..., M, K] @ w [K, N] (a projection, as exporters write linear layers): the leading
+    // dims of x as the rows of one GEMM, like linear's
+    const Value &x = p.values[s.operands[0]];
+    const Value &w = p.values[s.operands[1]];
+    out.k = w.shape[0];
+    out.n = w.shape[1];
+    int64_t rows = 0;
+    if (!collapse(x, x.shape.size() - 1, out.m, rows)) return false;
+    out.a = {0, out.m > 1 ? rows : out.k * x.strides.back(), x.strides.back()};
+    out.b = {0, w.strides[0], w.strides[1]};
   } else if (s.op == OpKind::matmul) {
     const Value &a = p.values[s.operands[0]];
     const Value &b = p.values[s.operands[1]];

@@ -20,8 +20,9 @@ struct MatmulLayout {
   bool bias = false;   // linear with a bias operand (operand 2, [n])
 };
 
-/// The GEMM of library step `s` (matmul: a [..., M, K] x b [..., K, N] with equal batch dims;
-/// linear: x [..., K] x w[N, K]^T) in `p`'s value layouts. False when the leading dims do not
+/// The GEMM of library step `s` (matmul: a [..., M, K] x b [..., K, N] with equal batch dims,
+/// or a [..., M, K] x b [K, N] as one GEMM over a's collapsed rows; linear: x [..., K] x
+/// w[N, K]^T) in `p`'s value layouts. False when the leading dims do not
 /// collapse into one equally spaced batch (or row) dimension, or the batches broadcast: the
 /// caller then runs the op another way.
 bool matmulLayout(const Program &p, const Step &s, MatmulLayout &out);

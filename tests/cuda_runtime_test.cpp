@@ -239,6 +239,21 @@ TEST(MatmulLayout, LinearAndBatchedMatmul) {
   EXPECT_EQ(l.b.col, 6);
   EXPECT_EQ(l.c.batch, 21);
 
+  // x [2, 3, 6] @ w [6, 7] (an exported projection): one GEMM over x's 6 rows
+  mm.operands = {value({2, 3, 6}, {18, 6, 1}), value({6, 7}, {7, 1})};
+  ASSERT_TRUE(matmulLayout(p, mm, l));
+  EXPECT_EQ(l.batch, 1);
+  EXPECT_EQ(l.m, 6);
+  EXPECT_EQ(l.k, 6);
+  EXPECT_EQ(l.n, 7);
+  EXPECT_EQ(l.a.row, 6);
+  EXPECT_EQ(l.b.row, 7);
+  EXPECT_EQ(l.b.col, 1);
+  EXPECT_EQ(l.c.row, 7);
+  // ... unless x's rows are not equally spaced (a slice of its middle dim)
+  mm.operands = {value({2, 3, 6}, {24, 6, 1}), value({6, 7}, {7, 1})};
+  EXPECT_FALSE(matmulLayout(p, mm, l));
+
   // broadcast batches and batch dims that do not collapse are declined
   mm.operands = {value({2, 3, 6}, {18, 6, 1}), value({1, 6, 7}, {42, 7, 1})};
   EXPECT_FALSE(matmulLayout(p, mm, l));
