@@ -647,6 +647,7 @@ std::vector<Tensor> callCompiled(CompiledState &s, const std::vector<Tensor> &ar
     }
   }
   if (hit) return runEntryLogged(s, *hit, inputs, args, fn);
+  TierHoldScope hold; // the optimized tiers compile after this call, not beside its run
   return onMiss(s, args, fn);
 }
 

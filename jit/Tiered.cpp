@@ -193,7 +193,27 @@ public:
     return *t;
   }
 
+  // Queues j, or holds it while a TierHoldScope is open on this thread.
   void submit(Job j) {
+    if (holdDepth > 0) {
+      heldJobs.push_back(std::move(j));
+      return;
+    }
+    submitNow(std::move(j));
+  }
+
+  // Queues the jobs held on this thread (its outermost TierHoldScope ended).
+  void release() {
+    std::vector<Job> jobs = std::move(heldJobs);
+    heldJobs.clear();
+    for (Job &j : jobs) submitNow(std::move(j));
+  }
+
+  static inline thread_local int holdDepth = 0;
+  static inline thread_local std::vector<Job> heldJobs;
+
+private:
+  void submitNow(Job j) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;                 // exiting: the fast tier stays
     if (!worker_ || owner_ != getpid()) { // first job, or a forked child without the thread
@@ -204,6 +224,7 @@ public:
     cv_.notify_all();
   }
 
+public:
   bool idle(double seconds) {
     std::unique_lock<std::mutex> lock(mu_);
     return done_.wait_for(lock, std::chrono::duration<double>(seconds),
@@ -362,6 +383,18 @@ CompileResult compileTiered(const CompileRequest &r) {
   if (const logging::CompileContext *c = logging::CompileScope::current()) j.context = *c;
   TierCompiler::instance().submit(std::move(j));
   return res;
+}
+
+TierHoldScope::TierHoldScope() { ++TierCompiler::holdDepth; }
+
+TierHoldScope::~TierHoldScope() {
+  // (a call that queued nothing never makes the background thread)
+  if (--TierCompiler::holdDepth != 0 || TierCompiler::heldJobs.empty()) return;
+  try {
+    TierCompiler::instance().release();
+  } catch (...) { // (out of memory while queueing: those executables keep their fast tier)
+    TierCompiler::heldJobs.clear();
+  }
 }
 
 std::string tierNote(const Executable &e) {

@@ -55,4 +55,17 @@ const char *takeCallTier();
 /// `seconds` with one still running.
 bool waitForBackgroundCompiles(double seconds);
 
+/// Holds the optimized-tier compiles that the compiles on this thread queue until the
+/// outermost scope ends (callCompiled puts one around a call that compiles), so that the
+/// call's first run has every core: on a machine of few cores the background compile took
+/// one of them while the first run ran (gpt2's first run 542 ms against eager's 435 ms on
+/// 2 cores). The optimized tier is then ready that much later. Scopes nest.
+class TierHoldScope {
+public:
+  TierHoldScope();
+  ~TierHoldScope();
+  TierHoldScope(const TierHoldScope &) = delete;
+  TierHoldScope &operator=(const TierHoldScope &) = delete;
+};
+
 } // namespace rcjit
