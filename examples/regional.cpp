@@ -1,37 +1,15 @@
 // The regional-compilation recipe: 64 identical layers, full vs regional compile time.
 #include <rcjit/rcjit.h>
 
+#include "toy64.h"
+
 #include <chrono>
 #include <cstdio>
 
 using namespace rcjit;
 
-struct Layer : nn::Module<Layer> {
-  nn::Linear linear1, linear2;
-  explicit Layer(uint64_t seed) : linear1(10, 10, true, seed), linear2(10, 10, true, seed + 1) {
-    register_module("linear1", linear1);
-    register_module("linear2", linear2);
-  }
-  Tensor forward(const Tensor &x) { return relu(linear2(sigmoid(relu(linear1(x))))); }
-};
-
-struct Model : nn::Module<Model> {
-  nn::Linear linear{10, 10, true, 0};
-  nn::ModuleList<Layer> layers;
-  Model() {
-    for (int i = 0; i < 64; ++i) layers.emplace_back(2 * i + 1);
-    register_module("linear", linear);
-    register_module("layers", layers);
-  }
-  Tensor forward(Tensor x) {
-    x = linear(x);
-    for (Layer &l : layers) x = l(x);
-    return x;
-  }
-};
-
 double firstCallMs(Mode mode, int64_t rows) {
-  Model model; // fresh parameters: nothing shared with the other mode's model
+  Toy64 model; // fresh parameters: nothing shared with the other mode's model
   CompileOptions opts;
   opts.mode = mode;
   auto compiled = compile(model, opts);
