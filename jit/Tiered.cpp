@@ -267,6 +267,13 @@ private:
     {
       std::lock_guard<std::mutex> lock(mu_);
       compiling = busy_ && owner_ == getpid();
+      // idle: stopped under the same lock as the check, so the thread cannot take a queued
+      // job between the check and the join (it would be joined inside a compile)
+      if (!compiling) {
+        stopped_ = true;
+        jobs_.clear();
+        cv_.notify_all();
+      }
     }
     if (!compiling) return shutdown();
     cancel_.store(true, std::memory_order_release);

@@ -175,9 +175,12 @@ std::string envChildOutput(const std::string &name, const std::string &value) {
 TEST(EnvSwitchChild, Run) {
   if (!std::getenv("RCJIT_ENV_TEST_CHILD")) GTEST_SKIP() << "runs in a child process only";
   try {
-    OmpThreads one(1); // the GEMM is not split: its weight is packed on the second call
+    // the GEMMs are not split: a weight is packed on the second call (the linear's where
+    // the cost model packs, the [K, N] matmul's where weights run in [N, K] order: AVX2)
+    OmpThreads one(1);
     Tensor w = Tensor::randn({512, 512}, 1), x = Tensor::randn({128, 512}, 2);
-    auto f = compile([&](const Tensor &in) { return linear(in, w); });
+    Tensor wkn = Tensor::randn({512, 512}, 3);
+    auto f = compile([&](const Tensor &in) { return linear(in, w) + matmul(in, wkn); });
     for (int i = 0; i < 3; ++i) f(x);
     std::printf("child: ran\n");
   } catch (const Error &e) {

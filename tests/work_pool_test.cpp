@@ -378,10 +378,18 @@ struct GemmProgram {
   std::shared_ptr<detail::Storage> weight;
 };
 
+// The cost model's splits and packs while alive, as on an AVX-512 host (an AVX2 host runs
+// [N, K]-ordered weights on oneDNN's own threads instead: LibraryStep::setNkWeights).
+struct CostModelGemms {
+  CostModelGemms() { cpu::LibraryStep::setNkWeights(0); }
+  ~CostModelGemms() { cpu::LibraryStep::setNkWeights(-1); }
+};
+
 // The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
 // thread: no split) give the same result.
 void expectSplitMatchesWhole(GemmProgram &g) {
   if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  CostModelGemms costModel;
   OmpThreads many(WorkPool::instance().threads());
   auto split = cpu::LibraryStep::create(g.p, g.p.steps[0]);
   ASSERT_TRUE(split);
@@ -441,6 +449,7 @@ TEST(BlockedGemm, BatchedMatmul) {
 // (of rows, or of batches) when large, one call when small; the same results as one call.
 void expectRuntimeDimsSplitMatchesWhole(GemmProgram &g, bool split) {
   if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  CostModelGemms costModel;
   OmpThreads many(WorkPool::instance().threads());
   auto step = cpu::LibraryStep::create(g.p, g.p.steps[0], /*sizeFree=*/true);
   ASSERT_TRUE(step);
@@ -455,6 +464,39 @@ void expectRuntimeDimsSplitMatchesWhole(GemmProgram &g, bool split) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     ASSERT_NEAR(a[i], b[i], 1e-4f * (1.f + std::fabs(b[i]))) << "element " << i;
+}
+
+// Weights in [N, K] order (the choice below AVX-512, forced here on any host): a matmul over
+// a [K, N] parameter packs it into that order once per version and runs one oneDNN call; a
+// linear's [N, K] weight runs as it is. Both equal the plain call.
+TEST(BlockedGemm, NkWeightsPackAKnParameterAndKeepALinearsWeight) {
+  struct NkOn {
+    NkOn() { cpu::LibraryStep::setNkWeights(1); }
+    ~NkOn() { cpu::LibraryStep::setNkWeights(-1); }
+  } nk;
+  for (OpKind op : {OpKind::matmul, OpKind::linear}) {
+    GemmProgram g = op == OpKind::matmul
+                        ? GemmProgram(op, {{64, 300}, {300, 200}}, {64, 200})
+                        : GemmProgram(op, {{64, 300}, {200, 300}, {200}}, {64, 200});
+    auto step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    ASSERT_TRUE(step);
+    EXPECT_EQ(step->blocks(), 1) << opName(op);
+    EXPECT_EQ(step->packsWeights(), op == OpKind::matmul) << opName(op);
+    std::unique_ptr<cpu::LibraryStep> plain;
+    {
+      CostModelGemms costModel;
+      OmpThreads one(1); // one plain call
+      plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    }
+    ASSERT_TRUE(plain);
+    const std::vector<float> want = g.run(*plain);
+    g.run(*step); // the second call at the weight's version runs over the packed copy
+    const std::vector<float> got = g.run(*step), unpacked = g.run(*step, false);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op) << " " << i;
+      ASSERT_NEAR(unpacked[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op);
+    }
+  }
 }
 
 TEST(BlockedGemm, RuntimeDimsProductSplitsByRows) {
@@ -531,6 +573,7 @@ namespace {
 struct PackWeightsOn {
   PackWeightsOn() { cpu::LibraryStep::setPackWeights(true); }
   ~PackWeightsOn() { cpu::LibraryStep::setPackWeights(false); }
+  CostModelGemms costModel; // the packs these tests count are the cost model's
 };
 } // namespace
 

@@ -488,6 +488,24 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
 }
 
+// Whether products run over weights in [N, K] order: where oneDNN runs below AVX-512 (an
+// AVX2 host; LibraryStep::setNkWeights overrides). There its f32 GEMM ran a weight
+// in [N, K] order (K contiguous: linear's own) far faster than in [K, N] order, whether
+// plain, packed in its preferred ("any") format or split into column blocks of a
+// row-major copy: 2026-12-01, AMD EPYC AVX2, 2 threads, 128 x 768 x 3072: 4.3 ms against
+// 7.3-8.0 ms (docs/performance.md, "Weights on AVX2 hosts").
+std::atomic<int> &nkWeightsOverride() {
+  static std::atomic<int> v{-1}; // -1: the host decides
+  return v;
+}
+bool nkWeights() {
+  const int forced = nkWeightsOverride().load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool below = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                             dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core;
+  return below;
+}
+
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
 // work pool, and/or over a packed weight (`packable`: the weight is a program input and
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
@@ -510,6 +528,22 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   if (macs < kParallelMacs) return nullptr;
   // a primitive asked for on one thread (the serial and autotune paths) stays whole
   const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
+  // below AVX-512, a product with rows enough for oneDNN's own threads runs over its weight
+  // in [N, K] order: as it is (a linear's), or a [K, N] parameter (an exported MatMul's)
+  // packed into that order once per version
+  if (nkWeights() && setting == GemmSplit::automatic && l.batch == 1 && l.m >= kMinRowBlock) {
+    if (l.b.row == 1 && l.b.col == l.k) return nullptr; // [N, K] already: one oneDNN call
+    if (packable && l.b.row == l.n && l.b.col == 1) {
+      MatmulLayout nk = l;
+      nk.b = GemmStrides{l.k * l.n, 1, l.k};
+      const GemmDescs d = gemmDescs(nk, 1, l.m, l.n), plain = gemmDescs(l, 1, l.m, l.n);
+      return std::make_unique<PackingStep>(
+          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias),
+          std::make_unique<WeightPack>(plain.wei, d.wei),
+          std::make_unique<MatmulStep>(plain.src, plain.wei, plain.bias, plain.dst, postOps,
+                                       l.bias));
+    }
+  }
   // packed for the column split at any row count (blocks of columns of the transposed
   // weight made oneDNN copy each block's slice on every call: gpt2 at 1 x 16 ran 20 %
   // slower than oneDNN's own threads), else from kMinRowBlock rows on
@@ -713,6 +747,10 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
 
 void LibraryStep::setPackWeights(bool on) {
   packWeightsOverride().store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+void LibraryStep::setNkWeights(int on) {
+  nkWeightsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
 }
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {

@@ -60,6 +60,10 @@ public:
                                              bool sizeFree = false);
   /// Overrides RCJIT_PACK_WEIGHTS for steps created from now on (tests). Thread-safe.
   static void setPackWeights(bool on);
+  /// Overrides the host's choice of running weights in [N, K] order with oneDNN's own threads
+  /// (below AVX-512; createSplitOrPacked) for steps created from now on: 1 on, 0 off (the
+  /// cost model's splits and packs, as on AVX-512), -1 the host decides (tests). Thread-safe.
+  static void setNkWeights(int on);
 };
 
 } // namespace rcjit::cpu
