@@ -186,7 +186,7 @@ public:
       // is registered, so that their destructors run after it has joined the thread
       WorkPool::instance();
       cache::ObjectStore::instance();
-      cpu::hostCodegenId(); // starts the process's JIT
+      cpu::hostCodegenId();  // starts the process's JIT
       registerExitHandler(); // (also initializes OpenSSL first)
       return p;
     }();
@@ -209,6 +209,12 @@ public:
     for (Job &j : jobs) submitNow(std::move(j));
   }
 
+  bool idle(double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return done_.wait_for(lock, std::chrono::duration<double>(seconds),
+                          [&] { return jobs_.empty() && !busy_; });
+  }
+
   static inline thread_local int holdDepth = 0;
   static inline thread_local std::vector<Job> heldJobs;
 
@@ -224,24 +230,21 @@ private:
     cv_.notify_all();
   }
 
-public:
-  bool idle(double seconds) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return done_.wait_for(lock, std::chrono::duration<double>(seconds),
-                          [&] { return jobs_.empty() && !busy_; });
+  // No job from now on: the queue dropped, the one in flight cancelled. The caller holds mu_.
+  void stopLocked() {
+    stopped_ = true;
+    cancel_.store(true, std::memory_order_release);
+    jobs_.clear();
+    cv_.notify_all();
   }
 
-private:
   void shutdown() { // idempotent: registered once per job
     std::thread *w = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_ && joined_) return;
-      stopped_ = true;
-      cancel_.store(true, std::memory_order_release);
-      jobs_.clear();
+      stopLocked();
       if (owner_ == getpid()) w = worker_;
-      cv_.notify_all();
     }
     if (w && w->joinable()) w->join(); // at most the rest of one step or kernel
     std::lock_guard<std::mutex> lock(mu_);
@@ -269,11 +272,7 @@ private:
       compiling = busy_ && owner_ == getpid();
       // idle: stopped under the same lock as the check, so the thread cannot take a queued
       // job between the check and the join (it would be joined inside a compile)
-      if (!compiling) {
-        stopped_ = true;
-        jobs_.clear();
-        cv_.notify_all();
-      }
+      if (!compiling) stopLocked();
     }
     if (!compiling) return shutdown();
     cancel_.store(true, std::memory_order_release);

@@ -32,12 +32,17 @@ void runNode(const detail::Node &n, std::vector<Value> &env, std::vector<int> *m
 // pins the sizes under dynamic shapes. Values no traced op computes with stay host-only.
 // The traced forms are made again at each use and not kept: kept, one made inside a layer's
 // region would become an input of the next layer's (which then differs from the first's).
-Tensor tracedOf(const Value &v, std::vector<Value> &env) {
+// `made`: inside another value's traced form, whose list this one's join (dropped with it).
+Tensor tracedOf(const Value &v, std::vector<Value> &env, std::vector<int> *made) {
   if (v.t.defined() || !v.producer) return v.t.defined() ? v.t : v.c;
-  std::vector<int> made;
-  runNode(*v.producer, env, &made);
+  if (made) {
+    runNode(*v.producer, env, made);
+    return v.t;
+  }
+  std::vector<int> mine;
+  runNode(*v.producer, env, &mine);
   Tensor out = v.t;
-  for (int id : made) env[id].t = Tensor();
+  for (int id : mine) env[id].t = Tensor();
   return out;
 }
 
@@ -68,14 +73,8 @@ void runNode(const detail::Node &n, std::vector<Value> &env, std::vector<int> *m
   auto traced = [&](bool sizes) {
     OpContext ctx{n, ins, false};
     ctx.tracedSizes = sizes;
-    if (Tracer::current()) {
-      ctx.traced = [&env, made](const Value &v) {
-        if (!made) return tracedOf(v, env);
-        // inside a traced form: its inputs' forms are dropped with it
-        if (!v.t.defined() && v.producer) runNode(*v.producer, env, made);
-        return v.t.defined() ? v.t : v.c;
-      };
-    }
+    if (Tracer::current())
+      ctx.traced = [&env, made](const Value &v) { return tracedOf(v, env, made); };
     store(n.op->fn(ctx), false);
     return ctx;
   };

@@ -22,6 +22,14 @@ bool collapse(const Value &v, size_t end, int64_t &count, int64_t &stride) {
   return true;
 }
 
+// x [..., K] as the [M, K] operand A: its leading dims must collapse into equally spaced rows.
+bool rowsOf(const Value &x, MatmulLayout &out) {
+  int64_t rows = 0;
+  if (!collapse(x, x.shape.size() - 1, out.m, rows)) return false;
+  out.a = {0, out.m > 1 ? rows : out.k * x.strides.back(), x.strides.back()};
+  return true;
+}
+
 } // namespace
 
 bool matmulLayout(const Program &p, const Step &s, MatmulLayout &out) {
@@ -32,10 +40,7 @@ bool matmulLayout(const Program &p, const Step &s, MatmulLayout &out) {
     if (w.shape.size() != 2 || x.shape.empty()) return false;
     out.k = w.shape[1];
     out.n = w.shape[0];
-    // x [..., K] as [M, K]: its leading dims must collapse into equally spaced rows
-    int64_t rows = 0;
-    if (!collapse(x, x.shape.size() - 1, out.m, rows)) return false;
-    out.a = {0, out.m > 1 ? rows : out.k * x.strides.back(), x.strides.back()};
+    if (!rowsOf(x, out)) return false;
     out.b = {0, w.strides[1], w.strides[0]}; // B = W^T
     out.bias = s.operands.size() == 3;
   } else if (s.op == OpKind::matmul && p.values[s.operands[1]].shape.size() == 2 &&
@@ -46,9 +51,7 @@ bool matmulLayout(const Program &p, const Step &s, MatmulLayout &out) {
     const Value &w = p.values[s.operands[1]];
     out.k = w.shape[0];
     out.n = w.shape[1];
-    int64_t rows = 0;
-    if (!collapse(x, x.shape.size() - 1, out.m, rows)) return false;
-    out.a = {0, out.m > 1 ? rows : out.k * x.strides.back(), x.strides.back()};
+    if (!rowsOf(x, out)) return false;
     out.b = {0, w.strides[0], w.strides[1]};
   } else if (s.op == OpKind::matmul) {
     const Value &a = p.values[s.operands[0]];

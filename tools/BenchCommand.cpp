@@ -16,7 +16,6 @@
 
 #include <rcjit/rcjit.h>
 
-#include "jit/Tiered.h"
 #include "models/Models.h"
 #include "models/Safetensors.h"
 #include "support/WorkPool.h"
@@ -186,10 +185,7 @@ Row timeMode(F &&forward, const std::vector<Tensor> &inputs, int64_t batch, cons
   progress.step((mode == "eager" ? "" : "compile " + formatMeasured(r.compileMs()) + " ms, ") +
                 "first run " + formatMeasured(r.firstRunMs()) + " ms; timing " +
                 plural(reps, "call"));
-  // tiered compilation: the timed calls run the optimized tier (the first ran the fast one)
-  auto tw = std::chrono::steady_clock::now();
-  waitForBackgroundCompiles(3600);
-  r.tierWaitMs = msSince(tw);
+  r.tierWaitMs = waitForOptimizedTier();
   const WorkPool &pool = WorkPool::instance();
   const int64_t jobs0 = pool.pooledJobs(), packed0 = pool.packedJobs();
   auto start = std::chrono::steady_clock::now();
@@ -276,10 +272,7 @@ void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std:
     if (r.mode == "eager") continue;
     out << "  " << r.mode << " b=" << batchLabel(r.batch, o.config.seq) << ": "
         << plural(r.stats.compiles, "compile") << ", " << plural(r.stats.cache_hits, "cache hit");
-    if (r.tierWaitMs >= 0.05)
-      out << "; optimized tier ready " << formatMeasured(r.tierWaitMs)
-          << " ms after the first call (tiered; the timed calls ran it)";
-    out << "\n";
+    out << tierReadyNote(r.tierWaitMs) << "\n";
   }
   for (const Row &r : rows) {
     out << spreadWarning(rowName(r, seq), r.spread());

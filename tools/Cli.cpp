@@ -22,6 +22,7 @@
 
 #include "jit/CompileGraph.h"
 #include "jit/Regional.h"
+#include "jit/Tiered.h"
 #include "models/Models.h"
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/PtxCodegen.h"
@@ -94,6 +95,18 @@ double median(std::vector<double> v) {
 
 std::string plural(int64_t n, const std::string &word, const std::string &words) {
   return std::to_string(n) + " " + (n == 1 ? word : words.empty() ? word + "s" : words);
+}
+
+double waitForOptimizedTier() {
+  const auto t0 = std::chrono::steady_clock::now();
+  waitForBackgroundCompiles(3600);
+  return msSince(t0);
+}
+
+std::string tierReadyNote(double ms) {
+  if (ms < 0.05) return "";
+  return "; optimized tier ready " + formatMeasured(ms) +
+         " ms after the first call (tiered; the timed calls ran it)";
 }
 
 std::string formatMeasured(double v) {

@@ -38,6 +38,12 @@ std::string plural(int64_t n, const std::string &word, const std::string &words 
 /// A measured value (milliseconds, seconds) with at most 4 significant digits and no more
 /// decimals than they need: 482.6, 12.99, 2.545, 0.686, 0.0123; 0 is "0".
 std::string formatMeasured(double v);
+/// Waits for the background compiles of tiered programs, so that timed calls run the
+/// optimized tier (the first call ran the fast one); the milliseconds it waited.
+double waitForOptimizedTier();
+/// "; optimized tier ready X ms after the first call (...)" for a wait of `ms`, or "" when
+/// there was nothing to wait for.
+std::string tierReadyNote(double ms);
 /// `s` as HTML or XML text or attribute value: & < > " ' escaped, and control characters
 /// as controlEscaped shows them (never the raw byte).
 std::string markupEscaped(const std::string &s);

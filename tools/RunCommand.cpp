@@ -16,7 +16,6 @@
 
 #include <rcjit/rcjit.h>
 
-#include "jit/Tiered.h"
 #include "onnx/Program.h"
 #include "onnx/Proto.h"
 #include "tools/Cli.h"
@@ -316,10 +315,7 @@ int run(const RunFlags &f, std::ostream &out, std::ostream &err) {
   std::vector<Tensor> outs = fn(inputs);
   const double firstMs = msSince(t0);
   const CompileStats s0 = stats();
-  // tiered compilation: the timed calls run the optimized tier (the first ran the fast one)
-  t0 = std::chrono::steady_clock::now();
-  waitForBackgroundCompiles(3600);
-  const double tierWaitMs = msSince(t0);
+  const double tierWaitMs = waitForOptimizedTier();
   std::vector<double> samples;
   for (int i = 0; i < f.reps; ++i) {
     auto t1 = std::chrono::steady_clock::now();
@@ -336,10 +332,7 @@ int run(const RunFlags &f, std::ostream &out, std::ostream &err) {
       << " ms, min " << formatMeasured(*std::min_element(samples.begin(), samples.end())) << " ms";
   if (f.mode != "eager" && s.compiles != s0.compiles)
     out << " (" << plural(s.compiles - s0.compiles, "recompile") << " while timing)";
-  if (tierWaitMs >= 0.05)
-    out << "; optimized tier ready " << formatMeasured(tierWaitMs)
-        << " ms after the first call (tiered; the timed calls ran it)";
-  out << "\n";
+  out << tierReadyNote(tierWaitMs) << "\n";
   const std::vector<std::string> &names = w.model().output_names();
   for (size_t k = 0; k < outs.size(); ++k) {
     out << "output " << names[k] << ": " << dtypeName(outs[k].dtype()) << " "
