@@ -13,10 +13,24 @@
 #include <llvm/Transforms/Scalar/LoopRotation.h>
 #include <llvm/Transforms/Scalar/SROA.h>
 #include <llvm/Transforms/Scalar/SimplifyCFG.h>
+#include <llvm/Transforms/Vectorize/LoopVectorize.h>
 
 #include "support/Env.h"
 
 namespace rcjit {
+
+namespace {
+
+// Runs `inner` on the functions that carry kQuickVectorizeAttr and leaves the others alone.
+struct OnMarkedFunctions : llvm::PassInfoMixin<OnMarkedFunctions> {
+  llvm::FunctionPassManager inner;
+  llvm::PreservedAnalyses run(llvm::Function &f, llvm::FunctionAnalysisManager &fam) {
+    if (!f.hasFnAttribute(kQuickVectorizeAttr)) return llvm::PreservedAnalyses::all();
+    return inner.run(f, fam);
+  }
+};
+
+} // namespace
 
 void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
                       const llvm::PipelineTuningOptions &pto,
@@ -69,6 +83,14 @@ void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
   lpm.addPass(llvm::LICMPass(llvm::LICMOptions()));
   fpm.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(lpm), /*UseMemorySSA=*/true));
   fpm.addPass(llvm::InstCombinePass());
+  // the kernels whose run time in the fast tier pays for it: the loop vectorizer (no
+  // interleaving, no unrolling), then a clean-up of what it leaves
+  OnMarkedFunctions vec;
+  vec.inner.addPass(llvm::LoopVectorizePass(llvm::LoopVectorizeOptions(
+      /*InterleaveOnlyWhenForced=*/true, /*VectorizeOnlyWhenForced=*/false)));
+  vec.inner.addPass(llvm::InstCombinePass());
+  vec.inner.addPass(llvm::SimplifyCFGPass());
+  fpm.addPass(std::move(vec));
   llvm::ModulePassManager mpm;
   mpm.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(fpm)));
   mpm.run(m, mam);

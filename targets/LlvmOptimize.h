@@ -16,9 +16,15 @@ void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
                       const llvm::PipelineTuningOptions &pto,
                       const llvm::TargetLibraryInfoImpl *tlii = nullptr);
 
+/// A function attribute: the fast tier's pipeline runs the loop vectorizer on a function
+/// that has it (a kernel whose run time in the fast tier outweighs the vectorizer's compile
+/// time: cpu/CpuProgram.cpp decides).
+inline constexpr const char *kQuickVectorizeAttr = "rcjit-quick-vectorize";
+
 /// The fast tier's pipeline (jit/Tiered.h): what makes loop kernels cheap to compile and
 /// not slow to run: SROA (allocas to registers), EarlyCSE, InstCombine, SimplifyCFG, LICM and
-/// loop rotation; no unrolling and no vectorizers. Set RCJIT_QUICK_PIPELINE=o1 to run
+/// loop rotation; no unrolling, and the loop vectorizer (without interleaving) only on the
+/// functions marked kQuickVectorizeAttr. Set RCJIT_QUICK_PIPELINE=o1 to run
 /// LLVM's O1 instead, o0 to run nothing (measurements, docs/first-call.md).
 void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
                          const llvm::TargetLibraryInfoImpl *tlii = nullptr);

@@ -654,6 +654,41 @@ TEST(CodegenTest, ElementwiseAssemblyIsVectorized) {
   EXPECT_TRUE(wide) << compiled.assembly;
 }
 
+// The fast tier's pipeline (CpuCompileOptions::quick) runs the loop vectorizer on the kernels
+// marked for it only, and both forms compute the same values (a reduction included).
+TEST(CodegenTest, FastTierVectorizesOnlyTheMarkedKernels) {
+  const int64_t rows = 16, n = 4096;
+  KernelBuilder kb("quick", {rows, n}, 1);
+  int x = kb.tensor(DType::f32, {n, 1}), y = kb.tensor(DType::f32, {0, 1});
+  int o = kb.tensor(DType::f32, {n, 1}, true);
+  int e = kb.op(OpKind::exp, {kb.load(x)}, DType::f32);
+  int s = kb.reduce(OpKind::sum, e, DType::f32);
+  kb.store(o, kb.op(OpKind::div, {kb.op(OpKind::add, {e, kb.load(y)}, DType::f32), s},
+                    DType::f32));
+  auto xs = randomFloats(rows * n, -3, 3, 21), ys = randomFloats(n, -1, 1, 22);
+  std::vector<std::vector<float>> outs;
+  for (bool vectorize : {false, true}) {
+    SCOPED_TRACE(vectorize ? "vectorized" : "scalar");
+    cpu::CpuCompileOptions opts;
+    opts.quick = true;
+    opts.quickVectorize = {vectorize};
+    opts.wantLlvmIr = true;
+    auto c = cpu::compileKernels({kb.k}, vectorize ? "test.quick.vec" : "test.quick", opts);
+    EXPECT_EQ(c.llvmIr.find("x float>") != std::string::npos, vectorize) << c.llvmIr;
+    std::vector<float> out(rows * n, -1);
+    run(c.functions.at(0), {xs.data(), ys.data(), out.data()}, 0, rows);
+    outs.push_back(out);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(double(xs[r * n + j]));
+    for (int64_t j = 0; j < n; j += 97) {
+      const double want = (std::exp(double(xs[r * n + j])) + ys[j]) / sum;
+      for (const auto &out : outs) ASSERT_NEAR(out[r * n + j], want, 1e-5 * std::abs(want) + 1e-9);
+    }
+  }
+}
+
 // A feature set bounds the vector ISA of the code: no 256-bit registers for x86-64-v2, no
 // 512-bit ones for avx2, 512-bit ones for avx512 (which prefers them).
 TEST(CodegenTest, FeatureSetsBoundTheVectorIsa) {

@@ -134,6 +134,31 @@ TEST(Tiered, RegionalStagesSwitchToo) {
   EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
 }
 
+// The fast tier vectorizes a kernel whose work pays for the vectorizer's compile time (a
+// softmax over 64 x 4096) and leaves a small one scalar; the logged fast-tier IR shows which,
+// and both compute eager's values.
+TEST(Tiered, FastTierVectorizesTheKernelsThatPayForIt) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  auto fn = [](const Tensor &t) { return softmax(t * 0.5, -1) * tanh(t); };
+  Tensor big = Tensor::randn({64, 4096}, 6), small = Tensor::randn({4, 8}, 7);
+  for (const Tensor *x : {&big, &small}) {
+    const bool large = x == &big;
+    SCOPED_TRACE(large ? "64 x 4096" : "4 x 8");
+    auto cf = compile(fn);
+    set_logs("output_code");
+    testing::internal::CaptureStderr();
+    Tensor y = cf(*x);
+    const std::string ir = testing::internal::GetCapturedStderr();
+    set_logs("");
+    EXPECT_TRUE(has(cf.explain(), "tiered: fast tier")) << cf.explain();
+    ASSERT_TRUE(has(ir, "define void @k0")) << ir;
+    EXPECT_EQ(has(ir, "x float>"), large) << ir;
+    EXPECT_TRUE(allclose(y, fn(*x), 1e-4, 1e-6));
+    ASSERT_TRUE(waitForBackgroundCompiles(600));
+  }
+}
+
 // Threads call while the optimized tier compiles and is switched in: every result equals
 // eager's (scripts/sanitize.sh runs this under ThreadSanitizer).
 TEST(Tiered, ConcurrentCallersDuringTheSwitch) {

@@ -22,6 +22,7 @@
 
 #include "support/Env.h"
 #include "support/Events.h"
+#include "targets/LlvmOptimize.h"
 #include "targets/LoopCodegen.h"
 #include "targets/cpu/CpuJit.h"
 #include "targets/cpu/ObjectCacheAdapter.h"
@@ -444,8 +445,12 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   if (!options.name.empty()) m->setSourceFileName(options.name); // for the cache log
   jit.prepareModule(*m);
   if (options.quick) m->addModuleFlag(llvm::Module::Warning, CpuJit::kQuickFlag, 1);
-  for (const LoopKernel &k : kernels) {
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const LoopKernel &k = kernels[i];
     llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
+    if (options.quick && i < options.quickVectorize.size() && options.quickVectorize[i]) {
+      fn->addFnAttr(kQuickVectorizeAttr);
+    }
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");
     // Vector divisions marked `arcp` (only those of the tanh/erf approximations) become a
     // reciprocal estimate plus two Newton steps: no divider on the hot path, and full f32

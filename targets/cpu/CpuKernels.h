@@ -15,6 +15,8 @@ struct CpuCompileOptions {
   std::string name;          // what the module is for ("rcjit_f0_e1"): named in cache logs
   bool quick = false;        // the cheap LLVM pipeline (CpuJit::kQuickFlag); the module id
                              // (the cache key) must say so too
+  std::vector<bool> quickVectorize; // with `quick`: per kernel, whether the loop vectorizer
+                                    // runs on it (kQuickVectorizeAttr; the key says so too)
 };
 
 /// The result of compileKernels. The functions stay valid while a copy of `code` lives.

@@ -19,6 +19,7 @@
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
 #include "support/CompileCancel.h"
+#include "support/Env.h"
 #include "support/Events.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
@@ -108,10 +109,40 @@ private:
 };
 
 // The module's cache key: the same kernels on the same host give the same key in any process.
-std::string moduleKey(const std::vector<LoopKernel> &todo, bool quick) {
+std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptions &co) {
   std::string text;
-  for (const LoopKernel &k : todo) text += printKernel(k);
-  return cache::contentKey({quick ? "cpu-quick" : "cpu", text, hostCodegenId()});
+  for (size_t i = 0; i < todo.size(); ++i) {
+    text += printKernel(todo[i]);
+    if (co.quick && co.quickVectorize[i]) text += "quick vectorize\n";
+  }
+  return cache::contentKey({co.quick ? "cpu-quick" : "cpu", text, hostCodegenId()});
+}
+
+// The fast tier runs the loop vectorizer on a kernel whose element operations over the
+// program (domain points x statements x the kernels that share its code) reach this many
+// (RCJIT_QUICK_VECTORIZE sets it; 0: every kernel). Below it the vectorizer's compile time
+// (5-10 ms a kernel on a 2-core AVX2 host, about twice the short pipeline's) outweighs what
+// the vector code saves in the calls before the optimized tier is ready; above it a scalar
+// kernel runs 3-6x longer than a vector one (llama-3.2-1b's attention softmax, 16 layers:
+// 10 ms a call against 1.8) (docs/first-call.md, "Cheaper LLVM").
+int64_t quickVectorizeWork() {
+  static const int64_t work = envInteger("RCJIT_QUICK_VECTORIZE", int64_t{1} << 20, 0,
+                                         std::numeric_limits<int64_t>::max(),
+                                         "element operations");
+  return work;
+}
+
+// A kernel's element operations in one run: its domain's points (a symbol counted as 128)
+// times its statements.
+int64_t kernelWork(const LoopKernel &k) {
+  auto size = [](const SizeExpr &e) {
+    int64_t v = e.c;
+    for (size_t i = 0; i < e.syms.size(); ++i) v *= 128;
+    return std::max<int64_t>(1, v + e.add);
+  };
+  int64_t points = 1;
+  for (const SizeExpr &d : k.domain) points = std::min<int64_t>(points * size(d), int64_t{1} << 40);
+  return points * static_cast<int64_t>(k.stmts.size());
 }
 
 // Whether a program's kernels compile as a module each on the work pool: when the pool
@@ -129,6 +160,16 @@ std::string kernelKey(const LoopKernel &k, const std::string &features, bool qui
   return features + (quick ? " quick\n" : "\n") + printKernel(anon);
 }
 
+// Per kernel of `p` for the fast tier: whether the loop vectorizer runs on it (the work of
+// all the kernels with its key against quickVectorizeWork()).
+std::vector<bool> quickVectorized(const Program &p, const std::vector<std::string> &keys) {
+  std::unordered_map<std::string, int64_t> work;
+  for (size_t i = 0; i < p.kernels.size(); ++i) work[keys[i]] += kernelWork(p.kernels[i]);
+  std::vector<bool> out(p.kernels.size());
+  for (size_t i = 0; i < p.kernels.size(); ++i) out[i] = work[keys[i]] >= quickVectorizeWork();
+  return out;
+}
+
 } // namespace
 
 std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &moduleId,
@@ -144,6 +185,16 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   const std::string features = cpuFeatures(); // code for one feature set never serves another
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     keys.push_back(kernelKey(p.kernels[i], features, opts.quick));
+  }
+  std::vector<bool> vectorize; // per kernel, for the fast tier
+  if (opts.quick) {
+    vectorize = quickVectorized(p, keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (vectorize[i]) keys[i] += "quick vectorize\n";
+    }
+  }
+  std::vector<bool> todoVectorize;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
     if (!dumps) {
       KernelMemo::Hit hit = memo.find(keys[i]);
       cp->kernels_[i] = hit.fn;
@@ -154,6 +205,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       fresh[keys[i]] = todo.size();
       todo.push_back(p.kernels[i]);
       todo.back().name = "k" + std::to_string(todo.size() - 1);
+      todoVectorize.push_back(opts.quick && vectorize[i]);
     }
   }
   if (!todo.empty()) {
@@ -162,6 +214,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     co.wantAssembly = opts.keepAssembly;
     co.name = moduleId;
     co.quick = opts.quick;
+    co.quickVectorize = todoVectorize;
     std::vector<KernelFn> fns;
     std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
     // a background compile (jit/Tiered.h) groups kernels as a compile on a caller's thread
@@ -179,7 +232,9 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
         throwIfCompileCancelled();
         std::vector<LoopKernel> one{todo[static_cast<size_t>(i)]};
         one[0].name = "k0";
-        each[static_cast<size_t>(i)] = compileKernels(one, moduleKey(one, co.quick), co);
+        CpuCompileOptions oneCo = co;
+        oneCo.quickVectorize = {todoVectorize[static_cast<size_t>(i)]};
+        each[static_cast<size_t>(i)] = compileKernels(one, moduleKey(one, oneCo), oneCo);
       });
       for (CpuCompiledKernels &ck : each) {
         cp->cacheHits_ += ck.fromCache ? 1 : 0;
@@ -188,7 +243,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
       }
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
-      CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co.quick), co);
+      CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co), co);
       if (ck.fromCache) cp->cacheHits_ += static_cast<int>(todo.size());
       fns = std::move(ck.functions);
       owners.assign(fns.size(), ck.code);
