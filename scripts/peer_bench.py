@@ -3,7 +3,8 @@
 
 The same configs and input shapes as `rcjit bench` (toy64, gpt2, llama-3.2-1b with
 --layers), seeded random weights, inference under torch.inference_mode(): per mode the
-first call (tracing and compiling for torch.compile) and the median, IQR and minimum of
+first call (tracing and compiling for torch.compile, with Inductor's cache directory fresh per
+mode: cold compiles) and the median, IQR and minimum of
 --reps timed calls after it, in ms. Not a test and not a dependency of anything: it needs
 PyTorch (`pip install torch`) and is run by hand, e.g.
 
@@ -24,7 +25,9 @@ the first step (compiling included), the minimum and the median step in ms, e.g.
 """
 import argparse
 import math
+import os
 import statistics
+import tempfile
 import time
 
 import torch
@@ -198,8 +201,6 @@ def time_mode(model, x, mode, reps):
 
 
 def train_modes(a):
-    import os
-    import tempfile
     if a.model == "toy64":
         raise SystemExit("--train: gpt2 or llama-3.2-1b (toy64 has no tokens to predict)")
     batch = int(a.batch.split(",")[-1])
@@ -281,6 +282,8 @@ def main():
     for batch in (int(b) for b in a.batch.split(",")):
         for mode in a.modes.split(","):
             torch._dynamo.reset()
+            # a cold start: Inductor's caches (compiled kernels, FX graphs) fresh per row
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{mode}-")
             model, vocab = build(a.model, a.layers, a.seq)
             model.eval()
             first, med, iqr, lo = time_mode(model, inputs(a.model, vocab, batch, a.seq), mode,

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -121,7 +122,7 @@ std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptio
 // The fast tier runs the loop vectorizer on a kernel whose element operations over the
 // program (domain points x statements x the kernels that share its code) reach this many
 // (RCJIT_QUICK_VECTORIZE sets it; 0: every kernel). Below it the vectorizer's compile time
-// (5-10 ms a kernel on a 2-core AVX2 host, about twice the short pipeline's) outweighs what
+// (5-15 ms a kernel on a 2-core AVX2 host, half again the short pipeline's) outweighs what
 // the vector code saves in the calls before the optimized tier is ready; above it a scalar
 // kernel runs 3-6x longer than a vector one (llama-3.2-1b's attention softmax, 16 layers:
 // 10 ms a call against 1.8) (docs/first-call.md, "Cheaper LLVM").
@@ -132,17 +133,15 @@ int64_t quickVectorizeWork() {
   return work;
 }
 
-// A kernel's element operations in one run: its domain's points (a symbol counted as 128)
-// times its statements.
+// A kernel's element operations in one run, about: its domain's points (a symbol counted as
+// 128) times its statements, at most 2^50.
 int64_t kernelWork(const LoopKernel &k) {
-  auto size = [](const SizeExpr &e) {
-    int64_t v = e.c;
-    for (size_t i = 0; i < e.syms.size(); ++i) v *= 128;
-    return std::max<int64_t>(1, v + e.add);
-  };
-  int64_t points = 1;
-  for (const SizeExpr &d : k.domain) points = std::min<int64_t>(points * size(d), int64_t{1} << 40);
-  return points * static_cast<int64_t>(k.stmts.size());
+  double work = static_cast<double>(k.stmts.size());
+  for (const SizeExpr &d : k.domain) {
+    double size = static_cast<double>(d.c) * std::pow(128.0, static_cast<double>(d.syms.size()));
+    work *= std::max(1.0, size + static_cast<double>(d.add));
+  }
+  return static_cast<int64_t>(std::min(work, std::ldexp(1.0, 50)));
 }
 
 // Whether a program's kernels compile as a module each on the work pool: when the pool
