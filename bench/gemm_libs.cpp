@@ -161,7 +161,13 @@ int main(int argc, char **argv) {
     const bool bf16 = dtype == "bf16";
     Timing t;
     if (lib == "dnnl" || lib == "dnnl-packed") {
-      t = runDnnl(m, k, n, bf16, lib == "dnnl-packed", reps);
+      try {
+        t = runDnnl(m, k, n, bf16, lib == "dnnl-packed", reps);
+      } catch (const dnnl::error &e) { // e.g. oneDNN 2.6 has no bf16 matmul below AVX-512
+        std::fprintf(stderr, "gemm_libs: oneDNN cannot run a %s %lldx%lldx%lld matmul here: %s\n",
+                     dtype.c_str(), m, k, n, e.what());
+        return 2;
+      }
 #ifdef RCJIT_GEMM_LIBS_MKL
     } else if (lib == "mkl" || lib == "mkl-packed") {
       t = runMkl(m, k, n, bf16, lib == "mkl-packed", reps);
