@@ -104,12 +104,12 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     if (r.mode == "eager") continue;
     std::snprintf(buf, sizeof buf,
                   "  %s: training %d compile%s, %d cache hit%s, %.1f ms tracing+compiling "
-                  "(inside the initial step); inference %d compile%s\n",
+                  "(inside the initial step); inference %d compile%s",
                   r.mode.c_str(), r.train.compiles, r.train.compiles == 1 ? "" : "s",
                   r.train.cache_hits, r.train.cache_hits == 1 ? "" : "s",
                   r.train.compile_seconds * 1e3, r.infer.compiles,
                   r.infer.compiles == 1 ? "" : "s");
-    out << buf;
+    out << buf << tierReadyNote(r.tierWaitMs) << "\n";
     if (eager) { // the modes train the same model on the same batches: their losses agree
       double a = eager->losses.back(), b = r.losses.back();
       double rel = std::abs(a - b) / std::max(std::abs(a), 1e-12);
@@ -162,6 +162,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   for (const TrainRow &r : rows) {
     j["results"].push_back({{"mode", r.mode},
                             {"initial_step_s", r.firstStepS},
+                            {"tier_wait_ms", r.tierWaitMs},
                             {"initial_step_peak_mib", r.firstPeakMiB},
                             {"later_steps_peak_mib", r.laterPeakMiB},
                             {"train_step_ms", r.stepMs},

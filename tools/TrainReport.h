@@ -51,6 +51,7 @@ struct TrainRow {
   double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
   double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
   double packedMiB = 0;  // packed weight copies alive after the inference calls (not tensors)
+  double tierWaitMs = 0; // after the initial step: the wait for the optimized tier (tiered)
   CompileStats train, infer;
 };
 
