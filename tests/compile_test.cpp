@@ -393,10 +393,11 @@ TEST(CompileCaptured, ByValueCapturesFollowTheLambdasOwnCopy) {
   EXPECT_TRUE(allclose(f(x), x + 1.0));
 }
 
-// A program of several kernels compiled with two threads: a module per kernel, compiled
-// concurrently on the work pool, each its own cache entry keyed by its kernel's text; with
-// one thread, one module. A later compile (the in-process tables dropped) finds each kernel.
-TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
+// A program of several kernels compiled with two threads: a module per pool thread (at most
+// one per kernel), compiled concurrently on the work pool, each its own cache entry keyed by
+// its kernels' text; with one thread, one module. A later compile (the in-process tables
+// dropped) finds each module, and so every kernel.
+TEST(CompileCpu, KernelsCompileAsAModulePerPoolThreadWithTwoThreads) {
   if (WorkPool::instance().threads() < 2)
     GTEST_SKIP() << "the work pool has one thread (OMP_NUM_THREADS=1)";
   namespace fs = std::filesystem;
@@ -422,9 +423,10 @@ TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
   };
   EXPECT_EQ(compiledModules(1), 1u);
   cache::detail::runClearHooks();
-  const uint64_t kernels = compiledModules(2);
+  const uint64_t modules = compiledModules(2);
   if (WorkPool::instance().packedCpus() == 0) { // (a busy machine compiles one module)
-    EXPECT_GE(kernels, 2u);
+    EXPECT_GE(modules, 2u);
+    EXPECT_LE(modules, static_cast<uint64_t>(WorkPool::instance().threads()));
     cache::detail::runClearHooks();
     OmpThreads two(2);
     const cache::Stats before = cache::stats();
@@ -432,8 +434,8 @@ TEST(CompileCpu, KernelsCompileAsAModuleEachWithTwoThreads) {
     EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-5));
     const cache::Stats after = cache::stats();
     EXPECT_EQ(after.misses, before.misses);
-    EXPECT_EQ(after.disk_hits + after.memory_hits - before.disk_hits - before.memory_hits, kernels);
-    EXPECT_EQ(cf.stats().cache_hits, static_cast<int>(kernels));
+    EXPECT_EQ(after.disk_hits + after.memory_hits - before.disk_hits - before.memory_hits, modules);
+    EXPECT_GE(cf.stats().cache_hits, static_cast<int>(modules)); // one per kernel
   }
   cache::set_dir(previousDir);
   cache::detail::runClearHooks();

@@ -144,9 +144,10 @@ int64_t kernelWork(const LoopKernel &k) {
   return static_cast<int64_t>(std::min(work, std::ldexp(1.0, 50)));
 }
 
-// Whether a program's kernels compile as a module each on the work pool: when the pool
-// would run them on two threads or more on CPUs of their own (one module per kernel costs
-// ~2.5 ms more each on one thread: gpt2's six 155 ms against 122 as one module).
+// Whether a program's kernels compile as a module per pool thread, concurrently on the work
+// pool: when the pool would run them on two threads or more on CPUs of their own (else one
+// module: on one thread a module per kernel cost ~2.5 ms more each, gpt2's six 155 ms
+// against 122 as one module).
 bool compileInParallel() {
   const WorkPool &pool = WorkPool::instance();
   return pool.threads() > 1 && (omp_get_max_threads() > 1 || cancellableCompile()) &&
@@ -220,25 +221,57 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     // would (the same cache keys), one after another on its own thread, stopping between
     // kernels when the process exits
     if (!dumps && todo.size() > 1 && compileInParallel()) {
-      // one module per kernel, compiled concurrently on the work pool (LLVM takes 15-50 ms
-      // a kernel here: gpt2's six on two threads in 53-68 ms against ~100 as one module),
-      // each cached under its own key, which is its kernel's text alone
-      std::vector<CpuCompiledKernels> each(todo.size());
+      // one module per pool thread, compiled concurrently on the work pool, each cached under
+      // its own key (its kernels' text). A module costs 4-5 ms on top of its kernels here
+      // (target machine, code generation's pipeline, the object store, linking) even for a
+      // copy kernel, so kernels are grouped rather than compiled one module each: llama-3.2-1b's
+      // 17 fast-tier kernels compiled in 109-113 ms of its first call instead of 129-215,
+      // vit-gpt2's 13 in 105-122 instead of 209-295, gpt2's 6 in 40-52 instead of 64-71
+      // (docs/first-call.md). Kernels go to the least loaded module, largest first, by their
+      // statements (a vectorized one counting half again) plus the module cost.
+      const size_t groups = std::min<size_t>(
+          todo.size(), static_cast<size_t>(std::max(1, WorkPool::instance().threads())));
+      std::vector<std::vector<size_t>> members(groups); // per module: indices into todo
+      {
+        auto cost = [&](size_t i) {
+          return static_cast<double>(todo[i].stmts.size()) * (todoVectorize[i] ? 1.5 : 1.0) + 4.0;
+        };
+        std::vector<size_t> order(todo.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](size_t a, size_t b) { return cost(a) > cost(b); });
+        std::vector<double> load(groups, 0);
+        for (size_t i : order) {
+          const size_t g = static_cast<size_t>(std::min_element(load.begin(), load.end()) -
+                                               load.begin());
+          members[g].push_back(i);
+          load[g] += cost(i);
+        }
+      }
+      std::vector<CpuCompiledKernels> each(groups);
       const logging::CompileContext *context = logging::CompileScope::current();
-      WorkPool::instance().run(static_cast<int64_t>(todo.size()), [&](int64_t i) {
+      WorkPool::instance().run(static_cast<int64_t>(groups), [&](int64_t g) {
         std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
         if (context) scope.emplace(*context);
         throwIfCompileCancelled();
-        std::vector<LoopKernel> one{todo[static_cast<size_t>(i)]};
-        one[0].name = "k0";
-        CpuCompileOptions oneCo = co;
-        oneCo.quickVectorize = {todoVectorize[static_cast<size_t>(i)]};
-        each[static_cast<size_t>(i)] = compileKernels(one, moduleKey(one, oneCo), oneCo);
+        std::vector<LoopKernel> ks;
+        CpuCompileOptions gco = co;
+        gco.quickVectorize.clear();
+        for (size_t j : members[static_cast<size_t>(g)]) {
+          ks.push_back(todo[j]);
+          ks.back().name = "k" + std::to_string(ks.size() - 1);
+          gco.quickVectorize.push_back(todoVectorize[j]);
+        }
+        each[static_cast<size_t>(g)] = compileKernels(ks, moduleKey(ks, gco), gco);
       });
-      for (CpuCompiledKernels &ck : each) {
-        cp->cacheHits_ += ck.fromCache ? 1 : 0;
-        fns.push_back(ck.functions.at(0));
-        owners.push_back(ck.code);
+      fns.resize(todo.size());
+      owners.resize(todo.size());
+      for (size_t g = 0; g < groups; ++g) {
+        if (each[g].fromCache) cp->cacheHits_ += static_cast<int>(members[g].size());
+        for (size_t k = 0; k < members[g].size(); ++k) {
+          fns[members[g][k]] = each[g].functions.at(k);
+          owners[members[g][k]] = each[g].code;
+        }
       }
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
