@@ -663,8 +663,7 @@ TEST(CodegenTest, FastTierVectorizesOnlyTheMarkedKernels) {
   int o = kb.tensor(DType::f32, {n, 1}, true);
   int e = kb.op(OpKind::exp, {kb.load(x)}, DType::f32);
   int s = kb.reduce(OpKind::sum, e, DType::f32);
-  kb.store(o, kb.op(OpKind::div, {kb.op(OpKind::add, {e, kb.load(y)}, DType::f32), s},
-                    DType::f32));
+  kb.store(o, kb.op(OpKind::div, {kb.op(OpKind::add, {e, kb.load(y)}, DType::f32), s}, DType::f32));
   auto xs = randomFloats(rows * n, -3, 3, 21), ys = randomFloats(n, -1, 1, 22);
   std::vector<std::vector<float>> outs;
   for (bool vectorize : {false, true}) {

@@ -10,11 +10,11 @@
 namespace rcjit::cpu {
 
 struct CpuCompileOptions {
-  bool wantLlvmIr = false;   // fill CpuCompiledKernels::llvmIr (optimized IR)
-  bool wantAssembly = false; // fill CpuCompiledKernels::assembly
-  std::string name;          // what the module is for ("rcjit_f0_e1"): named in cache logs
-  bool quick = false;        // the cheap LLVM pipeline (CpuJit::kQuickFlag); the module id
-                             // (the cache key) must say so too
+  bool wantLlvmIr = false;          // fill CpuCompiledKernels::llvmIr (optimized IR)
+  bool wantAssembly = false;        // fill CpuCompiledKernels::assembly
+  std::string name;                 // what the module is for ("rcjit_f0_e1"): named in cache logs
+  bool quick = false;               // the cheap LLVM pipeline (CpuJit::kQuickFlag); the module id
+                                    // (the cache key) must say so too
   std::vector<bool> quickVectorize; // with `quick`: per kernel, whether the loop vectorizer
                                     // runs on it (kQuickVectorizeAttr; the key says so too)
 };

@@ -128,8 +128,7 @@ std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptio
 // 10 ms a call against 1.8) (docs/first-call.md, "Cheaper LLVM").
 int64_t quickVectorizeWork() {
   static const int64_t work = envInteger("RCJIT_QUICK_VECTORIZE", int64_t{1} << 20, 0,
-                                         std::numeric_limits<int64_t>::max(),
-                                         "element operations");
+                                         std::numeric_limits<int64_t>::max(), "element operations");
   return work;
 }
 
@@ -168,6 +167,68 @@ std::vector<bool> quickVectorized(const Program &p, const std::vector<std::strin
   std::vector<bool> out(p.kernels.size());
   for (size_t i = 0; i < p.kernels.size(); ++i) out[i] = work[keys[i]] >= quickVectorizeWork();
   return out;
+}
+
+// Compiles `todo` as one module per pool thread (at most one per kernel), concurrently on the
+// work pool, each cached under its own key (its kernels' text); fills each kernel's function
+// and the module that owns it, and returns how many kernels came from the object cache. A
+// module costs 4-5 ms on top of its kernels here (target machine, code generation's
+// pipeline, the object store, linking) even for a copy kernel, so kernels are grouped rather
+// than compiled one module each: llama-3.2-1b's 17 fast-tier kernels compiled in 109-113 ms
+// of its first call instead of 129-215, vit-gpt2's 13 in 105-122 instead of 209-295, gpt2's 6
+// in 40-52 instead of 64-71 (docs/performance.md, "Concurrent kernel compiles"). Kernels go to
+// the least loaded module, largest first, by their statements (a vectorized one counting half
+// again) plus the module's cost.
+int compileAsPoolModules(const std::vector<LoopKernel> &todo,
+                         const std::vector<bool> &todoVectorize, const CpuCompileOptions &co,
+                         std::vector<KernelFn> &fns,
+                         std::vector<std::shared_ptr<const void>> &owners) {
+  int hits = 0;
+  const size_t groups = std::min<size_t>(
+      todo.size(), static_cast<size_t>(std::max(1, WorkPool::instance().threads())));
+  std::vector<std::vector<size_t>> members(groups); // per module: indices into todo
+  {
+    auto cost = [&](size_t i) {
+      return static_cast<double>(todo[i].stmts.size()) * (todoVectorize[i] ? 1.5 : 1.0) + 4.0;
+    };
+    std::vector<size_t> order(todo.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return cost(a) > cost(b); });
+    std::vector<double> load(groups, 0);
+    for (size_t i : order) {
+      const size_t g =
+          static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      members[g].push_back(i);
+      load[g] += cost(i);
+    }
+  }
+  std::vector<CpuCompiledKernels> each(groups);
+  const logging::CompileContext *context = logging::CompileScope::current();
+  WorkPool::instance().run(static_cast<int64_t>(groups), [&](int64_t g) {
+    std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
+    if (context) scope.emplace(*context);
+    throwIfCompileCancelled();
+    std::vector<LoopKernel> ks;
+    CpuCompileOptions gco = co;
+    gco.quickVectorize.clear();
+    for (size_t j : members[static_cast<size_t>(g)]) {
+      ks.push_back(todo[j]);
+      ks.back().name = "k" + std::to_string(ks.size() - 1);
+      gco.quickVectorize.push_back(todoVectorize[j]);
+    }
+    each[static_cast<size_t>(g)] = compileKernels(ks, moduleKey(ks, gco), gco);
+  });
+  fns.resize(todo.size());
+  owners.resize(todo.size());
+  for (size_t g = 0; g < groups; ++g) {
+    if (each[g].fromCache) hits += static_cast<int>(members[g].size());
+    for (size_t k = 0; k < members[g].size(); ++k) {
+      fns[members[g][k]] = each[g].functions.at(k);
+      owners[members[g][k]] = each[g].code;
+    }
+  }
+  return hits;
 }
 
 } // namespace
@@ -219,60 +280,9 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
     // a background compile (jit/Tiered.h) groups kernels as a compile on a caller's thread
     // would (the same cache keys), one after another on its own thread, stopping between
-    // kernels when the process exits
+    // modules when the process exits
     if (!dumps && todo.size() > 1 && compileInParallel()) {
-      // one module per pool thread, compiled concurrently on the work pool, each cached under
-      // its own key (its kernels' text). A module costs 4-5 ms on top of its kernels here
-      // (target machine, code generation's pipeline, the object store, linking) even for a
-      // copy kernel, so kernels are grouped rather than compiled one module each: llama-3.2-1b's
-      // 17 fast-tier kernels compiled in 109-113 ms of its first call instead of 129-215,
-      // vit-gpt2's 13 in 105-122 instead of 209-295, gpt2's 6 in 40-52 instead of 64-71
-      // (docs/first-call.md). Kernels go to the least loaded module, largest first, by their
-      // statements (a vectorized one counting half again) plus the module cost.
-      const size_t groups = std::min<size_t>(
-          todo.size(), static_cast<size_t>(std::max(1, WorkPool::instance().threads())));
-      std::vector<std::vector<size_t>> members(groups); // per module: indices into todo
-      {
-        auto cost = [&](size_t i) {
-          return static_cast<double>(todo[i].stmts.size()) * (todoVectorize[i] ? 1.5 : 1.0) + 4.0;
-        };
-        std::vector<size_t> order(todo.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        std::stable_sort(order.begin(), order.end(),
-                         [&](size_t a, size_t b) { return cost(a) > cost(b); });
-        std::vector<double> load(groups, 0);
-        for (size_t i : order) {
-          const size_t g = static_cast<size_t>(std::min_element(load.begin(), load.end()) -
-                                               load.begin());
-          members[g].push_back(i);
-          load[g] += cost(i);
-        }
-      }
-      std::vector<CpuCompiledKernels> each(groups);
-      const logging::CompileContext *context = logging::CompileScope::current();
-      WorkPool::instance().run(static_cast<int64_t>(groups), [&](int64_t g) {
-        std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
-        if (context) scope.emplace(*context);
-        throwIfCompileCancelled();
-        std::vector<LoopKernel> ks;
-        CpuCompileOptions gco = co;
-        gco.quickVectorize.clear();
-        for (size_t j : members[static_cast<size_t>(g)]) {
-          ks.push_back(todo[j]);
-          ks.back().name = "k" + std::to_string(ks.size() - 1);
-          gco.quickVectorize.push_back(todoVectorize[j]);
-        }
-        each[static_cast<size_t>(g)] = compileKernels(ks, moduleKey(ks, gco), gco);
-      });
-      fns.resize(todo.size());
-      owners.resize(todo.size());
-      for (size_t g = 0; g < groups; ++g) {
-        if (each[g].fromCache) cp->cacheHits_ += static_cast<int>(members[g].size());
-        for (size_t k = 0; k < members[g].size(); ++k) {
-          fns[members[g][k]] = each[g].functions.at(k);
-          owners[members[g][k]] = each[g].code;
-        }
-      }
+      cp->cacheHits_ += compileAsPoolModules(todo, todoVectorize, co, fns, owners);
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
       CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co), co);
