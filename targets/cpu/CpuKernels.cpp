@@ -448,9 +448,7 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   for (size_t i = 0; i < kernels.size(); ++i) {
     const LoopKernel &k = kernels[i];
     llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
-    if (options.quick && i < options.quickVectorize.size() && options.quickVectorize[i]) {
-      fn->addFnAttr(kQuickVectorizeAttr);
-    }
+    if (options.vectorizes(i)) fn->addFnAttr(kQuickVectorizeAttr);
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");
     // Vector divisions marked `arcp` (only those of the tanh/erf approximations) become a
     // reciprocal estimate plus two Newton steps: no divider on the hot path, and full f32

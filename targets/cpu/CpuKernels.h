@@ -17,6 +17,10 @@ struct CpuCompileOptions {
                                     // (the cache key) must say so too
   std::vector<bool> quickVectorize; // with `quick`: per kernel, whether the loop vectorizer
                                     // runs on it (kQuickVectorizeAttr; the key says so too)
+  /// Whether kernel `i` is compiled by the fast tier's pipeline with the loop vectorizer.
+  bool vectorizes(size_t i) const {
+    return quick && i < quickVectorize.size() && quickVectorize[i];
+  }
 };
 
 /// The result of compileKernels. The functions stay valid while a copy of `code` lives.

@@ -109,12 +109,15 @@ private:
   size_t sweepAt_ = kFirstSweep;
 };
 
+// What a fast-tier kernel's memo and module keys add when the vectorizer runs on it.
+constexpr const char *kQuickVectorizeKey = "quick vectorize\n";
+
 // The module's cache key: the same kernels on the same host give the same key in any process.
 std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptions &co) {
   std::string text;
   for (size_t i = 0; i < todo.size(); ++i) {
     text += printKernel(todo[i]);
-    if (co.quick && co.quickVectorize[i]) text += "quick vectorize\n";
+    if (co.vectorizes(i)) text += kQuickVectorizeKey;
   }
   return cache::contentKey({co.quick ? "cpu-quick" : "cpu", text, hostCodegenId()});
 }
@@ -132,14 +135,16 @@ int64_t quickVectorizeWork() {
   return work;
 }
 
-// A kernel's element operations in one run, about: its domain's points (a symbol counted as
-// 128) times its statements, at most 2^50.
+// A kernel's element operations in one run, about: its domain's points (each symbol counted
+// as 128) times its statements, at most 2^50.
 int64_t kernelWork(const LoopKernel &k) {
+  int32_t symbols = 0;
+  for (const SizeExpr &d : k.domain)
+    for (int32_t s : d.syms) symbols = std::max(symbols, s + 1);
+  const std::vector<int64_t> syms(static_cast<size_t>(symbols), 128);
   double work = static_cast<double>(k.stmts.size());
-  for (const SizeExpr &d : k.domain) {
-    double size = static_cast<double>(d.c) * std::pow(128.0, static_cast<double>(d.syms.size()));
-    work *= std::max(1.0, size + static_cast<double>(d.add));
-  }
+  for (const SizeExpr &d : k.domain)
+    work *= std::max<double>(1.0, static_cast<double>(evalSize(d, syms.data())));
   return static_cast<int64_t>(std::min(work, std::ldexp(1.0, 50)));
 }
 
@@ -179,8 +184,7 @@ std::vector<bool> quickVectorized(const Program &p, const std::vector<std::strin
 // in 40-52 instead of 64-71 (docs/performance.md, "Concurrent kernel compiles"). Kernels go to
 // the least loaded module, largest first, by their statements (a vectorized one counting half
 // again) plus the module's cost.
-int compileAsPoolModules(const std::vector<LoopKernel> &todo,
-                         const std::vector<bool> &todoVectorize, const CpuCompileOptions &co,
+int compileAsPoolModules(const std::vector<LoopKernel> &todo, const CpuCompileOptions &co,
                          std::vector<KernelFn> &fns,
                          std::vector<std::shared_ptr<const void>> &owners) {
   int hits = 0;
@@ -189,7 +193,7 @@ int compileAsPoolModules(const std::vector<LoopKernel> &todo,
   std::vector<std::vector<size_t>> members(groups); // per module: indices into todo
   {
     auto cost = [&](size_t i) {
-      return static_cast<double>(todo[i].stmts.size()) * (todoVectorize[i] ? 1.5 : 1.0) + 4.0;
+      return static_cast<double>(todo[i].stmts.size()) * (co.vectorizes(i) ? 1.5 : 1.0) + 4.0;
     };
     std::vector<size_t> order(todo.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -215,7 +219,7 @@ int compileAsPoolModules(const std::vector<LoopKernel> &todo,
     for (size_t j : members[static_cast<size_t>(g)]) {
       ks.push_back(todo[j]);
       ks.back().name = "k" + std::to_string(ks.size() - 1);
-      gco.quickVectorize.push_back(todoVectorize[j]);
+      gco.quickVectorize.push_back(co.vectorizes(j));
     }
     each[static_cast<size_t>(g)] = compileKernels(ks, moduleKey(ks, gco), gco);
   });
@@ -251,7 +255,7 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   if (opts.quick) {
     vectorize = quickVectorized(p, keys);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (vectorize[i]) keys[i] += "quick vectorize\n";
+      if (vectorize[i]) keys[i] += kQuickVectorizeKey;
     }
   }
   std::vector<bool> todoVectorize;
@@ -275,14 +279,14 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
     co.wantAssembly = opts.keepAssembly;
     co.name = moduleId;
     co.quick = opts.quick;
-    co.quickVectorize = todoVectorize;
+    co.quickVectorize = std::move(todoVectorize);
     std::vector<KernelFn> fns;
     std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
     // a background compile (jit/Tiered.h) groups kernels as a compile on a caller's thread
     // would (the same cache keys), one after another on its own thread, stopping between
     // modules when the process exits
     if (!dumps && todo.size() > 1 && compileInParallel()) {
-      cp->cacheHits_ += compileAsPoolModules(todo, todoVectorize, co, fns, owners);
+      cp->cacheHits_ += compileAsPoolModules(todo, co, fns, owners);
     } else {
       // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
       CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co), co);
