@@ -56,4 +56,11 @@ Program lower(const Graph &g, const std::vector<Shape> &inputStrides,
 /// p.arenaBytes. Run again after sizes change.
 void planArena(Program &p);
 
+/// Takes p's arena buffers of at least `minBytes` out of the arena: each becomes a dynamic
+/// buffer that the executor allocates at the step that first uses it and frees after the
+/// step that last does (dynamicDoneAt), so that a large intermediate holds memory only
+/// while it is live instead of widening an arena held for the whole call. Re-plans the
+/// arena; returns, per step, the buffers to allocate there. For concrete sizes (a layout).
+std::vector<std::vector<int>> moveLargeBuffersOut(Program &p, int64_t minBytes);
+
 } // namespace rcjit

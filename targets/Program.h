@@ -20,7 +20,8 @@ struct Buffer {
     input,   // the storage of program input `index`
     arena,   // [offset, offset + bytes) of the per-call scratch arena
     output,  // a fresh tensor allocated per call (returned to the caller)
-    dynamic, // a tensor produced at run time by an eager step
+    dynamic, // a tensor produced at run time by an eager step, or a large intermediate
+             // allocated from its first step to its last (moveLargeBuffersOut)
   };
   Kind kind = Kind::arena;
   int index = 0;      // input index (input)

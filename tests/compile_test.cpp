@@ -319,6 +319,57 @@ TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
                               << " layer outputs alive at once";
 }
 
+// A large intermediate holds memory only from the step that makes it to its last reader,
+// not for the whole call in an arena: y and t (4 MiB each, oneDNN products) are live at
+// once, the output (4 MiB) after y is gone and written over t, which dies as it is read.
+// An arena held for the call had both products in it beside the output: 12 MiB.
+TEST(Compile, LargeIntermediatesAreHeldOnlyWhileLive) {
+  constexpr int64_t kN = 1024, kBytes = kN * kN * 4;
+  Tensor w = Tensor::randn({kN, kN}, 1) * 0.03;
+  auto fn = [&](const Tensor &a) {
+    Tensor y = matmul(a, w);
+    Tensor t = matmul(y, w);
+    return t + a;
+  };
+  auto cf = compile(fn);
+  Tensor a = Tensor::randn({kN, kN}, 2);
+  const Tensor ref = fn(a);
+  Tensor first = cf(a); // compiles
+  EXPECT_TRUE(allclose(first, ref, 1e-4, 1e-4));
+  const Tensor firstCopy = first.clone();
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  Tensor second = cf(a);
+  const int64_t peak = memory_stats().peak_bytes - before;
+  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
+  EXPECT_LE(peak, 2 * kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
+  // the output is a block of its own: the next call leaves it as it was
+  EXPECT_NE(first.data_ptr(), second.data_ptr());
+  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
+}
+
+// An output whose kernel reads a large intermediate for the last time is written over it:
+// the call's peak is one 4 MiB block, not the product and the output side by side.
+TEST(Compile, AnOutputIsWrittenOverTheIntermediateItReadsLast) {
+  constexpr int64_t kN = 1024, kBytes = kN * kN * 4;
+  Tensor w = Tensor::randn({kN, kN}, 1) * 0.03;
+  auto fn = [&](const Tensor &a) { return matmul(a, w) + a; };
+  auto cf = compile(fn);
+  Tensor a = Tensor::randn({kN, kN}, 2);
+  const Tensor ref = fn(a);
+  Tensor first = cf(a);
+  const Tensor firstCopy = first.clone();
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  Tensor second = cf(a);
+  const int64_t peak = memory_stats().peak_bytes - before;
+  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
+  EXPECT_LE(peak, kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
+  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
+  EXPECT_EQ(second.shape(), (Shape{kN, kN}));
+  EXPECT_TRUE(second.is_contiguous());
+}
+
 TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
   Tensor w1 = Tensor::randn({6, 6}, 1), w2 = Tensor::randn({6, 6}, 2);
   auto body = [&](const Tensor &x) {

@@ -1,12 +1,14 @@
 // Horizontal fusion at launch (cpu::launchRuns): which consecutive elementwise kernel steps
-// of a CPU program run together in one parallel region; and the arena planner (planArena).
-// Both on hand-made programs.
+// of a CPU program run together in one parallel region; outputs written over dying buffers
+// (cpu::outputsOverDying); and the arena planner (planArena, moveLargeBuffersOut). All on
+// hand-made programs.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "targets/Lower.h"
 #include "targets/Program.h"
+#include "targets/ProgramRun.h"
 #include "targets/cpu/CpuProgram.h"
 
 using namespace rcjit;
@@ -50,6 +52,21 @@ struct Builder {
       k.tensors.push_back({DType::f32, {SizeExpr::constant(1)}, true});
       s.operands.push_back(w);
     }
+    // each read loaded, then each write stored (the first load's value, or 0)
+    for (size_t t = 0; t < k.tensors.size(); ++t) {
+      KernelStmt st;
+      st.kind = k.tensors[t].output ? KernelStmt::Kind::store : KernelStmt::Kind::load;
+      st.tensor = static_cast<int>(t);
+      if (st.kind == KernelStmt::Kind::store) {
+        if (reads.empty()) {
+          KernelStmt zero;
+          zero.kind = KernelStmt::Kind::constant;
+          k.stmts.push_back(zero);
+        }
+        st.args = {reads.empty() ? static_cast<int>(k.stmts.size()) - 1 : 0};
+      }
+      k.stmts.push_back(st);
+    }
     kernels.push_back(k);
     p.steps.push_back(s);
   }
@@ -61,17 +78,19 @@ struct Builder {
     s.result = result;
     p.steps.push_back(s);
   }
-  std::vector<int> runs(const std::vector<int> *alias = nullptr,
-                        std::vector<int> threads = {}) const {
+  std::vector<int> runs(const std::vector<int> *alias = nullptr, std::vector<int> threads = {},
+                        const std::vector<int> *over = nullptr) const {
     if (threads.empty()) threads.assign(p.steps.size(), 0);
-    return cpu::launchRuns(p, kernels, threads, alias);
+    return cpu::launchRuns(p, kernels, threads, alias, over);
   }
 };
 
 TEST(LaunchRuns, IndependentUpdatesRunTogether) {
   Builder b;
-  int w1 = b.buffer(Buffer::Kind::input, 0, 4096, 0), g1 = b.buffer(Buffer::Kind::input, 0, 4096, 1);
-  int w2 = b.buffer(Buffer::Kind::input, 0, 4096, 2), g2 = b.buffer(Buffer::Kind::input, 0, 4096, 3);
+  int w1 = b.buffer(Buffer::Kind::input, 0, 4096, 0),
+      g1 = b.buffer(Buffer::Kind::input, 0, 4096, 1);
+  int w2 = b.buffer(Buffer::Kind::input, 0, 4096, 2),
+      g2 = b.buffer(Buffer::Kind::input, 0, 4096, 3);
   int o1 = b.buffer(Buffer::Kind::output), o2 = b.buffer(Buffer::Kind::output);
   int o3 = b.buffer(Buffer::Kind::output);
   b.kernel({w1, g1}, {o1});
@@ -116,6 +135,47 @@ TEST(LaunchRuns, AnOutputWrittenInPlaceOfAnInputIsThatInput) {
   std::vector<int> alias(b.p.buffers.size(), -1);
   alias[wNew] = 0; // wNew is written into input 0, which the second kernel reads
   EXPECT_EQ(b.runs(&alias), (std::vector<int>{1, 2}));
+}
+
+// An output written over a dying dynamic buffer (outputsOverDying) is that buffer: a
+// member that writes it must not start while an earlier member still reads the buffer.
+TEST(LaunchRuns, AnOutputWrittenOverADyingBufferIsThatBuffer) {
+  Builder b;
+  int d = b.buffer(Buffer::Kind::dynamic), x = b.buffer(Buffer::Kind::input);
+  int y = b.buffer(Buffer::Kind::output), out = b.buffer(Buffer::Kind::output);
+  b.kernel({d}, {y});
+  b.kernel({d, x}, {out}); // reads d for the last time
+  b.p.outputs = {y, out};
+  const std::vector<int> over = cpu::outputsOverDying(b.p, b.kernels);
+  EXPECT_EQ(over[out], d);
+  EXPECT_EQ(over[y], -1); // d is read later
+  EXPECT_EQ(b.runs(), (std::vector<int>{2, 2}));
+  EXPECT_EQ(b.runs(nullptr, {}, &over), (std::vector<int>{1, 2}));
+}
+
+// What outputsOverDying leaves alone: a buffer of another size, one the kernel reads past
+// the output's own offsets, a reduction, an arena or input buffer, an output a library
+// step writes.
+TEST(OutputsOverDying, OnlyAnElementwiseWriterOfTheSameSizeTakesADyingBuffer) {
+  Builder b;
+  int small = b.buffer(Buffer::Kind::dynamic, 0, 2048), big = b.buffer(Buffer::Kind::dynamic);
+  int shifted = b.buffer(Buffer::Kind::dynamic), red = b.buffer(Buffer::Kind::dynamic);
+  int arena = b.buffer(Buffer::Kind::arena), in = b.buffer(Buffer::Kind::input);
+  int lib = b.buffer(Buffer::Kind::dynamic);
+  int o1 = b.buffer(Buffer::Kind::output), o2 = b.buffer(Buffer::Kind::output);
+  int o3 = b.buffer(Buffer::Kind::output), o4 = b.buffer(Buffer::Kind::output);
+  int o5 = b.buffer(Buffer::Kind::output), o6 = b.buffer(Buffer::Kind::output);
+  b.kernel({small}, {o1});
+  b.kernel({shifted}, {o2});
+  b.p.values[shifted].offset = 16; // read at other offsets than the output's
+  b.kernel({red}, {o3}, /*reduce=*/true);
+  b.kernel({arena, in}, {o4});
+  b.library({lib, lib}, o5);
+  b.kernel({big}, {o6});
+  b.p.outputs = {o1, o2, o3, o4, o5, o6};
+  const std::vector<int> over = cpu::outputsOverDying(b.p, b.kernels);
+  for (int o : {o1, o2, o3, o4, o5}) EXPECT_EQ(over[o], -1) << "buffer " << o;
+  EXPECT_EQ(over[o6], big);
 }
 
 TEST(LaunchRuns, LibraryStepsReductionsAndSymbolicProgramsRunAlone) {
@@ -174,6 +234,33 @@ TEST(PlanArena, KeepsTheBestOfSeveralOrdersAndNeverOverlapsLiveBuffers) {
     }
     EXPECT_LE(p.buffers[a].offset + p.buffers[a].bytes, p.arenaBytes);
   }
+}
+
+// moveLargeBuffersOut: arena buffers of at least the size given become dynamic buffers,
+// opened at their first step and freed after their last; the arena is planned again
+// without them, so a call holds a large intermediate only while it is live.
+TEST(PlanArena, LargeBuffersLeaveTheArenaForTheirLiveSteps) {
+  Builder b;
+  const int64_t mib = int64_t{1} << 20;
+  int x = b.buffer(Buffer::Kind::input), big1 = b.buffer(Buffer::Kind::arena, 0, 8 * mib);
+  int tiny = b.buffer(Buffer::Kind::arena, 0, 4096),
+      big2 = b.buffer(Buffer::Kind::arena, 0, 8 * mib);
+  int y = b.buffer(Buffer::Kind::output);
+  b.kernel({x}, {big1});
+  b.kernel({big1}, {tiny});
+  b.kernel({tiny}, {big2});
+  b.kernel({big2}, {y});
+  b.p.outputs = {y};
+  Program all = b.p;
+  planArena(all);
+  EXPECT_EQ(all.arenaBytes, 8 * mib + 4096); // big1 or big2 beside tiny, for the whole call
+  const std::vector<std::vector<int>> at = moveLargeBuffersOut(b.p, mib);
+  EXPECT_EQ(at, (std::vector<std::vector<int>>{{big1}, {}, {big2}, {}}));
+  EXPECT_EQ(b.p.buffers[big1].kind, Buffer::Kind::dynamic);
+  EXPECT_EQ(b.p.buffers[big2].kind, Buffer::Kind::dynamic);
+  EXPECT_EQ(b.p.buffers[tiny].kind, Buffer::Kind::arena);
+  EXPECT_EQ(b.p.arenaBytes, 4096);
+  EXPECT_EQ(dynamicDoneAt(b.p), (std::vector<std::vector<int>>{{}, {big1}, {}, {big2}}));
 }
 
 } // namespace

@@ -163,6 +163,8 @@ private:
     };
   }
   void open(size_t i);
+  bool takeOver(int b);
+  bool rerunnable(size_t i) const;
   void done(size_t i);
   // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress
   // thread): between steps, each collective in flight gets one MPI_Test, so the transfer
@@ -237,10 +239,16 @@ void CpuProgram::Call::beginTuning() {
   }
 }
 
-// The output buffers step i writes first (an eager step's result buffer: runEager).
+// The large buffers and the output buffers step i uses first (an eager step's result
+// buffer: runEager).
 void CpuProgram::Call::open(size_t i) {
   std::vector<Tensor> &outBuffers = arena_->outBuffers;
   std::vector<char *> &bases = arena_->bases;
+  for (int b : spec_->largeAt[i]) { // freed after their last step (done)
+    arena_->dynamic[b] =
+        detail::makeTensor(p_.buffers[b].shape, p_.buffers[b].dtype, Device::cpu());
+    bases[b] = static_cast<char *>(arena_->dynamic[b].data_ptr());
+  }
   for (int b : spec_->outputsAt[i]) {
     if (p_.steps[i].kind != Step::Kind::kernel && p_.steps[i].result >= 0 &&
         p_.values[p_.steps[i].result].buffer == b && !spec_->library[i])
@@ -257,9 +265,27 @@ void CpuProgram::Call::open(size_t i) {
         continue;
       }
     }
+    if (takeOver(b)) continue;
     outBuffers[b] = detail::makeTensor(p_.buffers[b].shape, p_.buffers[b].dtype, Device::cpu());
     bases[b] = static_cast<char *>(outBuffers[b].data_ptr());
   }
+}
+
+// Output buffer b written over the dynamic buffer its writer reads last (outputsOverDying),
+// when this call holds that buffer's only reference (not a view of an input or of another
+// result) and no tuner reruns the step (a rerun would read what the first run wrote).
+bool CpuProgram::Call::takeOver(int b) {
+  const int d = spec_->outputOver[static_cast<size_t>(b)];
+  if (d < 0 || tuner_) return false;
+  const Tensor &t = arena_->dynamic[static_cast<size_t>(d)];
+  const Buffer &buf = p_.buffers[static_cast<size_t>(b)];
+  if (!t.defined() || t.offset() != 0 || t.impl().use_count() != 1 ||
+      t.impl()->storage.use_count() != 1 ||
+      t.impl()->storage->nbytes != static_cast<size_t>(buf.bytes))
+    return false;
+  arena_->outBuffers[b] = detail::makeView(t, buf.shape, detail::contiguousStrides(buf.shape), 0);
+  arena_->bases[b] = static_cast<char *>(t.data_ptr());
+  return true;
 }
 
 // The inputs step i used last.
@@ -345,7 +371,7 @@ void CpuProgram::Call::runEager(const Step &s) {
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});
   const Buffer &rb = layout.buffers[r.buffer];
-  if (rb.kind == Buffer::Kind::dynamic) {
+  if (rb.kind == Buffer::Kind::dynamic && !bases[r.buffer]) { // not a large buffer open() made
     out = out.contiguous();
     dynamic[r.buffer] = out;
     bases[r.buffer] = static_cast<char *>(out.data_ptr());
@@ -368,6 +394,45 @@ void CpuProgram::Call::runEager(const Step &s) {
   }
 }
 
+// Whether step i (kernel or library) computes the same result when run again, which
+// max_autotune does to time it: none of the memory it writes is memory it reads. An
+// optimizer's update written over its parameter (runInto), a kernel that accumulates into
+// its operand, an output written over a dying operand: each runs once (a second run would
+// apply the update twice). Compares the byte ranges the values span at this call's
+// addresses, so every way two values come to share memory counts.
+bool CpuProgram::Call::rerunnable(size_t i) const {
+  const Step &s = p_.steps[i];
+  auto range = [&](int v) {
+    const Value &val = p_.values[static_cast<size_t>(v)];
+    const char *at = spec_->address(arena_->bases.data(), v);
+    int64_t lo = 0, hi = 0; // in elements, from `at`
+    for (size_t d = 0; d < val.shape.size(); ++d) {
+      if (val.shape[d] == 0) return std::pair<const char *, const char *>{at, at};
+      const int64_t reach = (val.shape[d] - 1) * val.strides[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const auto size = static_cast<int64_t>(dtypeSize(val.dtype));
+    return std::pair<const char *, const char *>{at + lo * size, at + (hi + 1) * size};
+  };
+  std::vector<int> reads, writes;
+  if (s.kind == Step::Kind::kernel) {
+    const LoopKernel &k = prog_.program_.kernels[s.kernel];
+    for (size_t t = 0; t < s.operands.size(); ++t)
+      (k.tensors[t].output ? writes : reads).push_back(s.operands[t]);
+  } else {
+    reads = s.operands;
+    if (s.result >= 0) writes.push_back(s.result);
+  }
+  for (int w : writes) {
+    const auto [wlo, whi] = range(w);
+    for (int r : reads) {
+      const auto [rlo, rhi] = range(r);
+      if (wlo < rhi && rlo < whi) return false;
+    }
+  }
+  return true;
+}
+
 void CpuProgram::Call::kernelStep(size_t i, const Step &s) {
   if (i < runEnd_) return;
   progress();
@@ -387,7 +452,7 @@ void CpuProgram::Call::kernelStep(size_t i, const Step &s) {
   }
   profiler::Scope scope("kernel", stepName(i));
   open(i);
-  if (tuner_ && spec_->kernelOuter[i] >= 2) {
+  if (tuner_ && spec_->kernelOuter[i] >= 2 && rerunnable(i)) {
     tuner_->choose(i, prog_.program_.kernels[s.kernel].name.c_str(),
                    [&](int t) { prog_.runKernel(*spec_, i, bases, syms_, t); });
   } else {
@@ -410,7 +475,7 @@ void CpuProgram::Call::libraryStep(size_t i, const Step &s) {
   for (size_t j = 0; j < s.operands.size() && j < 3; ++j)
     ops[j] = spec_->address(arena_->bases.data(), s.operands[j]);
   char *result = spec_->address(arena_->bases.data(), s.result);
-  if (tuner_) {
+  if (tuner_ && rerunnable(i)) {
     if (!spec_->serialLibrary[i]) {
       OmpThreads one(1); // a primitive made for one thread
       spec_->serialLibrary[i] = LibraryStep::create(p_, s, false);

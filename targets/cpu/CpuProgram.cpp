@@ -24,6 +24,7 @@
 #include "support/Events.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
+#include "targets/Lower.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/cpu/CpuCall.h"
@@ -35,6 +36,15 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
+// Intermediates of at least this many bytes are not in the call's arena: each is allocated
+// at its first step and freed after its last (moveLargeBuffersOut), from the storage
+// cache of large blocks (tracer/Storage.cpp: the same sizes every call, so no page faults
+// after the first). An arena is held for the whole call at the size of its fullest step,
+// so a whole training step's 147 MiB weight gradient early in the backward and the 98 MiB
+// logits buffers before it made a 292 MiB arena that was still held where the last
+// gradients are made, 189 MiB above full mode's peak; smaller buffers stay in the arena,
+// where reuse keeps them in cache.
+constexpr int64_t kLargeBufferBytes = int64_t{1} << 20;
 // A parallel kernel is cut into chunks of at least this many element operations, at most
 // kChunksPerThread per pool thread: more chunks than threads where the work allows, so a
 // thread the scheduler holds back delays only its own chunk (the others take the rest),
@@ -320,6 +330,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   auto spec = std::make_shared<Spec>();
   spec->syms.assign(syms, syms + p.symbols.ranges.size());
   spec->layout = specializeProgram(p, syms);
+  spec->largeAt = moveLargeBuffersOut(spec->layout, kLargeBufferBytes);
   const Program &l = spec->layout;
   spec->library.resize(l.steps.size());
   spec->serialLibrary.resize(l.steps.size());
@@ -341,7 +352,9 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   spec->outputsAt = outputsByFirstStep(l);
   spec->inputsDone = inputsDoneAt(l);
   spec->dynamicDone = dynamicDoneAt(l);
-  spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr);
+  spec->outputOver =
+      symbolic ? std::vector<int>(l.buffers.size(), -1) : outputsOverDying(l, p.kernels);
+  spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr, &spec->outputOver);
   spec->kernelOuter.assign(l.steps.size(), 0);
   spec->kernelWork.assign(l.steps.size(), 0);
   for (size_t i = 0; i < l.steps.size(); ++i) {
@@ -520,77 +533,126 @@ std::vector<Tensor> CpuProgram::runConsuming(std::vector<Tensor> &inputs) const 
 }
 
 namespace {
+// Per buffer of `p`, the step that uses it last (as operand or result).
+std::vector<int> lastUses(const Program &p) {
+  std::vector<int> last(p.buffers.size(), -1);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (int v : p.steps[s].operands) last[p.values[v].buffer] = static_cast<int>(s);
+    if (p.steps[s].result >= 0) last[p.values[p.steps[s].result].buffer] = static_cast<int>(s);
+  }
+  return last;
+}
+
+// The kernel step that first writes output buffer `b` and its tensor index there, or
+// {-1, -1} when a library or eager step writes it.
+std::pair<int, int> outputWriter(const Program &p, const std::vector<LoopKernel> &kernels, int b) {
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step &st = p.steps[s];
+    if (st.kind != Step::Kind::kernel) {
+      if (st.result >= 0 && p.values[st.result].buffer == b) return {-1, -1};
+      continue;
+    }
+    for (size_t t = 0; t < st.operands.size(); ++t) {
+      if (p.values[st.operands[t]].buffer == b && kernels[st.kernel].tensors[t].output)
+        return {static_cast<int>(s), static_cast<int>(t)};
+    }
+  }
+  return {-1, -1};
+}
+
+// Whether output value `ov` (one per buffer, the whole buffer, contiguous) may be stored
+// over buffer `over`'s memory by its writer, kernel step `step` (tensor `tOut`): a purely
+// elementwise kernel (no reduction passes) whose every operand on `over` is read at the
+// output's own offsets (same strides and dtype, offset 0) and only before the output's
+// first store, so each element is read before it is overwritten.
+bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov, int step,
+                int tOut, int over) {
+  const Value &out = p.values[ov];
+  const Buffer &ob = p.buffers[out.buffer];
+  if (ob.kind != Buffer::Kind::output || out.offset != 0 || out.shape != ob.shape ||
+      out.dtype != ob.dtype || out.strides != detail::contiguousStrides(out.shape))
+    return false;
+  int uses = 0; // outputs on this buffer
+  for (int o : p.outputs) uses += p.values[o].buffer == out.buffer;
+  if (uses != 1 || step < 0) return false;
+  const Step &st = p.steps[step];
+  const LoopKernel &kern = kernels[st.kernel];
+  if (kern.numOuter != static_cast<int>(kern.domain.size())) return false; // reduction passes
+  int store = -1;
+  for (size_t i = 0; i < kern.stmts.size() && store < 0; ++i) {
+    if (kern.stmts[i].kind == KernelStmt::Kind::store && kern.stmts[i].tensor == tOut)
+      store = static_cast<int>(i);
+  }
+  bool ok = store >= 0;
+  for (size_t t = 0; ok && t < st.operands.size(); ++t) {
+    const Value &iv = p.values[st.operands[t]];
+    if (iv.buffer != over) continue;
+    ok = iv.offset == 0 && !kern.tensors[t].output &&
+         kern.tensors[t].strides == kern.tensors[tOut].strides &&
+         kern.tensors[t].dtype == kern.tensors[tOut].dtype;
+    for (size_t i = 0; ok && i < kern.stmts.size(); ++i) {
+      const KernelStmt &ks = kern.stmts[i];
+      if (ks.tensor == static_cast<int>(t) && ks.kind == KernelStmt::Kind::load)
+        ok = static_cast<int>(i) < store;
+    }
+  }
+  return ok;
+}
+
 // Per buffer of `p`, the program input whose storage an output buffer may be (see runInto).
 std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> &kernels,
                                 const std::vector<std::pair<int, int>> &into) {
   std::vector<int> alias(p.buffers.size(), -1);
   if (!p.symbols.empty()) return alias;
-  std::vector<int> lastUse(p.buffers.size(), -1);
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    for (int v : p.steps[s].operands) lastUse[p.values[v].buffer] = static_cast<int>(s);
-    if (p.steps[s].result >= 0) lastUse[p.values[p.steps[s].result].buffer] = static_cast<int>(s);
-  }
+  const std::vector<int> lastUse = lastUses(p);
   for (const auto &[k, j] : into) {
     if (k < 0 || k >= static_cast<int>(p.outputs.size()) || j < 0 || j >= p.numInputs) continue;
-    const Value &ov = p.values[p.outputs[k]];
-    const Buffer &ob = p.buffers[ov.buffer];
-    if (ob.kind != Buffer::Kind::output || alias[ov.buffer] >= 0 || ov.offset != 0 ||
-        ov.shape != ob.shape || ov.dtype != ob.dtype ||
-        ov.strides != detail::contiguousStrides(ov.shape))
-      continue;
-    int uses = 0; // outputs on this buffer
-    for (int o : p.outputs) uses += p.values[o].buffer == ov.buffer;
+    const int ov = p.outputs[k], ob = p.values[ov].buffer;
     int ib = -1;
     for (size_t b = 0; b < p.buffers.size(); ++b) {
       if (p.buffers[b].kind == Buffer::Kind::input && p.buffers[b].index == j)
         ib = static_cast<int>(b);
     }
-    if (uses != 1 || ib < 0 || std::count(alias.begin(), alias.end(), j) > 0) continue;
-    // the kernel step that writes the output
-    int step = -1, tOut = -1;
-    for (size_t s = 0; s < p.steps.size() && step < 0; ++s) {
-      const Step &st = p.steps[s];
-      if (st.kind != Step::Kind::kernel) continue;
-      for (size_t t = 0; t < st.operands.size(); ++t) {
-        if (p.values[st.operands[t]].buffer == ov.buffer && kernels[st.kernel].tensors[t].output) {
-          step = static_cast<int>(s);
-          tOut = static_cast<int>(t);
-        }
-      }
-    }
-    if (step < 0 || lastUse[ib] > step) continue; // written by a library call, or read later
-    const Step &st = p.steps[step];
-    const LoopKernel &kern = kernels[st.kernel];
-    if (kern.numOuter != static_cast<int>(kern.domain.size())) continue; // reduction passes
-    int store = -1;
-    for (size_t i = 0; i < kern.stmts.size() && store < 0; ++i) {
-      if (kern.stmts[i].kind == KernelStmt::Kind::store && kern.stmts[i].tensor == tOut)
-        store = static_cast<int>(i);
-    }
-    bool ok = store >= 0;
-    for (size_t t = 0; ok && t < st.operands.size(); ++t) {
-      const Value &iv = p.values[st.operands[t]];
-      if (iv.buffer != ib) continue;
-      ok = iv.offset == 0 && kern.tensors[t].strides == kern.tensors[tOut].strides &&
-           kern.tensors[t].dtype == kern.tensors[tOut].dtype;
-      for (size_t i = 0; ok && i < kern.stmts.size(); ++i) {
-        const KernelStmt &ks = kern.stmts[i];
-        if (ks.tensor == static_cast<int>(t) && ks.kind == KernelStmt::Kind::load)
-          ok = static_cast<int>(i) < store;
-      }
-    }
-    if (ok) alias[ov.buffer] = j;
+    if (alias[ob] >= 0 || ib < 0 || std::count(alias.begin(), alias.end(), j) > 0) continue;
+    const auto [step, tOut] = outputWriter(p, kernels, ob);
+    // written by a library call, or read later
+    if (step < 0 || lastUse[ib] > step || !storesOver(p, kernels, ov, step, tOut, ib)) continue;
+    alias[ob] = j;
   }
   return alias;
 }
 } // namespace
+
+std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels) {
+  std::vector<int> over(p.buffers.size(), -1);
+  const std::vector<int> lastUse = lastUses(p);
+  std::vector<bool> taken(p.buffers.size(), false);
+  for (int ov : p.outputs) {
+    const int ob = p.values[ov].buffer;
+    if (over[ob] >= 0) continue;
+    const auto [step, tOut] = outputWriter(p, kernels, ob);
+    if (step < 0) continue;
+    for (int v : p.steps[step].operands) {
+      const int d = p.values[v].buffer;
+      const Buffer &db = p.buffers[d];
+      if (db.kind != Buffer::Kind::dynamic || taken[d] || lastUse[d] != step ||
+          db.bytes != p.buffers[ob].bytes || !storesOver(p, kernels, ov, step, tOut, d))
+        continue;
+      over[ob] = d;
+      taken[d] = true;
+      break;
+    }
+  }
+  return over;
+}
 
 // Runs of independent elementwise kernels (CpuProgram.h). The updates of an optimizer's
 // parameters, one kernel each, run as one launch this way: each thread takes its share of
 // the run's total work, member by member, with no barrier between members (the role of
 // torch's foreach kernels).
 std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &kernels,
-                            const std::vector<int> &defaultThreads, const std::vector<int> *alias) {
+                            const std::vector<int> &defaultThreads, const std::vector<int> *alias,
+                            const std::vector<int> *over) {
   struct Region {
     int kind, id; // kind: 0 input (id: input index), 1 arena, 2 output, 3 dynamic (id: buffer)
     int64_t lo, hi;
@@ -609,6 +671,7 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
       return {1, 0, buf.offset, buf.offset + buf.bytes};
     case Buffer::Kind::output:
       if (alias && (*alias)[b] >= 0) return {0, (*alias)[b], 0, kWhole};
+      if (over && (*over)[b] >= 0) return {3, (*over)[b], 0, kWhole};
       return {2, b, 0, kWhole};
     case Buffer::Kind::dynamic:
       return {3, b, 0, kWhole};
@@ -666,7 +729,8 @@ std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
       spec->intoAlias = std::make_shared<const std::vector<int>>(
           inPlaceBuffers(spec->layout, program_.kernels, into));
       spec->intoRuns = std::make_shared<const std::vector<int>>(
-          launchRuns(spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get()));
+          launchRuns(spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get(),
+                     &spec->outputOver));
       spec->intoKey = into;
     }
     alias = spec->intoAlias;

@@ -68,6 +68,8 @@ private:
     std::vector<std::vector<int>> outputsAt;           // per step: output buffers it opens
     std::vector<std::vector<int>> inputsDone;          // per step: inputs used last there
     std::vector<std::vector<int>> dynamicDone;         // per step: dynamic buffers freed after it
+    std::vector<std::vector<int>> largeAt;             // per step: large buffers allocated there
+    std::vector<int> outputOver;                       // per buffer: outputsOverDying
     // max_autotune's choice per step: 0 the default heuristic, 1 one thread, n n threads;
     // written once (under tuneMu) before `tuned` is set, read-only after
     mutable std::mutex tuneMu;
@@ -139,8 +141,20 @@ private:
 /// an earlier member writes, and none writes what an earlier one reads. Arena buffers
 /// compare by byte range (the planner reuses memory); an output buffer written in place
 /// of an input (`alias`, per buffer, as runInto computes it; null for none) counts as
-/// that input. Symbolic programs get no runs.
+/// that input, and one written over a dynamic buffer (`over`, per buffer, as
+/// outputsOverDying computes it; null for none) counts as that buffer. Symbolic programs
+/// get no runs.
 std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &kernels,
-                            const std::vector<int> &defaultThreads, const std::vector<int> *alias);
+                            const std::vector<int> &defaultThreads, const std::vector<int> *alias,
+                            const std::vector<int> *over = nullptr);
+
+/// Per buffer of `p` (a layout), the dynamic buffer an output buffer may be written over
+/// (-1: none): the output's first writer is a purely elementwise kernel step that reads
+/// the dynamic buffer for the last time, at the output's own offsets and before it stores,
+/// and the two are the same size. The call takes the dynamic buffer's storage when it is
+/// the only owner at that step (a large intermediate, or an eager step's fresh result),
+/// so an output such as a tied weight's gradient sum needs no third block beside its
+/// two addends. `kernels`: the program's; none for symbolic programs.
+std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels);
 
 } // namespace rcjit::cpu

@@ -23,6 +23,25 @@ Program Lowering::planBuffers() {
 
 } // namespace lowering
 
+std::vector<std::vector<int>> moveLargeBuffersOut(Program &p, int64_t minBytes) {
+  std::vector<std::vector<int>> at(p.steps.size());
+  std::vector<bool> moved(p.buffers.size(), false);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    std::vector<int> vs = p.steps[s].operands;
+    if (p.steps[s].result >= 0) vs.push_back(p.steps[s].result);
+    for (int v : vs) {
+      const int b = p.values[static_cast<size_t>(v)].buffer;
+      Buffer &buf = p.buffers[static_cast<size_t>(b)];
+      if (moved[b] || buf.kind != Buffer::Kind::arena || buf.bytes < minBytes) continue;
+      moved[b] = true;
+      buf.kind = Buffer::Kind::dynamic;
+      at[s].push_back(b);
+    }
+  }
+  planArena(p);
+  return at;
+}
+
 void planArena(Program &p) {
   size_t nb = p.buffers.size();
   std::vector<int> first(nb, INT32_MAX), last(nb, -1);
