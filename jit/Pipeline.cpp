@@ -14,6 +14,7 @@
 #include "jit/passes/ConstantFold.h"
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
+#include "jit/passes/EmbeddingGradSum.h"
 #include "jit/passes/Remat.h"
 #include "jit/passes/Zero.h"
 #include "targets/Target.h"
@@ -160,6 +161,9 @@ std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &
   // fold before CSE: equal folded constants become mergeable.
   if (opts.constantFold) passes.push_back({"constant_fold", constantFold});
   if (opts.cse) passes.push_back({"cse", cse});
+  // a tied embedding's gradient sum as one scatter into the other gradient (after CSE,
+  // which could give the embedding gradient a second reader)
+  if (opts.embeddingGradSum) passes.push_back({"embedding_grad_sum", foldEmbeddingGradSums});
   // user passes see the canonical (decomposed, folded, deduplicated) graph
   for (Pass &p : registeredPasses()) passes.push_back(std::move(p));
   // then the pass schedule's, in its order (a schedule's passes build on the user's graph)

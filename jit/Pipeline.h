@@ -33,7 +33,8 @@ struct PipelineOptions {
   DecomposeOptions decomposeOptions;
   bool constantFold = true;
   bool cse = true;
-  bool remat = true; // recompute cheap values next to late uses (jit/passes/Remat.h)
+  bool embeddingGradSum = true; // jit/passes/EmbeddingGradSum.h
+  bool remat = true;            // recompute cheap values next to late uses (jit/passes/Remat.h)
   bool dce = true;
 };
 

@@ -370,6 +370,38 @@ TEST(Compile, AnOutputIsWrittenOverTheIntermediateItReadsLast) {
   EXPECT_TRUE(second.is_contiguous());
 }
 
+// A tied weight's gradient sum (jit/passes/EmbeddingGradSum.h) scattered into the other
+// gradient's block where that block dies: the call's peak is one [num, dim] table, not
+// the product, the embedding gradient and their sum. Values equal eager; an id out of
+// range is the embedding's Error, before anything is written.
+TEST(Compile, AnEmbeddingGradientIsSummedIntoTheBlockOfTheOther) {
+  constexpr int64_t kNum = 1024, kDim = 1024, kBytes = kNum * kDim * 4;
+  Tensor w = Tensor::randn({kDim, kDim}, 1) * 0.03;
+  auto fn = [&](const Tensor &x, const Tensor &g, const Tensor &ids) {
+    return matmul(x, w) + embedding_backward(g, ids, kNum);
+  };
+  auto cf = compile(fn);
+  Tensor x = Tensor::randn({kNum, kDim}, 2), g = Tensor::randn({4, 16, kDim}, 3);
+  std::vector<int64_t> idv;
+  for (int i = 0; i < 64; ++i) idv.push_back((i * 37) % kNum);
+  idv[5] = idv[9]; // a repeated id accumulates
+  Tensor ids = Tensor::from_vector(idv, {4, 16});
+  const Tensor ref = fn(x, g, ids);
+  Tensor first = cf(x, g, ids);
+  EXPECT_TRUE(allclose(first, ref, 1e-4, 1e-4));
+  const Tensor firstCopy = first.clone();
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  Tensor second = cf(x, g, ids);
+  const int64_t peak = memory_stats().peak_bytes - before;
+  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
+  EXPECT_LE(peak, kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
+  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
+  idv[0] = kNum; // out of range
+  const std::string err = test::errorOf([&] { cf(x, g, Tensor::from_vector(idv, {4, 16})); });
+  EXPECT_NE(err.find("out of range"), std::string::npos) << err;
+}
+
 TEST(CompileRegional, ExplicitRegionsAndParametersAsArguments) {
   Tensor w1 = Tensor::randn({6, 6}, 1), w2 = Tensor::randn({6, 6}, 2);
   auto body = [&](const Tensor &x) {

@@ -13,9 +13,10 @@
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
 #include "jit/passes/Decompose.h"
+#include "jit/passes/EmbeddingGradSum.h"
 #include "jit/passes/Remat.h"
-#include "targets/Target.h"
 #include "targets/Lower.h"
+#include "targets/Target.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tracer/GraphIO.h"
 #include "tracer/ShapeInference.h"
@@ -595,15 +596,15 @@ TEST(PassesDce, DropsDeadNodesButKeepsInputs) {
 TEST(PassesPipeline, DefaultOrder) {
   std::vector<std::string> names;
   for (const Pass &p : defaultPasses()) names.push_back(p.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"decompose", "constant_fold", "cse", "remat", "dce"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"decompose", "constant_fold", "cse",
+                                             "embedding_grad_sum", "remat", "dce"}));
   PipelineOptions o;
   o.decompose = false;
   o.cse = false;
   o.remat = false;
   names.clear();
   for (const Pass &p : defaultPasses(o)) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "dce"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "embedding_grad_sum", "dce"}));
 }
 
 Traced attentionBlock(DType t = DType::f32) {
@@ -795,6 +796,67 @@ int lastUseOf(const Graph &g, int v) {
   return last;
 }
 } // namespace
+
+// ---- embedding_grad_sum --------------------------------------------------------------
+
+int countOps(const Graph &g, OpKind op) {
+  return static_cast<int>(
+      std::count_if(g.nodes.begin(), g.nodes.end(), [op](const Node &n) { return n.op == op; }));
+}
+
+// add(a, embedding_backward(g, ids)), either order: one embedding_backward with a as its
+// base (DCE then drops the old one); values equal.
+TEST(PassesEmbeddingGradSum, FoldsATiedWeightsGradientSumIntoOneScatter) {
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 3, 7}, {2, 2});
+  Tensor g = Tensor::randn({2, 2, 5}, 1), a = Tensor::randn({8, 5}, 2);
+  for (bool baseFirst : {true, false}) {
+    Traced t = trace(
+        [&](const std::vector<Tensor> &v) {
+          Tensor e = embedding_backward(v[1], v[2], 8);
+          return std::vector<Tensor>{baseFirst ? v[0] + e : e + v[0]};
+        },
+        {a, g, ids});
+    Graph folded = dce(foldEmbeddingGradSums(t.graph));
+    EXPECT_EQ(countOps(folded, OpKind::add), 0) << printGraph(folded);
+    ASSERT_EQ(countOps(folded, OpKind::embedding_backward), 1) << printGraph(folded);
+    for (const Node &n : folded.nodes) {
+      if (n.op == OpKind::embedding_backward) {
+        EXPECT_EQ(n.inputs.size(), 3u);
+      }
+    }
+    expectConsistentMetas(folded);
+    expectSameValues(t.graph, folded, t.inputs);
+  }
+}
+
+// Left alone: an embedding gradient another node (or the caller) also reads, one that
+// already has a base, a sum that broadcasts, a sum of other dtypes.
+TEST(PassesEmbeddingGradSum, LeavesGradientsWithOtherReadersAndBroadcastsAlone) {
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 3, 7}, {2, 2});
+  Tensor g = Tensor::randn({2, 2, 5}, 1), a = Tensor::randn({8, 5}, 2);
+  Tensor row = Tensor::randn({5}, 3);
+  const std::vector<Fn> kept = {
+      [](const std::vector<Tensor> &v) {
+        Tensor e = embedding_backward(v[1], v[2], 8);
+        return std::vector<Tensor>{v[0] + e, e * 2.0};
+      },
+      [](const std::vector<Tensor> &v) {
+        Tensor e = embedding_backward(v[1], v[2], 8);
+        return std::vector<Tensor>{v[0] + e, e};
+      },
+      [](const std::vector<Tensor> &v) {
+        return std::vector<Tensor>{v[0] + embedding_backward(v[1], v[2], 8, v[0])};
+      },
+      [](const std::vector<Tensor> &v) {
+        return std::vector<Tensor>{embedding_backward(v[1], v[2], 8) + v[3]};
+      },
+  };
+  for (size_t k = 0; k < kept.size(); ++k) {
+    Traced t = trace(kept[k], {a, g, ids, row});
+    const Graph out = foldEmbeddingGradSums(t.graph);
+    EXPECT_EQ(printGraph(out), printGraph(t.graph)) << "case " << k;
+  }
+}
 
 TEST(PassesRemat, RecomputesACheapValueNextToItsLateUse) {
   Traced t = rematLateUse(40);

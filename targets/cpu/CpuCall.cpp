@@ -176,6 +176,8 @@ private:
   void libraryStep(size_t i, const Step &s);
   void eagerStep(size_t i, const Step &s);
   void runEager(const Step &s);
+  Tensor operandView(int v) const;
+  bool accumulateIntoBase(size_t i, const Step &s);
   void collectiveStep(size_t i, const Step &s);
 
   const CpuProgram &prog_;
@@ -304,16 +306,8 @@ void CpuProgram::Call::collectiveStep(size_t i, const Step &s) {
   if (s.kind == Step::Kind::collective) {
     profiler::Scope scope("collective start", [&s] { return std::string(opName(s.op)); });
     open(i);
-    const Value &val = p_.values[s.operands.at(0)];
-    const Buffer &b = p_.buffers[val.buffer];
-    std::shared_ptr<detail::Storage> owner;
-    if (b.kind == Buffer::Kind::input) owner = inputs_[b.index]->impl()->storage;
-    if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
-    if (b.kind == Buffer::Kind::output && arena_->outBuffers[val.buffer].defined())
-      owner = arena_->outBuffers[val.buffer].impl()->storage;
     const auto started = std::chrono::steady_clock::now(); // the shape check blocks
-    inFlight_[i] =
-        dist::detail::startCollectiveOp(s.op, viewOf(bases[val.buffer], val, owner), s.attrs);
+    inFlight_[i] = dist::detail::startCollectiveOp(s.op, operandView(s.operands.at(0)), s.attrs);
     dist::detail::addCompiledCollectiveWait(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     flying_.push_back(i);
@@ -345,8 +339,45 @@ void CpuProgram::Call::eagerStep(size_t i, const Step &s) {
            (eagerOnCallingThread(p_, s) ? " (on the calling thread)" : "");
   });
   open(i);
-  runEager(s);
+  if (!accumulateIntoBase(i, s)) runEager(s);
   done(i);
+}
+
+// Value v of this call as a tensor: a view of its buffer that shares the storage of the
+// tensor behind it (an input, a dynamic buffer's, an output already made), so that what
+// the view is handed to may keep it alive; a view of raw memory for an arena buffer.
+Tensor CpuProgram::Call::operandView(int v) const {
+  const Value &val = p_.values[static_cast<size_t>(v)];
+  const Buffer &b = p_.buffers[static_cast<size_t>(val.buffer)];
+  std::shared_ptr<detail::Storage> owner;
+  if (b.kind == Buffer::Kind::input) owner = inputs_[b.index]->impl()->storage;
+  if (b.kind == Buffer::Kind::dynamic) owner = arena_->dynamic[val.buffer].impl()->storage;
+  if (b.kind == Buffer::Kind::output && arena_->outBuffers[val.buffer].defined())
+    owner = arena_->outBuffers[val.buffer].impl()->storage;
+  return viewOf(arena_->bases[val.buffer], val, owner);
+}
+
+// An embedding gradient summed into its base (jit/passes/EmbeddingGradSum.h) whose base
+// dies at step i (CpuProgram::Spec::intoBase) and is held by this call alone: the rows are
+// scattered into the base's own block, which becomes the result, instead of into a copy
+// of it. False (nothing done) where the call cannot take the block.
+bool CpuProgram::Call::accumulateIntoBase(size_t i, const Step &s) {
+  if (!spec_->intoBase[i] || tuner_) return false;
+  const Value &r = p_.values[s.result], &bv = p_.values[s.operands[2]];
+  const Buffer &rb = p_.buffers[r.buffer];
+  Tensor &base = arena_->dynamic[bv.buffer];
+  if (arena_->bases[r.buffer] ||
+      (rb.kind != Buffer::Kind::output && rb.kind != Buffer::Kind::dynamic) || !base.defined() ||
+      base.offset() != 0 || base.dtype() != r.dtype || base.impl().use_count() != 1 ||
+      base.impl()->storage.use_count() != 1 ||
+      base.impl()->storage->nbytes != static_cast<size_t>(rb.bytes))
+    return false;
+  Tensor acc = detail::makeView(base, r.shape, detail::contiguousStrides(r.shape), 0);
+  eager::embeddingBackwardInto(acc, operandView(s.operands[0]), operandView(s.operands[1]));
+  base = Tensor(); // the result holds the block now
+  (rb.kind == Buffer::Kind::output ? arena_->outBuffers : arena_->dynamic)[r.buffer] = acc;
+  arena_->bases[r.buffer] = static_cast<char *>(acc.data_ptr());
+  return true;
 }
 
 // Step s by the eager runtime on views of its operands; its result into its buffer (a
@@ -356,14 +387,7 @@ void CpuProgram::Call::runEager(const Step &s) {
   std::vector<char *> &bases = arena_->bases;
   std::vector<Tensor> &dynamic = arena_->dynamic, &outBuffers = arena_->outBuffers;
   std::vector<Tensor> in;
-  for (int v : s.operands) {
-    const Value &val = layout.values[v];
-    const Buffer &b = layout.buffers[val.buffer];
-    std::shared_ptr<detail::Storage> owner;
-    if (b.kind == Buffer::Kind::input) owner = inputs_[b.index]->impl()->storage;
-    if (b.kind == Buffer::Kind::dynamic) owner = dynamic[val.buffer].impl()->storage;
-    in.push_back(viewOf(bases[val.buffer], val, owner));
-  }
+  for (int v : s.operands) in.push_back(operandView(v));
   const Value &r = layout.values[s.result];
   std::optional<OmpThreads> one;
   if (eagerOnCallingThread(layout, s)) one.emplace(1);

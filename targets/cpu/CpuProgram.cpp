@@ -352,6 +352,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   spec->outputsAt = outputsByFirstStep(l);
   spec->inputsDone = inputsDoneAt(l);
   spec->dynamicDone = dynamicDoneAt(l);
+  spec->intoBase = eagerIntoBase(l);
   spec->outputOver =
       symbolic ? std::vector<int>(l.buffers.size(), -1) : outputsOverDying(l, p.kernels);
   spec->runs = launchRuns(l, p.kernels, spec->defaultThreads, nullptr, &spec->outputOver);
@@ -622,6 +623,28 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
   return alias;
 }
 } // namespace
+
+std::vector<char> eagerIntoBase(const Program &p) {
+  std::vector<char> into(p.steps.size(), 0);
+  const std::vector<int> lastUse = lastUses(p);
+  auto whole = [&](const Value &v) {
+    const Buffer &b = p.buffers[v.buffer];
+    return v.offset == 0 && v.shape == b.shape && v.strides == detail::contiguousStrides(v.shape);
+  };
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    if (s.kind != Step::Kind::eager || s.op != OpKind::embedding_backward ||
+        s.operands.size() != 3 || s.result < 0)
+      continue;
+    const Value &base = p.values[s.operands[2]], &r = p.values[s.result];
+    into[i] = p.buffers[base.buffer].kind == Buffer::Kind::dynamic &&
+              lastUse[base.buffer] == static_cast<int>(i) && whole(base) && whole(r) &&
+              base.shape == r.shape && base.dtype == r.dtype &&
+              p.values[s.operands[0]].buffer != base.buffer &&
+              p.values[s.operands[1]].buffer != base.buffer;
+  }
+  return into;
+}
 
 std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels) {
   std::vector<int> over(p.buffers.size(), -1);

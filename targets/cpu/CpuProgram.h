@@ -70,6 +70,7 @@ private:
     std::vector<std::vector<int>> dynamicDone;         // per step: dynamic buffers freed after it
     std::vector<std::vector<int>> largeAt;             // per step: large buffers allocated there
     std::vector<int> outputOver;                       // per buffer: outputsOverDying
+    std::vector<char> intoBase;                        // per step: eagerIntoBase
     // max_autotune's choice per step: 0 the default heuristic, 1 one thread, n n threads;
     // written once (under tuneMu) before `tuned` is set, read-only after
     mutable std::mutex tuneMu;
@@ -156,5 +157,11 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
 /// so an output such as a tied weight's gradient sum needs no third block beside its
 /// two addends. `kernels`: the program's; none for symbolic programs.
 std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels);
+
+/// Per step of `p` (a layout), whether it is an eager embedding_backward with a base
+/// (jit/passes/EmbeddingGradSum.h) whose base is a whole dynamic buffer that dies there,
+/// shaped as the result: the call may scatter into the base's block and hand that block
+/// on as the result (CpuCall.cpp) when it holds the block alone.
+std::vector<char> eagerIntoBase(const Program &p);
 
 } // namespace rcjit::cpu

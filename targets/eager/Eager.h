@@ -10,8 +10,8 @@
 namespace rcjit::eager {
 
 /// Computes `op` on `in` with attrs `a`; `out` is the result meta from inferMeta (already
-/// validated). Ops on device tensors go to their device's backend (tracer/DeviceBackend.h). View ops return
-/// views sharing storage; every other op returns a new contiguous tensor. Thread-safe.
+/// validated). Ops on device tensors go to their device's backend (tracer/DeviceBackend.h). View
+/// ops return views sharing storage; every other op returns a new contiguous tensor. Thread-safe.
 Tensor run(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 
 // The families run() dispatches to, one file each.
@@ -26,6 +26,11 @@ Tensor runConv2dBackward(OpKind op, const std::vector<Tensor> &in, const Attrs &
 /// dims[1]; else a copy of `target` (on the CPU) or `target` itself (a device tensor, read
 /// back to the host for the check).
 Tensor runCheckTarget(const Tensor &target, const Attrs &a);
+/// embedding_backward with a base, written into the base: adds each row of `grad` into row
+/// ids[i] of `acc` (a contiguous CPU [num, dim] f32 or f64 tensor, the base itself), so a
+/// tied weight's two gradients need no third block for their sum. Throws like
+/// embedding_backward for an id out of range, before writing anything.
+void embeddingBackwardInto(const Tensor &acc, const Tensor &grad, const Tensor &ids);
 /// linear_ce_pick and linear_ce_pick_backward (LinearCe.cpp).
 Tensor runLinearCePick(OpKind op, const std::vector<Tensor> &in, const TensorMeta &out);
 Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);

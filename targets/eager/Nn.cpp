@@ -223,9 +223,10 @@ Tensor runEmbedding(const Tensor &weight, const Tensor &ids, const TensorMeta &m
 template <class C>
 void scatterAddRows(const C *g, const int64_t *ids, C *out, int64_t n, int64_t num, int64_t dim,
                     const C *base) {
-  // the starting rows: zeros, or base's (in parallel: this is a whole table)
+  // the starting rows: zeros, or base's (in parallel: this is a whole table); none to
+  // write when the base is the output itself (embeddingBackwardInto)
 #pragma omp parallel for schedule(static) if (num * dim > kParallelWork)
-  for (int64_t r = 0; r < num; ++r) {
+  for (int64_t r = 0; r < (base == out ? 0 : num); ++r) {
     if (base) {
       std::copy(base + r * dim, base + (r + 1) * dim, out + r * dim);
     } else {
@@ -266,6 +267,33 @@ Tensor runEmbeddingBackward(const std::vector<Tensor> &in, const TensorMeta &met
   copyInto(y, acc);
   return y;
 }
+
+} // namespace
+
+void embeddingBackwardInto(const Tensor &acc, const Tensor &grad, const Tensor &ids) {
+  if (!acc.is_contiguous() || !acc.device().is_cpu() || acc.dim() != 2 ||
+      (acc.dtype() != DType::f32 && acc.dtype() != DType::f64)) {
+    throw Error("embedding_backward into a base: the base must be a contiguous f32 or f64 [num, "
+                "dim] CPU tensor (internal error)");
+  }
+  const int64_t num = acc.size(0), dim = acc.size(1);
+  Tensor idc = checkedIds(ids, num);
+  Tensor gc = contiguousAs(grad, acc.dtype());
+  if (gc.numel() != idc.numel() * dim) {
+    throw Error("embedding_backward into a base: " + std::to_string(gc.numel()) +
+                " gradient elements for " + std::to_string(idc.numel()) + " ids of " +
+                std::to_string(dim) + " (internal error)");
+  }
+  if (acc.dtype() == DType::f64) {
+    auto *out = static_cast<double *>(acc.data_ptr());
+    scatterAddRows(elems<double>(gc), elems<int64_t>(idc), out, idc.numel(), num, dim, out);
+  } else {
+    auto *out = static_cast<float *>(acc.data_ptr());
+    scatterAddRows(elems<float>(gc), elems<int64_t>(idc), out, idc.numel(), num, dim, out);
+  }
+}
+
+namespace {
 
 // ---- scaled dot-product attention --------------------------------------------------------
 
