@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -36,10 +37,13 @@ constexpr size_t kCacheLimit = size_t{1} << 30;
 
 class BlockCache {
 public:
+  // the block of that size freed last: the likeliest to be in cache still (a compiled
+  // call frees a large intermediate and makes the next of its size a few steps later)
   void *take(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(bytes);
-    if (it == free_.end()) return nullptr;
+    const auto [first, last] = free_.equal_range(bytes);
+    if (first == last) return nullptr;
+    const auto it = std::prev(last);
     void *p = it->second;
     free_.erase(it);
     cached_ -= bytes;

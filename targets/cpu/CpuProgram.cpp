@@ -36,15 +36,6 @@ namespace rcjit::cpu {
 namespace {
 // Below this many element operations a kernel runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 15;
-// Intermediates of at least this many bytes are not in the call's arena: each is allocated
-// at its first step and freed after its last (moveLargeBuffersOut), from the storage
-// cache of large blocks (tracer/Storage.cpp: the same sizes every call, so no page faults
-// after the first). An arena is held for the whole call at the size of its fullest step,
-// so a whole training step's 147 MiB weight gradient early in the backward and the 98 MiB
-// logits buffers before it made a 292 MiB arena that was still held where the last
-// gradients are made, 189 MiB above full mode's peak; smaller buffers stay in the arena,
-// where reuse keeps them in cache.
-constexpr int64_t kLargeBufferBytes = int64_t{1} << 20;
 // A parallel kernel is cut into chunks of at least this many element operations, at most
 // kChunksPerThread per pool thread: more chunks than threads where the work allows, so a
 // thread the scheduler holds back delays only its own chunk (the others take the rest),
@@ -143,6 +134,20 @@ int64_t quickVectorizeWork() {
   static const int64_t work = envInteger("RCJIT_QUICK_VECTORIZE", int64_t{1} << 20, 0,
                                          std::numeric_limits<int64_t>::max(), "element operations");
   return work;
+}
+
+// Intermediates of at least this many bytes (RCJIT_ARENA_MAX_BUFFER) are not in the
+// call's arena: each is allocated at its first step and freed after its last
+// (moveLargeBuffersOut), from the storage cache of large blocks (tracer/Storage.cpp: the
+// same sizes every call, so no page faults after the first). An arena is held for the
+// whole call at the size of its fullest step: a whole gpt2 training step's 147 MiB LM-head
+// weight gradient and 98 MiB logits blocks made a 292 MiB arena still held where the last
+// gradients are made, 189 MiB above full mode's peak (docs/performance.md). Smaller
+// buffers stay in the arena, where reuse keeps them in cache.
+int64_t largeBufferBytes() {
+  static const int64_t bytes = envInteger("RCJIT_ARENA_MAX_BUFFER", int64_t{1} << 20, 0,
+                                          std::numeric_limits<int64_t>::max(), "bytes");
+  return bytes;
 }
 
 // A kernel's element operations in one run, about: its domain's points (each symbol counted
@@ -330,7 +335,7 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   auto spec = std::make_shared<Spec>();
   spec->syms.assign(syms, syms + p.symbols.ranges.size());
   spec->layout = specializeProgram(p, syms);
-  spec->largeAt = moveLargeBuffersOut(spec->layout, kLargeBufferBytes);
+  spec->largeAt = moveLargeBuffersOut(spec->layout, largeBufferBytes());
   const Program &l = spec->layout;
   spec->library.resize(l.steps.size());
   spec->serialLibrary.resize(l.steps.size());
