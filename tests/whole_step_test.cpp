@@ -99,7 +99,7 @@ TEST(WholeStep, Gpt2AdamWTwentyStepsEqualEager) {
 // held for the call had added the logits' block to the peak), and the tied weight's two
 // gradients are summed into one block (jit/passes/EmbeddingGradSum.h). Not a general
 // property yet: where activations outweigh the head (vocab 4096 at hidden 64) the whole
-// step keeps up to 11 % more, since fused forward kernels store values only the backward
+// step keeps up to 13 % more, since fused forward kernels store values only the backward
 // reads (docs/performance.md). Peaks of the later steps, as `rcjit train` reports them.
 TEST(WholeStep, PeakIsNoHigherThanFullModes) {
   tools::Gpt2Config cfg;
