@@ -362,7 +362,7 @@ Tensor CpuProgram::Call::operandView(int v) const {
 // scattered into the base's own block, which becomes the result, instead of into a copy
 // of it. False (nothing done) where the call cannot take the block.
 bool CpuProgram::Call::accumulateIntoBase(size_t i, const Step &s) {
-  if (!spec_->intoBase[i] || tuner_) return false;
+  if (!spec_->intoBase[i]) return false;
   const Value &r = p_.values[s.result], &bv = p_.values[s.operands[2]];
   const Buffer &rb = p_.buffers[r.buffer];
   Tensor &base = arena_->dynamic[bv.buffer];
