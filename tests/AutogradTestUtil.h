@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,20 +36,28 @@ inline void expectValues(const Tensor &t, const std::vector<double> &want, doubl
   }
 }
 
-/// A 2-layer GPT-2 small enough to train in a test (hidden 32, vocab 50), for `batch` x `seq`
-/// token ids.
-inline std::unique_ptr<tools::Model> tinyGpt2(int64_t batch, int64_t seq) {
+/// A 2-layer, 4-head GPT-2 named `name` of the given width, vocabulary and context, for
+/// `batch` x `seq` token ids.
+inline std::unique_ptr<tools::Model> smallGpt2(const std::string &name, int64_t hidden,
+                                               int64_t vocab, int64_t context, int64_t batch,
+                                               int64_t seq) {
   tools::Gpt2Config cfg;
-  cfg.name = "tiny-gpt2";
-  cfg.hidden = 32;
+  cfg.name = name;
+  cfg.hidden = hidden;
   cfg.layers = 2;
   cfg.heads = 4;
-  cfg.vocab = 50;
-  cfg.context = 16;
+  cfg.vocab = vocab;
+  cfg.context = context;
   tools::ModelConfig c;
   c.batch = batch;
   c.seq = seq;
   return tools::buildGpt2(cfg, c);
+}
+
+/// A 2-layer GPT-2 small enough to train in a test (hidden 32, vocab 50), for `batch` x `seq`
+/// token ids.
+inline std::unique_ptr<tools::Model> tinyGpt2(int64_t batch, int64_t seq) {
+  return smallGpt2("tiny-gpt2", 32, 50, 16, batch, seq);
 }
 
 } // namespace rcjit::test

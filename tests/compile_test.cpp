@@ -319,6 +319,23 @@ TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
                               << " layer outputs alive at once";
 }
 
+// Two calls of `cf` on `args`: the first (which compiles) and its result as it was, then
+// the second and its peak above what was held before it (memory_stats).
+struct TwoCalls {
+  Tensor first, firstCopy, second;
+  int64_t peak = 0;
+};
+template <class F, class... A> TwoCalls twoCalls(F &cf, const A &...args) {
+  TwoCalls r;
+  r.first = cf(args...);
+  r.firstCopy = r.first.clone();
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  r.second = cf(args...);
+  r.peak = memory_stats().peak_bytes - before;
+  return r;
+}
+
 // A large intermediate holds memory only from the step that makes it to its last reader,
 // not for the whole call in an arena: y and t (4 MiB each, oneDNN products) are live at
 // once, the output (4 MiB) after y is gone and written over t, which dies as it is read.
@@ -334,18 +351,13 @@ TEST(Compile, LargeIntermediatesAreHeldOnlyWhileLive) {
   auto cf = compile(fn);
   Tensor a = Tensor::randn({kN, kN}, 2);
   const Tensor ref = fn(a);
-  Tensor first = cf(a); // compiles
-  EXPECT_TRUE(allclose(first, ref, 1e-4, 1e-4));
-  const Tensor firstCopy = first.clone();
-  const int64_t before = memory_stats().current_bytes;
-  reset_peak_memory_stats();
-  Tensor second = cf(a);
-  const int64_t peak = memory_stats().peak_bytes - before;
-  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
-  EXPECT_LE(peak, 2 * kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
+  const TwoCalls c = twoCalls(cf, a);
+  EXPECT_TRUE(allclose(c.first, ref, 1e-4, 1e-4));
+  EXPECT_TRUE(allclose(c.second, ref, 1e-4, 1e-4));
+  EXPECT_LE(c.peak, 2 * kBytes + (256 << 10)) << "peak " << c.peak << " bytes over the call";
   // the output is a block of its own: the next call leaves it as it was
-  EXPECT_NE(first.data_ptr(), second.data_ptr());
-  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
+  EXPECT_NE(c.first.data_ptr(), c.second.data_ptr());
+  EXPECT_TRUE(allclose(c.first, c.firstCopy, 0, 0));
 }
 
 // An output whose kernel reads a large intermediate for the last time is written over it:
@@ -357,17 +369,12 @@ TEST(Compile, AnOutputIsWrittenOverTheIntermediateItReadsLast) {
   auto cf = compile(fn);
   Tensor a = Tensor::randn({kN, kN}, 2);
   const Tensor ref = fn(a);
-  Tensor first = cf(a);
-  const Tensor firstCopy = first.clone();
-  const int64_t before = memory_stats().current_bytes;
-  reset_peak_memory_stats();
-  Tensor second = cf(a);
-  const int64_t peak = memory_stats().peak_bytes - before;
-  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
-  EXPECT_LE(peak, kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
-  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
-  EXPECT_EQ(second.shape(), (Shape{kN, kN}));
-  EXPECT_TRUE(second.is_contiguous());
+  const TwoCalls c = twoCalls(cf, a);
+  EXPECT_TRUE(allclose(c.second, ref, 1e-4, 1e-4));
+  EXPECT_LE(c.peak, kBytes + (256 << 10)) << "peak " << c.peak << " bytes over the call";
+  EXPECT_TRUE(allclose(c.first, c.firstCopy, 0, 0));
+  EXPECT_EQ(c.second.shape(), (Shape{kN, kN}));
+  EXPECT_TRUE(c.second.is_contiguous());
 }
 
 // A tied weight's gradient sum (jit/passes/EmbeddingGradSum.h) scattered into the other
@@ -387,16 +394,11 @@ TEST(Compile, AnEmbeddingGradientIsSummedIntoTheBlockOfTheOther) {
   idv[5] = idv[9]; // a repeated id accumulates
   Tensor ids = Tensor::from_vector(idv, {4, 16});
   const Tensor ref = fn(x, g, ids);
-  Tensor first = cf(x, g, ids);
-  EXPECT_TRUE(allclose(first, ref, 1e-4, 1e-4));
-  const Tensor firstCopy = first.clone();
-  const int64_t before = memory_stats().current_bytes;
-  reset_peak_memory_stats();
-  Tensor second = cf(x, g, ids);
-  const int64_t peak = memory_stats().peak_bytes - before;
-  EXPECT_TRUE(allclose(second, ref, 1e-4, 1e-4));
-  EXPECT_LE(peak, kBytes + (256 << 10)) << "peak " << peak << " bytes over the call";
-  EXPECT_TRUE(allclose(first, firstCopy, 0, 0));
+  const TwoCalls c = twoCalls(cf, x, g, ids);
+  EXPECT_TRUE(allclose(c.first, ref, 1e-4, 1e-4));
+  EXPECT_TRUE(allclose(c.second, ref, 1e-4, 1e-4));
+  EXPECT_LE(c.peak, kBytes + (256 << 10)) << "peak " << c.peak << " bytes over the call";
+  EXPECT_TRUE(allclose(c.first, c.firstCopy, 0, 0));
   idv[0] = kNum; // out of range
   const std::string err = test::errorOf([&] { cf(x, g, Tensor::from_vector(idv, {4, 16})); });
   EXPECT_NE(err.find("out of range"), std::string::npos) << err;

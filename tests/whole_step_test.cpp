@@ -102,23 +102,14 @@ TEST(WholeStep, Gpt2AdamWTwentyStepsEqualEager) {
 // step keeps up to 13 % more, since fused forward kernels store values only the backward
 // reads (docs/performance.md). Peaks of the later steps, as `rcjit train` reports them.
 TEST(WholeStep, PeakIsNoHigherThanFullModes) {
-  tools::Gpt2Config cfg;
-  cfg.name = "gpt2-scaled-down";
-  cfg.hidden = 256;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.vocab = 16384;
-  cfg.context = 64;
-  tools::ModelConfig c;
-  c.batch = 2;
-  c.seq = 64;
+  constexpr int64_t kVocab = 16384;
   std::vector<int64_t> tokens;
-  for (int i = 0; i < 2 * 64; ++i) tokens.push_back((i * 977 + 5) % 16384);
+  for (int i = 0; i < 2 * 64; ++i) tokens.push_back((i * 977 + 5) % kVocab);
   Tensor ids = Tensor::from_vector(tokens, {2, 64});
   Tensor targets =
       Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {2, 64});
   auto peakOf = [&](bool whole) {
-    auto model = tools::buildGpt2(cfg, c);
+    auto model = test::smallGpt2("gpt2-scaled-down", 256, kVocab, 64, 2, 64);
     optim::AdamW opt(model->module().parameters(), {.lr = 1e-3});
     auto lossFn = [&](const Tensor &in, const Tensor &tg) {
       return cross_entropy(model->forward({in}), tg);
