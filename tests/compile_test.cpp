@@ -399,6 +399,13 @@ TEST(Compile, AnEmbeddingGradientIsSummedIntoTheBlockOfTheOther) {
   EXPECT_TRUE(allclose(c.second, ref, 1e-4, 1e-4));
   EXPECT_LE(c.peak, kBytes + (256 << 10)) << "peak " << c.peak << " bytes over the call";
   EXPECT_TRUE(allclose(c.first, c.firstCopy, 0, 0));
+  // bf16 gradients (a bf16 model's): summed the ordinary way, as eager does
+  Tensor xb = x.to(DType::bf16), gb = g.to(DType::bf16);
+  auto fb = [&](const Tensor &x16, const Tensor &g16, const Tensor &i) {
+    return matmul(x16, w.to(DType::bf16)) + embedding_backward(g16, i, kNum);
+  };
+  EXPECT_TRUE(allclose(compile(fb)(xb, gb, ids).to(DType::f32), fb(xb, gb, ids).to(DType::f32),
+                       2e-2, 2e-2));
   idv[0] = kNum; // out of range
   const std::string err = test::errorOf([&] { cf(x, g, Tensor::from_vector(idv, {4, 16})); });
   EXPECT_NE(err.find("out of range"), std::string::npos) << err;

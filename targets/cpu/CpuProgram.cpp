@@ -645,6 +645,7 @@ std::vector<char> eagerIntoBase(const Program &p) {
     into[i] = p.buffers[base.buffer].kind == Buffer::Kind::dynamic &&
               lastUse[base.buffer] == static_cast<int>(i) && whole(base) && whole(r) &&
               base.shape == r.shape && base.dtype == r.dtype &&
+              (r.dtype == DType::f32 || r.dtype == DType::f64) &&
               p.values[s.operands[0]].buffer != base.buffer &&
               p.values[s.operands[1]].buffer != base.buffer;
   }

@@ -160,8 +160,8 @@ std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel
 
 /// Per step of `p` (a layout), whether it is an eager embedding_backward with a base
 /// (jit/passes/EmbeddingGradSum.h) whose base is a whole dynamic buffer that dies there,
-/// shaped as the result: the call may scatter into the base's block and hand that block
-/// on as the result (CpuCall.cpp) when it holds the block alone.
+/// shaped as the result, f32 or f64 (the scatter's own types): the call may scatter into the base's
+/// block and hand that block on as the result (CpuCall.cpp) when it holds the block alone.
 std::vector<char> eagerIntoBase(const Program &p);
 
 } // namespace rcjit::cpu
