@@ -63,16 +63,18 @@ std::vector<std::vector<int>> inputsDoneAt(const Program &p) {
   return at;
 }
 
-std::vector<std::vector<int>> dynamicDoneAt(const Program &p) {
+std::vector<int> lastUseOfBuffers(const Program &p) {
   std::vector<int> last(p.buffers.size(), -1);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step &s = p.steps[i];
     for (int v : s.operands) last[p.values[static_cast<size_t>(v)].buffer] = static_cast<int>(i);
-    if (s.result >= 0) {
-      int &l = last[p.values[static_cast<size_t>(s.result)].buffer];
-      l = std::max(l, static_cast<int>(i));
-    }
+    if (s.result >= 0) last[p.values[static_cast<size_t>(s.result)].buffer] = static_cast<int>(i);
   }
+  return last;
+}
+
+std::vector<std::vector<int>> dynamicDoneAt(const Program &p) {
+  std::vector<int> last = lastUseOfBuffers(p);
   for (int v : p.outputs) last[p.values[static_cast<size_t>(v)].buffer] = -1; // returned
   std::vector<std::vector<int>> at(p.steps.size());
   for (size_t b = 0; b < p.buffers.size(); ++b) {

@@ -160,6 +160,9 @@ std::vector<std::vector<int>> outputsByFirstStep(const Program &p);
 /// which a consuming run may drop after the step (Executable::runConsuming).
 std::vector<std::vector<int>> inputsDoneAt(const Program &p);
 
+/// Per buffer of `p`: the last step that uses it, as an operand or as its result (-1: none).
+std::vector<int> lastUseOfBuffers(const Program &p);
+
 /// Per step of `p`: the dynamic buffers (eager steps' and collectives' results) whose last
 /// use it is and that no output views: a run frees them after the step, so a gathered
 /// parameter lives from its gather to its last reader, as in eager, not to the program's end.

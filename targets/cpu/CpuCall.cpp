@@ -273,18 +273,26 @@ void CpuProgram::Call::open(size_t i) {
   }
 }
 
+namespace {
+// Whether `t` (a dynamic buffer's tensor) is held by this call alone and is a whole block
+// of `bytes` bytes from its start: not a view of an input or of another result, so the
+// call may hand its memory on.
+bool heldAlone(const Tensor &t, int64_t bytes) {
+  return t.defined() && t.offset() == 0 && t.impl().use_count() == 1 &&
+         t.impl()->storage.use_count() == 1 &&
+         t.impl()->storage->nbytes == static_cast<size_t>(bytes);
+}
+} // namespace
+
 // Output buffer b written over the dynamic buffer its writer reads last (outputsOverDying),
-// when this call holds that buffer's only reference (not a view of an input or of another
-// result) and no tuner reruns the step (a rerun would read what the first run wrote).
+// when this call holds that buffer alone (heldAlone) and no tuner reruns the step (a rerun
+// would read what the first run wrote).
 bool CpuProgram::Call::takeOver(int b) {
   const int d = spec_->outputOver[static_cast<size_t>(b)];
   if (d < 0 || tuner_) return false;
   const Tensor &t = arena_->dynamic[static_cast<size_t>(d)];
   const Buffer &buf = p_.buffers[static_cast<size_t>(b)];
-  if (!t.defined() || t.offset() != 0 || t.impl().use_count() != 1 ||
-      t.impl()->storage.use_count() != 1 ||
-      t.impl()->storage->nbytes != static_cast<size_t>(buf.bytes))
-    return false;
+  if (!heldAlone(t, buf.bytes)) return false;
   arena_->outBuffers[b] = detail::makeView(t, buf.shape, detail::contiguousStrides(buf.shape), 0);
   arena_->bases[b] = static_cast<char *>(t.data_ptr());
   return true;
@@ -367,10 +375,8 @@ bool CpuProgram::Call::accumulateIntoBase(size_t i, const Step &s) {
   const Buffer &rb = p_.buffers[r.buffer];
   Tensor &base = arena_->dynamic[bv.buffer];
   if (arena_->bases[r.buffer] ||
-      (rb.kind != Buffer::Kind::output && rb.kind != Buffer::Kind::dynamic) || !base.defined() ||
-      base.offset() != 0 || base.dtype() != r.dtype || base.impl().use_count() != 1 ||
-      base.impl()->storage.use_count() != 1 ||
-      base.impl()->storage->nbytes != static_cast<size_t>(rb.bytes))
+      (rb.kind != Buffer::Kind::output && rb.kind != Buffer::Kind::dynamic) ||
+      !heldAlone(base, rb.bytes) || base.dtype() != r.dtype)
     return false;
   Tensor acc = detail::makeView(base, r.shape, detail::contiguousStrides(r.shape), 0);
   eager::embeddingBackwardInto(acc, operandView(s.operands[0]), operandView(s.operands[1]));

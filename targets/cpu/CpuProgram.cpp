@@ -539,16 +539,6 @@ std::vector<Tensor> CpuProgram::runConsuming(std::vector<Tensor> &inputs) const 
 }
 
 namespace {
-// Per buffer of `p`, the step that uses it last (as operand or result).
-std::vector<int> lastUses(const Program &p) {
-  std::vector<int> last(p.buffers.size(), -1);
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    for (int v : p.steps[s].operands) last[p.values[v].buffer] = static_cast<int>(s);
-    if (p.steps[s].result >= 0) last[p.values[p.steps[s].result].buffer] = static_cast<int>(s);
-  }
-  return last;
-}
-
 // The kernel step that first writes output buffer `b` and its tensor index there, or
 // {-1, -1} when a library or eager step writes it.
 std::pair<int, int> outputWriter(const Program &p, const std::vector<LoopKernel> &kernels, int b) {
@@ -610,7 +600,7 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
                                 const std::vector<std::pair<int, int>> &into) {
   std::vector<int> alias(p.buffers.size(), -1);
   if (!p.symbols.empty()) return alias;
-  const std::vector<int> lastUse = lastUses(p);
+  const std::vector<int> lastUse = lastUseOfBuffers(p);
   for (const auto &[k, j] : into) {
     if (k < 0 || k >= static_cast<int>(p.outputs.size()) || j < 0 || j >= p.numInputs) continue;
     const int ov = p.outputs[k], ob = p.values[ov].buffer;
@@ -631,7 +621,7 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
 
 std::vector<char> eagerIntoBase(const Program &p) {
   std::vector<char> into(p.steps.size(), 0);
-  const std::vector<int> lastUse = lastUses(p);
+  const std::vector<int> lastUse = lastUseOfBuffers(p);
   auto whole = [&](const Value &v) {
     const Buffer &b = p.buffers[v.buffer];
     return v.offset == 0 && v.shape == b.shape && v.strides == detail::contiguousStrides(v.shape);
@@ -654,7 +644,7 @@ std::vector<char> eagerIntoBase(const Program &p) {
 
 std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels) {
   std::vector<int> over(p.buffers.size(), -1);
-  const std::vector<int> lastUse = lastUses(p);
+  const std::vector<int> lastUse = lastUseOfBuffers(p);
   std::vector<bool> taken(p.buffers.size(), false);
   for (int ov : p.outputs) {
     const int ob = p.values[ov].buffer;
