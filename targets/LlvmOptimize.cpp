@@ -96,4 +96,9 @@ void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
   mpm.run(m, mam);
 }
 
+llvm::CodeGenOptLevel quickCodegenLevel() {
+  static const int choice = envChoice("RCJIT_QUICK_CODEGEN", {"none", "less"}, 0);
+  return choice == 1 ? llvm::CodeGenOptLevel::Less : llvm::CodeGenOptLevel::None;
+}
+
 } // namespace rcjit

@@ -1,6 +1,8 @@
 // The O3 pipeline both code generators run on a module (cpu: ORC, cuda: NVPTX).
 #pragma once
 
+#include <llvm/Support/CodeGen.h>
+
 namespace llvm {
 class Module;
 class PipelineTuningOptions;
@@ -28,5 +30,11 @@ inline constexpr const char *kQuickVectorizeAttr = "rcjit-quick-vectorize";
 /// LLVM's O1 instead, o0 to run nothing (measurements, docs/first-call.md).
 void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
                          const llvm::TargetLibraryInfoImpl *tlii = nullptr);
+
+/// The fast tier's code-generation level: CodeGenOptLevel::None (FastISel and the fast
+/// register allocator), which generates our kernels' machine code in a fifth of the time
+/// `Less` takes for code at most a little slower (docs/first-call.md, "Cheaper LLVM");
+/// RCJIT_QUICK_CODEGEN=less chooses `Less`.
+llvm::CodeGenOptLevel quickCodegenLevel();
 
 } // namespace rcjit

@@ -183,8 +183,8 @@ std::unique_ptr<CpuJit> CpuJit::create(const std::string &cpu) {
 
 std::unique_ptr<llvm::TargetMachine> CpuJit::makeTargetMachine(bool quick) const {
   llvm::orc::JITTargetMachineBuilder b = *jtmb_;
-  // the fast tier: instruction selection and register allocation at their cheap level
-  if (quick) b.setCodeGenOptLevel(llvm::CodeGenOptLevel::Less);
+  // the fast tier: instruction selection and register allocation at their cheapest
+  if (quick) b.setCodeGenOptLevel(quickCodegenLevel());
   return check("creating the target machine", b.createTargetMachine());
 }
 

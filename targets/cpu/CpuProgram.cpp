@@ -24,6 +24,7 @@
 #include "support/Events.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
+#include "targets/LlvmOptimize.h"
 #include "targets/Lower.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
@@ -120,7 +121,11 @@ std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptio
     text += printKernel(todo[i]);
     if (co.vectorizes(i)) text += kQuickVectorizeKey;
   }
-  return cache::contentKey({co.quick ? "cpu-quick" : "cpu", text, hostCodegenId()});
+  // (the fast tier's code-generation level is part of its key: RCJIT_QUICK_CODEGEN)
+  const char *kind = !co.quick                                            ? "cpu"
+                     : quickCodegenLevel() == llvm::CodeGenOptLevel::None ? "cpu-quick-cg0"
+                                                                          : "cpu-quick-cg1";
+  return cache::contentKey({kind, text, hostCodegenId()});
 }
 
 // The fast tier runs the loop vectorizer on a kernel whose element operations over the
