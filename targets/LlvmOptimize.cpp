@@ -30,47 +30,45 @@ struct OnMarkedFunctions : llvm::PassInfoMixin<OnMarkedFunctions> {
   }
 };
 
+// The analysis managers a pipeline runs with, registered and cross-wired for `pb`; `tlii`
+// (when given) is registered first, so the pipeline sees its vector mappings.
+struct Analyses {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  Analyses(llvm::PassBuilder &pb, const llvm::TargetLibraryInfoImpl *tlii) {
+    if (tlii) fam.registerPass([tlii] { return llvm::TargetLibraryAnalysis(*tlii); });
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+  }
+};
+
 } // namespace
 
 void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
                       const llvm::PipelineTuningOptions &pto,
                       const llvm::TargetLibraryInfoImpl *tlii) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
   llvm::PassBuilder pb(&tm, pto); // for NVPTX it registers NVVMReflect (libdevice) and friends
-  // Registered before the defaults, so the pipeline sees the vector mappings.
-  if (tlii) fam.registerPass([&] { return llvm::TargetLibraryAnalysis(*tlii); });
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  Analyses a(pb, tlii);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, a.mam);
 }
 
 void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
                          const llvm::TargetLibraryInfoImpl *tlii) {
   static const int choice = envChoice("RCJIT_QUICK_PIPELINE", {"passes", "o1", "o0"}, 0);
   if (choice == 2) return;
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
   llvm::PipelineTuningOptions pto;
   pto.LoopVectorization = false;
   pto.SLPVectorization = false;
   pto.LoopUnrolling = false;
   llvm::PassBuilder pb(&tm, pto);
-  if (tlii) fam.registerPass([&] { return llvm::TargetLibraryAnalysis(*tlii); });
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  Analyses a(pb, tlii);
   if (choice == 1) {
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1).run(m, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1).run(m, a.mam);
     return;
   }
   llvm::FunctionPassManager fpm;
@@ -93,7 +91,7 @@ void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
   fpm.addPass(std::move(vec));
   llvm::ModulePassManager mpm;
   mpm.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(fpm)));
-  mpm.run(m, mam);
+  mpm.run(m, a.mam);
 }
 
 llvm::CodeGenOptLevel quickCodegenLevel() {
