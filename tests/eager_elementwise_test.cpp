@@ -175,6 +175,39 @@ TEST(EagerElementwise, ExpExtremes) {
   expectClose(s.to_vector<double>(), {0, 0, 1, 1}, {0, 0}, "sigmoid extremes");
 }
 
+// The float tanh runs a vectorized polynomial / exp form (targets/eager/Iter.h fastTanh):
+// within 2 ulp of std::tanh on both sides of the 0.625 switch, signed zeros, saturation
+// and NaN as std::tanh has them, contiguous (vectorized loop) and strided alike.
+TEST(EagerElementwise, TanhAccuracyAndExtremes) {
+  std::vector<float> v;
+  for (float a = 1e-30f; a < 30.0f; a *= 1.0137f) {
+    v.push_back(a);
+    v.push_back(-a);
+  }
+  for (float a : {0.0f, -0.0f, 0.6249999f, 0.625f, 0.6250001f, 9.0f, 44.5f, 89.0f, 1e30f}) {
+    v.push_back(a);
+    v.push_back(-a);
+  }
+  for (float a : {INFINITY, -INFINITY, NAN}) v.push_back(a);
+  const auto n = static_cast<int64_t>(v.size());
+  const Tensor x = make(v, {n});
+  const Tensor strided = rcjit::slice(rcjit::expand(x.reshape({n, 1}), {n, 2}), 1, 0, 1);
+  for (const Tensor &in : {x, strided}) {
+    const std::vector<float> got = rcjit::tanh(in.reshape({n})).to_vector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = std::tanh(v[static_cast<size_t>(i)]), g = got[static_cast<size_t>(i)];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(g)) << v[static_cast<size_t>(i)];
+        continue;
+      }
+      EXPECT_EQ(std::signbit(g), std::signbit(want)) << v[static_cast<size_t>(i)];
+      const float ulp = std::nextafter(std::abs(want), INFINITY) - std::abs(want);
+      EXPECT_LE(std::abs(g - want), 2 * ulp)
+          << v[static_cast<size_t>(i)] << ": " << g << " vs " << want;
+    }
+  }
+}
+
 TEST(EagerElementwise, IntegerUnary) {
   const std::vector<int64_t> v = {-7, -1, 0, 1, 5, 123456};
   for (DType dt : {DType::i32, DType::i64}) {

@@ -4,17 +4,22 @@
 //
 // Large tensors are allocated and freed on every eager op; returning their pages to the
 // OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
-// more are kept (up to kCacheLimit bytes in all) and handed out again for the same size.
+// more are kept and handed out again for the same size, up to cacheLimit() bytes in all:
+// the most CPU tensor storage the process has held at once (at least 1 GiB), so a loop
+// that reaches the same peak every iteration (a training step) finds its blocks again
+// instead of faulting them in (RCJIT_BLOCK_CACHE_MAX_BYTES sets a fixed bound).
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include <rcjit/Memory.h>
 
+#include "support/Env.h"
 #include "tracer/CheckedSize.h"
 #include "tracer/DeviceBackend.h"
 #include "tracer/TensorImpl.h"
@@ -33,7 +38,28 @@ constexpr size_t kAlign = 64;
 // call 3 % faster without it, eager toy64 5 %).
 constexpr size_t kSmallMax = 1024 - kAlign;
 constexpr size_t kCacheMin = size_t{1} << 20;
-constexpr size_t kCacheLimit = size_t{1} << 30;
+constexpr int64_t kCacheFloor = int64_t{1} << 30;
+
+// The most bytes of CPU tensor storage live at once since the process started (never
+// reset, unlike the peak of memory_stats).
+std::atomic<int64_t> cpuHighWater{0};
+
+// RCJIT_BLOCK_CACHE_MAX_BYTES, -1 when unset; read at the first large allocation, so that
+// a bad value is an Error there and never in the release of a block.
+int64_t fixedCacheLimit() {
+  static const int64_t fixed = envInteger("RCJIT_BLOCK_CACHE_MAX_BYTES", -1, 0,
+                                          std::numeric_limits<int64_t>::max(), "bytes");
+  return fixed;
+}
+
+// Bytes the block cache may hold: RCJIT_BLOCK_CACHE_MAX_BYTES when set, else the CPU
+// high-water mark of live storage, at least kCacheFloor. Measured on gpt2's 12-layer eager
+// training step (2-core AVX2 host): with a fixed 1 GiB the step faulted ~286 k pages back
+// in (1.1 GB) every step; with the high-water bound ~2 k (docs/performance.md).
+size_t cacheLimit() {
+  if (const int64_t fixed = fixedCacheLimit(); fixed >= 0) return static_cast<size_t>(fixed);
+  return static_cast<size_t>(std::max(kCacheFloor, cpuHighWater.load(std::memory_order_relaxed)));
+}
 
 class BlockCache {
 public:
@@ -50,14 +76,15 @@ public:
     return p;
   }
   void give(void *p, size_t bytes) {
+    const size_t limit = cacheLimit();
     std::lock_guard<std::mutex> lock(mu_);
-    while (cached_ + bytes > kCacheLimit && !free_.empty()) {
+    while (cached_ + bytes > limit && !free_.empty()) {
       auto largest = std::prev(free_.end());
       cached_ -= largest->first;
       std::free(largest->second);
       free_.erase(largest);
     }
-    if (cached_ + bytes > kCacheLimit) {
+    if (cached_ + bytes > limit) {
       std::free(p);
       return;
     }
@@ -85,11 +112,16 @@ Counter &counterOf(Device d) {
   return counters[static_cast<size_t>(slot)];
 }
 
-void countAlloc(Counter &c, int64_t bytes) {
-  int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  int64_t peak = c.peak.load(std::memory_order_relaxed);
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+void raiseTo(std::atomic<int64_t> &peak, int64_t now) {
+  int64_t was = peak.load(std::memory_order_relaxed);
+  while (now > was && !peak.compare_exchange_weak(was, now, std::memory_order_relaxed)) {
   }
+}
+
+void countAlloc(Counter &c, int64_t bytes) {
+  const int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  raiseTo(c.peak, now);
+  if (&c == &counters[0]) raiseTo(cpuHighWater, now);
 }
 
 BlockCache &blockCache() {
@@ -118,11 +150,12 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
   const bool small = bytes <= kSmallMax;
+  if (bytes >= kCacheMin) fixedCacheLimit();
   void *p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
   if (small) {
     if (auto *raw = static_cast<unsigned char *>(std::malloc(bytes + kAlign))) {
-      auto *at = reinterpret_cast<unsigned char *>(
-          (reinterpret_cast<uintptr_t>(raw) + kAlign) & ~uintptr_t{kAlign - 1});
+      auto *at = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + kAlign) &
+                                                   ~uintptr_t{kAlign - 1});
       at[-1] = static_cast<unsigned char>(at - raw); // 1..kAlign
       p = at;
     }

@@ -27,6 +27,8 @@ template <class C, class F> RCJIT_ALWAYS_INLINE C viaFloat(C x, F f) {
 }
 
 template <class C> RCJIT_ALWAYS_INLINE C sigmoidC(C x) { return C(1) / (C(1) + expC(-x)); }
+template <class C> RCJIT_ALWAYS_INLINE C tanhC(C x) { return std::tanh(x); }
+template <> RCJIT_ALWAYS_INLINE float tanhC(float x) { return fastTanh(x); }
 template <class C> RCJIT_ALWAYS_INLINE C erfC(C x) { return std::erf(x); }
 template <> RCJIT_ALWAYS_INLINE float erfC(float x) { return fastErf(x); }
 // 0 where 1 + erf(x/sqrt 2) is 0 in C's precision (as compiled kernels do): gelu(-inf) is
@@ -176,7 +178,7 @@ RCJIT_FLOAT_FN(LogFn, std::log(v))
 RCJIT_FLOAT_FN(SqrtFn, std::sqrt(v))
 RCJIT_FLOAT_FN(RsqrtFn, decltype(v)(1) / std::sqrt(v))
 RCJIT_FLOAT_FN(ReciprocalFn, decltype(v)(1) / v)
-RCJIT_FLOAT_FN(TanhFn, std::tanh(v))
+RCJIT_FLOAT_FN(TanhFn, tanhC(v))
 RCJIT_FLOAT_FN(SigmoidFn, sigmoidC(v))
 RCJIT_FLOAT_FN(GeluFn, geluC(v))
 RCJIT_FLOAT_FN(SiluFn, v *sigmoidC(v))

@@ -283,6 +283,21 @@ RCJIT_ALWAYS_INLINE float fastErf(float x) {
   return std::copysign(y, x);
 }
 
+/// tanh(x) in float, branch-free (Cephes tanhf): an odd polynomial below |x| = 0.625,
+/// 1 - 2 / (exp(2|x|) + 1) with x's sign above; within 2 ulp of std::tanh, NaN kept.
+RCJIT_ALWAYS_INLINE float fastTanh(float x) {
+  const float a = std::abs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = std::copysign(p * z * x + x, x); // (-0 stays -0)
+  const float large = std::copysign(1.0f - 2.0f / (fastExp(2.0f * a) + 1.0f), x);
+  return a < 0.625f ? small : large; // NaN: large, whose exp and division keep it
+}
+
 /// exp in the kernel's compute type (float: fastExp; others: std::exp).
 RCJIT_ALWAYS_INLINE float expC(float x) { return fastExp(x); }
 RCJIT_ALWAYS_INLINE double expC(double x) { return std::exp(x); }
