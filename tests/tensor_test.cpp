@@ -87,8 +87,8 @@ TEST(Tensor, FreedBlocksUpToTheHighWaterMarkAreReused) {
   EXPECT_LT(faults() - before, 8192) << "the second pass faulted its blocks in again";
   // Blocks of other sizes push the cached ones out first: live and cached stay within 1.5
   // times the peak (the cache 0.625 GiB beside the new 1.17) instead of the process holding
-  // both sets (2.4 GiB).
-  EXPECT_LT(pass(kFloats - (1 << 20)) - peak, 768L << 20)
+  // both sets (1.25 GiB more; the bound leaves room for ASan's quarantine of freed blocks).
+  EXPECT_LT(pass(kFloats - (1 << 20)) - peak, 1024L << 20)
       << "the cache held its blocks beside new ones";
 }
 
