@@ -32,9 +32,9 @@ void optimizeModuleQuick(llvm::TargetMachine &tm, llvm::Module &m,
                          const llvm::TargetLibraryInfoImpl *tlii = nullptr);
 
 /// The fast tier's code-generation level: CodeGenOptLevel::None (FastISel and the fast
-/// register allocator), which generates our kernels' machine code in a fifth of the time
-/// `Less` takes for code at most a little slower (docs/first-call.md, "Cheaper LLVM");
-/// RCJIT_QUICK_CODEGEN=less chooses `Less`.
+/// register allocator), which generates our kernels' machine code in a fifth to a seventh
+/// of the time `Less` takes, for code that runs 1.3-1.7x longer until the optimized tier
+/// replaces it (docs/first-call.md, "Cheaper LLVM"); RCJIT_QUICK_CODEGEN=less chooses `Less`.
 llvm::CodeGenOptLevel quickCodegenLevel();
 
 } // namespace rcjit
