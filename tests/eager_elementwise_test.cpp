@@ -194,16 +194,15 @@ TEST(EagerElementwise, TanhAccuracyAndExtremes) {
   const Tensor strided = rcjit::slice(rcjit::expand(x.reshape({n, 1}), {n, 2}), 1, 0, 1);
   for (const Tensor &in : {x, strided}) {
     const std::vector<float> got = rcjit::tanh(in.reshape({n})).to_vector<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      const float want = std::tanh(v[static_cast<size_t>(i)]), g = got[static_cast<size_t>(i)];
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float want = std::tanh(v[i]), g = got[i];
       if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(g)) << v[static_cast<size_t>(i)];
+        EXPECT_TRUE(std::isnan(g)) << v[i];
         continue;
       }
-      EXPECT_EQ(std::signbit(g), std::signbit(want)) << v[static_cast<size_t>(i)];
+      EXPECT_EQ(std::signbit(g), std::signbit(want)) << v[i];
       const float ulp = std::nextafter(std::abs(want), INFINITY) - std::abs(want);
-      EXPECT_LE(std::abs(g - want), 2 * ulp)
-          << v[static_cast<size_t>(i)] << ": " << g << " vs " << want;
+      EXPECT_LE(std::abs(g - want), 2 * ulp) << v[i] << ": " << g << " vs " << want;
     }
   }
 }

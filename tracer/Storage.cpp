@@ -45,8 +45,8 @@ constexpr int64_t kCacheFloor = int64_t{1} << 30;
 // reset, unlike the peak of memory_stats).
 std::atomic<int64_t> cpuHighWater{0};
 
-// RCJIT_BLOCK_CACHE_MAX_BYTES, -1 when unset; read at the first large allocation, so that
-// a bad value is an Error there and never in the release of a block.
+// RCJIT_BLOCK_CACHE_MAX_BYTES, -1 when unset; read by the first take() (a large
+// allocation), so that a bad value is an Error there and never in the release of a block.
 int64_t fixedCacheLimit() {
   static const int64_t fixed = envInteger("RCJIT_BLOCK_CACHE_MAX_BYTES", -1, 0,
                                           std::numeric_limits<int64_t>::max(), "bytes");
@@ -55,10 +55,10 @@ int64_t fixedCacheLimit() {
 
 // Bytes the block cache may hold: RCJIT_BLOCK_CACHE_MAX_BYTES when set, else the CPU
 // high-water mark of live storage, at least kCacheFloor; a new block that the cache cannot
-// serve first evicts cached ones until live + cached + new is within 1.5 times it (makeRoom).
-// Measured on gpt2's 12-layer eager training step (2-core AVX2 host): with a fixed 1 GiB the step
-// faulted ~286 k pages back in (1.1 GB) every step; with the high-water bound ~2 k
-// (docs/performance.md).
+// serve first evicts cached ones until live + cached + new is within 1.5 times it (take).
+// Measured on gpt2's 12-layer eager training step (2-core AVX2 host): with a fixed 1 GiB
+// the step faulted ~286 k pages back in (1.1 GB) every step; with the high-water bound
+// 800-1600 (docs/performance.md).
 size_t cacheLimit() {
   if (const int64_t fixed = fixedCacheLimit(); fixed >= 0) return static_cast<size_t>(fixed);
   return static_cast<size_t>(std::max(kCacheFloor, cpuHighWater.load(std::memory_order_relaxed)));
@@ -67,11 +67,21 @@ size_t cacheLimit() {
 class BlockCache {
 public:
   // the block of that size freed last: the likeliest to be in cache still (a compiled
-  // call frees a large intermediate and makes the next of its size a few steps later)
-  void *take(size_t bytes) {
+  // call frees a large intermediate and makes the next of its size a few steps later).
+  // On a miss (nullptr), with `live` bytes in use: frees cached blocks, largest first,
+  // until live + cached + bytes is within 1.5 times the limit. A training step holds its
+  // peak with about a third of it cached in other sizes (gpt2 at 12 layers: 3.7 GB
+  // resident at a 2.6 GiB peak), so a bound at the peak itself evicted and faulted back
+  // 1.1 GB a step again; a process that frees a model and makes one of other sizes holds
+  // at most half its peak beside it.
+  void *take(size_t bytes, size_t live) {
+    const size_t limit = cacheLimit();
     std::lock_guard<std::mutex> lock(mu_);
     const auto [first, last] = free_.equal_range(bytes);
-    if (first == last) return nullptr;
+    if (first == last) {
+      evictWhile([&] { return live + cached_ + bytes > limit + limit / 2; });
+      return nullptr;
+    }
     const auto it = std::prev(last);
     void *p = it->second;
     free_.erase(it);
@@ -88,18 +98,6 @@ public:
     }
     free_.emplace(bytes, p);
     cached_ += bytes;
-  }
-  // Before a block of `bytes` that the cache could not serve is allocated while `live`
-  // bytes are in use: frees cached blocks, largest first, until live + cached + bytes is
-  // within 1.5 times the limit. A training step holds its peak with about a third of it
-  // cached in other sizes (gpt2 at 12 layers: 3.7 GB resident at a 2.6 GiB peak), so a
-  // bound at the peak itself evicted and faulted back 1.1 GB a step again; a process that
-  // frees a model and makes one of other sizes holds at most half its peak beside it.
-  void makeRoom(size_t bytes, size_t live) {
-    const size_t limit = cacheLimit();
-    const size_t bound = limit + limit / 2;
-    std::lock_guard<std::mutex> lock(mu_);
-    evictWhile([&] { return live + cached_ + bytes > bound; });
   }
 
 private:
@@ -169,8 +167,10 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
   size_t bytes = (nbytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
   const bool small = bytes <= kSmallMax;
-  if (bytes >= kCacheMin) fixedCacheLimit();
-  void *p = bytes >= kCacheMin ? blockCache().take(bytes) : nullptr;
+  void *p = bytes >= kCacheMin
+                ? blockCache().take(bytes, static_cast<size_t>(std::max<int64_t>(
+                                               0, counter.current.load(std::memory_order_relaxed))))
+                : nullptr;
   if (small) {
     if (auto *raw = static_cast<unsigned char *>(std::malloc(bytes + kAlign))) {
       auto *at = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + kAlign) &
@@ -179,10 +179,6 @@ std::shared_ptr<Storage> allocateStorage(size_t nbytes, Device device) {
       p = at;
     }
   } else if (!p) {
-    if (bytes >= kCacheMin) {
-      blockCache().makeRoom(bytes, static_cast<size_t>(std::max<int64_t>(
-                                       0, counter.current.load(std::memory_order_relaxed))));
-    }
     p = std::aligned_alloc(kAlign, bytes);
   }
   if (!p) {
