@@ -60,7 +60,8 @@ TEST(Tensor, EverySizeIsAlignedAndCounted) {
 
 // Freed large blocks are kept up to the most storage the process has held at once (not a
 // fixed 1 GiB): a loop that holds 1.25 GiB, frees it and makes the same sizes again finds
-// every block in the cache instead of faulting its pages in anew (tracer/Storage.cpp).
+// every block in the cache instead of faulting its pages in anew, while blocks of sizes it
+// does not make again leave first (tracer/Storage.cpp).
 TEST(Tensor, FreedBlocksUpToTheHighWaterMarkAreReused) {
   constexpr int kBlocks = 20;           // 20 x 64 MiB = 1.25 GiB live at once
   constexpr int64_t kFloats = 16 << 20; // 64 MiB
@@ -80,6 +81,9 @@ TEST(Tensor, FreedBlocksUpToTheHighWaterMarkAreReused) {
     for (int i = 0; i < kBlocks; ++i) held.push_back(Tensor::full({floats + i * 16}, 1.0));
     return residentBytes();
   };
+  // blocks of a size made only once, freed before the loop: evicted first (oldest), not
+  // the loop's own larger blocks
+  for (int i = 0; i < 20; ++i) Tensor::full({(1 << 19) + 16 * i}, 1.0);
   const long peak = pass(kFloats); // faults its pages in; its blocks stay in the cache
   const long before = faults();
   pass(kFloats);

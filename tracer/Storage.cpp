@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <list>
 #include <map>
 #include <mutex>
 
@@ -58,7 +59,7 @@ int64_t fixedCacheLimit() {
 // serve first evicts cached ones until live + cached + new is within 1.5 times it (take).
 // Measured on gpt2's 12-layer eager training step (2-core AVX2 host): with a fixed 1 GiB
 // the step faulted ~286 k pages back in (1.1 GB) every step; with the high-water bound
-// 800-1600 (docs/performance.md).
+// 800-3000 (docs/performance.md).
 size_t cacheLimit() {
   if (const int64_t fixed = fixedCacheLimit(); fixed >= 0) return static_cast<size_t>(fixed);
   return static_cast<size_t>(std::max(kCacheFloor, cpuHighWater.load(std::memory_order_relaxed)));
@@ -68,7 +69,7 @@ class BlockCache {
 public:
   // the block of that size freed last: the likeliest to be in cache still (a compiled
   // call frees a large intermediate and makes the next of its size a few steps later).
-  // On a miss (nullptr), with `live` bytes in use: frees cached blocks, largest first,
+  // On a miss (nullptr), with `live` bytes in use: frees cached blocks, oldest first,
   // until live + cached + bytes is within 1.5 times the limit. A training step holds its
   // peak with about a third of it cached in other sizes (gpt2 at 12 layers: 3.7 GB
   // resident at a 2.6 GiB peak), so a bound at the peak itself evicted and faulted back
@@ -83,7 +84,8 @@ public:
       return nullptr;
     }
     const auto it = std::prev(last);
-    void *p = it->second;
+    void *p = it->second->second;
+    age_.erase(it->second);
     free_.erase(it);
     cached_ -= bytes;
     return p;
@@ -96,22 +98,31 @@ public:
       std::free(p);
       return;
     }
-    free_.emplace(bytes, p);
+    free_.emplace(bytes, age_.emplace(age_.end(), bytes, p));
     cached_ += bytes;
   }
 
 private:
+  using Age = std::list<std::pair<size_t, void *>>; // (bytes, block), freed longest ago first
+
+  // Frees the blocks freed longest ago while `over()`: a size a loop no longer makes goes
+  // before the ones it makes every iteration (largest first kept evicting a training step's
+  // own blocks while blocks of earlier work sat in the cache).
   template <class F> void evictWhile(F over) {
-    while (!free_.empty() && over()) {
-      auto largest = std::prev(free_.end());
-      cached_ -= largest->first;
-      std::free(largest->second);
-      free_.erase(largest);
+    while (!age_.empty() && over()) {
+      const auto [bytes, p] = age_.front();
+      auto [first, last] = free_.equal_range(bytes);
+      while (first->second != age_.begin()) ++first; // (a few blocks per size)
+      free_.erase(first);
+      age_.pop_front();
+      cached_ -= bytes;
+      std::free(p);
     }
   }
 
   std::mutex mu_;
-  std::multimap<size_t, void *> free_;
+  Age age_;
+  std::multimap<size_t, Age::iterator> free_; // by size; the last of a size freed last
   size_t cached_ = 0;
 };
 
