@@ -19,9 +19,13 @@ AdamW with PyTorch's defaults at lr 1e-3, as `rcjit train`): modes eager, full, 
 whole (torch.compile of one function that runs forward, backward and opt.step()); each mode
 in a fresh model, with Inductor's cache directory fresh per mode (cold compiles). Rounds
 alternate the modes (--rounds, each --reps steps after the first call); printed per mode:
-the first step (compiling included), the minimum and the median step in ms, e.g.
+the first step (compiling included), the minimum and the median step in ms. --dtype bf16
+runs the forward and the loss under torch.autocast("cpu", bfloat16), as `rcjit train
+--dtype bf16` runs them under Autocast(bf16), e.g.
 
     OMP_NUM_THREADS=2 python3 scripts/peer_bench.py --train --model gpt2 --layers 2 --batch 4
+    OMP_NUM_THREADS=2 python3 scripts/peer_bench.py --train --model gpt2 --layers 2 --batch 4 \
+        --modes eager,whole --dtype bf16
 """
 import argparse
 import math
@@ -216,7 +220,11 @@ def train_modes(a):
         x, y = ids[:, :-1], ids[:, 1:]
 
         def loss_fn(m, x=x, y=y, vocab=vocab):
-            return F.cross_entropy(m(x).reshape(-1, vocab), y.reshape(-1))
+            # --dtype bf16: the forward and the loss under CPU autocast (as `rcjit train
+            # --dtype bf16`: matmuls and linears in bf16, parameters, gradients and the
+            # optimizer state in f32)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+                return F.cross_entropy(m(x).reshape(-1, vocab), y.reshape(-1))
 
         if mode == "whole":
             def step(m=model, o=opt):
@@ -251,8 +259,8 @@ def train_modes(a):
                 t0 = time.perf_counter()
                 runs[mode]["fn"]()
                 runs[mode]["steps"].append((time.perf_counter() - t0) * 1e3)
-    print(f"{a.model} training, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"batch {batch} x {a.seq}, {a.rounds} interleaved rounds of {a.reps} steps; ms")
+    print(f"{a.model} training ({a.dtype}), torch {torch.__version__}, {torch.get_num_threads()} "
+          f"threads, batch {batch} x {a.seq}, {a.rounds} interleaved rounds of {a.reps} steps; ms")
     print(f"{'mode':10} | {'first step':>10} | {'min':>9} {'median':>9}")
     for mode in modes:
         st = runs[mode]["steps"]
@@ -270,6 +278,8 @@ def main():
     p.add_argument("--layers", type=int, default=-1)
     p.add_argument("--train", action="store_true", help="time AdamW training steps per mode")
     p.add_argument("--rounds", type=int, default=3, help="--train: interleaved rounds")
+    p.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
+                   help="--train: bf16 runs the forward and loss under torch.autocast (CPU, bf16)")
     a = p.parse_args()
     if a.train:
         if a.modes == "eager,full,regional":
