@@ -27,6 +27,7 @@
 #include "support/CompileCancel.h"
 #include "support/Env.h"
 #include "support/Events.h"
+#include "support/Threads.h"
 #include "support/WorkPool.h"
 #include "targets/Target.h"
 #include "targets/cpu/CpuKernels.h"
@@ -84,6 +85,7 @@ public:
   const Program &program() const override { return current().program(); }
   const std::string &llvmIr() const override { return current().llvmIr(); }
   int cacheHits() const override { return fast_->cacheHits(); }
+  std::string libraryNotes() const override { return current().libraryNotes(); }
 
   // Called once, by the background thread. False (and the fast tier stays) when the
   // optimized program's outputs differ in layout.
@@ -174,6 +176,7 @@ struct Job {
   std::weak_ptr<TieredExecutable> target;
   std::string marker;
   std::optional<logging::CompileContext> context;
+  int ompThreads = 1; // OpenMP's thread count on the thread whose call queued the job
 };
 
 // The background compile thread: one job at a time, stopped and joined at exit.
@@ -281,7 +284,7 @@ private:
   }
 
   void loop() {
-    omp_set_num_threads(1); // the work pool and oneDNN stay the calls'
+    omp_set_num_threads(1); // between jobs; run() sets each job's calling thread's count
     CancelScope cancel(cancel_);
     for (;;) {
       Job j;
@@ -306,6 +309,11 @@ private:
     if (j.context) scope.emplace(*j.context);
     const auto t0 = Clock::now();
     try {
+      // compiled as if on the calling thread: oneDNN primitives keep the OpenMP count they
+      // are made under, and the GEMM splits, one-thread library steps and cache keys read
+      // it (made under this thread's 1, the optimized tier ran every large GEMM on one
+      // thread: gpt2's LM head, 512 x 768 x 50257, at half speed)
+      OmpThreads calls(j.ompThreads);
       CompileResult res = compileGraph(j.request);
       std::shared_ptr<TieredExecutable> target = j.target.lock();
       if (!target) return;
@@ -385,7 +393,7 @@ CompileResult compileTiered(const CompileRequest &r) {
   auto tiered = std::make_shared<TieredExecutable>(std::move(res.executable), r.moduleId,
                                                    secondsBetween(t0, Clock::now()));
   res.executable = tiered;
-  Job j{std::move(opt), tiered, marker, std::nullopt};
+  Job j{std::move(opt), tiered, marker, std::nullopt, omp_get_max_threads()};
   if (const logging::CompileContext *c = logging::CompileScope::current()) j.context = *c;
   TierCompiler::instance().submit(std::move(j));
   return res;

@@ -43,6 +43,10 @@ public:
   virtual const std::string &llvmIr() const = 0;
   /// Kernels served by the in-process memo or the compile cache instead of compiled.
   virtual int cacheHits() const = 0;
+  /// How the program's library steps run, one line per step ("step 3: one oneDNN matmul
+  /// made for 2 threads"), for explain(); "" when the target says nothing (or the program
+  /// is symbolic: each size has its own).
+  virtual std::string libraryNotes() const { return ""; }
 };
 
 /// How to compile a Program.

@@ -38,6 +38,7 @@ public:
   const Program &program() const override { return current().program(); }
   const std::string &llvmIr() const override { return current().llvmIr(); }
   int cacheHits() const override { return current().cacheHits(); }
+  std::string libraryNotes() const override { return current().libraryNotes(); }
 
 private:
   const Executable &current() const {

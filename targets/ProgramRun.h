@@ -41,6 +41,8 @@ public:
       : numSyms_(p.symbols.ranges.size()), make_(std::move(make)) {
     if (p.symbols.empty()) static_ = make_(nullptr);
   }
+  /// The static program's specialization; null for a symbolic one.
+  const std::shared_ptr<const Spec> &staticSpec() const { return static_; }
   std::shared_ptr<const Spec> get(const int64_t *syms) const {
     if (static_) return static_;
     {

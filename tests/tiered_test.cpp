@@ -17,6 +17,7 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/Tiered.h"
+#include "support/Threads.h"
 
 extern char **environ;
 
@@ -111,6 +112,40 @@ TEST(Tiered, FalseWaitsForTheOptimizedCode) {
   EXPECT_TRUE(has(cf.explain(), "kernel k0")) << "generated small matmuls\n" << cf.explain();
   EXPECT_TRUE(allclose(y, f(x), 1e-4, 1e-5));
   EXPECT_EQ(cf.stats().compiles, 1);
+}
+
+// The explain() section that says how each library step runs.
+std::string libraryRuns(const std::string &explain) {
+  const size_t at = explain.find("library steps run as:");
+  return at == std::string::npos ? "" : explain.substr(at);
+}
+
+// The background compile makes the optimized tier's GEMMs as a compile on the calling
+// thread would: for the caller's OpenMP count (oneDNN primitives keep the count they are
+// made under; made under the compile thread's own 1, every large GEMM of the optimized
+// tier ran on one thread).
+TEST(Tiered, TheOptimizedTierIsMadeForTheCallersThreads) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  OmpThreads two(2);
+  Tensor w = Tensor::randn({512, 256}, 21), x = Tensor::randn({64, 256}, 22); // 2^23 MACs
+  auto fn = [&](const Tensor &t) { return relu(linear(t, w, Tensor())); };
+  CompileOptions untiered;
+  untiered.tiered = false;
+  auto direct = compile(fn, untiered);
+  Tensor want = direct(x);
+  const std::string wantRuns = libraryRuns(direct.explain());
+  ASSERT_FALSE(wantRuns.empty()) << direct.explain();
+  EXPECT_TRUE(has(wantRuns, "made for 2 threads")) << wantRuns;
+  cache::clear(); // the tiered compile compiles again
+  auto tiered = compile(fn);
+  tiered(x);
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
+  Tensor y = tiered(x);
+  const std::string ex = tiered.explain();
+  ASSERT_TRUE(has(ex, "switched to the optimized tier")) << ex;
+  EXPECT_EQ(libraryRuns(ex), wantRuns) << ex;
+  EXPECT_TRUE(allclose(y, want, 1e-4, 1e-4));
 }
 
 TEST(Tiered, RegionalStagesSwitchToo) {

@@ -2,6 +2,8 @@
 // static or a symbolic program; a call runs the program.
 #include "jit/runners/StaticRunner.h"
 
+#include <sstream>
+
 #include "jit/CompileGraph.h"
 #include "jit/CompiledState.h"
 #include "jit/Sharding.h"
@@ -17,7 +19,14 @@ std::vector<Tensor> StaticRunner::run(const std::vector<const Tensor *> &inputs,
 
 std::string StaticRunner::printPrograms() const {
   const std::string tier = tierNote(*program_);
-  return (tier.empty() ? "" : tier + "\n") + printProgram(program_->program());
+  std::string out = (tier.empty() ? "" : tier + "\n") + printProgram(program_->program());
+  const std::string notes = program_->libraryNotes();
+  if (!notes.empty()) {
+    out += "library steps run as:\n";
+    std::istringstream lines(notes);
+    for (std::string line; std::getline(lines, line);) out += "  " + line + "\n";
+  }
+  return out;
 }
 
 std::shared_ptr<Executable> compileProgram(EntryBuild &b) {

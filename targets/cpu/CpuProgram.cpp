@@ -335,6 +335,21 @@ std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &mod
   return cp;
 }
 
+std::string CpuProgram::libraryNotes() const {
+  const std::shared_ptr<const Spec> &spec = specs_->staticSpec();
+  if (!spec) return "";
+  std::string out;
+  for (size_t i = 0; i < spec->library.size(); ++i) {
+    const LibraryStep *step = spec->defaultThreads[i] == 1 && spec->serialLibrary[i]
+                                  ? spec->serialLibrary[i].get()
+                                  : spec->library[i].get();
+    if (!step) continue;
+    out += "step " + std::to_string(i) + ": " + step->describe() +
+           (step == spec->library[i].get() ? "" : " (small: on the calling thread)") + "\n";
+  }
+  return out;
+}
+
 std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, const int64_t *syms,
                                                              bool costModel) {
   auto spec = std::make_shared<Spec>();

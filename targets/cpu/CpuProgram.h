@@ -56,6 +56,7 @@ public:
   const std::string &llvmIr() const override { return llvmIr_; }
   const std::string &assembly() const { return assembly_; }
   int cacheHits() const override { return cacheHits_; }
+  std::string libraryNotes() const override;
 
 private:
   struct Arena; // a call's scratch memory and per-buffer vectors (CpuCall.h)

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "targets/MatmulLayout.h"
+#include "targets/cpu/WeightPack.h"
 #include "targets/eager/DnnlContext.h"
 #include "support/Env.h"
 #include "support/Threads.h"
@@ -128,12 +129,22 @@ class MatmulStep : public LibraryStep {
 public:
   /// `packedWeights`: the primitive reads its weight in the layout oneDNN picks for it
   /// (weightsDesc(); the caller passes a copy reordered into it, see WeightPack).
+  ///
+  /// A product of one batch is made as a 2-D one ([M, K] x [K, N]), which the caller's
+  /// operands and weightsDesc() then follow: oneDNN 2.6 ran the same product given as
+  /// [1, M, K] x [1, K, N] on one of two threads (gpt2's LM head, 512 x 768 x 50257 f32 on
+  /// an AMX host: 226-238 ms against 112-134 ms), and picks plain row-major weights for a
+  /// 3-D `format_tag::any` where a 2-D one gets its blocked layout (BA16a64b: 5.6 ms against
+  /// 12.6 ms at 512 x 768 x 3072).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
              const std::vector<PostOp> &postOps, bool hasBias, bool packedWeights = false)
-      : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias) {
+      : src_(unbatched(src)), wei_(unbatched(wei)), bias_(hasBias ? unbatched(bias) : bias),
+        dst_(unbatched(dst)), hasBias_(hasBias), macs_(macsOf(src, dst)),
+        threads_(omp_get_max_threads()) {
     auto &ctx = eager::DnnlContext::instance();
-    if (packedWeights) wei = memory::desc(wei.dims(), memory::data_type::f32, memory::format_tag::any);
-    auto d = hasBias ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
+    memory::desc w = wei_;
+    if (packedWeights) w = memory::desc(wei_.dims(), memory::data_type::f32, memory::format_tag::any);
+    auto d = hasBias ? dnnl::matmul::desc(src_, w, bias_, dst_) : dnnl::matmul::desc(src_, w, dst_);
     dnnl::matmul::primitive_desc pd(d, attrFor(postOps, dnnl::scratchpad_mode::user), ctx.engine());
     prim_ = dnnl::matmul(pd);
     scratch_ = pd.scratchpad_desc();
@@ -144,13 +155,16 @@ public:
   /// library allocates its own).
   MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
              std::shared_ptr<dnnl::primitive> shared, bool hasBias)
-      : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias),
+      : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias), macs_(macsOf(src, dst)),
         shared_(std::move(shared)) {}
 
-  double macs() const override {
-    return static_cast<double>(dst_.dims()[0]) * static_cast<double>(dst_.dims()[1]) *
-           static_cast<double>(dst_.dims()[2]) * static_cast<double>(src_.dims()[2]);
+  double macs() const override { return macs_; }
+  std::string describe() const override {
+    if (shared_) return "the shared runtime-dims oneDNN matmul";
+    return "one oneDNN matmul made for " + std::to_string(threads_) +
+           (threads_ == 1 ? " thread" : " threads");
   }
+
 
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *) const override {
@@ -204,8 +218,16 @@ private:
     pool_.push_back(std::move(m));
   }
 
+  static double macsOf(const memory::desc &src, const memory::desc &dst) {
+    const memory::dims s = src.dims(), d = dst.dims(); // [B, M, K], [B, M, N]
+    return static_cast<double>(d[0]) * static_cast<double>(d[1]) * static_cast<double>(d[2]) *
+           static_cast<double>(s[2]);
+  }
+
   memory::desc src_, wei_, bias_, dst_, scratch_;
   bool hasBias_;
+  double macs_;
+  int threads_ = 0;                         // OpenMP's count when prim_ was made
   dnnl::primitive prim_;                    // made for these sizes, or
   std::shared_ptr<dnnl::primitive> shared_; // the runtime-dims primitive
   mutable std::mutex mu_;
@@ -226,12 +248,18 @@ public:
     int64_t src, wei, dst, bias; // byte offsets into the operands and the result
     int prim;                    // index into prims_
   };
+  /// `along`: what the blocks cut, for describe() ("rows", "weight columns", ...).
   BlockedMatmulStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
-                    double macs, bool hasBias)
-      : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias) {}
+                    double macs, bool hasBias, std::string along)
+      : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias),
+        along_(std::move(along)) {}
 
   double macs() const override { return macs_; }
   int blocks() const override { return static_cast<int>(blocks_.size()); }
+  std::string describe() const override {
+    return std::to_string(blocks_.size()) + " blocks of " + along_ +
+           " on the work pool, each " + prims_.front()->describe();
+  }
 
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *) const override {
@@ -248,100 +276,7 @@ private:
   std::vector<Block> blocks_;
   double macs_;
   bool hasBias_;
-};
-
-// The most bytes of packed weight copies there may be in the process
-// (RCJIT_PACK_WEIGHTS_MAX_MB, default 1024): past it a step runs over the plain weight.
-// Those alive are counted in detail::packedWeightBytes (memory_stats).
-int64_t packedBytesBudget() {
-  static const int64_t budget =
-      envInteger("RCJIT_PACK_WEIGHTS_MAX_MB", 1024, 0, int64_t{1} << 40, "MiB") << 20;
-  return budget;
-}
-
-// Counts `bytes` more of packed copies if the budget allows; false (nothing counted) if not.
-bool reservePackedBytes(int64_t bytes) {
-  std::atomic<int64_t> &alive = detail::packedWeightBytes();
-  const int64_t budget = packedBytesBudget();
-  int64_t now = alive.load(std::memory_order_relaxed);
-  do {
-    if (now + bytes > budget) return false;
-  } while (!alive.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
-  return true;
-}
-
-// A weight kept reordered into a primitive's blocked layout: made on the first run and
-// again when the weight's address, storage or storage version changes (a parameter
-// updated in place: copy_, an optimizer step, a compiled training step's write-back).
-class WeightPack {
-public:
-  struct Packed {
-    memory mem; // owns its buffer
-    const char *data = nullptr;
-    std::weak_ptr<detail::Storage> owner;
-    uint32_t version = 0;
-    int64_t bytes = 0;
-    ~Packed() { detail::packedWeightBytes().fetch_sub(bytes, std::memory_order_relaxed); }
-  };
-  WeightPack(const memory::desc &plain, const memory::desc &packed)
-      : plain_(plain), packed_(packed),
-        reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain,
-                                               eager::DnnlContext::instance().engine(), packed)) {}
-
-  // The packed copy of the weight at `data` in `owner`, made the second time it is seen
-  // at the same version; null the first time, when the storage is not known, or when the
-  // process's packed copies would pass their budget (the caller then runs over the plain
-  // weight). One copy per weight address: a regional program runs the
-  // same step with every layer's weight.
-  std::shared_ptr<const Packed> get(char *data,
-                                    const std::shared_ptr<detail::Storage> *owner) const {
-    if (!owner || !*owner) return nullptr;
-    const uint32_t version = (*owner)->version.load(std::memory_order_acquire);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = copies_.find(data);
-      const bool same = it != copies_.end() && it->second->version == version &&
-                        !it->second->owner.owner_before(*owner) &&
-                        !owner->owner_before(it->second->owner);
-      if (same && it->second->bytes > 0) return it->second; // packed
-      if (!same) {
-        // first sight of this weight at this version: remember it, run unpacked (a weight
-        // that changes every call, as in training, would pay a repack per call)
-        if (copies_.size() >= 64) { // drop the entries of weights that no longer exist
-          for (auto i = copies_.begin(); i != copies_.end();)
-            i = i->second->owner.expired() ? copies_.erase(i) : std::next(i);
-        }
-        auto seen = std::make_shared<Packed>();
-        seen->data = data;
-        seen->version = version;
-        seen->owner = *owner;
-        copies_[data] = std::move(seen); // a stale copy goes back to the budget once unused
-        return nullptr;
-      }
-    }
-    const int64_t bytes = static_cast<int64_t>(packed_.get_size());
-    auto p = std::make_shared<Packed>();
-    if (!reservePackedBytes(bytes)) return nullptr;
-    p->bytes = bytes; // given back by ~Packed, also if the reorder below throws
-    auto &ctx = eager::DnnlContext::instance();
-    p->mem = memory(packed_, ctx.engine());
-    memory src(plain_, ctx.engine(), data);
-    dnnl::stream &s = ctx.stream();
-    reorder_.execute(s, src, p->mem);
-    s.wait();
-    p->data = data;
-    p->version = version;
-    p->owner = *owner;
-    std::lock_guard<std::mutex> lock(mu_);
-    copies_[data] = p;
-    return p;
-  }
-
-private:
-  memory::desc plain_, packed_;
-  dnnl::reorder reorder_;
-  mutable std::mutex mu_;
-  mutable std::unordered_map<const char *, std::shared_ptr<const Packed>> copies_;
+  std::string along_;
 };
 
 // A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
@@ -354,6 +289,10 @@ public:
   double macs() const override { return inner_->macs(); }
   int blocks() const override { return inner_->blocks(); }
   bool packsWeights() const override { return true; }
+  std::string describe() const override {
+    return inner_->describe() + ", over a copy of the weight packed once per version (until it is: " +
+           plain_->describe() + ")";
+  }
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *weight) const override {
     std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
@@ -367,18 +306,6 @@ private:
   std::unique_ptr<WeightPack> pack_;
   std::unique_ptr<LibraryStep> plain_;
 };
-
-// RCJIT_PACK_WEIGHTS=0 turns packed weights off (see LibraryStep::create).
-std::atomic<int> &packWeightsOverride() {
-  static std::atomic<int> v{-1}; // -1: the environment decides
-  return v;
-}
-bool packWeightsSetting() {
-  const int forced = packWeightsOverride().load(std::memory_order_relaxed);
-  if (forced >= 0) return forced != 0;
-  static const bool on = envFlag("RCJIT_PACK_WEIGHTS", true);
-  return on;
-}
 
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
 // off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
@@ -485,7 +412,10 @@ std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vecto
     }
     blocks.push_back(b);
   }
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias);
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias,
+                                             dim == GemmSplit::batch  ? "batches"
+                                             : dim == GemmSplit::rows ? "rows"
+                                                                      : "weight columns");
 }
 
 // Whether products run over weights in [N, K] order: where oneDNN runs below AVX-512 (an
@@ -679,7 +609,8 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
   constexpr int64_t f = 4; // f32
   for (int64_t i = 0; i < a.shape[0]; ++i)
     blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * f, 0, 0});
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false);
+  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false,
+                                             "the first batch dim");
 }
 
 // A symbolic program's product of 2^20 multiply-adds or more through the shared
@@ -745,9 +676,7 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
 
 } // namespace
 
-void LibraryStep::setPackWeights(bool on) {
-  packWeightsOverride().store(on ? 1 : 0, std::memory_order_relaxed);
-}
+void LibraryStep::setPackWeights(bool on) { setPackWeightsOverride(on ? 1 : 0); }
 
 void LibraryStep::setNkWeights(int on) {
   nkWeightsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);

@@ -2,6 +2,7 @@
 // compile time, with the step's bias and eltwise post-ops fused into the call.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "targets/Program.h"
@@ -34,6 +35,9 @@ public:
   /// How many independent blocks a run is cut into, each run by a one-thread primitive
   /// through the work pool (support/WorkPool.h); 1: one oneDNN call.
   virtual int blocks() const { return 1; }
+  /// How a run goes, for explain(): one oneDNN call and the OpenMP threads its primitive was
+  /// made for, or blocks on the work pool, and whether it reads a packed weight copy.
+  virtual std::string describe() const = 0;
 
   /// A direct oneDNN call for `step` when its layouts allow one, else nullptr (the caller
   /// then runs it through the eager target). `sizeFree`: the program is specialized per

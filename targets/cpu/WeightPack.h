@@ -1,0 +1,59 @@
+// Weights kept reordered once into the layout a oneDNN matmul primitive reads (a packed
+// copy per weight address and storage version), within a process-wide byte budget.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace rcjit::detail {
+struct Storage;
+}
+
+namespace rcjit::cpu {
+
+/// `d` ([B, R, C]) as [R, C] when B is 1; otherwise `d` itself. Library steps make a
+/// product of one batch as a 2-D one (see MatmulStep in LibraryStep.cpp).
+dnnl::memory::desc unbatched(const dnnl::memory::desc &d);
+
+/// Whether library steps pack the weights that are program inputs: RCJIT_PACK_WEIGHTS
+/// (default on), unless setPackWeightsOverride set it (-1 gives it back to the variable).
+bool packWeightsSetting();
+void setPackWeightsOverride(int on);
+
+/// A weight kept reordered into a primitive's blocked layout: made on the second run at the
+/// same version and again when the weight's address, storage or storage version changes (a
+/// parameter updated in place: copy_, an optimizer step, a compiled training step's
+/// write-back). Copies count against RCJIT_PACK_WEIGHTS_MAX_MB (default 1024) and in
+/// detail::packedWeightBytes (memory_stats). Thread-safe.
+class WeightPack {
+public:
+  struct Packed {
+    dnnl::memory mem; // owns its buffer
+    const char *data = nullptr;
+    std::weak_ptr<detail::Storage> owner;
+    uint32_t version = 0;
+    int64_t bytes = 0;
+    ~Packed();
+  };
+  /// Reorders from `plain` into `packed`; `plain` may have a leading batch dim of 1 that
+  /// `packed` (a 2-D step's) lacks.
+  WeightPack(const dnnl::memory::desc &plain, const dnnl::memory::desc &packed);
+
+  /// The packed copy of the weight at `data` in `owner`, made the second time it is seen
+  /// at the same version; null the first time, when the storage is not known, or when the
+  /// process's packed copies would pass their budget (the caller then runs over the plain
+  /// weight). One copy per weight address: a regional program runs the same step with
+  /// every layer's weight.
+  std::shared_ptr<const Packed> get(char *data, const std::shared_ptr<detail::Storage> *owner) const;
+
+private:
+  dnnl::memory::desc plain_, packed_;
+  dnnl::reorder reorder_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<const char *, std::shared_ptr<const Packed>> copies_;
+};
+
+} // namespace rcjit::cpu
