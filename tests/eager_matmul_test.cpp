@@ -205,6 +205,31 @@ TEST(EagerMatmul, RepeatedCallsReuseCachedPrimitives) {
   EXPECT_LE(ctx.size(), ctx.capacity());
 }
 
+// A batched product over one matrix ([B, M, K] @ [K, N], a linear's backward over [B, T, C]
+// activations) runs as the [B * M, K] @ [K, N] GEMM: the same cached primitive serves both
+// forms; layouts whose batch does not step evenly over the rows keep the batched form, and
+// every form computes the product.
+TEST(EagerMatmul, BatchedTimesOneMatrixRunsAsOneGemm) {
+  auto &ctx = rcjit::eager::DnnlContext::instance();
+  Tensor w = Tensor::randn({6, 3}, 2);
+  checkMatmul(Tensor::randn({20, 6}, 1), w);
+  const uint64_t made = ctx.created();
+  checkMatmul(Tensor::randn({4, 5, 6}, 3), w);    // folded: the [20, 6] primitive
+  checkMatmul(Tensor::randn({2, 2, 5, 6}, 4), w); // two batch dims: the same
+  EXPECT_EQ(ctx.created(), made) << "the batched products ran as the one [20, 6] @ [6, 3] GEMM";
+  // not foldable: batch dims permuted (rows do not step evenly), a expanded over its batch,
+  // b batched
+  checkMatmul(rcjit::permute(Tensor::randn({5, 4, 6}, 5), {1, 0, 2}), w);
+  checkMatmul(rcjit::expand(Tensor::randn({1, 5, 6}, 6), {4, 5, 6}), w);
+  checkMatmul(Tensor::randn({4, 5, 6}, 7), Tensor::randn({4, 6, 3}, 8));
+  // a linear with its bias over [B, T, C], and one whose rows are a slice of wider rows
+  Tensor x = Tensor::randn({3, 7, 6}, 9), lw = Tensor::randn({5, 6}, 10), lb = Tensor::randn({5}, 11);
+  const Ref rw = refOf(lw), rb = refOf(lb);
+  expectClose(rcjit::linear(x, lw, lb), refLinear(refOf(x), rw, &rb), 1e-5, 1e-5);
+  Tensor wide = rcjit::slice(Tensor::randn({3, 7, 10}, 12), 2, 2, 8); // row stride 10
+  checkMatmul(wide, w);
+}
+
 TEST(EagerMatmul, ConcurrentCallsAgree) {
   std::vector<Tensor> as, bs, want;
   for (int t = 0; t < 4; ++t) {

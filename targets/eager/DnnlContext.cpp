@@ -250,6 +250,42 @@ struct MatmulGeometry {
   bool hasBias = false;
 };
 
+/// Whether g's dims [0, last) and its dim `last` are one run of rows: each dim's stride is
+/// the next one's times its size (a size-1 dim always is).
+bool rowsMerge(const Geometry &g, size_t last) {
+  for (size_t i = 0; i < last; ++i) {
+    if (g.dims[i] != 1 && g.strides[i] != g.strides[i + 1] * g.dims[i + 1]) return false;
+  }
+  return true;
+}
+
+/// A batched product whose b is one matrix for every batch ([..., M, K] @ [K, N], the
+/// backward of a linear over [B, T, C] activations) as one [B * ... * M, K] @ [K, N] GEMM,
+/// when a's and out's batch dims step over their rows evenly: oneDNN 2.6 ran the batched
+/// form of gpt2's LM head gradient (4 x 128 x 50257 @ 50257 x 768, bf16, AMX) in 39-45 ms
+/// against 24-30 ms for one GEMM.
+void foldBatchIntoRows(MatmulGeometry &g) {
+  const size_t rank = g.out.dims.size();
+  if (rank < 3) return;
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    if (g.b.dims[i] != 1) return;
+    if (g.hasBias && g.bias.dims[i] != 1) return;
+  }
+  if (g.hasBias && g.bias.dims[rank - 2] != 1) return; // a bias per row
+  if (!rowsMerge(g.a, rank - 2) || !rowsMerge(g.out, rank - 2)) return;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < rank; ++i) rows *= g.out.dims[i];
+  auto two = [&](const Geometry &x, int64_t r) {
+    Geometry y{{r, x.dims[rank - 1]}, {x.strides[rank - 2], x.strides[rank - 1]}};
+    canonicalizeUnitStrides(y);
+    return y;
+  };
+  g.a = two(g.a, rows);
+  g.out = two(g.out, rows);
+  g.b = two(g.b, g.b.dims[rank - 2]);
+  if (g.hasBias) g.bias = two(g.bias, 1);
+}
+
 MatmulGeometry matmulGeometry(const Tensor &a, const Tensor &b, const Tensor *bias,
                               const Tensor &out) {
   size_t rank = static_cast<size_t>(out.dim());
@@ -260,6 +296,7 @@ MatmulGeometry matmulGeometry(const Tensor &a, const Tensor &b, const Tensor *bi
     g.bias = geometry(*bias, rank);
     g.hasBias = true;
   }
+  foldBatchIntoRows(g);
   return g;
 }
 
