@@ -20,7 +20,10 @@ uint64_t max_bytes() { return store().maxBytes(); }
 void set_key_file(const std::string &path) { store().setKeyFile(path); }
 void set_remote(const std::string &url) { store().setRemote(url); }
 
-std::vector<uint8_t> save_artifacts() { return packArtifacts(store().usedObjects()); }
+std::vector<uint8_t> save_artifacts() {
+  detail::runSaveHooks(); // the background compiles in flight finish first
+  return packArtifacts(store().usedObjects());
+}
 std::vector<uint8_t> save_disk_artifacts() { return packArtifacts(store().diskObjects()); }
 
 size_t load_artifacts(const std::vector<uint8_t> &blob) {

@@ -11,24 +11,32 @@ std::mutex &hooksMutex() {
   static std::mutex *mu = new std::mutex();
   return *mu;
 }
-std::vector<std::function<void()>> &hooks() {
-  static auto *h = new std::vector<std::function<void()>>();
+using Hooks = std::vector<std::function<void()>>;
+Hooks &clearHooks() {
+  static auto *h = new Hooks();
   return *h;
 }
-} // namespace
-
-void onClear(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(hooksMutex());
-  hooks().push_back(std::move(fn));
+Hooks &saveHooks() {
+  static auto *h = new Hooks();
+  return *h;
 }
-
-void runClearHooks() {
-  std::vector<std::function<void()>> copy;
+void add(Hooks &to, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(hooksMutex());
+  to.push_back(std::move(fn));
+}
+void runAll(const Hooks &hooks) {
+  Hooks copy;
   {
     std::lock_guard<std::mutex> lock(hooksMutex());
-    copy = hooks();
+    copy = hooks;
   }
   for (auto &fn : copy) fn();
 }
+} // namespace
+
+void onClear(std::function<void()> fn) { add(clearHooks(), std::move(fn)); }
+void runClearHooks() { runAll(clearHooks()); }
+void onSaveArtifacts(std::function<void()> fn) { add(saveHooks(), std::move(fn)); }
+void runSaveHooks() { runAll(saveHooks()); }
 
 } // namespace rcjit::cache::detail

@@ -1,5 +1,7 @@
 // Callbacks run by cache::clear(): in-process tables above the byte cache (compiled
 // kernels, regional stage programs) register here so a clear makes the next compile cold.
+// And callbacks run by cache::save_artifacts() before it reads the store: the jit layer's
+// wait for its background compiles, so that the blob holds the optimized tiers.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -12,6 +14,12 @@ namespace rcjit::cache::detail {
 void onClear(std::function<void()> fn);
 /// Runs every registered callback.
 void runClearHooks();
+
+/// Registers `fn`, called (in registration order) by every cache::save_artifacts() before
+/// it reads the store. Thread-safe.
+void onSaveArtifacts(std::function<void()> fn);
+/// Runs every callback registered with onSaveArtifacts.
+void runSaveHooks();
 
 /// A process-wide table of compiled things (kernels, stage programs) by key, emptied by
 /// cache::clear(); at most `Limit` entries (the oldest key in order is dropped). Call

@@ -20,6 +20,7 @@
 
 #include <rcjit/Error.h>
 
+#include "cache/ClearHooks.h"
 #include "cache/EntryFormat.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
@@ -191,6 +192,9 @@ public:
       cache::ObjectStore::instance();
       cpu::hostCodegenId();  // starts the process's JIT
       registerExitHandler(); // (also initializes OpenSSL first)
+      // cache::save_artifacts() waits for the compiles in flight (up to 10 minutes), so
+      // that its blob holds their optimized tiers
+      cache::detail::onSaveArtifacts([p] { p->idle(600); });
       return p;
     }();
     return *t;

@@ -99,6 +99,28 @@ TEST(Tiered, WarmStartRunsTheOptimizedTierFromTheFirstCall) {
   EXPECT_TRUE(allclose(y, f(x), 1e-4, 1e-5));
 }
 
+// save_artifacts right after a first call waits for the optimized tier's background compile,
+// so a process warmed from the blob runs the optimized code from its first call.
+TEST(Tiered, SavedArtifactsHoldTheOptimizedTierInFlight) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({2, 8, 64}, 5);
+  auto fn = [&](const Tensor &t) { return f(t); };
+  std::vector<uint8_t> blob;
+  {
+    auto cold = compile(fn);
+    cold(x);
+    blob = cache::save_artifacts(); // no wait here: the background compile is in flight
+  }
+  cache::clear();
+  ASSERT_GT(cache::load_artifacts(blob), 0u);
+  auto warm = compile(fn);
+  Tensor y = warm(x);
+  EXPECT_FALSE(has(warm.explain(), "tiered:")) << warm.explain();
+  EXPECT_TRUE(allclose(y, f(x), 1e-4, 1e-5));
+}
+
 TEST(Tiered, FalseWaitsForTheOptimizedCode) {
   IsolatedCache cacheDir;
   NoGradGuard noGrad;

@@ -39,8 +39,10 @@ void set_key_file(const std::string &path);
 /// a malformed RCJIT_REMOTE_CACHE is logged and leaves the remote cache off. Thread-safe.
 void set_remote(const std::string &url);
 
-/// Everything compiled (or loaded from cache) in this process, as one zstd-compressed blob.
-/// Thread-safe. Throws rcjit::Error if compression fails.
+/// Everything compiled (or loaded from cache) in this process, as one zstd-compressed blob,
+/// after the background compiles in flight (CompileOptions::tiered's optimized programs)
+/// have finished, so that a warm start from the blob runs the optimized code from its
+/// first call. Thread-safe. Throws rcjit::Error if compression fails.
 std::vector<uint8_t> save_artifacts();
 /// Every valid entry of the disk cache directory, as one blob (what `rcjit cache export`
 /// writes).

@@ -169,13 +169,16 @@ int64_t kernelWork(const LoopKernel &k) {
 }
 
 // Whether a program's kernels compile as a module per pool thread, concurrently on the work
-// pool: when the pool would run them on two threads or more on CPUs of their own (else one
+// pool: when the pool has two threads or more and the compile may use them (else one
 // module: on one thread a module per kernel cost ~2.5 ms more each, gpt2's six 155 ms
-// against 122 as one module).
+// against 122 as one module). Not whether the pool is packed onto fewer CPUs now (a busy
+// machine): the modules are the compile cache's keys, and a grouping that followed the
+// machine's load made a warm start miss objects a loaded cold run had grouped otherwise
+// (vit-gpt2's captioning warm start: 0 cache hits in 1 of 8 runs); packed, the modules
+// take turns on the CPUs the pool has (~5 ms a module more).
 bool compileInParallel() {
   const WorkPool &pool = WorkPool::instance();
-  return pool.threads() > 1 && (omp_get_max_threads() > 1 || cancellableCompile()) &&
-         pool.packedCpus() == 0;
+  return pool.threads() > 1 && (omp_get_max_threads() > 1 || cancellableCompile());
 }
 
 std::string kernelKey(const LoopKernel &k, const std::string &features, bool quick) {
