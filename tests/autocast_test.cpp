@@ -11,6 +11,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "targets/eager/DnnlContext.h"
+
 using namespace rcjit;
 
 namespace {
@@ -141,6 +143,33 @@ TEST(Autocast, CompiledOpsEqualEagerAutocast) {
 
 // An entry traced inside a scope does not serve calls outside it (and the reverse): the
 // recompile names the autocast guard.
+// Where bf16 products run natively (AVX-512 BF16, AMX), a compiled bf16 linear or matmul is
+// a oneDNN library step of its own (prepared at compile time, its weight packed like an f32
+// one's) instead of an eager call; its values are eager's within bf16's rounding.
+TEST(Autocast, CompiledBf16ProductsAreLibrarySteps) {
+  if (!eager::bf16MatmulsNative()) GTEST_SKIP() << "no native bf16 products on this CPU";
+  NoGradGuard noGrad;
+  Tensor x = Tensor::randn({64, 256}, 1).to(DType::bf16);
+  Tensor w = (Tensor::randn({192, 256}, 2) * 0.1).to(DType::bf16);
+  Tensor b = Tensor::randn({192}, 3).to(DType::bf16);
+  Tensor v = (Tensor::randn({192, 96}, 4) * 0.1).to(DType::bf16);
+  auto fn = [&](const Tensor &t) { return matmul(gelu(linear(t, w, b)), v); };
+  CompileOptions o;
+  o.tiered = false;
+  auto cf = compile(fn, o);
+  Tensor want = fn(x);
+  for (int call = 0; call < 3; ++call) { // the third call runs over packed weights
+    Tensor got = cf(x);
+    ASSERT_EQ(got.dtype(), DType::bf16);
+    EXPECT_TRUE(allclose(got.to(DType::f32), want.to(DType::f32), 3e-2, 3e-2)) << "call " << call;
+  }
+  const std::string ex = cf.explain();
+  const size_t at = ex.find("library steps run as:");
+  ASSERT_NE(at, std::string::npos) << ex;
+  EXPECT_NE(ex.find("step 0: ", at), std::string::npos) << ex;
+  EXPECT_NE(ex.find("oneDNN matmul", at), std::string::npos) << ex;
+}
+
 TEST(Autocast, CompiledEntriesGuardOnTheScope) {
   Tensor w = Tensor::randn({8, 8}, 1);
   auto cf = compile([&](const Tensor &x) { return matmul(x, w); });

@@ -378,11 +378,18 @@ struct GemmProgram {
   std::shared_ptr<detail::Storage> weight;
 };
 
-// The cost model's splits and packs while alive, as on an AVX-512 host (an AVX2 host runs
-// [N, K]-ordered weights on oneDNN's own threads instead: LibraryStep::setNkWeights).
+// The cost model's splits and packs while alive, whatever the host (an AVX2 host runs
+// [N, K]-ordered weights on oneDNN's own threads instead: LibraryStep::setNkWeights; an
+// AVX-512 or AMX host one call over a packed weight: LibraryStep::setWholePackedGemms).
 struct CostModelGemms {
-  CostModelGemms() { cpu::LibraryStep::setNkWeights(0); }
-  ~CostModelGemms() { cpu::LibraryStep::setNkWeights(-1); }
+  CostModelGemms() {
+    cpu::LibraryStep::setNkWeights(0);
+    cpu::LibraryStep::setWholePackedGemms(0);
+  }
+  ~CostModelGemms() {
+    cpu::LibraryStep::setNkWeights(-1);
+    cpu::LibraryStep::setWholePackedGemms(-1);
+  }
 };
 
 // The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
@@ -488,6 +495,48 @@ TEST(BlockedGemm, NkWeightsPackAKnParameterAndKeepALinearsWeight) {
     std::unique_ptr<cpu::LibraryStep> plain;
     {
       CostModelGemms costModel;
+      OmpThreads one(1); // one plain call
+      plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    }
+    ASSERT_TRUE(plain);
+    const std::vector<float> want = g.run(*plain);
+    g.run(*step); // the second call at the weight's version runs over the packed copy
+    const std::vector<float> got = g.run(*step), unpacked = g.run(*step, false);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op) << " " << i;
+      ASSERT_NEAR(unpacked[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op);
+    }
+  }
+}
+
+// AVX-512 and AMX hosts: a product over a parameter with rows enough is one call on
+// oneDNN's threads over the weight packed into oneDNN's layout (forced here on any host).
+TEST(BlockedGemm, WholePackedGemmIsOneCallOverThePackedWeight) {
+  struct WholeOn {
+    WholeOn() {
+      cpu::LibraryStep::setNkWeights(0);
+      cpu::LibraryStep::setWholePackedGemms(1);
+    }
+    ~WholeOn() {
+      cpu::LibraryStep::setNkWeights(-1);
+      cpu::LibraryStep::setWholePackedGemms(-1);
+    }
+  };
+  for (OpKind op : {OpKind::matmul, OpKind::linear}) {
+    GemmProgram g = op == OpKind::matmul
+                        ? GemmProgram(op, {{64, 300}, {300, 200}}, {64, 200})
+                        : GemmProgram(op, {{64, 300}, {200, 300}, {200}}, {64, 200});
+    std::unique_ptr<cpu::LibraryStep> step, plain;
+    {
+      WholeOn whole;
+      OmpThreads many(std::max(2, WorkPool::instance().threads()));
+      step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    }
+    ASSERT_TRUE(step);
+    EXPECT_EQ(step->blocks(), 1) << opName(op);
+    EXPECT_TRUE(step->packsWeights()) << opName(op);
+    EXPECT_EQ(step->describe().rfind("one oneDNN matmul made for ", 0), 0u) << step->describe();
+    {
       OmpThreads one(1); // one plain call
       plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
     }

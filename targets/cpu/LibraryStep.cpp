@@ -124,7 +124,7 @@ std::shared_ptr<dnnl::primitive> runtimeMatmul(bool hasBias, const std::vector<P
   return prim;
 }
 
-// A 2-D or 3-D (batched) f32 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
+// A 2-D or 3-D (batched) f32 or bf16 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
 class MatmulStep : public LibraryStep {
 public:
   /// `packedWeights`: the primitive reads its weight in the layout oneDNN picks for it
@@ -143,7 +143,7 @@ public:
         threads_(omp_get_max_threads()) {
     auto &ctx = eager::DnnlContext::instance();
     memory::desc w = wei_;
-    if (packedWeights) w = memory::desc(wei_.dims(), memory::data_type::f32, memory::format_tag::any);
+    if (packedWeights) w = memory::desc(wei_.dims(), wei_.data_type(), memory::format_tag::any);
     auto d = hasBias ? dnnl::matmul::desc(src_, w, bias_, dst_) : dnnl::matmul::desc(src_, w, dst_);
     dnnl::matmul::primitive_desc pd(d, attrFor(postOps, dnnl::scratchpad_mode::user), ctx.engine());
     prim_ = dnnl::matmul(pd);
@@ -234,8 +234,9 @@ private:
   mutable std::vector<std::unique_ptr<Mems>> pool_;
 };
 
-memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc) {
-  return memory::desc({b, r, c}, memory::data_type::f32, {sb, sr, sc});
+memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc,
+                  memory::data_type dt) {
+  return memory::desc({b, r, c}, dt, {sb, sr, sc});
 }
 
 // A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
@@ -344,20 +345,27 @@ constexpr int64_t kMinRowBlock = 32;
 // keep oneDNN's own threads (see createSplitOrPacked).
 constexpr int64_t kLongInnerDim = 2048;
 
+// A step's GEMM (MatmulLayout) and its element type: f32, or bf16 where oneDNN runs it
+// natively (every operand and the result share it).
+struct GemmLayout : MatmulLayout {
+  memory::data_type dt = memory::data_type::f32;
+  int64_t elemBytes() const { return dt == memory::data_type::bf16 ? 2 : 4; }
+};
+
 // The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns
 // (strides as in `l`; a batch of one gets a dense batch stride).
 struct GemmDescs {
   memory::desc src, wei, bias, dst;
 };
-GemmDescs gemmDescs(const MatmulLayout &l, int64_t nb, int64_t m, int64_t n) {
+GemmDescs gemmDescs(const GemmLayout &l, int64_t nb, int64_t m, int64_t n) {
   auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
     return nb > 1 ? g.batch : rows * cols;
   };
   GemmDescs d;
-  d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col);
-  d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col);
-  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col);
-  if (l.bias) d.bias = md3(1, 1, n, n, n, 1);
+  d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col, l.dt);
+  d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col, l.dt);
+  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col, l.dt);
+  if (l.bias) d.bias = md3(1, 1, n, n, n, 1, l.dt);
   return d;
 }
 
@@ -371,11 +379,11 @@ constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocks
 // primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
 // goes to `packedDesc` (null when the blocks' layouts differ); `shared`: every block runs
 // this runtime-dims primitive instead (`postOps` and `pack` unused).
-std::unique_ptr<LibraryStep> blockedGemm(const MatmulLayout &l, const std::vector<PostOp> &postOps,
+std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<PostOp> &postOps,
                                          double macs, GemmSplit dim, int64_t block, bool pack,
                                          memory::desc *packedDesc,
                                          const std::shared_ptr<dnnl::primitive> &shared = nullptr) {
-  constexpr int64_t f = 4; // f32
+  const int64_t f = l.elemBytes();
   std::vector<std::unique_ptr<MatmulStep>> prims;
   std::vector<int64_t> primLength; // the block length each primitive is made for
   std::vector<BlockedMatmulStep::Block> blocks;
@@ -436,6 +444,26 @@ bool nkWeights() {
   return below;
 }
 
+// Whether a product over a packable weight with rows enough runs as one call on oneDNN's
+// own threads over the weight packed into the layout oneDNN picks for it: where oneDNN runs
+// its brgemm kernels (AVX-512 and up; LibraryStep::setWholePackedGemms overrides). On an
+// Intel AMX host (2026-12-02, 2 threads, bench/gemm_libs against rcjit's column blocks of
+// a row-major copy, ms): bf16 512 x 768 x 50257 20.5 against 49.9, 512 x 768 x 3072 0.8
+// against 1.5; f32 101 against 107 and 5.7 against 6.5 (column blocks write a strided
+// slice of the output, which oneDNN 2.6 runs with its older gemm:jit kernel, and AMX
+// tiles want the blocked weight). Below AVX-512 the column blocks stay (nkWeights).
+std::atomic<int> &wholePackedOverride() {
+  static std::atomic<int> v{-1}; // -1: the host decides
+  return v;
+}
+bool wholePackedGemms() {
+  const int forced = wholePackedOverride().load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool brgemm = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                              dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  return brgemm;
+}
+
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
 // work pool, and/or over a packed weight (`packable`: the weight is a program input and
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
@@ -450,7 +478,7 @@ bool nkWeights() {
 // they are kept for products with few rows; blocks of rows over the plain weight far
 // slower (each block copies the whole weight). Under a build on both cores every split
 // beat oneDNN's own threads by 1.4-3x.
-std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
+std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
                                                  const std::vector<PostOp> &postOps, double macs,
                                                  bool packable) {
   const GemmSplit setting = gemmSplitSetting();
@@ -464,7 +492,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   if (nkWeights() && setting == GemmSplit::automatic && l.batch == 1 && l.m >= kMinRowBlock) {
     if (l.b.row == 1 && l.b.col == l.k) return nullptr; // [N, K] already: one oneDNN call
     if (packable && l.b.row == l.n && l.b.col == 1) {
-      MatmulLayout nk = l;
+      GemmLayout nk = l;
       nk.b = GemmStrides{l.k * l.n, 1, l.k};
       const GemmDescs d = gemmDescs(nk, 1, l.m, l.n), plain = gemmDescs(l, 1, l.m, l.n);
       return std::make_unique<PackingStep>(
@@ -518,10 +546,18 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
   // oneDNN 2.6's brgemm kernel; 128 x 2048 x 8192: 21.6 ms against 23.2, idle, 2
   // threads), and a packed copy gains nothing for one call (23.3 ms row-major).
   if (automatic && split && l.k >= kLongInnerDim && l.n >= kLongInnerDim) return nullptr;
+  if (automatic && l.batch == 1 && l.m >= kMinRowBlock && wholePackedGemms()) {
+    GemmDescs d = gemmDescs(l, 1, l.m, l.n);
+    auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
+    const memory::desc packedDesc = whole->weightsDesc();
+    return std::make_unique<PackingStep>(
+        std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc),
+        std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias));
+  }
   const int64_t colBlock = split && automatic ? sizeFor(GemmSplit::cols) : 0;
   const int64_t colBlocks = colBlock ? (l.n + colBlock - 1) / colBlock : 0;
   if (colBlock && l.m * colBlocks <= threads * l.n) {
-    MatmulLayout rowMajor = l;
+    GemmLayout rowMajor = l;
     rowMajor.b = GemmStrides{l.k * l.n, l.n, 1};
     auto inner = blockedGemm(rowMajor, postOps, macs, GemmSplit::cols, colBlock, false, nullptr);
     if (l.b.row == l.n && l.b.col == 1) return inner; // row-major already: nothing to pack
@@ -569,7 +605,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const MatmulLayout &l,
 // each a GEMM batched over the rest, run through the work pool; null when the rest does
 // not collapse either, or the pool would not split it (the eager path then runs it, on
 // OpenMP's threads, whose spin-waiting afterwards takes the cores from the pool).
-std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
+std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s,
+                                              memory::data_type dt) {
   if (s.op != OpKind::matmul || s.result < 0) return nullptr;
   const Value &a = p.values[s.operands[0]], &b = p.values[s.operands[1]];
   const Value &c = p.values[s.result];
@@ -593,7 +630,8 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
   Step t = s;
   t.operands = {0, 1};
   t.result = 2;
-  MatmulLayout l;
+  GemmLayout l;
+  l.dt = dt;
   if (!matmulLayout(q, t, l)) return nullptr;
   const double macs = static_cast<double>(a.shape[0]) * static_cast<double>(l.batch) *
                       static_cast<double>(l.m) * static_cast<double>(l.n) *
@@ -606,7 +644,7 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
     prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, s.postOps, false));
   }
   std::vector<BlockedMatmulStep::Block> blocks;
-  constexpr int64_t f = 4; // f32
+  const int64_t f = l.elemBytes();
   for (int64_t i = 0; i < a.shape[0]; ++i)
     blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * f, 0, 0});
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false,
@@ -618,7 +656,7 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s) {
 // that each block's operands are dense as the primitive's layout asks), claimed through the
 // work pool; each block's call runs on one thread (the pool sets OpenMP's count to 1 in a
 // chunk). Null when the pool would not split it.
-std::unique_ptr<LibraryStep> runtimeBlocks(const MatmulLayout &l,
+std::unique_ptr<LibraryStep> runtimeBlocks(const GemmLayout &l,
                                            const std::shared_ptr<dnnl::primitive> &shared,
                                            bool aRowMajor, double macs) {
   const int threads = WorkPool::instance().threads();
@@ -634,19 +672,21 @@ std::unique_ptr<LibraryStep> runtimeBlocks(const MatmulLayout &l,
                      nullptr, shared);
 }
 
-std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree) {
-  MatmulLayout l;
-  if (!matmulLayout(p, s, l)) return createOuterSplit(p, s); // null: the eager path runs it
+std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree,
+                                        memory::data_type dt) {
+  GemmLayout l;
+  l.dt = dt;
+  if (!matmulLayout(p, s, l)) return createOuterSplit(p, s, dt); // null: the eager path runs it
   auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
     return l.batch > 1 ? g.batch : rows * cols;
   };
-  memory::desc src = md3(l.batch, l.m, l.k, batchStride(l.a, l.m, l.k), l.a.row, l.a.col);
-  memory::desc wei = md3(l.batch, l.k, l.n, batchStride(l.b, l.k, l.n), l.b.row, l.b.col);
-  memory::desc dst = md3(l.batch, l.m, l.n, l.c.batch, l.c.row, l.c.col);
+  memory::desc src = md3(l.batch, l.m, l.k, batchStride(l.a, l.m, l.k), l.a.row, l.a.col, dt);
+  memory::desc wei = md3(l.batch, l.k, l.n, batchStride(l.b, l.k, l.n), l.b.row, l.b.col, dt);
+  memory::desc dst = md3(l.batch, l.m, l.n, l.c.batch, l.c.row, l.c.col, dt);
   memory::desc bias;
   if (l.bias) {
     if (p.values[s.operands[2]].strides[0] != 1) return nullptr;
-    bias = md3(1, 1, l.n, l.n, l.n, 1);
+    bias = md3(1, 1, l.n, l.n, l.n, 1, dt);
   }
   const double macs = static_cast<double>(l.batch) * static_cast<double>(l.m) *
                       static_cast<double>(l.n) * static_cast<double>(l.k);
@@ -659,7 +699,7 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
     return -1;
   };
   const int ta = dense(l.a, l.m, l.k), tb = dense(l.b, l.k, l.n), tc = dense(l.c, l.m, l.n);
-  if (sizeFree && ta >= 0 && tb >= 0 && tc == 0 &&
+  if (sizeFree && dt == memory::data_type::f32 && ta >= 0 && tb >= 0 && tc == 0 &&
       macs <= static_cast<double>(kRuntimeDimsMaxMacs)) {
     if (auto shared = runtimeMatmul(l.bias, s.postOps, ta == 1, tb == 1)) {
       // (a small one runs on the calling thread: CpuProgram's cost model runs it with
@@ -678,13 +718,21 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
 
 void LibraryStep::setPackWeights(bool on) { setPackWeightsOverride(on ? 1 : 0); }
 
+void LibraryStep::setWholePackedGemms(int on) {
+  wholePackedOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
+}
+
 void LibraryStep::setNkWeights(int on) {
   nkWeightsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
 }
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {
+  // f32, or bf16 where oneDNN has native bf16 kernels (elsewhere the eager path runs bf16
+  // products in f32 over cached f32 copies of the weights)
+  const DType t = s.result >= 0 ? p.values[s.result].dtype : DType::f32;
+  if (t != DType::f32 && (t != DType::bf16 || !eager::bf16MatmulsNative())) return nullptr;
   for (int v : s.operands) {
-    if (p.values[v].dtype != DType::f32) return nullptr;
+    if (p.values[v].dtype != t) return nullptr;
   }
   for (const PostOp &po : s.postOps) {
     dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
@@ -692,7 +740,8 @@ std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s
     if (!eltwiseFor(po.op, alg, alpha)) return nullptr;
   }
   try {
-    return createGemm(p, s, sizeFree);
+    return createGemm(p, s, sizeFree,
+                      t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32);
   } catch (const dnnl::error &) {
     return nullptr; // oneDNN declined this layout: the eager path runs it
   }

@@ -68,6 +68,11 @@ public:
   /// (below AVX-512; createSplitOrPacked) for steps created from now on: 1 on, 0 off (the
   /// cost model's splits and packs, as on AVX-512), -1 the host decides (tests). Thread-safe.
   static void setNkWeights(int on);
+  /// Overrides the host's choice of one call on oneDNN's own threads over a packed weight
+  /// (AVX-512 and AMX hosts: its brgemm kernels; createSplitOrPacked) for steps created
+  /// from now on: 1 on, 0 off (the column and row blocks), -1 the host decides (tests).
+  /// Thread-safe.
+  static void setWholePackedGemms(int on);
 };
 
 } // namespace rcjit::cpu

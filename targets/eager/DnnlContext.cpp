@@ -432,6 +432,8 @@ void bf16MatmulViaF32(const Tensor &a, const Tensor &b, const Tensor *bias, Tens
 
 } // namespace
 
+bool bf16MatmulsNative() { return !bf16MatmulsInF32(); }
+
 void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out) {
   assert(dnnlType(out.dtype()) != Dt::undef && a.dtype() == out.dtype() &&
          b.dtype() == out.dtype());

@@ -73,6 +73,10 @@ private:
 /// Thread-safe; primitives are cached per geometry.
 void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out);
 
+/// Whether bf16 products run natively (oneDNN's ISA has avx512_core_bf16, or AMX), not in f32
+/// over converted operands; RCJIT_BF16_MATMUL=f32|native overrides.
+bool bf16MatmulsNative();
+
 /// out = conv2d(x, w) (+ bias) through oneDNN: x [N, C, H, W], w [O, C, KH, KW], bias [O],
 /// out [N, O, OH, OW] with symmetric `padding`. Floating dtypes; non-f32 run via f32
 /// copies. Thread-safe.
