@@ -223,7 +223,8 @@ TEST(EagerMatmul, BatchedTimesOneMatrixRunsAsOneGemm) {
   checkMatmul(rcjit::expand(Tensor::randn({1, 5, 6}, 6), {4, 5, 6}), w);
   checkMatmul(Tensor::randn({4, 5, 6}, 7), Tensor::randn({4, 6, 3}, 8));
   // a linear with its bias over [B, T, C], and one whose rows are a slice of wider rows
-  Tensor x = Tensor::randn({3, 7, 6}, 9), lw = Tensor::randn({5, 6}, 10), lb = Tensor::randn({5}, 11);
+  Tensor x = Tensor::randn({3, 7, 6}, 9), lw = Tensor::randn({5, 6}, 10),
+         lb = Tensor::randn({5}, 11);
   const Ref rw = refOf(lw), rb = refOf(lb);
   expectClose(rcjit::linear(x, lw, lb), refLinear(refOf(x), rw, &rb), 1e-5, 1e-5);
   Tensor wide = rcjit::slice(Tensor::randn({3, 7, 10}, 12), 2, 2, 8); // row stride 10

@@ -551,6 +551,46 @@ TEST(BlockedGemm, WholePackedGemmIsOneCallOverThePackedWeight) {
   }
 }
 
+// The same hosts, f32: a row-major [K, N] weight not yet packed (new every call, as a
+// parameter in training) is reordered into the blocked layout on each call, where the rows
+// pay for it (4M >= K); a linear's [N, K] weight is not.
+TEST(BlockedGemm, RowMajorWeightIsReorderedOnEachCallUntilPacked) {
+  struct WholeOn {
+    WholeOn() {
+      cpu::LibraryStep::setNkWeights(0);
+      cpu::LibraryStep::setWholePackedGemms(1);
+    }
+    ~WholeOn() {
+      cpu::LibraryStep::setNkWeights(-1);
+      cpu::LibraryStep::setWholePackedGemms(-1);
+    }
+  };
+  for (int64_t rows : {96, 64}) { // 4 * 96 >= 300: reordered; 4 * 64 < 300: plain
+    GemmProgram g(OpKind::matmul, {{rows, 300}, {300, 200}}, {rows, 200}, {PostOp{OpKind::relu}});
+    std::unique_ptr<cpu::LibraryStep> step, plain;
+    {
+      WholeOn whole;
+      OmpThreads many(std::max(2, WorkPool::instance().threads()));
+      step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    }
+    ASSERT_TRUE(step);
+    const bool reordered =
+        step->describe().find("reordered into its blocked layout on each call") !=
+        std::string::npos;
+    EXPECT_EQ(reordered, rows == 96) << step->describe();
+    {
+      OmpThreads one(1);
+      plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+    }
+    const std::vector<float> want = g.run(*plain);
+    for (int call = 0; call < 3; ++call) { // unpacked (no storage), reordered per call
+      const std::vector<float> got = g.run(*step, false);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << rows << " " << i;
+    }
+  }
+}
+
 TEST(BlockedGemm, RuntimeDimsProductSplitsByRows) {
   GemmProgram g(OpKind::linear, {{72, 256}, {128, 256}, {128}}, {72, 128});
   expectRuntimeDimsSplitMatchesWhole(g, true);

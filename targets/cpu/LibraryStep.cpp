@@ -165,7 +165,6 @@ public:
            (threads_ == 1 ? " thread" : " threads");
   }
 
-
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *) const override {
     auto &ctx = eager::DnnlContext::instance();
@@ -235,7 +234,7 @@ private:
 };
 
 memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc,
-                  memory::data_type dt) {
+                 memory::data_type dt) {
   return memory::desc({b, r, c}, dt, {sb, sr, sc});
 }
 
@@ -258,8 +257,8 @@ public:
   double macs() const override { return macs_; }
   int blocks() const override { return static_cast<int>(blocks_.size()); }
   std::string describe() const override {
-    return std::to_string(blocks_.size()) + " blocks of " + along_ +
-           " on the work pool, each " + prims_.front()->describe();
+    return std::to_string(blocks_.size()) + " blocks of " + along_ + " on the work pool, each " +
+           prims_.front()->describe();
   }
 
   void runWith(char *const *operands, char *result,
@@ -291,7 +290,8 @@ public:
   int blocks() const override { return inner_->blocks(); }
   bool packsWeights() const override { return true; }
   std::string describe() const override {
-    return inner_->describe() + ", over a copy of the weight packed once per version (until it is: " +
+    return inner_->describe() +
+           ", over a copy of the weight packed once per version (until it is: " +
            plain_->describe() + ")";
   }
   void runWith(char *const *operands, char *result,
@@ -306,6 +306,55 @@ private:
   std::unique_ptr<LibraryStep> inner_;
   std::unique_ptr<WeightPack> pack_;
   std::unique_ptr<LibraryStep> plain_;
+};
+
+// A product whose weight operand (B) is new on every call (an activation or a gradient in a
+// backward; a parameter in training, which changes every step) reordered on each call into
+// the blocked layout oneDNN picks for it, then run over that copy (`inner`, made with a
+// packed weight). The copy lives in a buffer of the calling thread, grown to the largest
+// weight it has reordered.
+class RepackingStep : public LibraryStep {
+public:
+  RepackingStep(std::unique_ptr<MatmulStep> inner, const memory::desc &plain)
+      : inner_(std::move(inner)), packed_(inner_->weightsDesc()),
+        plain_(packed_.dims().size() == 2 ? unbatched(plain) : plain),
+        reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain_,
+                                               eager::DnnlContext::instance().engine(), packed_)) {}
+  double macs() const override { return inner_->macs(); }
+  std::string describe() const override {
+    return inner_->describe() + ", over the weight reordered into its blocked layout on each call";
+  }
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
+    auto &ctx = eager::DnnlContext::instance();
+    struct Buffer {
+      void *data = nullptr;
+      size_t size = 0;
+      ~Buffer() { std::free(data); }
+    };
+    thread_local Buffer buf;
+    const size_t bytes = packed_.get_size();
+    if (bytes > buf.size) {
+      std::free(buf.data);
+      buf.size = 0;
+      buf.data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (!buf.data)
+        throw Error("matmul: cannot allocate " + std::to_string(bytes) +
+                    " bytes for a reordered weight");
+      buf.size = (bytes + 63) / 64 * 64;
+    }
+    memory from(plain_, ctx.engine(), operands[1]), to(packed_, ctx.engine(), buf.data);
+    dnnl::stream &s = ctx.stream();
+    reorder_.execute(s, from, to);
+    s.wait();
+    char *ops[3] = {operands[0], static_cast<char *>(buf.data), operands[2]};
+    inner_->runWith(ops, result, nullptr);
+  }
+
+private:
+  std::unique_ptr<MatmulStep> inner_;
+  memory::desc packed_, plain_;
+  dnnl::reorder reorder_;
 };
 
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
@@ -464,6 +513,19 @@ bool wholePackedGemms() {
   return brgemm;
 }
 
+// Whether an f32 product over a row-major [K, N] weight that cannot be packed once (it is
+// new every call) is reordered on each call (RepackingStep): on the brgemm hosts of
+// wholePackedGemms(), when its rows are many enough to pay for the reorder. oneDNN 2.6's f32
+// brgemm ran a row-major weight at about half speed there (Intel AMX host, 2 threads, ms,
+// plain / reordered on each call: 512 x 768 x 3072 12.5 / 7.0, 768 x 512 x 3072 15.6 / 6.2,
+// gpt2's LM head weight gradient 50257 x 512 x 768 120 / 104; but 512 x 50257 x 768 134 /
+// 137, where the reorder of the long weight costs more than it saves: hence 4M >= K). bf16
+// (AMX) gained nothing from it.
+bool repacksRowMajorWeight(const GemmLayout &l) {
+  return wholePackedGemms() && l.dt == memory::data_type::f32 && l.batch == 1 &&
+         l.m >= kMinRowBlock && 4 * l.m >= l.k && l.b.col == 1 && l.b.row == l.n;
+}
+
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
 // work pool, and/or over a packed weight (`packable`: the weight is a program input and
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
@@ -530,6 +592,11 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     // batches, or weight columns of a product with few rows; else oneDNN's own threads
     // (column blocks measured 10-25 % slower on an idle machine)
     if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
+    if (repacksRowMajorWeight(l)) {
+      GemmDescs d = gemmDescs(l, 1, l.m, l.n);
+      return std::make_unique<RepackingStep>(
+          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true), d.wei);
+    }
     return nullptr;
   }
   if (split && !automatic && setting != GemmSplit::rows) return plainSplit(setting);
@@ -550,9 +617,16 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     GemmDescs d = gemmDescs(l, 1, l.m, l.n);
     auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
     const memory::desc packedDesc = whole->weightsDesc();
+    // until packed (a weight that changes every call, as in training): reordered on each
+    // call where that pays, else one plain call
+    std::unique_ptr<LibraryStep> plain =
+        repacksRowMajorWeight(l)
+            ? std::unique_ptr<LibraryStep>(std::make_unique<RepackingStep>(
+                  std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true),
+                  d.wei))
+            : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
     return std::make_unique<PackingStep>(
-        std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc),
-        std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias));
+        std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
   }
   const int64_t colBlock = split && automatic ? sizeFor(GemmSplit::cols) : 0;
   const int64_t colBlocks = colBlock ? (l.n + colBlock - 1) / colBlock : 0;

@@ -47,7 +47,8 @@ public:
   /// process's packed copies would pass their budget (the caller then runs over the plain
   /// weight). One copy per weight address: a regional program runs the same step with
   /// every layer's weight.
-  std::shared_ptr<const Packed> get(char *data, const std::shared_ptr<detail::Storage> *owner) const;
+  std::shared_ptr<const Packed> get(char *data,
+                                    const std::shared_ptr<detail::Storage> *owner) const;
 
 private:
   dnnl::memory::desc plain_, packed_;
