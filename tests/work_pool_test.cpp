@@ -392,6 +392,18 @@ struct CostModelGemms {
   }
 };
 
+// One call over a packed weight while alive, as on an AVX-512 or AMX host, whatever the host.
+struct WholePackedGemms {
+  WholePackedGemms() {
+    cpu::LibraryStep::setNkWeights(0);
+    cpu::LibraryStep::setWholePackedGemms(1);
+  }
+  ~WholePackedGemms() {
+    cpu::LibraryStep::setNkWeights(-1);
+    cpu::LibraryStep::setWholePackedGemms(-1);
+  }
+};
+
 // The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
 // thread: no split) give the same result.
 void expectSplitMatchesWhole(GemmProgram &g) {
@@ -476,6 +488,19 @@ void expectRuntimeDimsSplitMatchesWhole(GemmProgram &g, bool split) {
 // Weights in [N, K] order (the choice below AVX-512, forced here on any host): a matmul over
 // a [K, N] parameter packs it into that order once per version and runs one oneDNN call; a
 // linear's [N, K] weight runs as it is. Both equal the plain call.
+// `step` (which packs its weight) gives `plain`'s values on its second call (over the
+// packed copy) and on a call without the weight's storage (never packed).
+void expectPackedAndUnpackedMatch(GemmProgram &g, const cpu::LibraryStep &step,
+                                  const cpu::LibraryStep &plain, std::string_view what) {
+  const std::vector<float> want = g.run(plain);
+  g.run(step); // the second call at the weight's version runs over the packed copy
+  const std::vector<float> got = g.run(step), unpacked = g.run(step, false);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << what << " " << i;
+    ASSERT_NEAR(unpacked[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << what;
+  }
+}
+
 TEST(BlockedGemm, NkWeightsPackAKnParameterAndKeepALinearsWeight) {
   struct NkOn {
     NkOn() { cpu::LibraryStep::setNkWeights(1); }
@@ -499,36 +524,20 @@ TEST(BlockedGemm, NkWeightsPackAKnParameterAndKeepALinearsWeight) {
       plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
     }
     ASSERT_TRUE(plain);
-    const std::vector<float> want = g.run(*plain);
-    g.run(*step); // the second call at the weight's version runs over the packed copy
-    const std::vector<float> got = g.run(*step), unpacked = g.run(*step, false);
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op) << " " << i;
-      ASSERT_NEAR(unpacked[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op);
-    }
+    expectPackedAndUnpackedMatch(g, *step, *plain, opName(op));
   }
 }
 
 // AVX-512 and AMX hosts: a product over a parameter with rows enough is one call on
 // oneDNN's threads over the weight packed into oneDNN's layout (forced here on any host).
 TEST(BlockedGemm, WholePackedGemmIsOneCallOverThePackedWeight) {
-  struct WholeOn {
-    WholeOn() {
-      cpu::LibraryStep::setNkWeights(0);
-      cpu::LibraryStep::setWholePackedGemms(1);
-    }
-    ~WholeOn() {
-      cpu::LibraryStep::setNkWeights(-1);
-      cpu::LibraryStep::setWholePackedGemms(-1);
-    }
-  };
   for (OpKind op : {OpKind::matmul, OpKind::linear}) {
     GemmProgram g = op == OpKind::matmul
                         ? GemmProgram(op, {{64, 300}, {300, 200}}, {64, 200})
                         : GemmProgram(op, {{64, 300}, {200, 300}, {200}}, {64, 200});
     std::unique_ptr<cpu::LibraryStep> step, plain;
     {
-      WholeOn whole;
+      WholePackedGemms whole;
       OmpThreads many(std::max(2, WorkPool::instance().threads()));
       step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
     }
@@ -541,13 +550,7 @@ TEST(BlockedGemm, WholePackedGemmIsOneCallOverThePackedWeight) {
       plain = cpu::LibraryStep::create(g.p, g.p.steps[0]);
     }
     ASSERT_TRUE(plain);
-    const std::vector<float> want = g.run(*plain);
-    g.run(*step); // the second call at the weight's version runs over the packed copy
-    const std::vector<float> got = g.run(*step), unpacked = g.run(*step, false);
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op) << " " << i;
-      ASSERT_NEAR(unpacked[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << opName(op);
-    }
+    expectPackedAndUnpackedMatch(g, *step, *plain, opName(op));
   }
 }
 
@@ -555,21 +558,11 @@ TEST(BlockedGemm, WholePackedGemmIsOneCallOverThePackedWeight) {
 // parameter in training) is reordered into the blocked layout on each call, where the rows
 // pay for it (4M >= K); a linear's [N, K] weight is not.
 TEST(BlockedGemm, RowMajorWeightIsReorderedOnEachCallUntilPacked) {
-  struct WholeOn {
-    WholeOn() {
-      cpu::LibraryStep::setNkWeights(0);
-      cpu::LibraryStep::setWholePackedGemms(1);
-    }
-    ~WholeOn() {
-      cpu::LibraryStep::setNkWeights(-1);
-      cpu::LibraryStep::setWholePackedGemms(-1);
-    }
-  };
   for (int64_t rows : {96, 64}) { // 4 * 96 >= 300: reordered; 4 * 64 < 300: plain
     GemmProgram g(OpKind::matmul, {{rows, 300}, {300, 200}}, {rows, 200}, {PostOp{OpKind::relu}});
     std::unique_ptr<cpu::LibraryStep> step, plain;
     {
-      WholeOn whole;
+      WholePackedGemms whole;
       OmpThreads many(std::max(2, WorkPool::instance().threads()));
       step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
     }

@@ -279,84 +279,6 @@ private:
   std::string along_;
 };
 
-// A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
-// packed copy can be had, as it is to `plain`.
-class PackingStep : public LibraryStep {
-public:
-  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack,
-              std::unique_ptr<LibraryStep> plain)
-      : inner_(std::move(inner)), pack_(std::move(pack)), plain_(std::move(plain)) {}
-  double macs() const override { return inner_->macs(); }
-  int blocks() const override { return inner_->blocks(); }
-  bool packsWeights() const override { return true; }
-  std::string describe() const override {
-    return inner_->describe() +
-           ", over a copy of the weight packed once per version (until it is: " +
-           plain_->describe() + ")";
-  }
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *weight) const override {
-    std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
-    if (!packed) return plain_->runWith(operands, result, nullptr);
-    char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
-    inner_->runWith(ops, result, nullptr);
-  }
-
-private:
-  std::unique_ptr<LibraryStep> inner_;
-  std::unique_ptr<WeightPack> pack_;
-  std::unique_ptr<LibraryStep> plain_;
-};
-
-// A product whose weight operand (B) is new on every call (an activation or a gradient in a
-// backward; a parameter in training, which changes every step) reordered on each call into
-// the blocked layout oneDNN picks for it, then run over that copy (`inner`, made with a
-// packed weight). The copy lives in a buffer of the calling thread, grown to the largest
-// weight it has reordered.
-class RepackingStep : public LibraryStep {
-public:
-  RepackingStep(std::unique_ptr<MatmulStep> inner, const memory::desc &plain)
-      : inner_(std::move(inner)), packed_(inner_->weightsDesc()),
-        plain_(packed_.dims().size() == 2 ? unbatched(plain) : plain),
-        reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain_,
-                                               eager::DnnlContext::instance().engine(), packed_)) {}
-  double macs() const override { return inner_->macs(); }
-  std::string describe() const override {
-    return inner_->describe() + ", over the weight reordered into its blocked layout on each call";
-  }
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *) const override {
-    auto &ctx = eager::DnnlContext::instance();
-    struct Buffer {
-      void *data = nullptr;
-      size_t size = 0;
-      ~Buffer() { std::free(data); }
-    };
-    thread_local Buffer buf;
-    const size_t bytes = packed_.get_size();
-    if (bytes > buf.size) {
-      std::free(buf.data);
-      buf.size = 0;
-      buf.data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-      if (!buf.data)
-        throw Error("matmul: cannot allocate " + std::to_string(bytes) +
-                    " bytes for a reordered weight");
-      buf.size = (bytes + 63) / 64 * 64;
-    }
-    memory from(plain_, ctx.engine(), operands[1]), to(packed_, ctx.engine(), buf.data);
-    dnnl::stream &s = ctx.stream();
-    reorder_.execute(s, from, to);
-    s.wait();
-    char *ops[3] = {operands[0], static_cast<char *>(buf.data), operands[2]};
-    inner_->runWith(ops, result, nullptr);
-  }
-
-private:
-  std::unique_ptr<MatmulStep> inner_;
-  memory::desc packed_, plain_;
-  dnnl::reorder reorder_;
-};
-
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
 // off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
 // than one block; for measurements).
@@ -485,13 +407,21 @@ std::atomic<int> &nkWeightsOverride() {
   static std::atomic<int> v{-1}; // -1: the host decides
   return v;
 }
-bool nkWeights() {
-  const int forced = nkWeightsOverride().load(std::memory_order_relaxed);
-  if (forced >= 0) return forced != 0;
-  static const bool below = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
-                             dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core;
-  return below;
+
+// Whether oneDNN runs its brgemm kernels here (its ISA avx512_core or above).
+bool brgemmIsa() {
+  static const bool brgemm = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                              dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  return brgemm;
 }
+
+// A test's override of a host choice (-1: none), else the host's choice.
+bool overriddenOr(const std::atomic<int> &forced, bool host) {
+  const int f = forced.load(std::memory_order_relaxed);
+  return f >= 0 ? f != 0 : host;
+}
+
+bool nkWeights() { return overriddenOr(nkWeightsOverride(), !brgemmIsa()); }
 
 // Whether a product over a packable weight with rows enough runs as one call on oneDNN's
 // own threads over the weight packed into the layout oneDNN picks for it: where oneDNN runs
@@ -505,13 +435,7 @@ std::atomic<int> &wholePackedOverride() {
   static std::atomic<int> v{-1}; // -1: the host decides
   return v;
 }
-bool wholePackedGemms() {
-  const int forced = wholePackedOverride().load(std::memory_order_relaxed);
-  if (forced >= 0) return forced != 0;
-  static const bool brgemm = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
-                              dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  return brgemm;
-}
+bool wholePackedGemms() { return overriddenOr(wholePackedOverride(), brgemmIsa()); }
 
 // Whether an f32 product over a row-major [K, N] weight that cannot be packed once (it is
 // new every call) is reordered on each call (RepackingStep): on the brgemm hosts of
@@ -524,6 +448,31 @@ bool wholePackedGemms() {
 bool repacksRowMajorWeight(const GemmLayout &l) {
   return wholePackedGemms() && l.dt == memory::data_type::f32 && l.batch == 1 &&
          l.m >= kMinRowBlock && 4 * l.m >= l.k && l.b.col == 1 && l.b.row == l.n;
+}
+
+// The step of repacksRowMajorWeight: `d` (one batch) over its weight reordered each call.
+std::unique_ptr<LibraryStep> repackingStep(const GemmDescs &d, const std::vector<PostOp> &postOps,
+                                           bool hasBias) {
+  auto inner = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, hasBias, true);
+  const memory::desc packed = inner->weightsDesc();
+  return std::make_unique<RepackingStep>(std::move(inner), d.wei, packed);
+}
+
+// wholePackedGemms()'s step for `l` (one batch) over a packable weight: one call over the
+// packed copy; until it is packed (a weight that changes every call, as in training),
+// reordered on each call where that pays (repacksRowMajorWeight), else one plain call.
+std::unique_ptr<LibraryStep> wholePackedStep(const GemmLayout &l,
+                                             const std::vector<PostOp> &postOps,
+                                             const memory::desc &plainWeight) {
+  GemmDescs d = gemmDescs(l, 1, l.m, l.n);
+  auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
+  const memory::desc packedDesc = whole->weightsDesc();
+  std::unique_ptr<LibraryStep> plain =
+      repacksRowMajorWeight(l)
+          ? repackingStep(d, postOps, l.bias)
+          : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
+  return std::make_unique<PackingStep>(
+      std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
 }
 
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
@@ -592,11 +541,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     // batches, or weight columns of a product with few rows; else oneDNN's own threads
     // (column blocks measured 10-25 % slower on an idle machine)
     if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
-    if (repacksRowMajorWeight(l)) {
-      GemmDescs d = gemmDescs(l, 1, l.m, l.n);
-      return std::make_unique<RepackingStep>(
-          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true), d.wei);
-    }
+    if (repacksRowMajorWeight(l)) return repackingStep(gemmDescs(l, 1, l.m, l.n), postOps, l.bias);
     return nullptr;
   }
   if (split && !automatic && setting != GemmSplit::rows) return plainSplit(setting);
@@ -613,21 +558,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
   // oneDNN 2.6's brgemm kernel; 128 x 2048 x 8192: 21.6 ms against 23.2, idle, 2
   // threads), and a packed copy gains nothing for one call (23.3 ms row-major).
   if (automatic && split && l.k >= kLongInnerDim && l.n >= kLongInnerDim) return nullptr;
-  if (automatic && l.batch == 1 && l.m >= kMinRowBlock && wholePackedGemms()) {
-    GemmDescs d = gemmDescs(l, 1, l.m, l.n);
-    auto whole = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true);
-    const memory::desc packedDesc = whole->weightsDesc();
-    // until packed (a weight that changes every call, as in training): reordered on each
-    // call where that pays, else one plain call
-    std::unique_ptr<LibraryStep> plain =
-        repacksRowMajorWeight(l)
-            ? std::unique_ptr<LibraryStep>(std::make_unique<RepackingStep>(
-                  std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, true),
-                  d.wei))
-            : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
-    return std::make_unique<PackingStep>(
-        std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
-  }
+  if (automatic && l.batch == 1 && l.m >= kMinRowBlock && wholePackedGemms())
+    return wholePackedStep(l, postOps, plainWeight);
   const int64_t colBlock = split && automatic ? sizeFor(GemmSplit::cols) : 0;
   const int64_t colBlocks = colBlock ? (l.n + colBlock - 1) / colBlock : 0;
   if (colBlock && l.m * colBlocks <= threads * l.n) {

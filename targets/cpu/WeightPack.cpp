@@ -2,6 +2,9 @@
 #include "targets/cpu/WeightPack.h"
 
 #include <atomic>
+#include <cstdlib>
+
+#include <rcjit/Error.h>
 
 #include "support/Env.h"
 #include "targets/eager/DnnlContext.h"
@@ -108,6 +111,57 @@ WeightPack::get(char *data, const std::shared_ptr<detail::Storage> *owner) const
   std::lock_guard<std::mutex> lock(mu_);
   copies_[data] = p;
   return p;
+}
+
+std::string PackingStep::describe() const {
+  return inner_->describe() + ", over a copy of the weight packed once per version (until it is: " +
+         plain_->describe() + ")";
+}
+
+void PackingStep::runWith(char *const *operands, char *result,
+                          const std::shared_ptr<detail::Storage> *weight) const {
+  std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
+  if (!packed) return plain_->runWith(operands, result, nullptr);
+  char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
+  inner_->runWith(ops, result, nullptr);
+}
+
+RepackingStep::RepackingStep(std::unique_ptr<LibraryStep> inner, const memory::desc &plain,
+                             const memory::desc &packed)
+    : inner_(std::move(inner)), packed_(packed),
+      plain_(packed.dims().size() == 2 ? unbatched(plain) : plain),
+      reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain_,
+                                             eager::DnnlContext::instance().engine(), packed_)) {}
+
+std::string RepackingStep::describe() const {
+  return inner_->describe() + ", over the weight reordered into its blocked layout on each call";
+}
+
+void RepackingStep::runWith(char *const *operands, char *result,
+                            const std::shared_ptr<detail::Storage> *) const {
+  struct Buffer {
+    void *data = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buf;
+  const size_t bytes = (packed_.get_size() + 63) / 64 * 64;
+  if (bytes > buf.size) {
+    std::free(buf.data);
+    buf.size = 0;
+    buf.data = std::aligned_alloc(64, bytes);
+    if (!buf.data)
+      throw Error("matmul: cannot allocate " + std::to_string(bytes) +
+                  " bytes for a reordered weight");
+    buf.size = bytes;
+  }
+  auto &ctx = eager::DnnlContext::instance();
+  memory from(plain_, ctx.engine(), operands[1]), to(packed_, ctx.engine(), buf.data);
+  dnnl::stream &s = ctx.stream();
+  reorder_.execute(s, from, to);
+  s.wait();
+  char *ops[3] = {operands[0], static_cast<char *>(buf.data), operands[2]};
+  inner_->runWith(ops, result, nullptr);
 }
 
 } // namespace rcjit::cpu

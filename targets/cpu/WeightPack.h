@@ -1,12 +1,17 @@
 // Weights kept reordered once into the layout a oneDNN matmul primitive reads (a packed
-// copy per weight address and storage version), within a process-wide byte budget.
+// copy per weight address and storage version), within a process-wide byte budget; and the
+// library steps that run over such copies (PackingStep) or reorder on each call
+// (RepackingStep).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "targets/cpu/LibraryStep.h"
 
 namespace rcjit::detail {
 struct Storage;
@@ -55,6 +60,46 @@ private:
   dnnl::reorder reorder_;
   mutable std::mutex mu_;
   mutable std::unordered_map<const char *, std::shared_ptr<const Packed>> copies_;
+};
+
+/// A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
+/// packed copy can be had, as it is to `plain`.
+class PackingStep : public LibraryStep {
+public:
+  PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack,
+              std::unique_ptr<LibraryStep> plain)
+      : inner_(std::move(inner)), pack_(std::move(pack)), plain_(std::move(plain)) {}
+  double macs() const override { return inner_->macs(); }
+  int blocks() const override { return inner_->blocks(); }
+  bool packsWeights() const override { return true; }
+  std::string describe() const override;
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *weight) const override;
+
+private:
+  std::unique_ptr<LibraryStep> inner_;
+  std::unique_ptr<WeightPack> pack_;
+  std::unique_ptr<LibraryStep> plain_;
+};
+
+/// A product whose weight operand (B) is new on every call (an activation or a gradient in
+/// a backward; a parameter in training, which changes every step) reordered on each call
+/// from `plain` into `packed` (the blocked layout `inner`'s primitive was made for), then
+/// run by `inner` over that copy. The copy lives in a buffer of the calling thread, grown to
+/// the largest weight it has reordered.
+class RepackingStep : public LibraryStep {
+public:
+  RepackingStep(std::unique_ptr<LibraryStep> inner, const dnnl::memory::desc &plain,
+                const dnnl::memory::desc &packed);
+  double macs() const override { return inner_->macs(); }
+  std::string describe() const override;
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *weight) const override;
+
+private:
+  std::unique_ptr<LibraryStep> inner_;
+  dnnl::memory::desc packed_, plain_;
+  dnnl::reorder reorder_;
 };
 
 } // namespace rcjit::cpu
