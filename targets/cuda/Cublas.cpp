@@ -31,7 +31,7 @@ static_assert(std::is_same_v<CUstream, cudaStream_t>);
 namespace {
 
 // Every entry point of CublasApi; `missing` lists those the library lacks.
-void resolveAll(void *lib, CublasApi &a, std::string &missing) {
+void resolveCublas(void *lib, CublasApi &a, std::string &missing) {
   resolve(lib, "cublasCreate_v2", a.create, missing);
   resolve(lib, "cublasDestroy_v2", a.destroy, missing);
   resolve(lib, "cublasSetStream_v2", a.setStream, missing);
@@ -78,7 +78,7 @@ const CublasLoad &processCublas() {
 
 CublasLoad probeCublas(const std::string &library) {
   CublasLoad out;
-  if (!openAndResolve(out, library, resolveAll, "cuBLAS")) return out;
+  if (!openAndResolve(out, library, resolveCublas, "cuBLAS")) return out;
   int major = 0, minor = 0, patch = 0;
   if (out.api.getProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
       out.api.getProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&

@@ -14,7 +14,7 @@ namespace rcjit::cuda {
 namespace {
 
 // Every entry point of DriverApi; `missing` lists those the library lacks.
-void resolveAll(void *lib, DriverApi &a, std::string &missing) {
+void resolveDriver(void *lib, DriverApi &a, std::string &missing) {
   resolve(lib, "cuInit", a.init, missing);
   resolve(lib, "cuDriverGetVersion", a.driverGetVersion, missing);
   resolve(lib, "cuDeviceGetCount", a.deviceGetCount, missing);
@@ -90,7 +90,7 @@ DriverLoad probeDriver(const std::string &library) {
   out.handle = openLibrary(library, out.reason);
   if (!out.handle) return out;
   std::string missing;
-  resolveAll(out.handle, out.api, missing);
+  resolveDriver(out.handle, out.api, missing);
   if (!missing.empty()) {
     out.reason = library + " lacks " + missing + " (a driver older than rcjit supports)";
     return out;

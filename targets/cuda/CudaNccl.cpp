@@ -24,7 +24,7 @@ constexpr int kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloa
 constexpr int kSum = 0, kMax = 2, kAvg = 4;
 constexpr NcclResult kSuccess = 0, kInProgress = 7;
 
-void resolveAll(void *lib, NcclApi &a, std::string &missing) {
+void resolveNccl(void *lib, NcclApi &a, std::string &missing) {
   resolve(lib, "ncclGetVersion", a.getVersion, missing);
   resolve(lib, "ncclGetUniqueId", a.getUniqueId, missing);
   resolve(lib, "ncclCommInitRank", a.commInitRank, missing);
@@ -201,7 +201,7 @@ const bool installed = [] {
 
 NcclLoad probeNccl(const std::string &library) {
   NcclLoad out;
-  if (!openAndResolve(out, library, resolveAll, "NCCL 2")) return out;
+  if (!openAndResolve(out, library, resolveNccl, "NCCL 2")) return out;
   int v = 0;
   if (out.api.getVersion(&v) == kSuccess) out.version = v;
   return out;
