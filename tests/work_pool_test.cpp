@@ -381,27 +381,25 @@ struct GemmProgram {
 // The cost model's splits and packs while alive, whatever the host (an AVX2 host runs
 // [N, K]-ordered weights on oneDNN's own threads instead: LibraryStep::setNkWeights; an
 // AVX-512 or AMX host one call over a packed weight: LibraryStep::setWholePackedGemms).
-struct CostModelGemms {
-  CostModelGemms() {
-    cpu::LibraryStep::setNkWeights(0);
-    cpu::LibraryStep::setWholePackedGemms(0);
+// The host's GEMM choices forced while alive (LibraryStep::setNkWeights and
+// setWholePackedGemms), given back to the host after.
+struct GemmChoices {
+  GemmChoices(int nkWeights, int wholePacked) {
+    cpu::LibraryStep::setNkWeights(nkWeights);
+    cpu::LibraryStep::setWholePackedGemms(wholePacked);
   }
-  ~CostModelGemms() {
+  ~GemmChoices() {
     cpu::LibraryStep::setNkWeights(-1);
     cpu::LibraryStep::setWholePackedGemms(-1);
   }
 };
+struct CostModelGemms : GemmChoices {
+  CostModelGemms() : GemmChoices(0, 0) {}
+};
 
 // One call over a packed weight while alive, as on an AVX-512 or AMX host, whatever the host.
-struct WholePackedGemms {
-  WholePackedGemms() {
-    cpu::LibraryStep::setNkWeights(0);
-    cpu::LibraryStep::setWholePackedGemms(1);
-  }
-  ~WholePackedGemms() {
-    cpu::LibraryStep::setNkWeights(-1);
-    cpu::LibraryStep::setWholePackedGemms(-1);
-  }
+struct WholePackedGemms : GemmChoices {
+  WholePackedGemms() : GemmChoices(0, 1) {}
 };
 
 // The step split into blocks (with this process's pool) and unsplit (made on one OpenMP
@@ -502,14 +500,10 @@ void expectPackedAndUnpackedMatch(GemmProgram &g, const cpu::LibraryStep &step,
 }
 
 TEST(BlockedGemm, NkWeightsPackAKnParameterAndKeepALinearsWeight) {
-  struct NkOn {
-    NkOn() { cpu::LibraryStep::setNkWeights(1); }
-    ~NkOn() { cpu::LibraryStep::setNkWeights(-1); }
-  };
   for (OpKind op : {OpKind::matmul, OpKind::linear}) {
     // per op: the plain step's CostModelGemms below gives the host back its choice
     // (on an AVX-512 host: no [N, K] weights) when it ends
-    NkOn nk;
+    GemmChoices nk(1, -1);
     GemmProgram g = op == OpKind::matmul
                         ? GemmProgram(op, {{64, 300}, {300, 200}}, {64, 200})
                         : GemmProgram(op, {{64, 300}, {200, 300}, {200}}, {64, 200});

@@ -450,17 +450,19 @@ bool repacksRowMajorWeight(const GemmLayout &l) {
          l.m >= kMinRowBlock && 4 * l.m >= l.k && l.b.col == 1 && l.b.row == l.n;
 }
 
-// The step of repacksRowMajorWeight: `d` (one batch) over its weight reordered each call.
+// The step of repacksRowMajorWeight for a weight that is not packed once: `d` (one batch)
+// over its weight reordered each call.
 std::unique_ptr<LibraryStep> repackingStep(const GemmDescs &d, const std::vector<PostOp> &postOps,
                                            bool hasBias) {
   auto inner = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, hasBias, true);
-  const memory::desc packed = inner->weightsDesc();
-  return std::make_unique<RepackingStep>(std::move(inner), d.wei, packed);
+  auto pack = std::make_unique<WeightPack>(d.wei, inner->weightsDesc());
+  return std::make_unique<RepackingStep>(std::move(inner), std::move(pack));
 }
 
 // wholePackedGemms()'s step for `l` (one batch) over a packable weight: one call over the
-// packed copy; until it is packed (a weight that changes every call, as in training),
-// reordered on each call where that pays (repacksRowMajorWeight), else one plain call.
+// packed copy; until it is packed (a weight that changes every call, as in training), the
+// same primitive over the weight reordered for the call where that pays
+// (repacksRowMajorWeight: PackingStep without a plain step), else one plain call.
 std::unique_ptr<LibraryStep> wholePackedStep(const GemmLayout &l,
                                              const std::vector<PostOp> &postOps,
                                              const memory::desc &plainWeight) {
@@ -469,7 +471,7 @@ std::unique_ptr<LibraryStep> wholePackedStep(const GemmLayout &l,
   const memory::desc packedDesc = whole->weightsDesc();
   std::unique_ptr<LibraryStep> plain =
       repacksRowMajorWeight(l)
-          ? repackingStep(d, postOps, l.bias)
+          ? nullptr
           : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
   return std::make_unique<PackingStep>(
       std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));

@@ -2,9 +2,6 @@
 #include "targets/cpu/WeightPack.h"
 
 #include <atomic>
-#include <cstdlib>
-
-#include <rcjit/Error.h>
 
 #include "support/Env.h"
 #include "targets/eager/DnnlContext.h"
@@ -99,12 +96,8 @@ WeightPack::get(char *data, const std::shared_ptr<detail::Storage> *owner) const
   auto p = std::make_shared<Packed>();
   if (!reservePackedBytes(bytes)) return nullptr;
   p->bytes = bytes; // given back by ~Packed, also if the reorder below throws
-  auto &ctx = eager::DnnlContext::instance();
-  p->mem = memory(packed_, ctx.engine());
-  memory src(plain_, ctx.engine(), data);
-  dnnl::stream &s = ctx.stream();
-  reorder_.execute(s, src, p->mem);
-  s.wait();
+  p->mem = memory(packed_, eager::DnnlContext::instance().engine());
+  reorder(data, p->mem);
   p->data = data;
   p->version = version;
   p->owner = *owner;
@@ -113,55 +106,39 @@ WeightPack::get(char *data, const std::shared_ptr<detail::Storage> *owner) const
   return p;
 }
 
+void WeightPack::reorder(char *data, memory to) const {
+  auto &ctx = eager::DnnlContext::instance();
+  memory from(plain_, ctx.engine(), data);
+  dnnl::stream &s = ctx.stream();
+  reorder_.execute(s, from, to);
+  s.wait();
+}
+
+char *WeightPack::reorderNow(char *data) const {
+  void *buf = eager::threadBuffer(eager::ThreadBuffer::reorderedWeight, packed_.get_size());
+  reorder(data, memory(packed_, eager::DnnlContext::instance().engine(), buf));
+  return static_cast<char *>(buf);
+}
+
+namespace {
+constexpr const char *kEachCall = "over the weight reordered into its blocked layout on each call";
+} // namespace
+
 std::string PackingStep::describe() const {
   return inner_->describe() + ", over a copy of the weight packed once per version (until it is: " +
-         plain_->describe() + ")";
+         (plain_ ? plain_->describe() : std::string(kEachCall)) + ")";
 }
 
 void PackingStep::runWith(char *const *operands, char *result,
                           const std::shared_ptr<detail::Storage> *weight) const {
   std::shared_ptr<const WeightPack::Packed> packed = pack_->get(operands[1], weight);
-  if (!packed) return plain_->runWith(operands, result, nullptr);
-  char *ops[3] = {operands[0], static_cast<char *>(packed->mem.get_data_handle()), operands[2]};
+  if (!packed && plain_) return plain_->runWith(operands, result, nullptr);
+  char *w =
+      packed ? static_cast<char *>(packed->mem.get_data_handle()) : pack_->reorderNow(operands[1]);
+  char *ops[3] = {operands[0], w, operands[2]};
   inner_->runWith(ops, result, nullptr);
 }
 
-RepackingStep::RepackingStep(std::unique_ptr<LibraryStep> inner, const memory::desc &plain,
-                             const memory::desc &packed)
-    : inner_(std::move(inner)), packed_(packed),
-      plain_(packed.dims().size() == 2 ? unbatched(plain) : plain),
-      reorder_(dnnl::reorder::primitive_desc(eager::DnnlContext::instance().engine(), plain_,
-                                             eager::DnnlContext::instance().engine(), packed_)) {}
-
-std::string RepackingStep::describe() const {
-  return inner_->describe() + ", over the weight reordered into its blocked layout on each call";
-}
-
-void RepackingStep::runWith(char *const *operands, char *result,
-                            const std::shared_ptr<detail::Storage> *) const {
-  struct Buffer {
-    void *data = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buf;
-  const size_t bytes = (packed_.get_size() + 63) / 64 * 64;
-  if (bytes > buf.size) {
-    std::free(buf.data);
-    buf.size = 0;
-    buf.data = std::aligned_alloc(64, bytes);
-    if (!buf.data)
-      throw Error("matmul: cannot allocate " + std::to_string(bytes) +
-                  " bytes for a reordered weight");
-    buf.size = bytes;
-  }
-  auto &ctx = eager::DnnlContext::instance();
-  memory from(plain_, ctx.engine(), operands[1]), to(packed_, ctx.engine(), buf.data);
-  dnnl::stream &s = ctx.stream();
-  reorder_.execute(s, from, to);
-  s.wait();
-  char *ops[3] = {operands[0], static_cast<char *>(buf.data), operands[2]};
-  inner_->runWith(ops, result, nullptr);
-}
+std::string RepackingStep::describe() const { return inner_->describe() + ", " + kEachCall; }
 
 } // namespace rcjit::cpu

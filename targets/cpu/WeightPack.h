@@ -54,8 +54,14 @@ public:
   /// every layer's weight.
   std::shared_ptr<const Packed> get(char *data,
                                     const std::shared_ptr<detail::Storage> *owner) const;
+  /// The weight at `data` reordered now, for one call, into a buffer of the calling thread
+  /// (eager::threadBuffer: grown to the largest weight it has held, valid until the thread's
+  /// next such reorder). Nothing is kept or counted against the budget.
+  char *reorderNow(char *data) const;
 
 private:
+  void reorder(char *data, dnnl::memory to) const;
+
   dnnl::memory::desc plain_, packed_;
   dnnl::reorder reorder_;
   mutable std::mutex mu_;
@@ -63,7 +69,8 @@ private:
 };
 
 /// A step whose weight operand is passed packed (WeightPack) to `inner`, or, when no
-/// packed copy can be had, as it is to `plain`.
+/// packed copy can be had, as it is to `plain`; a null `plain`: `inner` over the weight
+/// reordered for that call (WeightPack::reorderNow).
 class PackingStep : public LibraryStep {
 public:
   PackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack,
@@ -76,30 +83,25 @@ public:
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *weight) const override;
 
-private:
+protected:
   std::unique_ptr<LibraryStep> inner_;
   std::unique_ptr<WeightPack> pack_;
   std::unique_ptr<LibraryStep> plain_;
 };
 
-/// A product whose weight operand (B) is new on every call (an activation or a gradient in
-/// a backward; a parameter in training, which changes every step) reordered on each call
-/// from `plain` into `packed` (the blocked layout `inner`'s primitive was made for), then
-/// run by `inner` over that copy. The copy lives in a buffer of the calling thread, grown to
-/// the largest weight it has reordered.
-class RepackingStep : public LibraryStep {
+/// A product whose weight operand (B) is not packed once (an activation or a gradient in a
+/// backward; any weight under RCJIT_PACK_WEIGHTS=0): a PackingStep without a plain step
+/// that never keeps a copy, so `inner` runs over the weight reordered on each call.
+class RepackingStep : public PackingStep {
 public:
-  RepackingStep(std::unique_ptr<LibraryStep> inner, const dnnl::memory::desc &plain,
-                const dnnl::memory::desc &packed);
-  double macs() const override { return inner_->macs(); }
+  RepackingStep(std::unique_ptr<LibraryStep> inner, std::unique_ptr<WeightPack> pack)
+      : PackingStep(std::move(inner), std::move(pack), nullptr) {}
+  bool packsWeights() const override { return false; }
   std::string describe() const override;
   void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *weight) const override;
-
-private:
-  std::unique_ptr<LibraryStep> inner_;
-  dnnl::memory::desc packed_, plain_;
-  dnnl::reorder reorder_;
+               const std::shared_ptr<detail::Storage> *) const override {
+    PackingStep::runWith(operands, result, nullptr); // no storage: no copy is kept
+  }
 };
 
 } // namespace rcjit::cpu

@@ -69,34 +69,33 @@ DnnlContext::Entry DnnlContext::lookup(const Key &key,
   return made;
 }
 
-namespace {
-
-/// A 64-byte aligned buffer owned by this thread, grown on demand.
-void *threadScratch(size_t bytes) {
+void *threadBuffer(ThreadBuffer which, size_t bytes) {
   struct Buffer {
     void *data = nullptr;
     size_t size = 0;
     ~Buffer() { std::free(data); }
   };
-  thread_local Buffer buf;
+  thread_local Buffer bufs[2];
+  Buffer &buf = bufs[static_cast<int>(which)];
   if (bytes > buf.size) {
     std::free(buf.data);
     buf.size = (bytes + 63) / 64 * 64;
     buf.data = std::aligned_alloc(64, buf.size);
     if (!buf.data) {
       buf.size = 0;
-      throw Error("oneDNN: cannot allocate a scratchpad of " + std::to_string(bytes) + " bytes");
+      throw Error(std::string("oneDNN: cannot allocate ") +
+                  (which == ThreadBuffer::scratchpad ? "a scratchpad" : "a reordered weight") +
+                  " of " + std::to_string(bytes) + " bytes");
     }
   }
   return buf.data;
 }
 
-} // namespace
-
 void DnnlContext::execute(const DnnlPrimitive &p, std::unordered_map<int, memory> args) {
   size_t bytes = p.scratchpad.get_size();
   if (bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, engine_, threadScratch(bytes)));
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(p.scratchpad, engine_, threadBuffer(ThreadBuffer::scratchpad, bytes)));
   }
   dnnl::stream &s = stream();
   p.prim.execute(s, args);

@@ -65,6 +65,13 @@ private:
   uint64_t created_ = 0;
 };
 
+/// The calling thread's buffer for one use: scratchpads of the primitives it runs, or a
+/// weight it reorders for one call (the library steps' WeightPack::reorderNow). 64-byte
+/// aligned, at least `bytes` long, grown on demand and kept until the thread ends; valid
+/// until the thread's next call for the same use. Throws rcjit::Error when it cannot grow.
+enum class ThreadBuffer { scratchpad = 0, reorderedWeight = 1 };
+void *threadBuffer(ThreadBuffer which, size_t bytes);
+
 /// out = a @ b (+ bias) through oneDNN. a is [..., M, K] and b [..., K, N] (ranks >= 2,
 /// NumPy-broadcast batch dims); out is [..., M, N], the broadcast shape; bias, when given,
 /// broadcasts to out's trailing [M, N] (typically [N]). Any strides; out must not overlap
