@@ -15,6 +15,7 @@
 #include "jit/passes/Cse.h"
 #include "jit/passes/Dce.h"
 #include "jit/passes/EmbeddingGradSum.h"
+#include "jit/passes/LinearCeFold.h"
 #include "jit/passes/Remat.h"
 #include "jit/passes/Zero.h"
 #include "targets/Target.h"
@@ -164,6 +165,9 @@ std::vector<Pass> defaultPasses(const PipelineOptions &opts, const std::string &
   // a tied embedding's gradient sum as one scatter into the other gradient (after CSE,
   // which could give the embedding gradient a second reader)
   if (opts.embeddingGradSum) passes.push_back({"embedding_grad_sum", foldEmbeddingGradSums});
+  // the fused LM head's loss read off its gradient op where a graph holds both (a whole
+  // training step; after CSE, which makes their x, w and target the same nodes)
+  if (opts.linearCeFold) passes.push_back({"linear_ce_fold", foldLinearCePicks});
   // user passes see the canonical (decomposed, folded, deduplicated) graph
   for (Pass &p : registeredPasses()) passes.push_back(std::move(p));
   // then the pass schedule's, in its order (a schedule's passes build on the user's graph)

@@ -34,6 +34,7 @@ struct PipelineOptions {
   bool constantFold = true;
   bool cse = true;
   bool embeddingGradSum = true; // jit/passes/EmbeddingGradSum.h
+  bool linearCeFold = true;     // the fused LM head's loss from its gradient op (LinearCeFold.h)
   bool remat = true;            // recompute cheap values next to late uses (jit/passes/Remat.h)
   bool dce = true;
 };

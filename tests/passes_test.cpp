@@ -14,11 +14,13 @@
 #include "jit/passes/Dce.h"
 #include "jit/passes/Decompose.h"
 #include "jit/passes/EmbeddingGradSum.h"
+#include "jit/passes/LinearCeFold.h"
 #include "jit/passes/Remat.h"
 #include "targets/Lower.h"
 #include "targets/Target.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tracer/GraphIO.h"
+#include "tracer/OpsInternal.h"
 #include "tracer/ShapeInference.h"
 #include "tracer/Tracer.h"
 
@@ -596,15 +598,17 @@ TEST(PassesDce, DropsDeadNodesButKeepsInputs) {
 TEST(PassesPipeline, DefaultOrder) {
   std::vector<std::string> names;
   for (const Pass &p : defaultPasses()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"decompose", "constant_fold", "cse",
-                                             "embedding_grad_sum", "remat", "dce"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"decompose", "constant_fold", "cse", "embedding_grad_sum",
+                                      "linear_ce_fold", "remat", "dce"}));
   PipelineOptions o;
   o.decompose = false;
   o.cse = false;
   o.remat = false;
   names.clear();
   for (const Pass &p : defaultPasses(o)) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "embedding_grad_sum", "dce"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"constant_fold", "embedding_grad_sum",
+                                             "linear_ce_fold", "dce"}));
 }
 
 Traced attentionBlock(DType t = DType::f32) {
@@ -855,6 +859,61 @@ TEST(PassesEmbeddingGradSum, LeavesGradientsWithOtherReadersAndBroadcastsAlone) 
     Traced t = trace(kept[k], {a, g, ids, row});
     const Graph out = foldEmbeddingGradSums(t.graph);
     EXPECT_EQ(printGraph(out), printGraph(t.graph)) << "case " << k;
+  }
+}
+
+// ---- linear_ce_fold -------------------------------------------------------------------
+
+// x [2, 3, 8], w [4100, 8], targets [2, 3] (one ignored), a row-gradient scale, other targets
+std::vector<Tensor> linearCeInputs() {
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{5, 4099, -100, 0, 17, 2500}, {2, 3});
+  Tensor u = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+  return {Tensor::randn({2, 3, 8}, 1), Tensor::randn({4100, 8}, 2) * 0.5, t,
+          Tensor::randn({2, 3}, 3), u};
+}
+
+// The loss's per-row values from the gradient op when it is traced over the same x, w and
+// target and its row gradients do not read them: one gradient op (moved up to the pick's
+// place, with the row gradients it needs), no pick after DCE; values equal.
+TEST(PassesLinearCeFold, ReadsTheLossOffTheGradientOp) {
+  Traced t = trace(
+      [](const std::vector<Tensor> &v) {
+        Tensor pick = detail::linearCePick(v[0], v[1], v[2]);
+        Tensor loss = sum(pick * -1.0);
+        Tensor rowGrad = where(ne(v[2], -100), v[3] * 0.5, 0.0); // not from the pick
+        Tensor packed = detail::linearCePickBackward(v[0], v[1], v[2], rowGrad);
+        return std::vector<Tensor>{loss, packed * 2.0};
+      },
+      linearCeInputs());
+  const Graph g = cse(t.graph);
+  Graph folded = dce(foldLinearCePicks(g));
+  EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick), 0) << printGraph(folded);
+  EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick_backward), 1) << printGraph(folded);
+  expectConsistentMetas(folded);
+  expectSameValues(g, folded, t.inputs);
+}
+
+// Left alone: row gradients computed from the loss's values, a gradient op over another
+// target, and a pick with no gradient op.
+TEST(PassesLinearCeFold, LeavesPicksWhoseGradientReadsThemAlone) {
+  const std::vector<Fn> kept = {
+      [](const std::vector<Tensor> &v) {
+        Tensor pick = detail::linearCePick(v[0], v[1], v[2]);
+        return std::vector<Tensor>{detail::linearCePickBackward(v[0], v[1], v[2], pick * v[3])};
+      },
+      [](const std::vector<Tensor> &v) {
+        Tensor pick = detail::linearCePick(v[0], v[1], v[2]);
+        Tensor other = detail::linearCePickBackward(v[0], v[1], v[4], v[3]);
+        return std::vector<Tensor>{sum(pick), other};
+      },
+      [](const std::vector<Tensor> &v) {
+        return std::vector<Tensor>{sum(detail::linearCePick(v[0], v[1], v[2]))};
+      },
+  };
+  for (size_t k = 0; k < kept.size(); ++k) {
+    Traced t = trace(kept[k], linearCeInputs());
+    const Graph g = cse(t.graph);
+    EXPECT_EQ(printGraph(foldLinearCePicks(g)), printGraph(g)) << "case " << k;
   }
 }
 

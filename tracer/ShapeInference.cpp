@@ -333,7 +333,8 @@ TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, con
 }
 
 // linear_ce_pick: x [..., K] and w [N, K] f32, target [...] i32/i64 (and the backward's
-// g [...] f32) -> per-row values [...], or the backward's packed [R*K + N*K].
+// g [...] f32) -> per-row values [...], or the backward's packed [R*K + N*K + R]: dx, dw
+// and the forward's per-row values.
 TensorMeta inferLinearCePick(OpKind op, const std::vector<TensorMeta> &in) {
   const size_t want = op == OpKind::linear_ce_pick ? 3 : 4;
   expectArity(op, in, want, want);
@@ -349,7 +350,7 @@ TensorMeta inferLinearCePick(OpKind op, const std::vector<TensorMeta> &in) {
   if (op == OpKind::linear_ce_pick) return {DType::f32, t.shape};
   int64_t rows = 1;
   for (int64_t d : t.shape) rows *= d;
-  return {DType::f32, {rows * w.shape[1] + w.shape[0] * w.shape[1]}};
+  return {DType::f32, {rows * w.shape[1] + w.shape[0] * w.shape[1] + rows}};
 }
 
 TensorMeta inferNn(OpKind op, const std::vector<TensorMeta> &in, const Attrs &a) {

@@ -14,6 +14,7 @@
 #include <rcjit/Error.h>
 
 #include "targets/eager/Eager.h"
+#include "targets/eager/Iter.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::eager {
@@ -43,14 +44,16 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, in
   }
 }
 
-// logsumexp of one row of n logits
+// logsumexp of one row of n logits (fastExp and branch-free loops, so that they vectorize:
+// with std::exp the rows' exponentials took longer than the chunk's three GEMMs)
 float logSumExp(const float *row, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
   for (int64_t c = 0; c < n; ++c) m = std::max(m, row[c]);
   if (!std::isfinite(m)) return m;
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < n; ++c) s += std::exp(row[c] - m);
+  for (int64_t c = 0; c < n; ++c) s += fastExp(row[c] - m);
   return m + std::log(s);
 }
 
@@ -78,11 +81,12 @@ Tensor pickForward(const Problem &p, const TensorMeta &out) {
   return y;
 }
 
+// The packed [dx (R*K) | dw (N*K) | y (R)]: the gradients and the forward's values.
 Tensor pickBackward(const Problem &p, const Tensor &gIn, const TensorMeta &out) {
   Tensor gc = contiguousAs(gIn, DType::f32);
   const float *g = ptr<float>(gc);
   Tensor packed = detail::makeTensor(out.shape, DType::f32);
-  float *dx = ptr<float>(packed), *dw = dx + p.rows * p.k;
+  float *dx = ptr<float>(packed), *dw = dx + p.rows * p.k, *y = dw + p.n * p.k;
   const int64_t chunk = p.chunkRows();
   Tensor buf = detail::makeTensor({chunk * p.n}, DType::f32);
   float *b = ptr<float>(buf);
@@ -96,13 +100,19 @@ Tensor pickBackward(const Problem &p, const Tensor &gIn, const TensorMeta &out) 
       float *row = b + i * p.n;
       const float gr = g[r0 + i];
       const int64_t t = p.t[r0 + i];
-      if (gr == 0.f || t < 0 || t >= p.n) {
+      if (t < 0 || t >= p.n) {
+        y[r0 + i] = 0.f;
         std::fill(row, row + p.n, 0.f);
         continue;
       }
       const float lse = logSumExp(row, p.n);
+      y[r0 + i] = row[t] - lse;
+      if (gr == 0.f) {
+        std::fill(row, row + p.n, 0.f);
+        continue;
+      }
 #pragma omp simd
-      for (int64_t c = 0; c < p.n; ++c) row[c] = -gr * std::exp(row[c] - lse);
+      for (int64_t c = 0; c < p.n; ++c) row[c] = -gr * fastExp(row[c] - lse);
       row[t] += gr;
     }
     sgemm('N', 'N', rows, p.k, p.n, b, p.n, p.w, p.k, 0.f, dx + r0 * p.k, p.k);
