@@ -5,6 +5,7 @@
 
 #include <rcjit/rcjit.h>
 
+#include "targets/eager/Eager.h"
 #include "tracer/OpsInternal.h"
 
 using namespace rcjit;
@@ -149,6 +150,31 @@ TEST(FusedLinearCe, AppliesOnlyToABiasFreeF32LinearOverManyClassesWhenOn) {
   auto off = compile([&](const Tensor &a, const Tensor &b) { return cross_entropy(head(a), b); });
   EXPECT_NEAR(off(x, t).item(), cross_entropy(head(x), t).item(), 1e-4);
   EXPECT_EQ(off.explain().find("linear_ce_pick"), std::string::npos) << off.explain();
+}
+
+// The kernels check the result size they are handed (a compiled program from another build
+// must get an Error, not an overrun): the gradient op's packed [dx | dw | values] and the
+// pick's per-row values.
+TEST(FusedLinearCe, KernelsRefuseAResultOfTheWrongSize) {
+  Tensor x = Tensor::randn({2, 6, kHidden}, 8), w = Tensor::randn({kClasses, kHidden}, 9);
+  Tensor t = targets().to(DType::i64), g = Tensor::randn({2, 6}, 10);
+  const int64_t packed = (12 + kClasses) * kHidden + 12;
+  Tensor ok = eager::run(OpKind::linear_ce_pick_backward, {x, w, t, g}, {},
+                         TensorMeta{DType::f32, {packed}});
+  EXPECT_EQ(ok.numel(), packed);
+  EXPECT_TRUE(
+      allclose(reshape(slice(ok, 0, packed - 12, packed), {2, 6}),
+               eager::run(OpKind::linear_ce_pick, {x, w, t}, {}, TensorMeta{DType::f32, {2, 6}}),
+               1e-5, 1e-6));
+  try {
+    eager::run(OpKind::linear_ce_pick_backward, {x, w, t, g}, {},
+               TensorMeta{DType::f32, {packed - 12}}); // the layout before the values
+    ADD_FAILURE() << "no Error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("expected a result of"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(eager::run(OpKind::linear_ce_pick, {x, w, t}, {}, TensorMeta{DType::f32, {13}}),
+               Error);
 }
 
 } // namespace

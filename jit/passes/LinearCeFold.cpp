@@ -56,7 +56,8 @@ bool moveBefore(const Graph &g, int at, const std::vector<int> &moved, Graph &ou
     if (!isMoved[static_cast<size_t>(i)]) order.push_back(i);
   }
   std::vector<int> newId(g.nodes.size());
-  for (size_t i = 0; i < order.size(); ++i) newId[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < order.size(); ++i)
+    newId[static_cast<size_t>(order[i])] = static_cast<int>(i);
   out = Graph();
   out.symbols = g.symbols;
   for (int old : order) {

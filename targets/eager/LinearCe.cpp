@@ -131,6 +131,15 @@ Tensor runLinearCePick(OpKind op, const std::vector<Tensor> &in, const TensorMet
   Tensor xc = contiguousAs(in[0], DType::f32), wc = contiguousAs(in[1], DType::f32),
          tc = contiguousAs(in[2], DType::i64);
   const Problem p = problemOf(xc, wc, tc);
+  // the result's size, checked: a program made by another build must not overrun it
+  const int64_t want = op == OpKind::linear_ce_pick ? p.rows : (p.rows + p.n) * p.k + p.rows;
+  int64_t have = 1;
+  for (int64_t d : out.shape) have *= d;
+  if (have != want) {
+    throw Error(std::string(opName(op)) + ": expected a result of " + std::to_string(want) +
+                " elements for " + std::to_string(p.rows) + " rows, " + std::to_string(p.k) +
+                " features and " + std::to_string(p.n) + " classes, got " + shapeStr(out.shape));
+  }
   return op == OpKind::linear_ce_pick ? pickForward(p, out) : pickBackward(p, in[3], out);
 }
 
