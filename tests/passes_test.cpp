@@ -876,27 +876,40 @@ std::vector<Tensor> linearCeInputs() {
 // target and its row gradients do not read them: one gradient op (moved up to the pick's
 // place, with the row gradients it needs), no pick after DCE; values equal.
 TEST(PassesLinearCeFold, ReadsTheLossOffTheGradientOp) {
-  Traced t = trace(
-      [](const std::vector<Tensor> &v) {
-        Tensor pick = detail::linearCePick(v[0], v[1], v[2]);
-        Tensor loss = sum(pick * -1.0);
-        Tensor rowGrad = where(ne(v[2], -100), v[3] * 0.5, 0.0); // not from the pick
-        Tensor packed = detail::linearCePickBackward(v[0], v[1], v[2], rowGrad);
-        return std::vector<Tensor>{loss, packed * 2.0};
-      },
-      linearCeInputs());
-  const Graph g = cse(t.graph);
-  Graph folded = dce(foldLinearCePicks(g));
-  EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick), 0) << printGraph(folded);
-  EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick_backward), 1) << printGraph(folded);
-  expectConsistentMetas(folded);
-  expectSameValues(g, folded, t.inputs);
+  for (bool inRegion : {false, true}) { // a region that starts at the pick stays one range
+    Traced t = trace(
+        [&](const std::vector<Tensor> &v) {
+          auto head = [&] { return detail::linearCePick(v[0], v[1], v[2]) * -1.0; };
+          Tensor loss = sum(inRegion ? region("head", head) : head());
+          Tensor rowGrad = where(ne(v[2], -100), v[3] * 0.5, 0.0); // not from the pick
+          Tensor packed = detail::linearCePickBackward(v[0], v[1], v[2], rowGrad);
+          return std::vector<Tensor>{loss, packed * 2.0};
+        },
+        linearCeInputs());
+    const Graph g = cse(t.graph);
+    Graph folded = dce(foldLinearCePicks(g));
+    EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick), 0) << printGraph(folded);
+    EXPECT_EQ(countOps(folded, OpKind::linear_ce_pick_backward), 1) << printGraph(folded);
+    ASSERT_EQ(folded.regions.size(), inRegion ? 1u : 0u);
+    expectConsistentMetas(folded);
+    expectSameValues(g, folded, t.inputs);
+  }
 }
 
 // Left alone: row gradients computed from the loss's values, a gradient op over another
-// target, and a pick with no gradient op.
+// target, a pick with no gradient op, and a pick inside a region whose gradient's row
+// gradients are made after it (moving them in would split the region).
 TEST(PassesLinearCeFold, LeavesPicksWhoseGradientReadsThemAlone) {
   const std::vector<Fn> kept = {
+      [](const std::vector<Tensor> &v) {
+        Tensor h;
+        Tensor pick = region("head", [&] {
+          h = v[0] * 2.0; // the pick is not the region's first node
+          return detail::linearCePick(h, v[1], v[2]);
+        });
+        Tensor rowGrad = v[3] * 0.5;
+        return std::vector<Tensor>{sum(pick), detail::linearCePickBackward(h, v[1], v[2], rowGrad)};
+      },
       [](const std::vector<Tensor> &v) {
         Tensor pick = detail::linearCePick(v[0], v[1], v[2]);
         return std::vector<Tensor>{detail::linearCePickBackward(v[0], v[1], v[2], pick * v[3])};
