@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "cache/ClearHooks.h"
@@ -13,6 +14,7 @@
 #include "jit/Tiered.h"
 #include "targets/SymbolicProgram.h"
 #include "targets/Target.h"
+#include "targets/cpu/CpuProgram.h"
 #include "tracer/GraphIO.h"
 
 namespace rcjit {
@@ -102,6 +104,13 @@ std::vector<int> cutStages(const Graph &g, Graph &cut) {
 
 namespace {
 
+// The stages one plan compiled, by stage key: its later identical stages reuse them, and
+// they enter the process's tables only once the plan's kernels have compiled.
+struct PlanStages {
+  std::map<std::string, std::shared_ptr<Executable>> programs;
+  std::map<std::string, std::shared_ptr<TrainingPlan>> training;
+};
+
 // What every stage of one plan is compiled with: the target, the symbol ranges and each
 // sample's symbol values, and (training) the call's inputs.
 struct StageContext {
@@ -180,8 +189,10 @@ std::string stageKey(const ExecutableOptions &exec, const StageSamples &ss) {
 
 // A training stage: its forward and backward, from the process's table or compiled.
 void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamples ss,
-                   const std::string &key, const std::string &moduleId, RegionalPlan &plan) {
-  st.training = TrainingStageTable::instance().find(key);
+                   const std::string &key, const std::string &moduleId, int runs,
+                   RegionalPlan &plan, PlanStages &made) {
+  auto mine = made.training.find(key);
+  st.training = mine != made.training.end() ? mine->second : TrainingStageTable::instance().find(key);
   if (st.training) {
     st.reused = true;
     st.backwardAtBuild = st.training->backwardIfCompiled() != nullptr;
@@ -191,6 +202,7 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
   TrainingRequest r;
   r.wantGrad = ss.wantGrad;
   r.exec = c.exec;
+  r.exec.runsPerCall = runs;
   r.moduleId = moduleId;
   r.label = c.training->label + " stage " + std::to_string(s) + " (" + st.name + ")";
   for (size_t k = 0; k < ss.subs.size(); ++k) {
@@ -211,15 +223,16 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
   } catch (const Error &e) {
     throw Error("stage " + st.name + ": " + e.what());
   }
-  TrainingStageTable::instance().add(key, st.training);
+  made.training[key] = st.training;
   st.backwardAtBuild = st.training->backwardIfCompiled() != nullptr;
   plan.compiled += st.backwardAtBuild ? 2 : 1;
 }
 
 // A forward-only stage: its program, from the process's table or compiled.
 void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, const std::string &key,
-                  const std::string &moduleId, RegionalPlan &plan) {
-  st.program = StageTable::instance().find(key);
+                  const std::string &moduleId, int runs, RegionalPlan &plan, PlanStages &made) {
+  auto mine = made.programs.find(key);
+  st.program = mine != made.programs.end() ? mine->second : StageTable::instance().find(key);
   if (st.program) {
     st.reused = true;
     ++plan.reused;
@@ -227,6 +240,7 @@ void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, con
   }
   CompileRequest req;
   req.exec = c.exec;
+  req.exec.runsPerCall = runs;
   req.moduleId = moduleId;
   req.label = req.moduleId + " (" + st.name + ")";
   for (size_t k = 0; k < ss.subs.size(); ++k)
@@ -240,7 +254,7 @@ void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, con
   if (!ss.sharding.empty())
     checkShardedInputs(res.graphs.at(0), ss.sharding, moduleId + " (" + st.name + ")");
   st.program = std::move(res.executable);
-  StageTable::instance().add(key, st.program);
+  made.programs[key] = st.program;
   ++plan.compiled;
 }
 
@@ -255,6 +269,25 @@ void recordOutputStrides(const RegionalStage &st,
     for (size_t o = 0; o < st.outputs.size(); ++o)
       strides[k][st.outputs[o]] = at.values[at.outputs[o]].strides;
   }
+}
+
+// Per stage of `cut` (`stages`: its stage regions; those below `selected` are g's own), how
+// many stages of the plan are likely the same layer: regions of one type (and name, for an
+// rcjit::region) over as many nodes. The fast tier weighs a stage's kernels by it (a guess:
+// it only chooses which kernels the quick pipeline vectorizes).
+std::vector<int> stageRuns(const Graph &cut, const std::vector<int> &stages, size_t selected) {
+  auto like = [&](int r) {
+    const Region &reg = cut.regions[static_cast<size_t>(r)];
+    return reg.type + "/" + (reg.type == "region" ? reg.name : "") + "/" +
+           std::to_string(reg.end - reg.begin);
+  };
+  std::map<std::string, int> count;
+  for (int r : stages) {
+    if (static_cast<size_t>(r) < selected) ++count[like(r)];
+  }
+  std::vector<int> runs;
+  for (int r : stages) runs.push_back(static_cast<size_t>(r) < selected ? count[like(r)] : 1);
+  return runs;
 }
 
 } // namespace
@@ -292,6 +325,12 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   for (size_t k = 0; k < ns; ++k) stages = cutStages(*graphs[k], cuts[k]);
   const std::vector<bool> needs = training ? needsGrad(g, training->wantGrad) : std::vector<bool>{};
   const StageContext context{exec, ranges, symValues, training, plan.graphInputs, sharding};
+  // the CPU stages' kernels compile together once every stage is planned (a stage's program
+  // is planned before its code: its output strides key the next stage)
+  std::optional<cpu::KernelBatch> batch;
+  if (exec.target == Target::cpu) batch.emplace();
+  PlanStages made;
+  const std::vector<int> runs = stageRuns(cuts[0], stages, g.regions.size());
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<int> boundary, outs;
     StageSamples ss;
@@ -316,12 +355,15 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     const std::string key = stageKey(exec, ss);
     const std::string moduleId = idPrefix + "_s" + std::to_string(s);
     if (ss.trains)
-      trainingStage(context, st, s, std::move(ss), key, moduleId, plan);
+      trainingStage(context, st, s, std::move(ss), key, moduleId, runs[s], plan, made);
     else
-      programStage(context, st, std::move(ss), key, moduleId, plan);
+      programStage(context, st, std::move(ss), key, moduleId, runs[s], plan, made);
     recordOutputStrides(st, symValues, strides);
     plan.stages.push_back(std::move(st));
   }
+  if (batch) batch->finish();
+  for (auto &[key, program] : made.programs) StageTable::instance().add(key, program);
+  for (auto &[key, training] : made.training) TrainingStageTable::instance().add(key, training);
   plan.assignSlots();
   return plan;
 }

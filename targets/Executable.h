@@ -61,6 +61,10 @@ struct ExecutableOptions {
   /// optimized program in the background (jit/Tiered.h; CompileOptions::tiered)
   bool tiered = false;
   bool quick = false; // cpu: this compile is the fast tier's: the cheap LLVM pipeline
+  /// How many times one call runs this program (a regional stage that identical layers
+  /// share: each of them): the fast tier weighs its kernels' work by it when it chooses
+  /// which to vectorize, as a full program's identical layers add up.
+  int runsPerCall = 1;
 };
 
 /// Compiles `p` for `o.target`; `moduleId` names the module. Throws rcjit::Error (for

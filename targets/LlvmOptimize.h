@@ -20,7 +20,7 @@ void optimizeModuleO3(llvm::TargetMachine &tm, llvm::Module &m,
 
 /// A function attribute: the fast tier's pipeline runs the loop vectorizer on a function
 /// that has it (a kernel whose run time in the fast tier outweighs the vectorizer's compile
-/// time: cpu/CpuProgram.cpp decides).
+/// time: cpu/KernelCompile.cpp decides).
 inline constexpr const char *kQuickVectorizeAttr = "rcjit-quick-vectorize";
 
 /// The fast tier's pipeline (jit/Tiered.h): what makes loop kernels cheap to compile and

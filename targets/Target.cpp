@@ -21,6 +21,7 @@ std::shared_ptr<Executable> compileCpu(Program p, const std::string &moduleId,
   co.keepAssembly = o.keepAssembly;
   co.autotune = o.autotune && !o.quick;
   co.quick = o.quick;
+  co.runsPerCall = o.runsPerCall;
   return cpu::CpuProgram::create(std::move(p), moduleId, co);
 }
 

@@ -9,6 +9,7 @@
 
 #include "jit/CompileGraph.h"
 #include "models/Models.h"
+#include "targets/cpu/CpuProgram.h"
 #include "tests/TestUtil.h"
 #include "tools/Cli.h"
 #include "tracer/GraphIO.h"
@@ -74,6 +75,65 @@ TEST(CompileGraph, PassesLogShowsEveryStepWithItsTime) {
   }
   EXPECT_NE(err.find("[rcjit:passes] function"), std::string::npos) << err;
   EXPECT_NE(err.find("opened:"), std::string::npos) << "the fusion plan after fuse";
+}
+
+// A KernelBatch defers the code of the CPU programs created in it to its finish(): their
+// kernels compile together (one step in the passes log), and none runs before.
+TEST(KernelBatch, ProgramsCompileTogetherAtFinish) {
+  auto f = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{tanh(v[0] * 3.25) + 0.75};
+  };
+  auto g = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{relu(v[0] - 0.375) * 1.125};
+  };
+  Tensor x = Tensor::randn({4, 8}, 1);
+  const Tensor *in[] = {&x};
+  cache::clear(); // (no kernel of these from an earlier test in the memo)
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  std::shared_ptr<Executable> a, b, c;
+  {
+    cpu::KernelBatch batch;
+    a = compileGraph(requestFor(f, {x}, Target::cpu)).executable;
+    {
+      cpu::KernelBatch inner; // nested: the outer batch compiles
+      b = compileGraph(requestFor(g, {x}, Target::cpu)).executable;
+      inner.finish();
+    }
+    c = compileGraph(requestFor(f, {x}, Target::cpu)).executable; // a's kernel again
+    ASSERT_TRUE(a && b && c);
+    EXPECT_NE(errorOf([&] { b->run(in, 1); }).find("before the kernel batch"), std::string::npos);
+    batch.finish();
+  }
+  std::string err = testing::internal::GetCapturedStderr();
+  set_logs("");
+  EXPECT_NE(err.find(": batched kernels ("), std::string::npos) << err;
+  EXPECT_NE(err.find("2 kernels of 2 programs compiled together"), std::string::npos) << err;
+  // (a's module may come from the disk cache of an earlier run: a hit for both)
+  EXPECT_EQ(c->cacheHits(), a->cacheHits() + 1) << "c's kernel was a's, as a memo hit";
+  EXPECT_TRUE(allclose(a->run(in, 1).at(0), tanh(x * 3.25) + 0.75, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(b->run(in, 1).at(0), relu(x - 0.375) * 1.125, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(c->run(in, 1).at(0), tanh(x * 3.25) + 0.75, 1e-5, 1e-6));
+}
+
+// A program whose batch ended without finish() (an exception in the plan) never runs: an
+// Error, not a call through a kernel that was never compiled.
+TEST(KernelBatch, AProgramOfAnUnfinishedBatchNeverRuns) {
+  auto f = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{sigmoid(v[0] * 1.875) - 0.125};
+  };
+  Tensor x = Tensor::randn({4, 8}, 1);
+  const Tensor *in[] = {&x};
+  std::shared_ptr<Executable> a;
+  {
+    cpu::KernelBatch batch;
+    a = compileGraph(requestFor(f, {x}, Target::cpu)).executable;
+  }
+  ASSERT_TRUE(a);
+  EXPECT_NE(errorOf([&] { a->run(in, 1); }).find("before the kernel batch"), std::string::npos);
+  // the next compile of the same graph, outside a batch, compiles and runs
+  auto again = compileGraph(requestFor(f, {x}, Target::cpu)).executable;
+  EXPECT_TRUE(allclose(again->run(in, 1).at(0), sigmoid(x * 1.875) - 0.125, 1e-5, 1e-6));
 }
 
 TEST(CompileGraph, VerifierNamesTheBrokenInvariant) {

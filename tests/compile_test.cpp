@@ -291,6 +291,39 @@ TEST(CompileRegional, Toy64CompilesOneLayerAndReusesIt) {
   EXPECT_NE(cf.explain().find("reused"), std::string::npos);
 }
 
+// A regional plan's stages are planned one after another (a stage's output strides key the
+// next), but their kernels compile together once all are planned (cpu::KernelBatch): one
+// batched step in the passes log after every stage's own steps, no stage's module alone.
+TEST(CompileRegional, StagesCompileTheirKernelsTogether) {
+  cache::clear();
+  NoGradGuard noGrad;
+  Tensor w = Tensor::randn({32, 32}, 3) * 0.2;
+  auto body = [&](const Tensor &x) {
+    Tensor h = tanh(x * 2.5) + 1.0; // glue
+    for (int i = 0; i < 2; ++i)
+      h = region("layer", [&] { return softmax(matmul(h, w), -1) * 3.0 + h; });
+    return sigmoid(h) * 0.5; // glue
+  };
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto cf = compile(body, o);
+  Tensor x = Tensor::randn({8, 32}, 4);
+  set_logs("passes");
+  testing::internal::CaptureStderr();
+  Tensor y = cf(x);
+  const std::string err = testing::internal::GetCapturedStderr();
+  set_logs("");
+  EXPECT_TRUE(allclose(y, body(x), 1e-4, 1e-5));
+  const size_t batched = err.find(": batched kernels (");
+  ASSERT_NE(batched, std::string::npos) << err;
+  EXPECT_EQ(err.find(": batched kernels (", batched + 1), std::string::npos) << "one batch";
+  EXPECT_NE(err.find("of 3 programs compiled together"), std::string::npos) << err;
+  EXPECT_EQ(err.find(": target compile (", batched), std::string::npos)
+      << "every stage's target compile comes before the batch\n"
+      << err;
+  EXPECT_EQ(cf.stats().compiles, 3); // glue, layer (twice: one compile), glue
+}
+
 // A regional call holds a stage's output until its last reader has run, not to the end of
 // the call: the peak of a call over 32 layers stays at a few layer outputs, not 32.
 TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {

@@ -216,6 +216,37 @@ TEST(Tiered, FastTierVectorizesTheKernelsThatPayForIt) {
   }
 }
 
+// A regional stage that identical layers share runs once per layer in a call: the fast tier
+// weighs its kernels' work by that, as a full program's identical layers add up (16 layers of
+// a softmax over 16 x 1024 vectorize; the same layer alone does not).
+TEST(Tiered, RegionalStagesWeighTheirKernelsByTheLayersThatShareThem) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  Tensor x = Tensor::randn({16, 1024}, 8);
+  for (int layers : {16, 1}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    auto fn = [layers](const Tensor &t) {
+      Tensor h = t;
+      for (int i = 0; i < layers; ++i)
+        h = region("layer", [&] { return softmax(h * 0.5, -1) * tanh(h) * 1.5; });
+      return h;
+    };
+    CompileOptions o;
+    o.mode = Mode::regional;
+    auto cf = compile(fn, o);
+    set_logs("output_code");
+    testing::internal::CaptureStderr();
+    Tensor y = cf(x);
+    const std::string ir = testing::internal::GetCapturedStderr();
+    set_logs("");
+    ASSERT_TRUE(has(ir, "define void @k0")) << ir;
+    EXPECT_EQ(has(ir, "x float>"), layers == 16) << ir;
+    EXPECT_TRUE(allclose(y, fn(x), 1e-4, 1e-6));
+    ASSERT_TRUE(waitForBackgroundCompiles(600));
+    cache::clear(); // (the next compile's stage is not this one's)
+  }
+}
+
 // Threads call while the optimized tier compiles and is switched in: every result equals
 // eager's (scripts/sanitize.sh runs this under ThreadSanitizer).
 TEST(Tiered, ConcurrentCallersDuringTheSwitch) {
@@ -267,20 +298,21 @@ TEST(TieredChild, ExitsDuringABackgroundCompile) {
   std::exit(0); // static destructors and atexit handlers run with the compile in flight
 }
 
-TEST(Tiered, ProcessExitsDuringABackgroundCompile) {
-  IsolatedCache cacheDir;
+// Runs this test binary's test `test` in a child process with the cache directory `dir` and
+// `extra` in its environment; returns its wait status.
+int runChild(const std::string &test, const fs::path &dir, const std::vector<std::string> &extra) {
   std::vector<std::string> env;
   for (char **e = environ; *e; ++e) {
     std::string s = *e;
     if (s.rfind("RCJIT_CACHE_DIR=", 0) != 0) env.push_back(s);
   }
-  env.push_back("RCJIT_TIERED_TEST_CHILD=1");
-  env.push_back("RCJIT_CACHE_DIR=" + cacheDir.dir.string());
+  env.insert(env.end(), extra.begin(), extra.end());
+  env.push_back("RCJIT_CACHE_DIR=" + dir.string());
   std::vector<char *> envp;
   for (std::string &s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string exe = fs::read_symlink("/proc/self/exe").string();
-  std::string filter = "--gtest_filter=TieredChild.ExitsDuringABackgroundCompile";
+  std::string filter = "--gtest_filter=" + test;
   char *argv[] = {exe.data(), filter.data(), nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -288,11 +320,63 @@ TEST(Tiered, ProcessExitsDuringABackgroundCompile) {
   pid_t pid = -1;
   int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
-  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(rc, 0);
+  if (rc != 0) return -1;
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return status;
+}
+
+TEST(Tiered, ProcessExitsDuringABackgroundCompile) {
+  IsolatedCache cacheDir;
+  const int status = runChild("TieredChild.ExitsDuringABackgroundCompile", cacheDir.dir,
+                              {"RCJIT_TIERED_TEST_CHILD=1"});
   EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Runs in a child process only (RCJIT_TIERED_TEST_CHILD set): a regional function of three
+// distinct stages (glue, a layer used twice, glue), its optimized tier compiled in the
+// background and cached. With RCJIT_TIERED_TEST_WARM set, the process starts on the cache a
+// cold one left: it runs the optimized tier from the first call, and every lookup hits (the
+// stages' kernels, compiled together as a KernelBatch, keep the modules, and so the object
+// cache's keys, that the cold process's background compiles made one stage at a time).
+TEST(TieredChild, RegionalPlanOnTheDiskCache) {
+  if (!std::getenv("RCJIT_TIERED_TEST_CHILD")) GTEST_SKIP() << "runs in a child process only";
+  const bool warm = std::getenv("RCJIT_TIERED_TEST_WARM") != nullptr;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  auto fn = [&](const Tensor &t) {
+    Tensor h = tanh(t * 1.5) + softmax(t, -1); // glue
+    for (int i = 0; i < 2; ++i)
+      h = region("layer", [&] { return matmul(f(h), transpose(f.w3, 0, 1)) * 0.01 + gelu(h); });
+    return sigmoid(h) * 2.0 - relu(h); // glue
+  };
+  Tensor x = Tensor::randn({2, 8, 64}, 9);
+  CompileOptions o;
+  o.mode = Mode::regional;
+  auto cf = compile(fn, o);
+  cache::reset_stats();
+  EXPECT_TRUE(allclose(cf(x), fn(x), 1e-4, 1e-4));
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
+  if (!warm) return;
+  EXPECT_FALSE(has(cf.explain(), "tiered:")) << cf.explain();
+  const cache::Stats st = cache::stats();
+  EXPECT_GT(st.disk_hits, 0u);
+  EXPECT_EQ(st.misses, 0u) << "a warm start compiled something the cold one had cached";
+}
+
+TEST(Tiered, RegionalWarmStartFindsEveryKernelOnDisk) {
+  IsolatedCache cacheDir;
+  for (const bool warm : {false, true}) {
+    SCOPED_TRACE(warm ? "warm" : "cold");
+    std::vector<std::string> env = {"RCJIT_TIERED_TEST_CHILD=1"};
+    if (warm) env.push_back("RCJIT_TIERED_TEST_WARM=1");
+    const int status = runChild("TieredChild.RegionalPlanOnTheDiskCache", cacheDir.dir, env);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's test failed (run it with "
+                                         "RCJIT_TIERED_TEST_CHILD=1 to see why)";
+  }
 }
 
 } // namespace

@@ -543,6 +543,10 @@ std::vector<Tensor> CpuProgram::Call::run() {
 std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
                                         const std::vector<int> *alias,
                                         const std::vector<int> *runs) const {
+  if (awaitingBatch_)
+    throw Error("compiled program " + moduleId_ +
+                ": run before the kernel batch it was created in compiled its kernels "
+                "(internal error)");
   Call call(*this, inputs, n, consumed, alias, runs);
   return call.run();
 }

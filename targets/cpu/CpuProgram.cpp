@@ -1,30 +1,23 @@
-// CpuProgram: its kernels compiled, its specializations per size assignment, the arena pool,
-// and the runners of one kernel, launch run or oneDNN step (a call itself: CpuCall.cpp).
+// CpuProgram: its specializations per size assignment, the arena pool, and the runners of
+// one kernel, launch run or oneDNN step (its kernels compiled: KernelCompile.cpp; a call
+// itself: CpuCall.cpp).
 #include "targets/cpu/CpuProgram.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <memory>
-#include <optional>
 #include <sstream>
-#include <unordered_map>
 
 #include <rcjit/Cache.h>
 
-#include "cache/ClearHooks.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
-#include "support/CompileCancel.h"
 #include "support/Env.h"
-#include "support/Events.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
-#include "targets/LlvmOptimize.h"
 #include "targets/Lower.h"
 #include "targets/ProgramRun.h"
 #include "targets/SymbolicProgram.h"
@@ -59,88 +52,6 @@ int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
   return n;
 }
 
-// Compiled kernels of this process, keyed by their text with the name left out: identical
-// kernels (the same layer in 64 places, the same graph compiled twice) compile once while a
-// program holds them. The memo does not own the code (the programs do, CpuProgram::code_):
-// a kernel whose programs are all gone is freed, and its entry dropped at the next sweep.
-// cache::clear() empties it. Thread-safe; never destroyed (see ProcessMemo).
-class KernelMemo {
-public:
-  struct Hit {
-    KernelFn fn = nullptr;
-    std::shared_ptr<const void> code;
-  };
-  static KernelMemo &instance() {
-    static KernelMemo *m = [] {
-      auto *memo = new KernelMemo();
-      cache::detail::onClear([memo] { memo->clear(); });
-      return memo;
-    }();
-    return *m;
-  }
-  Hit find(const std::string &key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return {};
-    std::shared_ptr<const void> code = it->second.code.lock();
-    if (!code) return {};
-    return {it->second.fn, std::move(code)};
-  }
-  void add(const std::string &key, KernelFn fn, const std::shared_ptr<const void> &code) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (map_.size() >= sweepAt_) { // drop the entries of freed code: a recompile storm's keys
-      std::erase_if(map_, [](const auto &e) { return e.second.code.expired(); });
-      sweepAt_ = std::max<size_t>(kFirstSweep, 2 * map_.size());
-    }
-    map_[key] = {fn, code};
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    map_.clear();
-    sweepAt_ = kFirstSweep;
-  }
-
-private:
-  static constexpr size_t kFirstSweep = 256;
-  struct Entry {
-    KernelFn fn = nullptr;
-    std::weak_ptr<const void> code;
-  };
-  std::mutex mu_;
-  std::map<std::string, Entry> map_;
-  size_t sweepAt_ = kFirstSweep;
-};
-
-// What a fast-tier kernel's memo and module keys add when the vectorizer runs on it.
-constexpr const char *kQuickVectorizeKey = "quick vectorize\n";
-
-// The module's cache key: the same kernels on the same host give the same key in any process.
-std::string moduleKey(const std::vector<LoopKernel> &todo, const CpuCompileOptions &co) {
-  std::string text;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    text += printKernel(todo[i]);
-    if (co.vectorizes(i)) text += kQuickVectorizeKey;
-  }
-  // (the fast tier's code-generation level is part of its key: RCJIT_QUICK_CODEGEN)
-  const char *kind = !co.quick                                            ? "cpu"
-                     : quickCodegenLevel() == llvm::CodeGenOptLevel::None ? "cpu-quick-cg0"
-                                                                          : "cpu-quick-cg1";
-  return cache::contentKey({kind, text, hostCodegenId()});
-}
-
-// The fast tier runs the loop vectorizer on a kernel whose element operations over the
-// program (domain points x statements x the kernels that share its code) reach this many
-// (RCJIT_QUICK_VECTORIZE sets it; 0: every kernel). Below it the vectorizer's compile time
-// (5-15 ms a kernel on a 2-core AVX2 host, half again the short pipeline's) outweighs what
-// the vector code saves in the calls before the optimized tier is ready; above it a scalar
-// kernel runs 3-6x longer than a vector one (llama-3.2-1b's attention softmax, 16 layers:
-// 10 ms a call against 1.8) (docs/first-call.md, "Cheaper LLVM").
-int64_t quickVectorizeWork() {
-  static const int64_t work = envInteger("RCJIT_QUICK_VECTORIZE", int64_t{1} << 20, 0,
-                                         std::numeric_limits<int64_t>::max(), "element operations");
-  return work;
-}
-
 // Intermediates of at least this many bytes (RCJIT_ARENA_MAX_BUFFER) are not in the
 // call's arena: each is allocated at its first step and freed after its last
 // (moveLargeBuffersOut), from the storage cache of large blocks (tracer/Storage.cpp: the
@@ -155,179 +66,12 @@ int64_t largeBufferBytes() {
   return bytes;
 }
 
-// A kernel's element operations in one run, about: its domain's points (each symbol counted
-// as 128) times its statements, at most 2^50.
-int64_t kernelWork(const LoopKernel &k) {
-  int32_t symbols = 0;
-  for (const SizeExpr &d : k.domain)
-    for (int32_t s : d.syms) symbols = std::max(symbols, s + 1);
-  const std::vector<int64_t> syms(static_cast<size_t>(symbols), 128);
-  double work = static_cast<double>(k.stmts.size());
-  for (const SizeExpr &d : k.domain)
-    work *= std::max<double>(1.0, static_cast<double>(evalSize(d, syms.data())));
-  return static_cast<int64_t>(std::min(work, std::ldexp(1.0, 50)));
-}
-
-// Whether a program's kernels compile as a module per pool thread, concurrently on the work
-// pool: when the pool has two threads or more and the compile may use them (else one
-// module: on one thread a module per kernel cost ~2.5 ms more each, gpt2's six 155 ms
-// against 122 as one module). Not whether the pool is packed onto fewer CPUs now (a busy
-// machine): the modules are the compile cache's keys, and a grouping that followed the
-// machine's load made a warm start miss objects a loaded cold run had grouped otherwise
-// (vit-gpt2's captioning warm start: 0 cache hits in 1 of 8 runs); packed, the modules
-// take turns on the CPUs the pool has (~5 ms a module more).
-bool compileInParallel() {
-  const WorkPool &pool = WorkPool::instance();
-  return pool.threads() > 1 && (omp_get_max_threads() > 1 || cancellableCompile());
-}
-
-std::string kernelKey(const LoopKernel &k, const std::string &features, bool quick) {
-  LoopKernel anon = k;
-  anon.name = "k";
-  return features + (quick ? " quick\n" : "\n") + printKernel(anon);
-}
-
-// Per kernel of `p` for the fast tier: whether the loop vectorizer runs on it (the work of
-// all the kernels with its key against quickVectorizeWork()).
-std::vector<bool> quickVectorized(const Program &p, const std::vector<std::string> &keys) {
-  std::unordered_map<std::string, int64_t> work;
-  for (size_t i = 0; i < p.kernels.size(); ++i) work[keys[i]] += kernelWork(p.kernels[i]);
-  std::vector<bool> out(p.kernels.size());
-  for (size_t i = 0; i < p.kernels.size(); ++i) out[i] = work[keys[i]] >= quickVectorizeWork();
-  return out;
-}
-
-// Compiles `todo` as one module per pool thread (at most one per kernel), concurrently on the
-// work pool, each cached under its own key (its kernels' text); fills each kernel's function
-// and the module that owns it, and returns how many kernels came from the object cache. A
-// module costs 4-5 ms on top of its kernels here (target machine, code generation's
-// pipeline, the object store, linking) even for a copy kernel, so kernels are grouped rather
-// than compiled one module each: llama-3.2-1b's 17 fast-tier kernels compiled in 109-113 ms
-// of its first call instead of 129-215, vit-gpt2's 13 in 105-122 instead of 209-295, gpt2's 6
-// in 40-52 instead of 64-71 (docs/performance.md, "Concurrent kernel compiles"). Kernels go to
-// the least loaded module, largest first, by their statements (a vectorized one counting half
-// again) plus the module's cost.
-int compileAsPoolModules(const std::vector<LoopKernel> &todo, const CpuCompileOptions &co,
-                         std::vector<KernelFn> &fns,
-                         std::vector<std::shared_ptr<const void>> &owners) {
-  int hits = 0;
-  const size_t groups = std::min<size_t>(
-      todo.size(), static_cast<size_t>(std::max(1, WorkPool::instance().threads())));
-  std::vector<std::vector<size_t>> members(groups); // per module: indices into todo
-  {
-    auto cost = [&](size_t i) {
-      return static_cast<double>(todo[i].stmts.size()) * (co.vectorizes(i) ? 1.5 : 1.0) + 4.0;
-    };
-    std::vector<size_t> order(todo.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return cost(a) > cost(b); });
-    std::vector<double> load(groups, 0);
-    for (size_t i : order) {
-      const size_t g =
-          static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-      members[g].push_back(i);
-      load[g] += cost(i);
-    }
-  }
-  std::vector<CpuCompiledKernels> each(groups);
-  const logging::CompileContext *context = logging::CompileScope::current();
-  WorkPool::instance().run(static_cast<int64_t>(groups), [&](int64_t g) {
-    std::optional<logging::CompileScope> scope; // the compile's entry on this thread too
-    if (context) scope.emplace(*context);
-    throwIfCompileCancelled();
-    std::vector<LoopKernel> ks;
-    CpuCompileOptions gco = co;
-    gco.quickVectorize.clear();
-    for (size_t j : members[static_cast<size_t>(g)]) {
-      ks.push_back(todo[j]);
-      ks.back().name = "k" + std::to_string(ks.size() - 1);
-      gco.quickVectorize.push_back(co.vectorizes(j));
-    }
-    each[static_cast<size_t>(g)] = compileKernels(ks, moduleKey(ks, gco), gco);
-  });
-  fns.resize(todo.size());
-  owners.resize(todo.size());
-  for (size_t g = 0; g < groups; ++g) {
-    if (each[g].fromCache) hits += static_cast<int>(members[g].size());
-    for (size_t k = 0; k < members[g].size(); ++k) {
-      fns[members[g][k]] = each[g].functions.at(k);
-      owners[members[g][k]] = each[g].code;
-    }
-  }
-  return hits;
-}
-
 } // namespace
 
 std::shared_ptr<CpuProgram> CpuProgram::create(Program p, const std::string &moduleId,
                                                const CpuProgramOptions &opts) {
   auto cp = std::shared_ptr<CpuProgram>(new CpuProgram());
-  // Compile each distinct kernel not compiled before (all of them when dumps are wanted).
-  bool dumps = opts.keepLlvmIr || opts.keepAssembly;
-  KernelMemo &memo = KernelMemo::instance();
-  std::vector<std::string> keys;
-  std::unordered_map<std::string, size_t> fresh; // key -> index in `todo`
-  std::vector<LoopKernel> todo;
-  cp->kernels_.assign(p.kernels.size(), nullptr);
-  const std::string features = cpuFeatures(); // code for one feature set never serves another
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
-    keys.push_back(kernelKey(p.kernels[i], features, opts.quick));
-  }
-  std::vector<bool> vectorize; // per kernel, for the fast tier
-  if (opts.quick) {
-    vectorize = quickVectorized(p, keys);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (vectorize[i]) keys[i] += kQuickVectorizeKey;
-    }
-  }
-  std::vector<bool> todoVectorize;
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (!dumps) {
-      KernelMemo::Hit hit = memo.find(keys[i]);
-      cp->kernels_[i] = hit.fn;
-      if (hit.code) cp->code_.push_back(std::move(hit.code));
-    }
-    if (cp->kernels_[i]) ++cp->cacheHits_;
-    if (!cp->kernels_[i] && !fresh.count(keys[i])) {
-      fresh[keys[i]] = todo.size();
-      todo.push_back(p.kernels[i]);
-      todo.back().name = "k" + std::to_string(todo.size() - 1);
-      todoVectorize.push_back(opts.quick && vectorize[i]);
-    }
-  }
-  if (!todo.empty()) {
-    CpuCompileOptions co;
-    co.wantLlvmIr = opts.keepLlvmIr;
-    co.wantAssembly = opts.keepAssembly;
-    co.name = moduleId;
-    co.quick = opts.quick;
-    co.quickVectorize = std::move(todoVectorize);
-    std::vector<KernelFn> fns;
-    std::vector<std::shared_ptr<const void>> owners; // per entry of fns: its module's code
-    // a background compile (jit/Tiered.h) groups kernels as a compile on a caller's thread
-    // would (the same cache keys), one after another on its own thread, stopping between
-    // modules when the process exits
-    if (!dumps && todo.size() > 1 && compileInParallel()) {
-      cp->cacheHits_ += compileAsPoolModules(todo, co, fns, owners);
-    } else {
-      // one module (also whenever its LLVM IR or assembly is wanted: one text to read)
-      CpuCompiledKernels ck = compileKernels(todo, moduleKey(todo, co), co);
-      if (ck.fromCache) cp->cacheHits_ += static_cast<int>(todo.size());
-      fns = std::move(ck.functions);
-      owners.assign(fns.size(), ck.code);
-      cp->llvmIr_ = std::move(ck.llvmIr);
-      cp->assembly_ = std::move(ck.assembly);
-    }
-    for (size_t i = 0; i < p.kernels.size(); ++i) {
-      if (cp->kernels_[i]) continue;
-      cp->kernels_[i] = fns[fresh.at(keys[i])];
-    }
-    for (const auto &[key, idx] : fresh) memo.add(key, fns[idx], owners[idx]);
-    for (const auto &o : owners) {
-      if (cp->code_.empty() || cp->code_.back() != o) cp->code_.push_back(o);
-    }
-  }
+  compileKernelsOf(cp, p, moduleId, opts); // (KernelCompile.cpp)
   cp->program_ = std::move(p);
   cp->moduleId_ = moduleId;
   cp->autotune_ = opts.autotune;

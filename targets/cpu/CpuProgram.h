@@ -28,6 +28,39 @@ struct CpuProgramOptions {
   /// The fast tier (jit/Tiered.h): kernels through the cheap LLVM pipeline (CpuJit), keyed
   /// apart from the optimized ones in the memo and the object cache.
   bool quick = false;
+  /// How many times a call runs the program (ExecutableOptions::runsPerCall).
+  int runsPerCall = 1;
+};
+
+class CpuProgram;
+
+/// Defers the loop-kernel code generation of the CpuPrograms created on this thread, while
+/// the outermost open batch lives, to its finish(): there the modules of all of them compile
+/// concurrently on the work pool. Each program's new kernels (those neither in the kernel
+/// memo nor in an earlier program of the batch) are cut into modules as its own compile
+/// would cut them, so the object cache's keys are the ones a compile outside a batch (a
+/// tiered optimized tier's, on the background thread) makes. A regional plan opens one
+/// around its stages: a stage's program is needed (its output strides key the next stage)
+/// before its code is, so without the batch a small stage's one module (gpt2's embedding)
+/// compiled alone on one core before the next stage's could start (docs/first-call.md,
+/// "Regional against full").
+/// A program created in a batch must not run before finish() returns (it throws
+/// rcjit::Error if it does); one whose batch ends without finish() (an exception) never
+/// runs. Programs that keep their LLVM IR or assembly compile at once. Not thread-safe:
+/// one thread's scope; batches on other threads are their own.
+class KernelBatch {
+public:
+  KernelBatch();
+  ~KernelBatch();
+  KernelBatch(const KernelBatch &) = delete;
+  KernelBatch &operator=(const KernelBatch &) = delete;
+  /// Compiles the deferred kernels and completes their programs (an inner batch: nothing,
+  /// its outermost one does). Throws rcjit::Error as CpuProgram::create would.
+  void finish();
+  struct State; // the deferred kernels and the programs waiting on them (KernelCompile.cpp)
+
+private:
+  State *state_ = nullptr; // null for an inner batch
 };
 
 /// Immutable once created; run() is thread-safe (each concurrent call gets its own arena
@@ -59,6 +92,7 @@ public:
   std::string libraryNotes() const override;
 
 private:
+  friend class KernelBatch;
   struct Arena; // a call's scratch memory and per-buffer vectors (CpuCall.h)
   // The program at one assignment of its symbols: concrete values, buffers and arena plan,
   // and the library calls prepared for those shapes.
@@ -104,6 +138,11 @@ private:
   std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
                               const std::vector<int> *alias = nullptr,
                               const std::vector<int> *runs = nullptr) const;
+  // Fills kernels_, code_, cacheHits_ and the kept LLVM IR and assembly for `p`
+  // (KernelCompile.cpp): from the kernel memo, compiled now, or in an open KernelBatch at its
+  // finish() (awaitingBatch_ until then).
+  static void compileKernelsOf(const std::shared_ptr<CpuProgram> &cp, const Program &p,
+                               const std::string &moduleId, const CpuProgramOptions &opts);
   // `costModel`: small oneDNN steps get a one-thread primitive and run on the calling
   // thread (max_autotune measures instead)
   static std::shared_ptr<const Spec> makeSpec(const Program &p, const int64_t *syms,
@@ -131,6 +170,7 @@ private:
   std::vector<std::shared_ptr<const void>> code_; // the modules kernels_ live in (KernelMemo)
   std::string llvmIr_, assembly_;
   int cacheHits_ = 0;
+  bool awaitingBatch_ = false; // created in a KernelBatch not finished yet: kernels_ unset
   std::unique_ptr<SpecTable<Spec>> specs_;
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
