@@ -240,9 +240,9 @@ Grads linearCePickGrad(const std::vector<Tensor> &in, const Tensor &g,
   Grads r(3);
   if (!need[0] && !need[1]) return r;
   Tensor packed = detail::linearCePickBackward(x, w, in[2], g);
-  const int64_t xs = x.numel();
-  if (need[0]) r[0] = reshape(slice(packed, 0, 0, xs), x.shape());
-  if (need[1]) r[1] = reshape(slice(packed, 0, xs, xs + w.numel()), w.shape());
+  const int64_t ws = w.numel(); // [dw | dx | values]: dw at offset 0 (LinearCe.cpp says why)
+  if (need[0]) r[0] = reshape(slice(packed, 0, ws, ws + x.numel()), x.shape());
+  if (need[1]) r[1] = reshape(slice(packed, 0, 0, ws), w.shape());
   return r;
 }
 
@@ -397,7 +397,7 @@ Grads rawRule(OpKind op, const Attrs &a, const std::vector<Tensor> &in, const Te
             in.size() > 2 && need[2] ? g : Tensor()};
   case OpKind::sdpa:
     return sdpaGrad(in, a, g, need);
-  case OpKind::linear_ce_pick: // dx and dw in one packed tensor, sliced apart (views)
+  case OpKind::linear_ce_pick: // dw and dx in one packed tensor, sliced apart (views)
     return linearCePickGrad(in, g, need);
   case OpKind::linear_ce_pick_backward:
     throw Error("linear_ce_pick_backward: higher-order gradients are not implemented");

@@ -20,7 +20,8 @@ Tensor linearCePick(const Tensor &x, const Tensor &w, const Tensor &target);
 /// Whether a traced cross_entropy records linear_ce_pick (default: RCJIT_FUSED_LINEAR_CE=1);
 /// returns the previous setting. Defined in autograd/Losses.cpp.
 bool setFusedLinearCe(bool on);
-/// Its gradient: dx [R*K] then dw [N*K] in one f32 tensor, for the per-row gradient g.
+/// Its gradient: dw [N*K], dx [R*K] and the per-row values [R] in one f32 tensor, for the
+/// per-row gradient g.
 Tensor linearCePickBackward(const Tensor &x, const Tensor &w, const Tensor &target,
                             const Tensor &g);
 /// x converted to dtype (x itself when it already has it); recorded as `cast`.

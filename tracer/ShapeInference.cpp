@@ -333,7 +333,7 @@ TensorMeta inferMatmulCategory(OpKind op, const std::vector<TensorMeta> &in, con
 }
 
 // linear_ce_pick: x [..., K] and w [N, K] f32, target [...] i32/i64 (and the backward's
-// g [...] f32) -> per-row values [...], or the backward's packed [R*K + N*K + R]: dx, dw
+// g [...] f32) -> per-row values [...], or the backward's packed [N*K + R*K + R]: dw, dx
 // and the forward's per-row values.
 TensorMeta inferLinearCePick(OpKind op, const std::vector<TensorMeta> &in) {
   const size_t want = op == OpKind::linear_ce_pick ? 3 : 4;

@@ -376,7 +376,7 @@ bool CpuProgram::Call::accumulateIntoBase(size_t i, const Step &s) {
   Tensor &base = arena_->dynamic[bv.buffer];
   if (arena_->bases[r.buffer] ||
       (rb.kind != Buffer::Kind::output && rb.kind != Buffer::Kind::dynamic) ||
-      !heldAlone(base, rb.bytes) || base.dtype() != r.dtype)
+      !heldAlone(base, p_.buffers[bv.buffer].bytes) || base.dtype() != r.dtype)
     return false;
   Tensor acc = detail::makeView(base, r.shape, detail::contiguousStrides(r.shape), 0);
   eager::embeddingBackwardInto(acc, operandView(s.operands[0]), operandView(s.operands[1]));

@@ -393,6 +393,14 @@ std::vector<char> eagerIntoBase(const Program &p) {
     const Buffer &b = p.buffers[v.buffer];
     return v.offset == 0 && v.shape == b.shape && v.strides == detail::contiguousStrides(v.shape);
   };
+  // the base may also be the front of its buffer (a tied head's weight gradient at the
+  // front of linear_ce_pick_backward's packed result): the result takes the whole block
+  auto front = [&](const Value &v) {
+    int64_t n = static_cast<int64_t>(dtypeSize(v.dtype));
+    for (int64_t d : v.shape) n *= d;
+    return v.offset == 0 && v.strides == detail::contiguousStrides(v.shape) &&
+           n <= p.buffers[v.buffer].bytes;
+  };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step &s = p.steps[i];
     if (s.kind != Step::Kind::eager || s.op != OpKind::embedding_backward ||
@@ -400,7 +408,7 @@ std::vector<char> eagerIntoBase(const Program &p) {
       continue;
     const Value &base = p.values[s.operands[2]], &r = p.values[s.result];
     into[i] = p.buffers[base.buffer].kind == Buffer::Kind::dynamic &&
-              lastUse[base.buffer] == static_cast<int>(i) && whole(base) && whole(r) &&
+              lastUse[base.buffer] == static_cast<int>(i) && front(base) && whole(r) &&
               base.shape == r.shape && base.dtype == r.dtype &&
               (r.dtype == DType::f32 || r.dtype == DType::f64) &&
               p.values[s.operands[0]].buffer != base.buffer &&

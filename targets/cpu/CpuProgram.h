@@ -200,9 +200,11 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
 std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels);
 
 /// Per step of `p` (a layout), whether it is an eager embedding_backward with a base
-/// (jit/passes/EmbeddingGradSum.h) whose base is a whole dynamic buffer that dies there,
-/// shaped as the result, f32 or f64 (the scatter's own types): the call may scatter into the base's
-/// block and hand that block on as the result (CpuCall.cpp) when it holds the block alone.
+/// (jit/passes/EmbeddingGradSum.h) whose base is a dynamic buffer that dies there, the whole
+/// of it or its contiguous front (a tied head's weight gradient at the front of
+/// linear_ce_pick_backward's packed result), shaped as the result, f32 or f64 (the
+/// scatter's own types): the call may scatter into the base's block and hand that block on
+/// as the result (CpuCall.cpp) when it holds the block alone.
 std::vector<char> eagerIntoBase(const Program &p);
 
 } // namespace rcjit::cpu

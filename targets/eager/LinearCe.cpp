@@ -81,12 +81,16 @@ Tensor pickForward(const Problem &p, const TensorMeta &out) {
   return y;
 }
 
-// The packed [dx (R*K) | dw (N*K) | y (R)]: the gradients and the forward's values.
+// The packed [dw (N*K) | dx (R*K) | y (R)]: the gradients and the forward's values. dw comes
+// first: sliced out at offset 0, a compiled backward's weight gradient is a leaf's gradient
+// as it is (autograd keeps a contiguous gradient that starts its storage), where at another
+// offset it was copied, the packed block still alive: llama-3.2-1b's 1 GB head gradient
+// twice at the peak.
 Tensor pickBackward(const Problem &p, const Tensor &gIn, const TensorMeta &out) {
   Tensor gc = contiguousAs(gIn, DType::f32);
   const float *g = ptr<float>(gc);
   Tensor packed = detail::makeTensor(out.shape, DType::f32);
-  float *dx = ptr<float>(packed), *dw = dx + p.rows * p.k, *y = dw + p.n * p.k;
+  float *dw = ptr<float>(packed), *dx = dw + p.n * p.k, *y = dx + p.rows * p.k;
   const int64_t chunk = p.chunkRows();
   Tensor buf = detail::makeTensor({chunk * p.n}, DType::f32);
   float *b = ptr<float>(buf);
