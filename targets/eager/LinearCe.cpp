@@ -82,10 +82,11 @@ Tensor pickForward(const Problem &p, const TensorMeta &out) {
 }
 
 // The packed [dw (N*K) | dx (R*K) | y (R)]: the gradients and the forward's values. dw comes
-// first: sliced out at offset 0, a compiled backward's weight gradient is a leaf's gradient
-// as it is (autograd keeps a contiguous gradient that starts its storage), where at another
-// offset it was copied, the packed block still alive: llama-3.2-1b's 1 GB head gradient
-// twice at the peak.
+// first: a compiled call scatters a tied embedding's gradient into it in place (a base at
+// the front of a dying buffer: eagerIntoBase, targets/cpu/CpuProgram.h), and the block
+// becomes the weight's gradient without a copy (autograd keeps a contiguous gradient that
+// starts its storage); with dw in the middle the sum took a block of its own, llama-3.2-1b's
+// peak 1 GB higher.
 Tensor pickBackward(const Problem &p, const Tensor &gIn, const TensorMeta &out) {
   Tensor gc = contiguousAs(gIn, DType::f32);
   const float *g = ptr<float>(gc);
