@@ -3,9 +3,11 @@
 #include "jit/Regional.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "cache/ClearHooks.h"
 #include "jit/CompileGraph.h"
@@ -361,7 +363,7 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
     recordOutputStrides(st, symValues, strides);
     plan.stages.push_back(std::move(st));
   }
-  if (batch) batch->finish();
+  if (batch) std::tie(plan.batchedKernels, plan.batchSeconds) = batch->finish();
   for (auto &[key, program] : made.programs) StageTable::instance().add(key, program);
   for (auto &[key, training] : made.training) TrainingStageTable::instance().add(key, training);
   plan.assignSlots();
@@ -460,7 +462,14 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
 std::string RegionalPlan::print() const {
   std::ostringstream os;
   os << "regional: " << stages.size() << " stages, " << compiled << " compiled, " << reused
-     << " reused\n";
+     << " reused";
+  if (batchedKernels > 0) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f ms", batchSeconds * 1e3);
+    os << "; the stages' " << batchedKernels << " new loop kernels compiled together in " << ms
+       << " (not in a stage's own compile time)";
+  }
+  os << "\n";
   for (size_t i = 0; i < stages.size(); ++i) {
     const RegionalStage &s = stages[i];
     os << "  stage " << i << ": " << s.name << (s.reused ? " (reused)" : " (compiled)") << ", ";

@@ -46,6 +46,10 @@ struct RegionalPlan {
   int compiled = 0; // programs compiled now (a training stage's forward, and its backward
                     // where compiled with the plan; a lazy one counts once it exists)
   int reused = 0;   // programs served by an already compiled identical stage
+  // the stages' new loop kernels, compiled together once every stage was planned (CPU:
+  // cpu::KernelBatch; a stage's own compile time leaves them out), and how long that took
+  size_t batchedKernels = 0;
+  double batchSeconds = 0;
   // run()'s tensors by slot, not by node id: the program inputs first, then the stages'
   // outputs (a call touches these, not every node of the graph)
   int numSlots = 0;

@@ -322,6 +322,8 @@ TEST(CompileRegional, StagesCompileTheirKernelsTogether) {
       << "every stage's target compile comes before the batch\n"
       << err;
   EXPECT_EQ(cf.stats().compiles, 3); // glue, layer (twice: one compile), glue
+  EXPECT_NE(cf.explain().find("new loop kernels compiled together in"), std::string::npos)
+      << cf.explain();
 }
 
 // A regional call holds a stage's output until its last reader has run, not to the end of

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rcjit/Tensor.h>
@@ -55,8 +56,9 @@ public:
   KernelBatch(const KernelBatch &) = delete;
   KernelBatch &operator=(const KernelBatch &) = delete;
   /// Compiles the deferred kernels and completes their programs (an inner batch: nothing,
-  /// its outermost one does). Throws rcjit::Error as CpuProgram::create would.
-  void finish();
+  /// its outermost one does). Returns the kernels compiled and the seconds it took (0, 0
+  /// for an inner batch or none deferred). Throws rcjit::Error as CpuProgram::create would.
+  std::pair<size_t, double> finish();
   struct State; // the deferred kernels and the programs waiting on them (KernelCompile.cpp)
 
 private:

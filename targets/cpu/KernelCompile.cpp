@@ -289,8 +289,8 @@ KernelBatch::~KernelBatch() {
   delete state_; // not finished: its programs keep awaitingBatch_ and never run
 }
 
-void KernelBatch::finish() {
-  if (!state_) return;
+std::pair<size_t, double> KernelBatch::finish() {
+  if (!state_) return {0, 0.0};
   openBatch = nullptr; // (what the compile below creates is not deferred)
   std::unique_ptr<State> s(state_);
   state_ = nullptr;
@@ -318,9 +318,9 @@ void KernelBatch::finish() {
     if (c.cached.at(w.at)) ++cp.cacheHits_;
     cp.awaitingBatch_ = false;
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (logging::wanted(logging::Kind::passes) && !compiles.empty()) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     logging::emit(logging::CompileStepEvent{
         .graph = compiles.front()->co.name,
         .step = "batched kernels",
@@ -329,6 +329,7 @@ void KernelBatch::finish() {
                   " programs compiled together, " + std::to_string(modules) + " modules\n",
         .phase = "target"});
   }
+  return {kernels, seconds};
 }
 
 
