@@ -339,8 +339,7 @@ void CpuProgram::compileKernelsOf(const std::shared_ptr<CpuProgram> &cp, const P
   bool dumps = opts.keepLlvmIr || opts.keepAssembly;
   KernelMemo &memo = KernelMemo::instance();
   std::vector<std::string> keys;
-  std::unordered_map<std::string, size_t> fresh; // key -> index in `todo`
-  std::vector<LoopKernel> todo;
+  std::unordered_map<std::string, size_t> fresh; // key -> index in compile->todo
   cp->kernels_.assign(p.kernels.size(), nullptr);
   const std::string features = cpuFeatures(); // code for one feature set never serves another
   for (size_t i = 0; i < p.kernels.size(); ++i) {
