@@ -192,9 +192,13 @@ std::vector<std::vector<size_t>> moduleGroups(const std::vector<LoopKernel> &tod
   return members;
 }
 
+} // namespace
+
 // One compile's distinct kernels (named k0, k1, ... in order) with its options, cut into
 // modules (cut); once compileAll has compiled them, collect() fills each kernel's function,
-// the module that owns it and whether that came from the object cache.
+// the module that owns it and whether that came from the object cache. Outside the anonymous
+// namespace: KernelBatch::State holds these, and a member of a named class must not have an
+// internal type (GCC's -Wsubobject-linkage, an error where a unity build includes this file).
 struct KernelCompile {
   std::vector<LoopKernel> todo;
   CpuCompileOptions co;
@@ -233,6 +237,8 @@ struct KernelCompile {
     }
   }
 };
+
+namespace {
 
 // Compiles the modules of `compiles` (each cut already): concurrently on the work pool where
 // there are several and the compile may use the pool, else one after another here. A
