@@ -181,8 +181,12 @@ std::vector<std::vector<size_t>> moduleGroups(const std::vector<LoopKernel> &tod
   };
   std::vector<size_t> order(todo.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return cost(a) > cost(b); });
+  // costliest first, ties in kernel order (std::stable_sort would do, but libstdc++ 12's
+  // trips clang 19's deprecation warning in the fuzz build)
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const double ca = cost(a), cb = cost(b);
+    return ca != cb ? ca > cb : a < b;
+  });
   std::vector<double> load(groups, 0);
   for (size_t i : order) {
     const size_t g = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
