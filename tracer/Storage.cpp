@@ -3,8 +3,10 @@
 // behind rcjit::memory_stats.
 //
 // Large tensors are allocated and freed on every eager op; returning their pages to the
-// OS and faulting them back in costs more than the op itself. Freed blocks of 1 MiB or
-// more are kept and handed out again for the same size, up to cacheLimit() bytes in all:
+// OS and faulting them back in costs more than the op itself. Freed blocks of 128 KiB or
+// more (glibc's mmap threshold, at and above which glibc maps blocks or trims its heap
+// back and the next block of the size faults its pages in again) are kept and handed out
+// again for the same size, up to cacheLimit() bytes in all:
 // the most CPU tensor storage the process has held at once (at least 1 GiB), so a loop
 // that reaches the same peak every iteration (a training step) finds its blocks again
 // instead of faulting them in, while live and cached blocks together stay within 1.5
@@ -39,7 +41,11 @@ constexpr size_t kAlign = 64;
 // whose 64 stage calls each make a 40-byte output: ~25 % of its profile samples; the
 // call 3 % faster without it, eager toy64 5 %).
 constexpr size_t kSmallMax = 1024 - kAlign;
-constexpr size_t kCacheMin = size_t{1} << 20;
+// 128 KiB: a regional gpt2 call's 384 KiB stage outputs, freed and made again every
+// call, faulted their pages in each time from glibc (53 faults and 107 us an allocation
+// against none and 17-22 us from the cache; the stage's closing add 0.25-0.31 ms a run
+// against 0.08; docs/first-call.md)
+constexpr size_t kCacheMin = size_t{1} << 17;
 constexpr int64_t kCacheFloor = int64_t{1} << 30;
 
 // The most bytes of CPU tensor storage live at once since the process started (never
