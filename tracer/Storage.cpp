@@ -42,9 +42,10 @@ constexpr size_t kAlign = 64;
 // call 3 % faster without it, eager toy64 5 %).
 constexpr size_t kSmallMax = 1024 - kAlign;
 // 128 KiB: a regional gpt2 call's 384 KiB stage outputs, freed and made again every
-// call, faulted their pages in each time from glibc (53 faults and 107 us an allocation
-// against none and 17-22 us from the cache; the stage's closing add 0.25-0.31 ms a run
-// against 0.08; docs/first-call.md)
+// call, faulted their pages in each time from glibc (a loop of such blocks: 53 faults and
+// 107 us an iteration against none and 17-22 us from the cache; the stage's closing add
+// 0.25-0.31 ms a run against 0.08-0.11; eager gpt2 3085 faults a call against none;
+// docs/first-call.md, "Regional against full")
 constexpr size_t kCacheMin = size_t{1} << 17;
 constexpr int64_t kCacheFloor = int64_t{1} << 30;
 
