@@ -121,7 +121,10 @@ TEST(Tensor, FreedBlocksFrom128KiBAreReusedWithoutFaults) {
   const long before = faults();
   constexpr int kSteps = 200;
   for (int i = 0; i < kSteps; ++i) step();
-  EXPECT_LT(faults() - before, kSteps) << "blocks of 192 and 384 KiB faulted their pages in again";
+  // 146 faults a step before (the blocks' 144 pages); about one under ASan, whose quarantine
+  // gives the small allocations (tensor objects) fresh pages
+  EXPECT_LT(faults() - before, 10 * kSteps)
+      << "blocks of 192 and 384 KiB faulted their pages in again";
   EXPECT_EQ(held.to_vector<float>().at(kFloats - 1), 2.0f);
 }
 
