@@ -3,7 +3,6 @@
 #include "jit/Regional.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -464,10 +463,8 @@ std::string RegionalPlan::print() const {
   os << "regional: " << stages.size() << " stages, " << compiled << " compiled, " << reused
      << " reused";
   if (batchedKernels > 0) {
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.1f ms", batchSeconds * 1e3);
-    os << "; the stages' " << batchedKernels << " new loop kernels compiled together in " << ms
-       << " (not in a stage's own compile time)";
+    os << "; the stages' " << batchedKernels << " new loop kernels compiled together in "
+       << explainMs(batchSeconds) << " (not in a stage's own compile time)";
   }
   os << "\n";
   for (size_t i = 0; i < stages.size(); ++i) {

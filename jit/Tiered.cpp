@@ -47,12 +47,6 @@ double secondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string ms(double seconds) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
-  return buf;
-}
-
 // The optimized program may replace the fast one only where a call's outputs look the same.
 std::string layoutsDiffer(const Program &fast, const Program &opt) {
   if (fast.outputs.size() != opt.outputs.size()) return "a different number of outputs";
@@ -96,14 +90,14 @@ public:
     const std::string why = layoutsDiffer(fast_->program(), opt->program());
     const double at = secondsBetween(born_, Clock::now());
     if (!why.empty()) {
-      note_ =
-          "the optimized tier compiled in " + ms(seconds) + " but " + why + ": the fast tier stays";
+      note_ = "the optimized tier compiled in " + explainMs(seconds) + " but " + why +
+              ": the fast tier stays";
     } else {
       opt_ = std::move(opt);
       switchCall_ = fastCalls_.load() + 1;
       std::ostringstream os;
-      os << "switched to the optimized tier at call " << switchCall_ << ", " << ms(at)
-         << " after the fast tier was ready (background compile " << ms(seconds) << ")";
+      os << "switched to the optimized tier at call " << switchCall_ << ", " << explainMs(at)
+         << " after the fast tier was ready (background compile " << explainMs(seconds) << ")";
       note_ = os.str();
       ready_.store(true, std::memory_order_release);
       // the output_code log shows the code that runs from now on
@@ -133,7 +127,7 @@ public:
   std::string note() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
-    os << "tiered: fast tier (library matmuls, quick LLVM; compiled in " << ms(fastSeconds_)
+    os << "tiered: fast tier (library matmuls, quick LLVM; compiled in " << explainMs(fastSeconds_)
        << ") ran " << fastCalls_.load() << " calls";
     if (ready_.load(std::memory_order_acquire)) {
       os << ", optimized tier " << optCalls_.load() << " calls; " << note_;
@@ -413,6 +407,12 @@ TierHoldScope::~TierHoldScope() {
   } catch (...) { // (out of memory while queueing: those executables keep their fast tier)
     TierCompiler::heldJobs.clear();
   }
+}
+
+std::string explainMs(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
+  return buf;
 }
 
 std::string tierNote(const Executable &e) {

@@ -46,6 +46,9 @@ CompileResult compileTiered(const CompileRequest &r);
 /// came; "" for any other executable.
 std::string tierNote(const Executable &e);
 
+/// "12.3 ms": a duration in seconds as explain()'s tier and regional lines print it.
+std::string explainMs(double seconds);
+
 /// The tier the calls on this thread ran since the last take: "fast" where any tiered
 /// program ran its fast tier, else "optimized" where one ran its optimized tier, else null
 /// (no tiered program ran). Resets it.
