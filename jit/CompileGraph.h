@@ -63,6 +63,10 @@ struct CompileRequest {
   int64_t smallMatmulMacs = -1;
   /// The sharded parameters among the graph's inputs (ZeRO-3), told to scheduled passes.
   ShardingState sharding;
+  /// A tiered compile of a graph that only computes (a forward program or stage, not a
+  /// backward or a whole step): its first tier may run the traced graph on the eager
+  /// kernels instead of compiling loop kernels (jit/Tiered.h, interpretedFirstTier).
+  bool interpretFirst = false;
 };
 
 /// The thresholds max_autotune tries, in order (a lowering equal to an earlier one is

@@ -22,15 +22,15 @@ std::string inputLabel(const Node &n) {
 
 struct Interpreter {
   const Graph &g;
-  const std::vector<Tensor> &inputs;
+  std::vector<Tensor> inputs; // until run() binds them to their nodes
   std::vector<Tensor> values;
   std::vector<int64_t> symbolValue;
   std::vector<size_t> lastUse; // node -> last node reading it (outputs: never released)
   std::vector<int> order;      // program input i -> its input node (Graph::programInputs)
 
-  Interpreter(const Graph &graph, const std::vector<Tensor> &in)
-      : g(graph), inputs(in), values(graph.nodes.size()), symbolValue(graph.symbols.size(), -1),
-        order(graph.programInputs()) {
+  Interpreter(const Graph &graph, std::vector<Tensor> in)
+      : g(graph), inputs(std::move(in)), values(graph.nodes.size()),
+        symbolValue(graph.symbols.size(), -1), order(graph.programInputs()) {
     if (inputs.size() != order.size()) {
       int numArgs = 0;
       for (int id : order) numArgs += g.nodes[id].inputKind == InputKind::arg;
@@ -104,6 +104,7 @@ struct Interpreter {
       checkInput(g.nodes[order[i]], inputs[i]);
       values[order[i]] = inputs[i];
     }
+    inputs.clear(); // the values hold them now, each until its last use
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node &n = g.nodes[i];
       if (n.op == OpKind::input) continue;
@@ -139,6 +140,10 @@ struct Interpreter {
 
 std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs) {
   return Interpreter(g, inputs).run();
+}
+
+std::vector<Tensor> interpretGraph(const Graph &g, std::vector<Tensor> &&inputs) {
+  return Interpreter(g, std::move(inputs)).run();
 }
 
 std::vector<NodeProfile> profileGraph(const Graph &g, const std::vector<Tensor> &inputs) {

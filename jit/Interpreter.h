@@ -1,8 +1,8 @@
 // The graph interpreter: runs a Graph node by node on the eager target.
 //
 // Why: it is the reference every graph pass is tested against (a pass must not change
-// what interpretGraph computes) and the executor of last resort for a graph no compiled
-// target takes.
+// what interpretGraph computes), the executor of last resort for a graph no compiled
+// target takes, and the interpreted first tier of a tiered compile (jit/Tiered.h).
 #pragma once
 #include <vector>
 
@@ -20,6 +20,9 @@ namespace rcjit {
 /// (count, dtype, rank, static sizes) or an op rejects its operands. Thread-safe; the
 /// results may share storage with the inputs (views) and with each other.
 std::vector<Tensor> interpretGraph(const Graph &g, const std::vector<Tensor> &inputs);
+/// The same for a caller that hands its inputs over: each is released after its last use
+/// in the graph (held nowhere else, it is freed during the run).
+std::vector<Tensor> interpretGraph(const Graph &g, std::vector<Tensor> &&inputs);
 
 /// Runs `g` like interpretGraph and returns, per node, its time, the bytes of its value
 /// (0 for inputs and views) and the bytes of the values held after it ran.

@@ -250,6 +250,7 @@ void programStage(const StageContext &c, RegionalStage &st, StageSamples ss, con
   req.symbolic.ranges = c.ranges;
   req.symbolic.findSources = true;
   req.sharding = ss.sharding;
+  req.interpretFirst = true;
   CompileResult res = compileGraph(std::move(req));
   if (!res.notSymbolic.empty()) throw Error("stage " + st.name + ": " + res.notSymbolic);
   if (!ss.sharding.empty())

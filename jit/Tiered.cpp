@@ -24,6 +24,7 @@
 #include "cache/EntryFormat.h"
 #include "cache/Key.h"
 #include "cache/ObjectStore.h"
+#include "jit/Interpreter.h"
 #include "jit/Pipeline.h"
 #include "support/CompileCancel.h"
 #include "support/Env.h"
@@ -33,6 +34,7 @@
 #include "targets/Target.h"
 #include "targets/cpu/CpuKernels.h"
 #include "tracer/GraphIO.h"
+#include "tracer/TensorImpl.h"
 
 namespace rcjit {
 
@@ -59,13 +61,72 @@ std::string layoutsDiffer(const Program &fast, const Program &opt) {
   return "";
 }
 
+// The interpreted first tier: the traced graph run node by node on the eager kernels (the
+// calls an eager run of the function makes), no loop kernel compiled. Its outputs take the
+// layouts of the fast program lowered from the same graph (`program`, never run), so that the
+// switch to the optimized tier, and the stages and backward halves planned from those
+// layouts, see the same strides from the first call on.
+class InterpretedExecutable final : public Executable {
+public:
+  InterpretedExecutable(Graph graph, Program program)
+      : graph_(std::move(graph)), program_(std::move(program)) {}
+
+  std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override {
+    std::vector<Tensor> in;
+    in.reserve(n);
+    for (size_t i = 0; i < n; ++i) in.push_back(*inputs[i]);
+    return conform(interpretGraph(graph_, std::move(in)));
+  }
+  std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const override {
+    std::vector<Tensor> in(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = std::move(inputs[i]); // reset: handed over
+    return conform(interpretGraph(graph_, std::move(in)));
+  }
+  const Program &program() const override { return program_; }
+  const std::string &llvmIr() const override {
+    static const std::string none;
+    return none;
+  }
+  int cacheHits() const override { return 0; }
+
+private:
+  // Each output in its program value's layout: the interpreter's as it is where they agree
+  // (views of inputs, contiguous results), else copied into a tensor of those strides.
+  std::vector<Tensor> conform(std::vector<Tensor> outs) const {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Value &v = program_.values[static_cast<size_t>(program_.outputs[i])];
+      Tensor &t = outs[i];
+      if (t.dtype() != v.dtype || t.shape() != v.shape) {
+        throw Error("the interpreted first tier's output " + std::to_string(i) + " is " +
+                    std::string(dtypeName(t.dtype())) + shapeStr(t.shape()) +
+                    " where its program has " + std::string(dtypeName(v.dtype)) +
+                    shapeStr(v.shape) + " (internal error)");
+      }
+      if (t.strides() == v.strides) continue;
+      int64_t span = 1;
+      for (size_t d = 0; d < v.shape.size(); ++d) {
+        if (v.shape[d] == 0) span = 0;
+        if (span > 0) span += (v.shape[d] - 1) * v.strides[d];
+      }
+      Tensor dst = detail::makeView(detail::makeTensor({span}, v.dtype), v.shape, v.strides, 0);
+      dst.copy_(t);
+      t = std::move(dst);
+    }
+    return outs;
+  }
+
+  const Graph graph_;     // as traced: the eager ops, before the graph passes
+  const Program program_; // the fast lowering of it, for the output layouts and explain()
+};
+
 // Runs the fast tier until the optimized one is installed, then the optimized one. A call
 // reads the flag once: it runs wholly on one tier.
 class TieredExecutable final : public Executable {
 public:
-  TieredExecutable(std::shared_ptr<Executable> fast, std::string moduleId, double fastSeconds)
+  TieredExecutable(std::shared_ptr<Executable> fast, std::string moduleId, double fastSeconds,
+                   bool interpreted)
       : fast_(std::move(fast)), moduleId_(std::move(moduleId)), fastSeconds_(fastSeconds),
-        born_(Clock::now()) {}
+        interpreted_(interpreted), born_(Clock::now()) {}
 
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override {
     return pick().run(inputs, n);
@@ -119,7 +180,16 @@ public:
 
   void failed(const std::string &why) {
     std::lock_guard<std::mutex> lock(mu_);
-    note_ = "the optimized tier failed to compile (" + why + "): the fast tier stays";
+    if (interpreted_) {
+      // this was the graph's first compile to code: its error (an invalid RCJIT_* switch
+      // read by a library step, say) is what an untiered first call would have thrown, so
+      // every call from now on throws it instead of running eagerly without a word
+      note_ = "the optimized tier failed to compile (" + why + ")";
+      failure_ = "compiling " + moduleId_ + " (after an interpreted first call): " + why;
+      failed_.store(true, std::memory_order_release);
+    } else {
+      note_ = "the optimized tier failed to compile (" + why + "): the fast tier stays";
+    }
     logging::emit(logging::CompileStepEvent{
         .graph = moduleId_, .step = "tier switch", .result = note_ + "\n", .phase = "background"});
   }
@@ -127,8 +197,13 @@ public:
   std::string note() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
-    os << "tiered: fast tier (library matmuls, quick LLVM; compiled in " << explainMs(fastSeconds_)
-       << ") ran " << fastCalls_.load() << " calls";
+    if (interpreted_) {
+      os << "tiered: fast tier (the traced graph interpreted on the eager kernels; lowered in "
+         << explainMs(fastSeconds_) << ") ran " << fastCalls_.load() << " calls";
+    } else {
+      os << "tiered: fast tier (library matmuls, quick LLVM; compiled in "
+         << explainMs(fastSeconds_) << ") ran " << fastCalls_.load() << " calls";
+    }
     if (ready_.load(std::memory_order_acquire)) {
       os << ", optimized tier " << optCalls_.load() << " calls; " << note_;
     } else {
@@ -142,6 +217,10 @@ private:
     return ready_.load(std::memory_order_acquire) ? *opt_ : *fast_;
   }
   const Executable &pick() const {
+    if (failed_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      throw Error(failure_);
+    }
     if (ready_.load(std::memory_order_acquire)) {
       optCalls_.fetch_add(1, std::memory_order_relaxed);
       callTiers |= 2;
@@ -155,12 +234,14 @@ private:
   std::shared_ptr<Executable> fast_;
   std::shared_ptr<Executable> opt_; // written once before ready_ is set
   std::atomic<bool> ready_{false};
+  std::atomic<bool> failed_{false}; // an interpreted tier's optimized compile threw: failure_
   mutable std::atomic<int64_t> fastCalls_{0}, optCalls_{0};
   const std::string moduleId_;
   const double fastSeconds_;
+  const bool interpreted_; // the fast tier is an InterpretedExecutable
   const Clock::time_point born_;
-  mutable std::mutex mu_; // note_, switchCall_
-  std::string note_;
+  mutable std::mutex mu_; // note_, switchCall_, failure_
+  std::string note_, failure_;
   int64_t switchCall_ = 0;
 };
 
@@ -196,6 +277,7 @@ public:
 
   // Queues j, or holds it while a TierHoldScope is open on this thread.
   void submit(Job j) {
+    guardMainThread();
     if (holdDepth > 0) {
       heldJobs.push_back(std::move(j));
       return;
@@ -220,6 +302,23 @@ public:
   static inline thread_local std::vector<Job> heldJobs;
 
 private:
+  // Stops and joins the thread when the main thread exits (returns from main or calls exit):
+  // glibc's exit() runs the exiting thread's thread_local destructors before any atexit
+  // handler or static destructor, so there the compile in flight still has every static it
+  // uses, and it stops at its next cancellation check. (The on_exit handler below is the
+  // fallback for exit() on another thread: there a static the job first made after the
+  // handler's registration, a oneDNN or LLVM table say, is destroyed before the handler
+  // runs. An interpreted first tier leaves the first such statics to the background
+  // compile, and a conformance test's process crashed so in its exit.)
+  struct MainThreadExit {
+    ~MainThreadExit() { instance().shutdown(); }
+  };
+  static void guardMainThread() {
+    if (::gettid() != ::getpid()) return;
+    static thread_local MainThreadExit guard;
+    (void)guard;
+  }
+
   void submitNow(Job j) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;                 // exiting: the fast tier stays
@@ -353,7 +452,37 @@ std::string markerKey(const CompileRequest &r) {
   return cache::contentKey({"cpu-tier-optimized-1", text, host, threads});
 }
 
+// -1: not set, RCJIT_FIRST_TIER decides; 0 compile; 1 interpret
+std::atomic<int> firstTierSetting{-1};
+
+// Whether r's first tier interprets its traced graph (interpretedFirstTier()): a request that
+// asks for it, one graph as traced (not a symbolic program, not one the passes already
+// rewrote), no collective (a rank's collectives run in its compiled program's order), and
+// no LLVM IR kept (the output_code log shows the fast tier's code at the entry).
+bool interpretsFirstTier(const CompileRequest &r) {
+  if (!r.interpretFirst || !interpretedFirstTier() || r.samples.size() != 1 ||
+      r.samples[0].optimized || r.exec.keepLlvmIr || !r.sharding.empty())
+    return false;
+  for (const Node &n : r.samples[0].graph.nodes) {
+    if (opInfo(n.op).category == OpCategory::Collective) return false;
+  }
+  return true;
+}
+
 } // namespace
+
+bool interpretedFirstTier() {
+  const int set = firstTierSetting.load(std::memory_order_relaxed);
+  if (set >= 0) return set == 1;
+  static const bool env = envChoice("RCJIT_FIRST_TIER", {"compile", "interpret"}, 1) == 1;
+  return env;
+}
+
+bool setInterpretedFirstTier(bool on) {
+  const bool was = interpretedFirstTier();
+  firstTierSetting.store(on ? 1 : 0, std::memory_order_relaxed);
+  return was;
+}
 
 bool tieredEnabled(const CompileOptions &o) {
   static const bool env = envFlag("RCJIT_TIERED", true);
@@ -387,9 +516,20 @@ CompileResult compileTiered(const CompileRequest &r) {
   fast.smallMatmulMacs = kernels == 1 ? r.smallMatmulMacs : 0;
   fast.moduleId = r.moduleId + "_t0";
   const auto t0 = Clock::now();
-  CompileResult res = compileGraph(std::move(fast));
+  const bool interpret = interpretsFirstTier(r);
+  CompileResult res;
+  if (interpret) {
+    // the graph passes and the lowering (the program's output layouts), no target compile
+    res = lowerGraphs(fast);
+    if (!res.notSymbolic.empty()) return res; // (one sample: does not happen)
+    res.executable =
+        std::make_shared<InterpretedExecutable>(r.samples[0].graph, std::move(res.program));
+    res.program = Program{};
+  } else {
+    res = compileGraph(std::move(fast));
+  }
   auto tiered = std::make_shared<TieredExecutable>(std::move(res.executable), r.moduleId,
-                                                   secondsBetween(t0, Clock::now()));
+                                                   secondsBetween(t0, Clock::now()), interpret);
   res.executable = tiered;
   Job j{std::move(opt), tiered, marker, std::nullopt, omp_get_max_threads()};
   if (const logging::CompileContext *c = logging::CompileScope::current()) j.context = *c;

@@ -22,6 +22,7 @@
 #include <rcjit/Compile.h>
 
 #include "jit/CompileGraph.h"
+#include "jit/TierControl.h"
 #include "targets/Executable.h"
 
 namespace rcjit {
@@ -53,10 +54,6 @@ std::string explainMs(double seconds);
 /// program ran its fast tier, else "optimized" where one ran its optimized tier, else null
 /// (no tiered program ran). Resets it.
 const char *takeCallTier();
-
-/// Waits until the background thread has no job left (tests, benchmarks); false after
-/// `seconds` with one still running.
-bool waitForBackgroundCompiles(double seconds);
 
 /// Holds the optimized-tier compiles that the compiles on this thread queue until the
 /// outermost scope ends (callCompiled puts one around a call that compiles), so that the

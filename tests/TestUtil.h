@@ -9,6 +9,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "jit/TierControl.h"
+
 #include <cmath>
 #include <vector>
 
@@ -79,6 +81,16 @@ public:
 private:
   std::string name_;
   std::optional<std::string> old_;
+};
+
+// Within its scope a tiered forward program compiles its first tier with the quick LLVM
+// pipeline instead of interpreting it (tests of that compile: its log, its kernel batch).
+struct CompiledFirstTier {
+  bool was = rcjit::setInterpretedFirstTier(false);
+  ~CompiledFirstTier() { rcjit::setInterpretedFirstTier(was); }
+  CompiledFirstTier() = default;
+  CompiledFirstTier(const CompiledFirstTier &) = delete;
+  CompiledFirstTier &operator=(const CompiledFirstTier &) = delete;
 };
 
 } // namespace rcjit::test

@@ -13,6 +13,8 @@
 
 #include <rcjit/rcjit.h>
 
+#include "jit/Tiered.h"
+
 using namespace rcjit;
 
 namespace {
@@ -53,6 +55,7 @@ void compileDistinct(int first, int n) {
       batch.push_back(std::move(fn));
     }
   }
+  waitForBackgroundCompiles(600); // (the optimized tiers of the last batch's functions)
   cache::clear();
 }
 

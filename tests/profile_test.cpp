@@ -43,7 +43,8 @@ TEST(Profiler, RecordsCallsStepsCompilesAndEagerOpsAsAChromeTrace) {
   auto f = compile([&](const Tensor &x) { return softmax(relu(matmul(x, w)) * 2.0, -1); },
                    CompileOptions{.name = "profiled"});
   Tensor x = Tensor::randn({64, 128}, 2);
-  f(x); // compiled before recording: the recorded calls are steady
+  f(x); // compiled before recording: the recorded calls are steady, on the optimized tier
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
   profiler::start(path);
   EXPECT_TRUE(profiler::enabled());
   for (int i = 0; i < 3; ++i) f(x);
@@ -129,6 +130,7 @@ TEST(Profiler, SmallLookupInABigTableRunsOnTheCallingThread) {
   Tensor small = Tensor::from_vector(few, {16}), big = Tensor::from_vector(many, {4096});
   lookup(small);
   lookup(big);
+  ASSERT_TRUE(waitForBackgroundCompiles(600)); // the recorded calls run the optimized tiers
   const std::string path = testing::TempDir() + "rcjit_profile_lookup.json";
   profiler::start(path);
   Tensor a = lookup(small), b = lookup(big);

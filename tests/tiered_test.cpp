@@ -191,6 +191,66 @@ TEST(Tiered, RegionalStagesSwitchToo) {
   EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
 }
 
+// A forward program's first tier interprets the traced graph on the eager kernels (no loop
+// kernel compiled before the first call); RCJIT_FIRST_TIER=compile (here the setter) compiles
+// it with the quick pipeline instead. Both compute eager's values and switch alike.
+TEST(Tiered, InterpretedFirstTierRunsTheTracedGraphOnTheEagerKernels) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  SmallMlp f;
+  Tensor x = Tensor::randn({1, 16, 64}, 9);
+  Tensor want = f(x);
+  for (bool interpret : {true, false}) {
+    SCOPED_TRACE(interpret ? "interpret" : "compile");
+    const bool was = setInterpretedFirstTier(interpret);
+    auto cf = compile([&](const Tensor &t) { return f(t); });
+    Tensor first = cf(x);
+    setInterpretedFirstTier(was);
+    const std::string ex = cf.explain();
+    EXPECT_EQ(has(ex, "fast tier (the traced graph interpreted on the eager kernels"), interpret)
+        << ex;
+    EXPECT_EQ(has(ex, "fast tier (library matmuls, quick LLVM"), !interpret) << ex;
+    EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
+    ASSERT_TRUE(waitForBackgroundCompiles(600));
+    Tensor after = cf(x);
+    EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier at call 2")) << cf.explain();
+    EXPECT_TRUE(allclose(after, first, 1e-4, 1e-5));
+    EXPECT_EQ(cf.stats().compiles, 1);
+    cache::clear(); // (the second round compiles its fast tier again)
+  }
+}
+
+// The interpreted first tier returns each output in the layout the compiled tiers give it
+// (a transposed product, a broadcast, a slice, an input passed through): the same shapes,
+// strides and values before and after the switch.
+TEST(Tiered, InterpretedFirstTierKeepsTheCompiledOutputLayouts) {
+  IsolatedCache cacheDir;
+  NoGradGuard noGrad;
+  Tensor w = Tensor::randn({32, 48}, 10);
+  auto fn = [&](const Tensor &t) {
+    Tensor p = matmul(t, w);
+    return std::vector<Tensor>{transpose(p, 0, 1), expand(sum(t, {1}, true), {16, 32}),
+                               slice(relu(p), 1, 8, 40), t};
+  };
+  Tensor x = Tensor::randn({16, 32}, 11);
+  std::vector<Tensor> want = fn(x);
+  auto cf = compile(fn);
+  std::vector<Tensor> first = cf(x);
+  ASSERT_TRUE(has(cf.explain(), "interpreted on the eager kernels")) << cf.explain();
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
+  std::vector<Tensor> after = cf(x);
+  ASSERT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
+  ASSERT_EQ(first.size(), want.size());
+  ASSERT_EQ(after.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_EQ(first[i].shape(), after[i].shape());
+    EXPECT_EQ(first[i].strides(), after[i].strides());
+    EXPECT_TRUE(allclose(first[i], want[i], 1e-4, 1e-5));
+    EXPECT_TRUE(allclose(after[i], want[i], 1e-4, 1e-5));
+  }
+}
+
 // The fast tier vectorizes a kernel whose work pays for the vectorizer's compile time (a
 // softmax over 64 x 4096) and leaves a small one scalar; the logged fast-tier IR shows which,
 // and both compute eager's values.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Error.h>
@@ -159,6 +160,9 @@ CompileResult compileHalf(const TrainingRequest &r, const ShardingState &shardin
   c.moduleId = r.moduleId + suffix;
   c.label = r.label + " " + half;
   c.samples = std::move(samples);
+  // the forward's first tier may interpret it; a backward's elementwise work (the gradients
+  // of every fused op) keeps its compiled fast tier
+  c.interpretFirst = std::string_view(half) == "forward";
   if (r.samples.size() > 1) {
     c.symbolic = r.symbolic;
     c.symbolic.findSources = c.symbolic.findSources || findSources;

@@ -36,6 +36,7 @@ std::shared_ptr<Executable> compileProgram(EntryBuild &b) {
   r.label = b.label;
   r.samples.push_back({b.t.graph, b.strides});
   r.sharding = b.sharding;
+  r.interpretFirst = !b.t.mutates(); // a whole step keeps a compiled fast tier
   // a static tiered compile runs the graph passes once per tier, inside compileGraph
   const bool passesInside = b.exec.tiered && b.dynamic.empty() && b.sharding.empty();
   if (passesInside) {

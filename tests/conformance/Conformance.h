@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/TestUtil.h"
+
 namespace rcjit::conformance {
 
 /// A traced function of the suite: tensors in, tensors out.
@@ -222,11 +224,17 @@ inline void checkCompiledMatchesEager(const std::string &what, const Fn &fn,
     return;
   }
   int traced = 0;
+  // the first call runs the compiled fast tier (quick LLVM; interpreting it would run the
+  // eager kernels again), the later ones the optimized tier
+  test::CompiledFirstTier compiledFirst;
   auto cf = compile([&fn, &traced](const std::vector<Tensor> &v) {
     ++traced;
     return fn(v);
   });
   for (int call = 0; call < 3; ++call) {
+    if (call == 1) {
+      EXPECT_TRUE(waitForBackgroundCompiles(600));
+    }
     const std::vector<Tensor> &in = call < 2 ? inputs : fresh;
     const std::vector<Tensor> &ref = call < 2 ? want : wantFresh;
     std::vector<Tensor> got;
