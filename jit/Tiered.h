@@ -1,9 +1,11 @@
 // Tiered compilation (CompileOptions::tiered): a CPU graph's first calls run a program that
 // compiles in milliseconds while the optimized one compiles on a background thread.
 //
-// The fast tier lowers every matmul to a oneDNN library call (no generated small-matmul
+// A forward program's fast tier (CompileRequest::interpretFirst) runs its traced graph on the
+// eager kernels, nothing compiled to code (jit/TierControl.h, interpretedFirstTier); any
+// other fast tier lowers every matmul to a oneDNN library call (no generated small-matmul
 // kernels) and compiles its loop kernels through a short LLVM pipeline with cheap code
-// generation (LlvmOptimize.h's optimizeModuleQuick); the optimized tier is the ordinary
+// generation (LlvmOptimize.h's optimizeModuleQuick). The optimized tier is the ordinary
 // compile (generated small matmuls, O3, max_autotune's choices). The executable a compile
 // returns runs the fast tier until the optimized one is ready, then switches between two
 // calls (one atomic flag: a call runs wholly on one tier; the inputs' guards are the entry's,

@@ -1,7 +1,7 @@
-// Tiered compilation (CompileOptions::tiered): the fast tier's results, the switch to the
-// optimized tier (equal results before and after, concurrent callers during it), the warm
-// start that runs the optimized tier from the first call, tiered = false, and a process
-// that exits with a background compile in flight.
+// Tiered compilation (CompileOptions::tiered): the fast tier's results (interpreted and
+// compiled), the switch to the optimized tier (equal results and output layouts before and
+// after, concurrent callers during it), the warm start that runs the optimized tier from the
+// first call, tiered = false, and a process that exits with a background compile in flight.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -59,25 +59,38 @@ bool has(const std::string &text, const std::string &what) {
   return text.find(what) != std::string::npos;
 }
 
+// A forward program's first tier interprets the traced graph on the eager kernels (no loop
+// kernel compiled before the first call); RCJIT_FIRST_TIER=compile (here the setter) compiles
+// it with the quick pipeline instead. Both compute eager's values and switch alike.
 TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
   IsolatedCache cacheDir;
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({1, 16, 64}, 1);
   Tensor want = f(x);
-  auto cf = compile([&](const Tensor &t) { return f(t); }); // tiered by default
-  Tensor first = cf(x);
-  EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
-  EXPECT_TRUE(has(cf.explain(), "tiered: fast tier")) << cf.explain();
-  ASSERT_TRUE(waitForBackgroundCompiles(600));
-  Tensor after = cf(x);
-  const std::string ex = cf.explain();
-  EXPECT_TRUE(has(ex, "switched to the optimized tier at call 2")) << ex;
-  EXPECT_TRUE(has(ex, "optimized tier 1 calls")) << ex;
-  EXPECT_TRUE(allclose(after, want, 1e-4, 1e-5));
-  EXPECT_TRUE(allclose(after, first, 1e-4, 1e-5));
-  EXPECT_EQ(cf.stats().compiles, 1) << "both tiers are one compiled graph";
-  EXPECT_EQ(cf.stats().recompiles, 0);
+  for (bool interpret : {true, false}) {
+    SCOPED_TRACE(interpret ? "interpreted first tier" : "compiled first tier");
+    const bool was = setInterpretedFirstTier(interpret);
+    auto cf = compile([&](const Tensor &t) { return f(t); }); // tiered by default
+    Tensor first = cf(x);
+    setInterpretedFirstTier(was);
+    EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
+    const std::string fast = cf.explain();
+    EXPECT_EQ(has(fast, "fast tier (the traced graph interpreted on the eager kernels"),
+              interpret)
+        << fast;
+    EXPECT_EQ(has(fast, "fast tier (library matmuls, quick LLVM"), !interpret) << fast;
+    ASSERT_TRUE(waitForBackgroundCompiles(600));
+    Tensor after = cf(x);
+    const std::string ex = cf.explain();
+    EXPECT_TRUE(has(ex, "switched to the optimized tier at call 2")) << ex;
+    EXPECT_TRUE(has(ex, "optimized tier 1 calls")) << ex;
+    EXPECT_TRUE(allclose(after, want, 1e-4, 1e-5));
+    EXPECT_TRUE(allclose(after, first, 1e-4, 1e-5));
+    EXPECT_EQ(cf.stats().compiles, 1) << "both tiers are one compiled graph";
+    EXPECT_EQ(cf.stats().recompiles, 0);
+    cache::clear(); // (the second round compiles its fast tier again)
+  }
 }
 
 TEST(Tiered, WarmStartRunsTheOptimizedTierFromTheFirstCall) {
@@ -189,35 +202,6 @@ TEST(Tiered, RegionalStagesSwitchToo) {
   ASSERT_TRUE(waitForBackgroundCompiles(600));
   EXPECT_TRUE(allclose(cf(x), want, 1e-4, 1e-3));
   EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier")) << cf.explain();
-}
-
-// A forward program's first tier interprets the traced graph on the eager kernels (no loop
-// kernel compiled before the first call); RCJIT_FIRST_TIER=compile (here the setter) compiles
-// it with the quick pipeline instead. Both compute eager's values and switch alike.
-TEST(Tiered, InterpretedFirstTierRunsTheTracedGraphOnTheEagerKernels) {
-  IsolatedCache cacheDir;
-  NoGradGuard noGrad;
-  SmallMlp f;
-  Tensor x = Tensor::randn({1, 16, 64}, 9);
-  Tensor want = f(x);
-  for (bool interpret : {true, false}) {
-    SCOPED_TRACE(interpret ? "interpret" : "compile");
-    const bool was = setInterpretedFirstTier(interpret);
-    auto cf = compile([&](const Tensor &t) { return f(t); });
-    Tensor first = cf(x);
-    setInterpretedFirstTier(was);
-    const std::string ex = cf.explain();
-    EXPECT_EQ(has(ex, "fast tier (the traced graph interpreted on the eager kernels"), interpret)
-        << ex;
-    EXPECT_EQ(has(ex, "fast tier (library matmuls, quick LLVM"), !interpret) << ex;
-    EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
-    ASSERT_TRUE(waitForBackgroundCompiles(600));
-    Tensor after = cf(x);
-    EXPECT_TRUE(has(cf.explain(), "switched to the optimized tier at call 2")) << cf.explain();
-    EXPECT_TRUE(allclose(after, first, 1e-4, 1e-5));
-    EXPECT_EQ(cf.stats().compiles, 1);
-    cache::clear(); // (the second round compiles its fast tier again)
-  }
 }
 
 // The interpreted first tier returns each output in the layout the compiled tiers give it
