@@ -76,8 +76,7 @@ TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
     setInterpretedFirstTier(was);
     EXPECT_TRUE(allclose(first, want, 1e-4, 1e-5));
     const std::string fast = cf.explain();
-    EXPECT_EQ(has(fast, "fast tier (the traced graph interpreted on the eager kernels"),
-              interpret)
+    EXPECT_EQ(has(fast, "fast tier (the traced graph interpreted on the eager kernels"), interpret)
         << fast;
     EXPECT_EQ(has(fast, "fast tier (library matmuls, quick LLVM"), !interpret) << fast;
     ASSERT_TRUE(waitForBackgroundCompiles(600));
