@@ -522,8 +522,7 @@ CompileResult compileTiered(const CompileRequest &r) {
     // the graph passes and the lowering (the program's output layouts), no target compile
     res = lowerGraphs(fast);
     if (!res.notSymbolic.empty()) return res; // (one sample: does not happen)
-    res.executable =
-        std::make_shared<InterpretedExecutable>(r.samples[0].graph, std::move(res.program));
+    res.executable = makeInterpretedExecutable(r.samples[0].graph, std::move(res.program));
     res.program = Program{};
   } else {
     res = compileGraph(std::move(fast));
@@ -535,6 +534,10 @@ CompileResult compileTiered(const CompileRequest &r) {
   if (const logging::CompileContext *c = logging::CompileScope::current()) j.context = *c;
   TierCompiler::instance().submit(std::move(j));
   return res;
+}
+
+std::shared_ptr<Executable> makeInterpretedExecutable(Graph traced, Program lowered) {
+  return std::make_shared<InterpretedExecutable>(std::move(traced), std::move(lowered));
 }
 
 TierHoldScope::TierHoldScope() { ++TierCompiler::holdDepth; }

@@ -45,6 +45,12 @@ bool tiersRequest(const CompileRequest &r);
 /// queued on the background thread. Throws rcjit::Error as compileGraph does.
 CompileResult compileTiered(const CompileRequest &r);
 
+/// The interpreted first tier's executable (compileTiered makes one for a forward program):
+/// runs `traced` on the eager kernels and returns each output in the layout `lowered` (the
+/// fast lowering of the same graph, never run) gives it, copying where the interpreter's
+/// differs; an output of another shape or dtype is an rcjit::Error (internal error).
+std::shared_ptr<Executable> makeInterpretedExecutable(Graph traced, Program lowered);
+
 /// explain()'s line for a tiered executable: the tier each call ran and when the switch
 /// came; "" for any other executable.
 std::string tierNote(const Executable &e);

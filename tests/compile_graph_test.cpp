@@ -8,6 +8,7 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/CompileGraph.h"
+#include "jit/Tiered.h"
 #include "models/Models.h"
 #include "targets/cpu/CpuProgram.h"
 #include "tests/TestUtil.h"
@@ -45,6 +46,35 @@ TEST(CompileGraph, RunsTheStepsInOrder) {
   Tensor x = Tensor::randn({4, 8}, 2);
   const Tensor *in[] = {&x};
   EXPECT_TRUE(allclose(r.executable->run(in, 1).at(0), softmax(x * 2.0, -1), 1e-4, 1e-5));
+}
+
+// The interpreted first tier returns each output in the layout of the program lowered
+// beside it: given a program whose output is column-major, the interpreter's row-major result
+// is copied into that layout, values unchanged; a program output of another shape is an
+// Error, not a wrong result.
+TEST(CompileGraph, InterpretedFirstTierTakesTheProgramsOutputLayouts) {
+  auto fn = [](const std::vector<Tensor> &v) { return std::vector<Tensor>{relu(v[0]) * 2.0}; };
+  CompileRequest r = requestFor(fn, {Tensor::randn({4, 8}, 1)}, Target::cpu);
+  const Graph traced = r.samples[0].graph;
+  r.stop = CompileStop::program;
+  const Program lowered = compileGraph(r).program;
+  ASSERT_EQ(lowered.outputs.size(), 1u);
+  ASSERT_EQ(lowered.values[lowered.outputs[0]].strides, (Shape{8, 1}));
+  Program columns = lowered;
+  columns.values[columns.outputs[0]].strides = {1, 4};
+  Tensor x = Tensor::randn({4, 8}, 2);
+  const Tensor *in[] = {&x};
+  Tensor y = makeInterpretedExecutable(traced, columns)->run(in, 1).at(0);
+  EXPECT_EQ(y.shape(), (Shape{4, 8}));
+  EXPECT_EQ(y.strides(), (Shape{1, 4}));
+  EXPECT_TRUE(allclose(y, relu(x) * 2.0, 0, 0));
+  Tensor same = makeInterpretedExecutable(traced, lowered)->run(in, 1).at(0);
+  EXPECT_EQ(same.strides(), (Shape{8, 1}));
+  Program wrong = lowered;
+  wrong.values[wrong.outputs[0]].shape = {8, 4};
+  const std::string msg = errorOf([&] { makeInterpretedExecutable(traced, wrong)->run(in, 1); });
+  EXPECT_NE(msg.find("the interpreted first tier's output 0 is f32[4, 8]"), std::string::npos)
+      << msg;
 }
 
 TEST(CompileGraph, StopsWhereAsked) {

@@ -204,16 +204,23 @@ TEST(Tiered, RegionalStagesSwitchToo) {
 }
 
 // The interpreted first tier returns each output in the layout the compiled tiers give it
-// (a transposed product, a broadcast, a slice, an input passed through): the same shapes,
-// strides and values before and after the switch.
+// (a transposed product, a broadcast, a slice, an input passed through, a concatenation, an
+// elementwise result of a transposed input, a permuted reshape): the same shapes, strides and
+// values before and after the switch. (CompileGraph.InterpretedFirstTierTakesThePrograms-
+// OutputLayouts makes the two layouts differ.)
 TEST(Tiered, InterpretedFirstTierKeepsTheCompiledOutputLayouts) {
   IsolatedCache cacheDir;
   NoGradGuard noGrad;
   Tensor w = Tensor::randn({32, 48}, 10);
   auto fn = [&](const Tensor &t) {
-    Tensor p = matmul(t, w);
-    return std::vector<Tensor>{transpose(p, 0, 1), expand(sum(t, {1}, true), {16, 32}),
-                               slice(relu(p), 1, 8, 40), t};
+    Tensor p = matmul(t, w), a = tanh(t);
+    return std::vector<Tensor>{transpose(p, 0, 1),
+                               expand(sum(t, {1}, true), {16, 32}),
+                               slice(relu(p), 1, 8, 40),
+                               t,
+                               cat({a, t * 2.0}, 1),
+                               relu(transpose(t, 0, 1)) * 3.0,
+                               permute(reshape(a, {4, 4, 32}), {2, 0, 1})};
   };
   Tensor x = Tensor::randn({16, 32}, 11);
   std::vector<Tensor> want = fn(x);
