@@ -103,11 +103,7 @@ private:
                     shapeStr(v.shape) + " (internal error)");
       }
       if (t.strides() == v.strides) continue;
-      int64_t span = 1;
-      for (size_t d = 0; d < v.shape.size(); ++d) {
-        if (v.shape[d] == 0) span = 0;
-        if (span > 0) span += (v.shape[d] - 1) * v.strides[d];
-      }
+      const int64_t span = detail::spannedElements(v.shape, v.strides);
       Tensor dst = detail::makeView(detail::makeTensor({span}, v.dtype), v.shape, v.strides, 0);
       dst.copy_(t);
       t = std::move(dst);

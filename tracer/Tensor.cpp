@@ -55,8 +55,7 @@ Tensor deviceToHost(const Tensor &t) {
     dev.copyToHost(out.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()) * size, t.device());
     return out;
   }
-  int64_t span = 1;
-  for (size_t d = 0; d < t.shape().size(); ++d) span += (t.shape()[d] - 1) * t.strides()[d];
+  const int64_t span = detail::spannedElements(t.shape(), t.strides());
   Tensor flat = detail::makeTensor({span}, t.dtype());
   dev.copyToHost(flat.data_ptr(), t.data_ptr(), static_cast<size_t>(span) * size, t.device());
   detail::copyEager(out, detail::makeView(flat, t.shape(), t.strides(), 0));

@@ -64,6 +64,15 @@ Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset) 
   return Tensor(std::move(impl));
 }
 
+int64_t spannedElements(const Shape &shape, const Shape &strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return 0;
+    span += (shape[d] - 1) * strides[d];
+  }
+  return span;
+}
+
 int64_t normalizeDim(int64_t dim, int64_t rank, const char *op) {
   int64_t r = rank == 0 ? 1 : rank; // a 0-dim tensor accepts dim 0 and -1
   if (dim < -r || dim >= r) {

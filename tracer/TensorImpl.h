@@ -82,6 +82,9 @@ Tensor makeTensor(const Shape &shape, DType dtype, Device device = Device::cpu()
 Tensor makeMetaTensor(const Shape &shape, DType dtype, Device device);
 /// A view of `base`'s storage with the given geometry.
 Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset);
+/// The elements a view of (shape, strides) at offset 0 reaches: 1 + the offset of its last
+/// element, 0 when a dim is 0 (non-negative strides).
+int64_t spannedElements(const Shape &shape, const Shape &strides);
 /// Normalizes a possibly negative dim for a tensor of rank `rank`; throws an Error naming
 /// `op` when out of range.
 int64_t normalizeDim(int64_t dim, int64_t rank, const char *op);
