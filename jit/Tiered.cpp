@@ -119,10 +119,10 @@ private:
 // reads the flag once: it runs wholly on one tier.
 class TieredExecutable final : public Executable {
 public:
-  TieredExecutable(std::shared_ptr<Executable> fast, std::string moduleId, double fastSeconds,
-                   bool interpreted)
+  TieredExecutable(std::shared_ptr<Executable> fast, std::string moduleId, double fastSeconds)
       : fast_(std::move(fast)), moduleId_(std::move(moduleId)), fastSeconds_(fastSeconds),
-        interpreted_(interpreted), born_(Clock::now()) {}
+        interpreted_(dynamic_cast<const InterpretedExecutable *>(fast_.get()) != nullptr),
+        born_(Clock::now()) {}
 
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override {
     return pick().run(inputs, n);
@@ -193,13 +193,10 @@ public:
   std::string note() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
-    if (interpreted_) {
-      os << "tiered: fast tier (the traced graph interpreted on the eager kernels; lowered in "
-         << explainMs(fastSeconds_) << ") ran " << fastCalls_.load() << " calls";
-    } else {
-      os << "tiered: fast tier (library matmuls, quick LLVM; compiled in "
-         << explainMs(fastSeconds_) << ") ran " << fastCalls_.load() << " calls";
-    }
+    os << "tiered: fast tier ("
+       << (interpreted_ ? "the traced graph interpreted on the eager kernels; lowered in "
+                        : "library matmuls, quick LLVM; compiled in ")
+       << explainMs(fastSeconds_) << ") ran " << fastCalls_.load() << " calls";
     if (ready_.load(std::memory_order_acquire)) {
       os << ", optimized tier " << optCalls_.load() << " calls; " << note_;
     } else {
@@ -234,7 +231,7 @@ private:
   mutable std::atomic<int64_t> fastCalls_{0}, optCalls_{0};
   const std::string moduleId_;
   const double fastSeconds_;
-  const bool interpreted_; // the fast tier is an InterpretedExecutable
+  const bool interpreted_; // the fast tier is an InterpretedExecutable (from fast_)
   const Clock::time_point born_;
   mutable std::mutex mu_; // note_, switchCall_, failure_
   std::string note_, failure_;
@@ -524,7 +521,7 @@ CompileResult compileTiered(const CompileRequest &r) {
     res = compileGraph(std::move(fast));
   }
   auto tiered = std::make_shared<TieredExecutable>(std::move(res.executable), r.moduleId,
-                                                   secondsBetween(t0, Clock::now()), interpret);
+                                                   secondsBetween(t0, Clock::now()));
   res.executable = tiered;
   Job j{std::move(opt), tiered, marker, std::nullopt, omp_get_max_threads()};
   if (const logging::CompileContext *c = logging::CompileScope::current()) j.context = *c;
