@@ -14,6 +14,7 @@
 
 #include "jit/CompileGraph.h"
 #include "targets/Target.h"
+#include "targets/cpu/CpuKernels.h"
 #include "tests/TestUtil.h"
 #include "tools/Cli.h"
 #include "tracer/Tracer.h"
@@ -45,11 +46,14 @@ int librarySteps(const Program &p) {
 }
 
 // Compiled under `mode` (generated kernels: "always"; library calls: "never") equals eager.
+// Untiered: every call runs the optimized program (a tiered compile's first calls run the
+// traced ops or the quick tier, whose products are library calls).
 void expectMatchesEager(const char *mode, const MatmulFn &fn, const std::vector<Tensor> &args,
                         double rtol, double atol, int wantLibrary) {
   MatmulKernelsEnv env(mode);
   EXPECT_EQ(librarySteps(loweredProgram(fn, args)), wantLibrary) << mode;
-  auto compiled = compile([fn](const std::vector<Tensor> &a) { return fn(a); });
+  auto compiled = compile([fn](const std::vector<Tensor> &a) { return fn(a); },
+                          CompileOptions{.tiered = false});
   Tensor want = fn(args);
   for (int call = 0; call < 2; ++call) {
     Tensor got = compiled(args);
@@ -129,6 +133,41 @@ TEST(MatmulKernels, GeneratedKernelsEqualEagerOnEveryLayout) {
     expectMatchesEager("always", c.fn, c.args, 1e-4, 1e-4, 0);
     expectMatchesEager("never", c.fn, c.args, 1e-4, 1e-4, c.products);
   }
+}
+
+// Rows whose width is not a multiple of 8 are cut at the last multiple on AVX2 (the sums
+// and the epilogue alike; targets/cpu/CpuKernels.cpp, SplitTails) and kept whole under
+// AVX-512: both equal eager under each feature set this CPU runs (an AVX-512 host checks
+// the AVX2 code too). Widths: under 8 (no cut), 10 and 13 (cut), 16 (none), 74 (a block of
+// 64 and a tail of 10, cut); 128 rows run in blocks of four, 6 rows end with two rows one by
+// one; exp and sigmoid in the epilogue.
+TEST(MatmulKernels, RowsCutForAvx2EqualEagerUnderEachFeatureSet) {
+  std::vector<std::string> sets;
+  for (const char *set : {"avx2", "avx512"}) {
+    try {
+      cpu::setCpuFeatures(set);
+      sets.push_back(set);
+    } catch (const Error &) { // this CPU lacks the set
+    }
+  }
+  cpu::setCpuFeatures("native");
+  if (sets.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  for (const std::string &set : sets) {
+    cpu::setCpuFeatures(set);
+    for (int64_t n : {5, 10, 13, 16, 74}) {
+      for (int64_t rows : {6, 128}) {
+        SCOPED_TRACE(set + ": " + std::to_string(rows) + " rows of " + std::to_string(n));
+        Tensor w = Tensor::randn({n, 10}, 200 + static_cast<uint64_t>(n));
+        Tensor b = Tensor::randn({n}, 300 + static_cast<uint64_t>(n));
+        MatmulFn fn = [w, b](const std::vector<Tensor> &a) {
+          Tensor y = linear(a[0], w, b);
+          return sigmoid(relu(y)) + exp(y * 0.25);
+        };
+        expectMatchesEager("always", fn, {Tensor::randn({1, rows, 10}, 400)}, 1e-5, 1e-5, 0);
+      }
+    }
+  }
+  cpu::setCpuFeatures("native");
 }
 
 TEST(MatmulKernels, Bf16ComputesInF32) {

@@ -168,6 +168,21 @@ constexpr int64_t kMaxAccumulators = 4096;
 constexpr int64_t kAccBlock = 64;
 // ... for this many rows at once (independent multiply-add chains that share B's loads).
 constexpr int64_t kRowBlock = 4;
+// f32 lanes of an AVX2 vector: without AVX-512's mask registers, a row of n outputs that is
+// not a multiple of it is cut at the last multiple (see SplitTails).
+constexpr int64_t kAvx2Lanes = 8;
+
+// Whether a contraction's rows are cut at the last multiple of kAvx2Lanes (AVX2 hosts) or
+// left whole (AVX-512 hosts). LLVM vectorizes a row of n = 10 outputs as one full and one
+// masked 8-lane vector: a <10 x float> multiply-add widened to two vectors, and an epilogue
+// whose constant trip count is below the vectorizer's "tiny loop" bound, which it only
+// vectorizes with the tail folded into masked loads and stores. AVX2's masked store is
+// microcoded on AMD's Zen (tens of micro-ops), and the masked half-empty vector costs what a
+// full one does; cut at 8, the tail (2 outputs) runs as a 2-lane vector, half the work on
+// hosts that split 256-bit operations (toy64's [1, 128, 10] call 0.65 -> 0.57 ms on a Zen 1
+// EPYC, docs/performance.md). With AVX-512's masks a whole row is one masked vector, which
+// is cheaper than the cut: a kernel compiled for avx512 keeps its rows whole.
+enum class SplitTails : bool { no, yes };
 
 llvm::Value *f32At(llvm::IRBuilder<> &b, llvm::Value *base, llvm::Value *i) {
   return b.CreateInBoundsGEP(b.getFloatTy(), base, i);
@@ -180,7 +195,7 @@ llvm::Value *f32At(llvm::IRBuilder<> &b, llvm::Value *base, llvm::Value *i) {
 // so that the rows' multiply-add chains overlap and share each load of B.
 void emitContractionSums(llvm::IRBuilder<> &b, codegen::KernelBody &body,
                          const codegen::KernelBody::Contraction &c, const std::vector<Values> &rows,
-                         llvm::Value *acc, llvm::Value *packed) {
+                         llvm::Value *acc, llvm::Value *packed, SplitTails split) {
   llvm::Type *f32 = b.getFloatTy();
   auto at = [](const Values &rowIdx, llvm::Value *j, llvm::Value *kk) {
     Values idx = rowIdx;
@@ -227,7 +242,9 @@ void emitContractionSums(llvm::IRBuilder<> &b, codegen::KernelBody &body,
         },
         "jb", 1, codegen::kNoUnroll);
   }
-  if (tail > 0) block(b.getInt64(full * kAccBlock), tail);
+  const int64_t cut = tail > kAvx2Lanes && split == SplitTails::yes ? tail % kAvx2Lanes : 0;
+  if (tail - cut > 0) block(b.getInt64(full * kAccBlock), tail - cut);
+  if (cut > 0) block(b.getInt64(full * kAccBlock + tail - cut), cut);
 }
 
 // The epilogue of outputs [col, stop) of the row at outer indices rowIdx, whose sums are
@@ -250,7 +267,7 @@ void emitContractionEpilogue(llvm::IRBuilder<> &b, codegen::KernelBody &body,
 // through emitContractionRow. True when emitted; false when the kernel is not one this
 // loop serves (then the caller emits the default nest).
 bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
-                         llvm::Value *begin, llvm::Value *end) {
+                         llvm::Value *begin, llvm::Value *end, SplitTails split) {
   const LoopKernel &k = body.kernel();
   std::optional<codegen::KernelBody::Contraction> c = body.contraction();
   if (!c || c->n > kMaxAccumulators) return false;
@@ -322,12 +339,17 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
   std::vector<Values> rows;
   for (int64_t r = 0; r < kRowBlock; ++r)
     rows.push_back(body.unflatten(b.CreateAdd(row, b.getInt64(r)), 0, jd));
-  emitContractionSums(b, body, *c, rows, acc, packed);
+  emitContractionSums(b, body, *c, rows, acc, packed, split);
+  // a whole row's epilogue: cut like the sums (SplitTails), so that neither loop is masked
+  const int64_t cut =
+      c->n > kAvx2Lanes && split == SplitTails::yes ? c->n - c->n % kAvx2Lanes : c->n;
   codegen::emitCountedLoop(
       b, b.getInt64(0), b.getInt64(kRowBlock), {},
       [&](llvm::Value *r, const Values &) {
-        emitContractionEpilogue(b, body, *c, body.unflatten(b.CreateAdd(row, r), 0, jd),
-                                b.getInt64(0), len, f32At(b, acc, b.CreateMul(r, len)));
+        const Values rowIdx = body.unflatten(b.CreateAdd(row, r), 0, jd);
+        llvm::Value *accRow = f32At(b, acc, b.CreateMul(r, len));
+        emitContractionEpilogue(b, body, *c, rowIdx, b.getInt64(0), b.getInt64(cut), accRow);
+        if (cut < c->n) emitContractionEpilogue(b, body, *c, rowIdx, b.getInt64(cut), len, accRow);
         return Values{};
       },
       "rows", 1, codegen::kNoUnroll);
@@ -335,7 +357,7 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
   llvm::BasicBlock *blockEnd = b.GetInsertBlock();
   b.CreateBr(latchBB);
   b.SetInsertPoint(oneBB);
-  emitContractionSums(b, body, *c, {body.unflatten(row, 0, jd)}, acc, packed);
+  emitContractionSums(b, body, *c, {body.unflatten(row, 0, jd)}, acc, packed, split);
   emitContractionEpilogue(b, body, *c, body.unflatten(row, 0, jd), col, stop, acc);
   llvm::Value *nextOne = b.CreateAdd(i, b.CreateSub(stop, col));
   llvm::BasicBlock *oneEnd = b.GetInsertBlock();
@@ -354,7 +376,8 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
 // The CPU outer loop over [begin, end): rows for elementwise kernels, k-outer loops for
 // contractions (small matmuls), else one reduction nest per outer point. The caller
 // splits [0, outerSize) across threads.
-void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn) {
+void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
+                      SplitTails split) {
   const LoopKernel &k = body.kernel();
   llvm::Value *begin = fn->getArg(2);
   llvm::Value *end = fn->getArg(3);
@@ -362,7 +385,7 @@ void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Fun
     emitRowLoop(b, body, begin, end);
     return;
   }
-  if (emitContractionLoop(b, body, fn, begin, end)) return;
+  if (emitContractionLoop(b, body, fn, begin, end, split)) return;
   codegen::emitCountedLoop(
       b, begin, end, {},
       [&](llvm::Value *i, const Values &) {
@@ -445,9 +468,13 @@ CpuCompiledKernels compileOnce(const std::vector<LoopKernel> &kernels, const std
   if (!options.name.empty()) m->setSourceFileName(options.name); // for the cache log
   jit.prepareModule(*m);
   if (options.quick) m->addModuleFlag(llvm::Module::Warning, CpuJit::kQuickFlag, 1);
+  const SplitTails split = jit.hasAvx512() ? SplitTails::no : SplitTails::yes;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const LoopKernel &k = kernels[i];
-    llvm::Function *fn = codegen::emitKernelFunction(*m, k, emitCpuOuterLoop);
+    llvm::Function *fn = codegen::emitKernelFunction(
+        *m, k, [split](llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *f) {
+          emitCpuOuterLoop(b, body, f, split);
+        });
     if (options.vectorizes(i)) fn->addFnAttr(kQuickVectorizeAttr);
     if (jit.hasAvx512()) fn->addFnAttr("prefer-vector-width", "512");
     // Vector divisions marked `arcp` (only those of the tanh/erf approximations) become a
