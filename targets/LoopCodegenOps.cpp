@@ -115,11 +115,21 @@ Value *pow2(llvm::IRBuilder<> &b, Value *n) {
 // (sigmoid, silu), where the chain's latency, not the arithmetic, sets the speed (toy64's
 // call 0.57 -> 0.49 ms on a Zen 1 EPYC, docs/performance.md); the results differ from
 // Horner's by rounding only.
-Value *expF32(llvm::IRBuilder<> &b, Value *x) {
-  Value *c = clamp(b, x, -104.0, 89.0);
-  Value *n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint,
-                                    b.CreateFMul(c, fconst(x, 1.44269504088896341)));
-  Value *r = fmuladd(b, n, fconst(x, -0.693359375), c);
+// `of`: exp(x), or exp(-x) computed from x, the negation folded into the clamp's bounds,
+// the scale and a negated multiply-add (bit for bit exp of the negated value). sigmoid and
+// silu otherwise negate x first: an operation more on the chain, which also kept a relu
+// before them from becoming one max instruction (toy64 0.461 -> 0.437 ms, docs/performance.md).
+enum class ExpOf : bool { x, minusX };
+Value *expF32(llvm::IRBuilder<> &b, Value *x, ExpOf of = ExpOf::x) {
+  const bool neg = of == ExpOf::minusX;
+  // c: the argument clamped (for exp(-x), x clamped to the mirrored bounds: -c is -x's)
+  Value *c = neg ? clamp(b, x, -89.0, 104.0) : clamp(b, x, -104.0, 89.0);
+  Value *n = b.CreateUnaryIntrinsic(
+      llvm::Intrinsic::rint,
+      b.CreateFMul(c, fconst(x, neg ? -1.44269504088896341 : 1.44269504088896341)));
+  // r = (+-c) - n * ln2, ln2 in two parts
+  Value *r = neg ? b.CreateFNeg(fmuladd(b, n, fconst(x, 0.693359375), c))
+                 : fmuladd(b, n, fconst(x, -0.693359375), c);
   r = fmuladd(b, n, fconst(x, 2.12194440e-4), r);
   // p(r) = 1.98757e-4 r^5 + 1.39820e-3 r^4 + ... + 0.5, and e^r = 1 + r + r^2 p(r)
   Value *r2 = b.CreateFMul(r, r);
@@ -203,7 +213,9 @@ Value *erfFloat(llvm::IRBuilder<> &b, Value *x) {
 }
 
 Value *sigmoidFloat(llvm::IRBuilder<> &b, Value *x) {
-  Value *e = expFloat(b, b.CreateFNeg(x));
+  Value *e = x->getType()->isFloatTy()
+                 ? expF32(b, x, ExpOf::minusX)
+                 : b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, b.CreateFNeg(x));
   return b.CreateFDiv(fconst(x, 1.0), b.CreateFAdd(fconst(x, 1.0), e));
 }
 
