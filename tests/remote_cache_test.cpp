@@ -418,7 +418,10 @@ TEST_F(RemoteCache, ForgedAndCorruptEntriesAreRejectedAndRecompiled) {
       e.payload = {0x7f, 'E', 'L', 'F', 0xcc, 0xcc}; // would run if it were trusted
       bad = cache::encodeEntry(e, other);
     } else {
-      bad[bad.size() / 2] ^= 0x5a;
+      // the payload's last byte (the entry ends with it): a byte in the middle of a
+      // one-byte marker entry is in its header's tag, which fails authentication instead
+      // (this test failed when the server's key order put two markers at odd positions)
+      bad.back() ^= 0x5a;
     }
     put(server, k, bad);
   }
