@@ -203,48 +203,72 @@ void emitContractionSums(llvm::IRBuilder<> &b, codegen::KernelBody &body,
     idx.push_back(kk);
     return idx;
   };
-  auto block = [&](llvm::Value *jb, int64_t width) {
-    auto *vt = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
-    Values init(rows.size(), llvm::Constant::getNullValue(vt));
+  // one k loop over the outputs of `segments` (first output, width), a vector per row and
+  // segment, the segments sharing A's elements: a tail cut by SplitTails is one loop with
+  // two accumulators a row (two loops read A twice: toy64 0.388 -> 0.367 ms on Zen 1)
+  struct Segment {
+    llvm::Value *jb;
+    int64_t width;
+  };
+  auto block = [&](const std::vector<Segment> &segments) {
+    Values init;
+    for (const Segment &g : segments) {
+      auto *vt = llvm::FixedVectorType::get(f32, static_cast<unsigned>(g.width));
+      init.insert(init.end(), rows.size(), llvm::Constant::getNullValue(vt));
+    }
     Values sums = codegen::emitCountedLoop(
         b, b.getInt64(0), b.getInt64(c.k), init,
         [&](llvm::Value *kk, const Values &cur) {
-          llvm::Value *from =
-              packed ? f32At(b, packed, b.CreateAdd(b.CreateMul(kk, b.getInt64(c.n)), jb))
-                     : body.loadAddress(c.col, at(rows[0], jb, kk));
-          llvm::Value *bv = b.CreateAlignedLoad(vt, from, llvm::Align(4));
+          Values as; // A's element of each row, broadcast below to each segment's width
+          for (size_t r = 0; r < rows.size(); ++r)
+            as.push_back(body.emitValueAt(c.row, at(rows[r], segments[0].jb, kk)));
           Values next;
-          for (size_t r = 0; r < rows.size(); ++r) {
-            if (r > 0 && !packed) { // B may vary by row (a batched product)
-              bv = b.CreateAlignedLoad(vt, body.loadAddress(c.col, at(rows[r], jb, kk)),
-                                       llvm::Align(4));
+          for (size_t g = 0; g < segments.size(); ++g) {
+            const auto [jb, width] = segments[g];
+            auto *vt = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
+            llvm::Value *from =
+                packed ? f32At(b, packed, b.CreateAdd(b.CreateMul(kk, b.getInt64(c.n)), jb))
+                       : body.loadAddress(c.col, at(rows[0], jb, kk));
+            llvm::Value *bv = b.CreateAlignedLoad(vt, from, llvm::Align(4));
+            for (size_t r = 0; r < rows.size(); ++r) {
+              if (r > 0 && !packed) { // B may vary by row (a batched product)
+                bv = b.CreateAlignedLoad(vt, body.loadAddress(c.col, at(rows[r], jb, kk)),
+                                         llvm::Align(4));
+              }
+              llvm::Value *a = b.CreateVectorSplat(static_cast<unsigned>(width), as[r]);
+              next.push_back(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vt},
+                                               {a, bv, cur[g * rows.size() + r]}));
             }
-            llvm::Value *a = b.CreateVectorSplat(static_cast<unsigned>(width),
-                                                 body.emitValueAt(c.row, at(rows[r], jb, kk)));
-            next.push_back(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vt}, {a, bv, cur[r]}));
           }
           return next;
         },
         "k");
-    for (size_t r = 0; r < rows.size(); ++r) {
-      llvm::Value *dst = f32At(b, acc, b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * c.n), jb));
-      b.CreateAlignedStore(sums[r], dst, llvm::Align(4));
+    for (size_t g = 0; g < segments.size(); ++g) {
+      for (size_t r = 0; r < rows.size(); ++r) {
+        llvm::Value *dst =
+            f32At(b, acc, b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * c.n), segments[g].jb));
+        b.CreateAlignedStore(sums[g * rows.size() + r], dst, llvm::Align(4));
+      }
     }
   };
   const int64_t full = c.n / kAccBlock, tail = c.n % kAccBlock;
-  if (full == 1) block(b.getInt64(0), kAccBlock);
+  if (full == 1) block({{b.getInt64(0), kAccBlock}});
   if (full > 1) {
     codegen::emitCountedLoop(
         b, b.getInt64(0), b.getInt64(full), {},
         [&](llvm::Value *blk, const Values &) {
-          block(b.CreateMul(blk, b.getInt64(kAccBlock)), kAccBlock);
+          block({{b.CreateMul(blk, b.getInt64(kAccBlock)), kAccBlock}});
           return Values{};
         },
         "jb", 1, codegen::kNoUnroll);
   }
   const int64_t cut = tail > kAvx2Lanes && split == SplitTails::yes ? tail % kAvx2Lanes : 0;
-  if (tail - cut > 0) block(b.getInt64(full * kAccBlock), tail - cut);
-  if (cut > 0) block(b.getInt64(full * kAccBlock + tail - cut), cut);
+  if (cut > 0) {
+    block({{b.getInt64(full * kAccBlock), tail - cut},
+           {b.getInt64(full * kAccBlock + tail - cut), cut}});
+  } else if (tail > 0) {
+    block({{b.getInt64(full * kAccBlock), tail}});
+  }
 }
 
 // The epilogue of outputs [col, stop) of the row at outer indices rowIdx, whose sums are
