@@ -190,8 +190,9 @@ void expectStepsCoverCalls(const std::string &model, tools::ModelConfig c) {
   auto f = compile([&m](const std::vector<Tensor> &x) { return m->forward(x); },
                    CompileOptions{.name = model});
   f(in);
-  // the recorded calls on the optimized tier: without the wait, a cold cache left them on
-  // the interpreted first tier, which records no steps (0 % covered)
+  // the recorded calls on the optimized tier: without the wait, a compile still in flight
+  // (a cold cache and a busy background thread: after other tests in one process) left them
+  // on the interpreted first tier, which records no steps (0 % covered)
   ASSERT_TRUE(waitForBackgroundCompiles(600));
   f(in); // switches to it and warms it
   const std::string path =
