@@ -184,6 +184,12 @@ constexpr int64_t kAvx2Lanes = 8;
 // is cheaper than the cut: a kernel compiled for avx512 keeps its rows whole.
 enum class SplitTails : bool { no, yes };
 
+// How many of n outputs (a row, or the part of one after its blocks of kAccBlock) are cut
+// off its end as the rest: n % kAvx2Lanes when rows are cut and n is wider than a vector.
+int64_t cutRest(int64_t n, SplitTails split) {
+  return split == SplitTails::yes && n > kAvx2Lanes ? n % kAvx2Lanes : 0;
+}
+
 llvm::Value *f32At(llvm::IRBuilder<> &b, llvm::Value *base, llvm::Value *i) {
   return b.CreateInBoundsGEP(b.getFloatTy(), base, i);
 }
@@ -262,7 +268,7 @@ void emitContractionSums(llvm::IRBuilder<> &b, codegen::KernelBody &body,
         },
         "jb", 1, codegen::kNoUnroll);
   }
-  const int64_t cut = tail > kAvx2Lanes && split == SplitTails::yes ? tail % kAvx2Lanes : 0;
+  const int64_t cut = cutRest(tail, split);
   if (cut > 0) {
     block({{b.getInt64(full * kAccBlock), tail - cut},
            {b.getInt64(full * kAccBlock + tail - cut), cut}});
@@ -369,8 +375,7 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
   // as straight-line code, which LLVM vectorizes row by row and schedules as independent
   // chains side by side (a row's own short rest after its main part was one more chain
   // in a row: toy64 0.420 -> 0.389 ms on Zen 1, docs/performance.md).
-  const int64_t cut =
-      c->n > kAvx2Lanes && split == SplitTails::yes ? c->n - c->n % kAvx2Lanes : c->n;
+  const int64_t cut = c->n - cutRest(c->n, split);
   codegen::emitCountedLoop(
       b, b.getInt64(0), b.getInt64(kRowBlock), {},
       [&](llvm::Value *r, const Values &) {
