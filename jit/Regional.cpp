@@ -193,7 +193,8 @@ void trainingStage(const StageContext &c, RegionalStage &st, size_t s, StageSamp
                    const std::string &key, const std::string &moduleId, int runs,
                    RegionalPlan &plan, PlanStages &made) {
   auto mine = made.training.find(key);
-  st.training = mine != made.training.end() ? mine->second : TrainingStageTable::instance().find(key);
+  st.training =
+      mine != made.training.end() ? mine->second : TrainingStageTable::instance().find(key);
   if (st.training) {
     st.reused = true;
     st.backwardAtBuild = st.training->backwardIfCompiled() != nullptr;
@@ -366,11 +367,11 @@ RegionalPlan buildRegionalPlan(const Graph &g, const std::vector<Shape> &inputSt
   if (batch) std::tie(plan.batchedKernels, plan.batchSeconds) = batch->finish();
   for (auto &[key, program] : made.programs) StageTable::instance().add(key, program);
   for (auto &[key, training] : made.training) TrainingStageTable::instance().add(key, training);
-  plan.assignSlots();
+  plan.assignSlots(g);
   return plan;
 }
 
-void RegionalPlan::assignSlots() {
+void RegionalPlan::assignSlots(const Graph &g) {
   std::vector<int> slot(static_cast<size_t>(numNodes), -1);
   numSlots = 0;
   for (int id : graphInputs) slot[id] = numSlots++;
@@ -407,9 +408,39 @@ void RegionalPlan::assignSlots() {
     if (last[static_cast<size_t>(at)] >= 0)
       stages[static_cast<size_t>(last[static_cast<size_t>(at)])].lastUseSlots.push_back(at);
   }
+  // each output over a dying input of its dtype and shape, at most one output per input
+  for (RegionalStage &s : stages) {
+    s.into.clear();
+    if (!s.program) continue;
+    std::vector<bool> taken(s.inputs.size(), false);
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      const Node &out = g.nodes[static_cast<size_t>(s.outputs[k])];
+      for (size_t j = 0; j < s.inputs.size(); ++j) {
+        const int at = s.inputSlots[j];
+        const Node &in = g.nodes[static_cast<size_t>(s.inputs[j])];
+        if (taken[j] || at < firstOut || in.dtype != out.dtype || !(in.shape == out.shape) ||
+            std::count(s.lastUseSlots.begin(), s.lastUseSlots.end(), at) == 0 ||
+            std::count(s.inputSlots.begin(), s.inputSlots.end(), at) != 1)
+          continue;
+        taken[j] = true;
+        s.into.emplace_back(static_cast<int>(k), static_cast<int>(j));
+        break;
+      }
+    }
+  }
 }
 
 namespace {
+// Whether every input that stage `s` may write an output over (RegionalStage::into) is held
+// by this call alone: a stage output no caller, saved value or other stage output shares.
+bool intoHeldAlone(const RegionalStage &s, const std::vector<const Tensor *> &in) {
+  if (s.into.empty()) return false;
+  for (const auto &[k, j] : s.into) {
+    if (!detail::heldAlone(*in[static_cast<size_t>(j)])) return false;
+  }
+  return true;
+}
+
 // RegionalPlan::run's per-call arrays
 struct RegionalSlots {
   std::vector<Tensor> values;
@@ -444,8 +475,10 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
   for (const RegionalStage &s : stages) {
     in.clear();
     for (int at : s.inputSlots) in.push_back(ptr[at]);
-    std::vector<Tensor> outs =
-        s.training ? s.training->run(in.data(), in.size()) : s.program->run(in.data(), in.size());
+    std::vector<Tensor> outs = s.training ? s.training->run(in.data(), in.size())
+                               : intoHeldAlone(s, in)
+                                   ? s.program->runInto(in.data(), in.size(), s.into)
+                                   : s.program->run(in.data(), in.size());
     for (size_t o = 0; o < outs.size(); ++o) {
       const size_t at = static_cast<size_t>(s.outputSlots[o]);
       values[at - firstOut] = std::move(outs[o]);

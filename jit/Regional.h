@@ -35,6 +35,10 @@ struct RegionalStage {
   // stage-output slots read for the last time by this stage (or never read), which run()
   // lets go of once this stage has run
   std::vector<int> inputSlots, outputSlots, lastUseSlots;
+  // an inference stage's (output, input) pairs whose output run() asks the program to write
+  // over that input's storage (Executable::runInto): an input read by no later stage, made
+  // by an earlier one, of the output's dtype and shape; applied when the call holds it alone
+  std::vector<std::pair<int, int>> into;
 };
 
 /// A function compiled region by region. Immutable; run() is thread-safe.
@@ -55,8 +59,8 @@ struct RegionalPlan {
   int numSlots = 0;
   std::vector<int> graphOutputSlots;
 
-  /// Numbers the slots once the stages are known.
-  void assignSlots();
+  /// Numbers the slots once the stages of `g` are known.
+  void assignSlots(const Graph &g);
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const;
   std::string print() const;
 };

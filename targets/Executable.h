@@ -32,7 +32,9 @@ public:
   /// Runs like run(), except that each (output, input) pair of `into` asks for that output
   /// to be written straight into that input's storage (a whole step's update of a
   /// parameter or optimizer state), where the target can do so safely; the returned output
-  /// then views the input's storage. By default it only runs.
+  /// then views the input's storage (it is the input tensor itself where the caller's
+  /// argument is its only handle and it has no autograd state: a regional stage's dying
+  /// input). By default it only runs.
   virtual std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
                                       const std::vector<std::pair<int, int>> &into) const {
     (void)into;

@@ -43,6 +43,14 @@ public:
   }
   /// The static program's specialization; null for a symbolic one.
   const std::shared_ptr<const Spec> &staticSpec() const { return static_; }
+  /// get() for a caller that holds the result no longer than the table: the static
+  /// specialization without touching its count (a call per regional stage made the count's
+  /// atomic updates show), else get()'s, kept alive by `keep`.
+  const Spec *find(const int64_t *syms, std::shared_ptr<const Spec> &keep) const {
+    if (static_) return static_.get();
+    keep = get(syms);
+    return keep.get();
+  }
   std::shared_ptr<const Spec> get(const int64_t *syms) const {
     if (static_) return static_;
     {
@@ -92,12 +100,15 @@ void bindBuffersInto(const Program &p, const Tensor *const *inputs, size_t n, De
     switch (buf.kind) {
     case Buffer::Kind::input: {
       if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
-      const Tensor &t = *inputs[buf.index];
-      if (t.device() != device) {
+      // read through the impl (one pointer chase for the device and the address: this
+      // runs per input per call, 64 times a regional toy64 call for each layer's inputs)
+      const detail::TensorImpl *t = inputs[buf.index]->impl().get();
+      if (!t) throw Error("compiled program: input " + std::to_string(buf.index) + " is undefined");
+      if (t->storage->device != device) {
         throw Error("compiled program for " + device.str() + ": input " +
-                    std::to_string(buf.index) + " is on " + t.device().str());
+                    std::to_string(buf.index) + " is on " + t->storage->device.str());
       }
-      bases[b] = (Addr)(t.data_ptr());
+      bases[b] = (Addr)(t->ptr());
       break;
     }
     case Buffer::Kind::arena:

@@ -169,6 +169,53 @@ TEST(KernelBatch, AProgramOfAnUnfinishedBatchNeverRuns) {
   EXPECT_TRUE(allclose(again->run(in, 1).at(0), sigmoid(x * 1.875) - 0.125, 1e-5, 1e-6));
 }
 
+// runInto writes an output over an input that no step reads from the output's first writer
+// on (a regional stage's result over the stage output it read, which dies with the stage):
+// the output is in the input's storage, and is the input tensor itself where the caller's
+// argument is its only handle. An input that the output's writer reads through a reduction,
+// or that the program also returns, is left as it was.
+TEST(RunInto, AnOutputWrittenAfterItsInputsLastReadTakesItsStorage) {
+  Tensor w1 = Tensor::randn({16, 16}, 1) * 0.25, w2 = Tensor::randn({16, 16}, 2) * 0.25;
+  auto layer = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{sigmoid(matmul(relu(matmul(v[0], v[1])), v[2]))};
+  };
+  const Tensor x0 = Tensor::randn({8, 16}, 3);
+  const Tensor ref = layer({x0, w1, w2})[0];
+  std::shared_ptr<Executable> e =
+      compileGraph(requestFor(layer, {x0, w1, w2}, Target::cpu)).executable;
+  ASSERT_TRUE(e);
+  const std::vector<std::pair<int, int>> into = {{0, 0}};
+  for (int held = 1; held <= 2; ++held) {
+    Tensor x = x0.clone();
+    Tensor other = held == 2 ? x : Tensor();
+    const detail::TensorImpl *xi = x.impl().get();
+    const Tensor *in[] = {&x, &w1, &w2};
+    Tensor y = e->runInto(in, 3, into).at(0);
+    EXPECT_TRUE(allclose(y, ref, 1e-5, 1e-6)) << "held " << held;
+    EXPECT_EQ(y.data_ptr(), x.data_ptr()) << "held " << held;
+    EXPECT_EQ(y.impl().get() == xi, held == 1) << "held " << held;
+  }
+  // written by the kernel that reduces over the input: a block of its own
+  auto one = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{sigmoid(matmul(v[0], v[1]))};
+  };
+  e = compileGraph(requestFor(one, {x0, w1}, Target::cpu)).executable;
+  Tensor x = x0.clone();
+  const Tensor *in2[] = {&x, &w1};
+  Tensor y = e->runInto(in2, 2, into).at(0);
+  EXPECT_NE(y.data_ptr(), x.data_ptr());
+  EXPECT_TRUE(allclose(y, one({x0, w1})[0], 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(x, x0, 0, 0));
+  // the input returned as well: a block of its own
+  auto both = [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{layer(v)[0], v[0]}; };
+  e = compileGraph(requestFor(both, {x0, w1, w2}, Target::cpu)).executable;
+  const Tensor *in3[] = {&x, &w1, &w2};
+  std::vector<Tensor> out = e->runInto(in3, 3, into);
+  EXPECT_NE(out.at(0).data_ptr(), x.data_ptr());
+  EXPECT_TRUE(allclose(out.at(0), ref, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(out.at(1), x0, 0, 0));
+}
+
 TEST(CompileGraph, VerifierNamesTheBrokenInvariant) {
   Graph g;
   Node in;

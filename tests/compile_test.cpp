@@ -328,7 +328,9 @@ TEST(CompileRegional, StagesCompileTheirKernelsTogether) {
 }
 
 // A regional call holds a stage's output until its last reader has run, not to the end of
-// the call: the peak of a call over 32 layers stays at a few layer outputs, not 32.
+// the call, and a stage writes its output over the stage output it read last (runInto): the
+// peak of a call over 32 layers is the first layer's output and one intermediate (the
+// product before tanh), not 32 outputs, nor each layer's input and output side by side.
 TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
   constexpr int kLayers = 32, kWidth = 64, kRows = 512; // an output: 128 KiB
   std::vector<Tensor> ws;
@@ -345,14 +347,17 @@ TEST(CompileRegional, StageOutputsAreFreedAfterTheirLastUse) {
   Tensor x = Tensor::randn({kRows, kWidth}, 3);
   Tensor ref = body(x);
   EXPECT_TRUE(allclose(cf(x), ref, 1e-4, 1e-5)); // compiles
+  // the optimized tier's stages (an interpreted first tier writes each output anew)
+  ASSERT_TRUE(waitForBackgroundCompiles(600));
   const int64_t before = memory_stats().current_bytes;
   reset_peak_memory_stats();
   Tensor y = cf(x);
   const int64_t output = kRows * kWidth * 4;
   const int64_t peak = memory_stats().peak_bytes - before;
   EXPECT_TRUE(allclose(y, ref, 1e-4, 1e-5));
-  EXPECT_LE(peak, 4 * output) << "peak " << peak << " bytes over the call: " << peak / output
-                              << " layer outputs alive at once";
+  EXPECT_LE(peak, 2 * output + (16 << 10))
+      << "peak " << peak << " bytes over the call: " << peak / output
+      << " layer outputs alive at once";
 }
 
 // Two calls of `cf` on `args`: the first (which compiles) and its result as it was, then

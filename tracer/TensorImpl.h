@@ -85,6 +85,12 @@ Tensor makeView(const Tensor &base, Shape shape, Shape strides, int64_t offset);
 /// The elements a view of (shape, strides) at offset 0 reaches: 1 + the offset of its last
 /// element, 0 when a dim is 0 (non-negative strides).
 int64_t spannedElements(const Shape &shape, const Shape &strides);
+/// Whether `t` is the only tensor on its storage, no other handle on it, from the storage's
+/// start: memory a call holding `t` may write over once it no longer reads `t`.
+inline bool heldAlone(const Tensor &t) {
+  return t.defined() && t.impl().use_count() == 1 && t.impl()->offset == 0 &&
+         t.impl()->storage.use_count() == 1;
+}
 /// Normalizes a possibly negative dim for a tensor of rank `rank`; throws an Error naming
 /// `op` when out of range.
 int64_t normalizeDim(int64_t dim, int64_t rank, const char *op);

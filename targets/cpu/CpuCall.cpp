@@ -189,7 +189,8 @@ private:
   const std::vector<int> *runs_;  // per step, the end of its launch run
   CallSymbols callSyms_;
   const int64_t *syms_;
-  std::shared_ptr<const Spec> spec_;
+  std::shared_ptr<const Spec> specKeep_; // a symbolic program's spec, held for the call
+  const Spec *spec_;
   const Program &p_;
   // max_autotune: the first call at these sizes times the candidates (one call at a time;
   // calls meanwhile use the defaults), unless the cache remembers the choice
@@ -210,13 +211,14 @@ CpuProgram::Call::Call(const CpuProgram &prog, const Tensor *const *inputs, size
                        Tensor *consumed, const std::vector<int> *alias,
                        const std::vector<int> *runs)
     : prog_(prog), inputs_(inputs), n_(n), consumed_(consumed), alias_(alias), runs_(runs),
-      callSyms_(prog.program_, inputs, n), syms_(callSyms_.data()), spec_(prog.specs_->get(syms_)),
-      p_(spec_->layout), lease_{prog, nullptr} {
+      callSyms_(prog.program_, inputs, n), syms_(callSyms_.data()),
+      spec_(prog.specs_->find(syms_, specKeep_)), p_(spec_->layout), lease_{prog, nullptr} {
   beginTuning();
   chosen_ = spec_->tuned.load(std::memory_order_acquire) ? &spec_->threads : nullptr;
   lease_.arena = prog_.acquireArena(p_.arenaBytes);
   arena_ = lease_.arena.get();
-  arena_->dynamic.assign(p_.buffers.size(), Tensor()); // eager steps' results, by buffer
+  // eager steps' and large intermediates' tensors, by buffer (read only for dynamic buffers)
+  if (spec_->hasDynamic) arena_->dynamic.assign(p_.buffers.size(), Tensor());
   bindBuffersInto(
       p_, inputs_, n_, Device::cpu(), arena_->data, arena_->outBuffers, arena_->bases,
       [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
@@ -261,8 +263,13 @@ void CpuProgram::Call::open(size_t i) {
           in.shape() == p_.buffers[b].shape) {
         in.impl()->storage->version.fetch_add(1, std::memory_order_relaxed); // as copy_
         // a tensor of its own over the input's storage: the output the caller gets back
-        // never shares the input's metadata
-        outBuffers[b] = detail::makeView(in, in.shape(), in.strides(), 0);
+        // never shares the metadata of a tensor held elsewhere (a parameter); an input the
+        // caller's argument alone holds, with no autograd state or marks (a regional
+        // stage's dying input), is handed back itself, its metadata being the output's
+        const detail::TensorImpl &ti = *in.impl();
+        outBuffers[b] = detail::heldAlone(in) && !ti.autograd && ti.marks.empty()
+                            ? in
+                            : detail::makeView(in, in.shape(), in.strides(), 0);
         bases[b] = static_cast<char *>(in.data_ptr());
         continue;
       }
@@ -278,9 +285,7 @@ namespace {
 // of `bytes` bytes from its start: not a view of an input or of another result, so the
 // call may hand its memory on.
 bool heldAlone(const Tensor &t, int64_t bytes) {
-  return t.defined() && t.offset() == 0 && t.impl().use_count() == 1 &&
-         t.impl()->storage.use_count() == 1 &&
-         t.impl()->storage->nbytes == static_cast<size_t>(bytes);
+  return detail::heldAlone(t) && t.impl()->storage->nbytes == static_cast<size_t>(bytes);
 }
 } // namespace
 

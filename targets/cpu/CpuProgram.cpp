@@ -140,12 +140,15 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   for (size_t v = 0; v < l.values.size(); ++v)
     spec->valueBytes[v] = l.values[v].offset * static_cast<int64_t>(dtypeSize(l.values[v].dtype));
   for (const Step &s : l.steps) spec->hasCollectives |= s.kind == Step::Kind::collective;
+  for (const Buffer &b : l.buffers) spec->hasDynamic |= b.kind == Buffer::Kind::dynamic;
   return spec;
 }
 
+CpuProgram::~CpuProgram() { delete spare_.load(std::memory_order_acquire); }
+
 std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const {
-  std::unique_ptr<Arena> a;
-  {
+  std::unique_ptr<Arena> a(spare_.exchange(nullptr, std::memory_order_acquire));
+  if (!a) {
     std::lock_guard<std::mutex> lock(poolMu_);
     if (!pool_.empty()) {
       a = std::move(pool_.back());
@@ -165,6 +168,11 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
 
 void CpuProgram::releaseArena(std::unique_ptr<Arena> a) const {
   a->setIdle(true);
+  Arena *none = nullptr;
+  if (spare_.compare_exchange_strong(none, a.get(), std::memory_order_release)) {
+    a.release(); // held by spare_ now
+    return;
+  }
   std::lock_guard<std::mutex> lock(poolMu_);
   pool_.push_back(std::move(a));
 }
@@ -323,13 +331,9 @@ std::pair<int, int> outputWriter(const Program &p, const std::vector<LoopKernel>
   return {-1, -1};
 }
 
-// Whether output value `ov` (one per buffer, the whole buffer, contiguous) may be stored
-// over buffer `over`'s memory by its writer, kernel step `step` (tensor `tOut`): a purely
-// elementwise kernel (no reduction passes) whose every operand on `over` is read at the
-// output's own offsets (same strides and dtype, offset 0) and only before the output's
-// first store, so each element is read before it is overwritten.
-bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov, int step,
-                int tOut, int over) {
+// Whether output value `ov` is the whole of its output buffer, contiguous, and the only
+// output on it: what may take another buffer's memory.
+bool wholeOutput(const Program &p, int ov) {
   const Value &out = p.values[ov];
   const Buffer &ob = p.buffers[out.buffer];
   if (ob.kind != Buffer::Kind::output || out.offset != 0 || out.shape != ob.shape ||
@@ -337,7 +341,17 @@ bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov
     return false;
   int uses = 0; // outputs on this buffer
   for (int o : p.outputs) uses += p.values[o].buffer == out.buffer;
-  if (uses != 1 || step < 0) return false;
+  return uses == 1;
+}
+
+// Whether output value `ov` (one per buffer, the whole buffer, contiguous) may be stored
+// over buffer `over`'s memory by its writer, kernel step `step` (tensor `tOut`): a purely
+// elementwise kernel (no reduction passes) whose every operand on `over` is read at the
+// output's own offsets (same strides and dtype, offset 0) and only before the output's
+// first store, so each element is read before it is overwritten.
+bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov, int step,
+                int tOut, int over) {
+  if (!wholeOutput(p, ov) || step < 0) return false;
   const Step &st = p.steps[step];
   const LoopKernel &kern = kernels[st.kernel];
   if (kern.numOuter != static_cast<int>(kern.domain.size())) return false; // reduction passes
@@ -362,7 +376,30 @@ bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov
   return ok;
 }
 
-// Per buffer of `p`, the program input whose storage an output buffer may be (see runInto).
+// Whether buffer `b` is some output's (collected after the steps).
+bool returned(const Program &p, int b) {
+  for (int o : p.outputs)
+    if (p.values[o].buffer == b) return true;
+  return false;
+}
+
+// Whether buffer `b` is read only by kernel and library steps, whose results never view
+// it: an eager step's result may view its operand's storage (runEager keeps a contiguous
+// result as it is), and be read after the buffer's own last step.
+bool readByCodeOnly(const Program &p, int b) {
+  for (const Step &s : p.steps) {
+    if (s.kind == Step::Kind::kernel || s.kind == Step::Kind::library) continue;
+    for (int v : s.operands)
+      if (p.values[v].buffer == b) return false;
+  }
+  return true;
+}
+
+// Per buffer of `p`, the program input whose storage an output buffer may be (see runInto):
+// an output written by a kernel after the input's last reader (a regional stage's result
+// over the stage output it read, which dies with the stage), or by the input's last reader
+// itself where that kernel reads each element before it stores over it (storesOver: a
+// whole step's update over its parameter).
 std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> &kernels,
                                 const std::vector<std::pair<int, int>> &into) {
   std::vector<int> alias(p.buffers.size(), -1);
@@ -379,7 +416,10 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
     if (alias[ob] >= 0 || ib < 0 || std::count(alias.begin(), alias.end(), j) > 0) continue;
     const auto [step, tOut] = outputWriter(p, kernels, ob);
     // written by a library call, or read later
-    if (step < 0 || lastUse[ib] > step || !storesOver(p, kernels, ov, step, tOut, ib)) continue;
+    if (step < 0 || lastUse[ib] > step || returned(p, ib)) continue;
+    if (lastUse[ib] < step ? !wholeOutput(p, ov) || !readByCodeOnly(p, ib)
+                           : !storesOver(p, kernels, ov, step, tOut, ib))
+      continue;
     alias[ob] = j;
   }
   return alias;
@@ -515,22 +555,32 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
 std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
                                         const std::vector<std::pair<int, int>> &into) const {
   CallSymbols callSyms(program_, inputs, n);
-  std::shared_ptr<const Spec> spec = specs_->get(callSyms.data());
-  std::shared_ptr<const std::vector<int>> alias, runs;
-  {
+  std::shared_ptr<const Spec> keep;
+  const Spec *spec = specs_->find(callSyms.data(), keep);
+  const Spec::IntoPlan *plan = spec->intoLast.load(std::memory_order_acquire);
+  std::unique_ptr<const Spec::IntoPlan> uncached; // past kMaxIntoPlans lists: this call's own
+  if (!plan || plan->key != into) {
     std::lock_guard<std::mutex> lock(spec->intoMu);
-    if (!spec->intoAlias || spec->intoKey != into) {
-      spec->intoAlias = std::make_shared<const std::vector<int>>(
-          inPlaceBuffers(spec->layout, program_.kernels, into));
-      spec->intoRuns = std::make_shared<const std::vector<int>>(
-          launchRuns(spec->layout, program_.kernels, spec->defaultThreads, spec->intoAlias.get(),
-                     &spec->outputOver));
-      spec->intoKey = into;
+    plan = nullptr;
+    for (const auto &p : spec->intoPlans) {
+      if (p->key == into) plan = p.get();
     }
-    alias = spec->intoAlias;
-    runs = spec->intoRuns;
+    if (!plan) {
+      auto made = std::make_unique<Spec::IntoPlan>();
+      made->key = into;
+      made->alias = inPlaceBuffers(spec->layout, program_.kernels, into);
+      made->runs = launchRuns(spec->layout, program_.kernels, spec->defaultThreads, &made->alias,
+                              &spec->outputOver);
+      plan = made.get();
+      if (spec->intoPlans.size() < Spec::kMaxIntoPlans) {
+        spec->intoPlans.push_back(std::move(made));
+      } else {
+        uncached = std::move(made);
+      }
+    }
+    if (!uncached) spec->intoLast.store(plan, std::memory_order_release);
   }
-  return runImpl(inputs, n, nullptr, alias.get(), runs.get());
+  return runImpl(inputs, n, nullptr, &plan->alias, &plan->runs);
 }
 
 } // namespace rcjit::cpu

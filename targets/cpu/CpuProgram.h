@@ -75,6 +75,7 @@ public:
   /// module (the object-cache key). Throws rcjit::Error.
   static std::shared_ptr<CpuProgram> create(Program p, const std::string &moduleId,
                                             const CpuProgramOptions &opts = {});
+  ~CpuProgram() override;
 
   /// Runs the program on `inputs` (args then captured tensors, already guarded). A symbolic
   /// program reads its sizes from the inputs and runs the sizes' specialization (values,
@@ -82,8 +83,11 @@ public:
   std::vector<Tensor> run(const Tensor *const *inputs, size_t n) const override;
   std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const override;
   /// An output of `into` is written in place of its input when it is the whole of its own
-  /// output buffer, written by a purely elementwise kernel that reads the input only at the
-  /// index it writes and loads it before storing, and no later step reads the input.
+  /// output buffer, first written by a kernel, the input is no output's, and either no step
+  /// reads the input from that kernel on and only kernel and library steps read it before (a
+  /// regional stage's result over the stage output it read), or that kernel is the input's
+  /// last reader and is purely elementwise, reading the input only at the index it writes
+  /// and loading it before storing (a whole step's update over its parameter).
   std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
                               const std::vector<std::pair<int, int>> &into) const override;
 
@@ -125,12 +129,19 @@ private:
              valueBytes[static_cast<size_t>(v)];
     }
     bool hasCollectives = false; // a collective start step (their handles are kept per call)
-    // runInto: per buffer, the input an output buffer is written into (-1: none), for the
-    // `into` list it was computed for
+    bool hasDynamic = false;     // a dynamic buffer (a call's `dynamic` tensors are indexed)
+    // runInto: per buffer, the input an output buffer is written into (-1: none), and the
+    // launch runs under it, for one `into` list
+    struct IntoPlan {
+      std::vector<std::pair<int, int>> key;
+      std::vector<int> alias, runs;
+    };
+    // the plans of the first kMaxIntoPlans lists asked for, kept as long as the spec (a
+    // call reads the one it finds without a lock); the last one used is `intoLast`
+    static constexpr size_t kMaxIntoPlans = 16;
     mutable std::mutex intoMu;
-    mutable std::vector<std::pair<int, int>> intoKey;
-    mutable std::shared_ptr<const std::vector<int>> intoAlias;
-    mutable std::shared_ptr<const std::vector<int>> intoRuns; // `runs` under intoAlias
+    mutable std::vector<std::unique_ptr<const IntoPlan>> intoPlans;
+    mutable std::atomic<const IntoPlan *> intoLast{nullptr};
   };
   struct Tuner;
   class Call; // one call's frame: buffers bound, steps run, outputs collected (CpuCall.cpp)
@@ -174,6 +185,9 @@ private:
   int cacheHits_ = 0;
   bool awaitingBatch_ = false; // created in a KernelBatch not finished yet: kernels_ unset
   std::unique_ptr<SpecTable<Spec>> specs_;
+  // idle arenas: one in `spare_`, taken and given back without a lock (a stage of a
+  // regional call, run 64 times a call, locked the pool twice a run), the rest in `pool_`
+  mutable std::atomic<Arena *> spare_{nullptr};
   mutable std::mutex poolMu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };
