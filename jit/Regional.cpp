@@ -409,7 +409,8 @@ void RegionalPlan::assignSlots(const Graph &g) {
       stages[static_cast<size_t>(last[static_cast<size_t>(at)])].lastUseSlots.push_back(at);
   }
   // each output over a dying input of its dtype and shape, at most one output per input
-  for (RegionalStage &s : stages) {
+  for (size_t i = 0; i < stages.size(); ++i) {
+    RegionalStage &s = stages[i];
     s.into.clear();
     if (!s.program) continue;
     std::vector<bool> taken(s.inputs.size(), false);
@@ -419,7 +420,7 @@ void RegionalPlan::assignSlots(const Graph &g) {
         const int at = s.inputSlots[j];
         const Node &in = g.nodes[static_cast<size_t>(s.inputs[j])];
         if (taken[j] || at < firstOut || in.dtype != out.dtype || !(in.shape == out.shape) ||
-            std::count(s.lastUseSlots.begin(), s.lastUseSlots.end(), at) == 0 ||
+            last[static_cast<size_t>(at)] != static_cast<int>(i) ||
             std::count(s.inputSlots.begin(), s.inputSlots.end(), at) != 1)
           continue;
         taken[j] = true;

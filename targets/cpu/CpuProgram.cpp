@@ -331,6 +331,13 @@ std::pair<int, int> outputWriter(const Program &p, const std::vector<LoopKernel>
   return {-1, -1};
 }
 
+// How many of `p`'s outputs live in buffer `b` (collected after the steps).
+int outputsOn(const Program &p, int b) {
+  int uses = 0;
+  for (int o : p.outputs) uses += p.values[o].buffer == b;
+  return uses;
+}
+
 // Whether output value `ov` is the whole of its output buffer, contiguous, and the only
 // output on it: what may take another buffer's memory.
 bool wholeOutput(const Program &p, int ov) {
@@ -339,9 +346,7 @@ bool wholeOutput(const Program &p, int ov) {
   if (ob.kind != Buffer::Kind::output || out.offset != 0 || out.shape != ob.shape ||
       out.dtype != ob.dtype || out.strides != detail::contiguousStrides(out.shape))
     return false;
-  int uses = 0; // outputs on this buffer
-  for (int o : p.outputs) uses += p.values[o].buffer == out.buffer;
-  return uses == 1;
+  return outputsOn(p, out.buffer) == 1;
 }
 
 // Whether output value `ov` (one per buffer, the whole buffer, contiguous) may be stored
@@ -374,13 +379,6 @@ bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov
     }
   }
   return ok;
-}
-
-// Whether buffer `b` is some output's (collected after the steps).
-bool returned(const Program &p, int b) {
-  for (int o : p.outputs)
-    if (p.values[o].buffer == b) return true;
-  return false;
 }
 
 // Whether buffer `b` is read only by kernel and library steps, whose results never view
@@ -416,7 +414,7 @@ std::vector<int> inPlaceBuffers(const Program &p, const std::vector<LoopKernel> 
     if (alias[ob] >= 0 || ib < 0 || std::count(alias.begin(), alias.end(), j) > 0) continue;
     const auto [step, tOut] = outputWriter(p, kernels, ob);
     // written by a library call, or read later
-    if (step < 0 || lastUse[ib] > step || returned(p, ib)) continue;
+    if (step < 0 || lastUse[ib] > step || outputsOn(p, ib) > 0) continue;
     if (lastUse[ib] < step ? !wholeOutput(p, ov) || !readByCodeOnly(p, ib)
                            : !storesOver(p, kernels, ov, step, tOut, ib))
       continue;
