@@ -444,7 +444,7 @@ bool intoHeldAlone(const RegionalStage &s, const std::vector<const Tensor *> &in
 
 // RegionalPlan::run's per-call arrays
 struct RegionalSlots {
-  std::vector<Tensor> values;
+  std::vector<Tensor> values, outs; // outs: a stage's outputs, moved into values
   std::vector<const Tensor *> ptr, in;
   bool busy = false;
 };
@@ -463,6 +463,7 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
     RegionalSlots &s;
     ~Release() {
       for (Tensor &t : s.values) t = Tensor();
+      s.outs.clear();
       s.busy = false;
     }
   } release{slots};
@@ -473,13 +474,16 @@ std::vector<Tensor> RegionalPlan::run(const Tensor *const *inputs, size_t n) con
   std::vector<const Tensor *> &ptr = slots.ptr;
   for (size_t i = 0; i < firstOut && i < n; ++i) ptr[i] = inputs[i];
   std::vector<const Tensor *> &in = slots.in;
+  std::vector<Tensor> &outs = slots.outs;
+  static const std::vector<std::pair<int, int>> none;
   for (const RegionalStage &s : stages) {
     in.clear();
     for (int at : s.inputSlots) in.push_back(ptr[at]);
-    std::vector<Tensor> outs = s.training ? s.training->run(in.data(), in.size())
-                               : intoHeldAlone(s, in)
-                                   ? s.program->runInto(in.data(), in.size(), s.into)
-                                   : s.program->run(in.data(), in.size());
+    if (s.training) {
+      outs = s.training->run(in.data(), in.size());
+    } else {
+      s.program->runInto(in.data(), in.size(), intoHeldAlone(s, in) ? s.into : none, outs);
+    }
     for (size_t o = 0; o < outs.size(); ++o) {
       const size_t at = static_cast<size_t>(s.outputSlots[o]);
       values[at - firstOut] = std::move(outs[o]);

@@ -130,9 +130,10 @@ public:
   std::vector<Tensor> runConsuming(std::vector<Tensor> &inputs) const override {
     return pick().runConsuming(inputs);
   }
-  std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
-                              const std::vector<std::pair<int, int>> &into) const override {
-    return pick().runInto(inputs, n, into);
+  using Executable::runInto;
+  void runInto(const Tensor *const *inputs, size_t n, const std::vector<std::pair<int, int>> &into,
+               std::vector<Tensor> &outs) const override {
+    pick().runInto(inputs, n, into, outs);
   }
   const Program &program() const override { return current().program(); }
   const std::string &llvmIr() const override { return current().llvmIr(); }

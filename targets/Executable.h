@@ -35,10 +35,21 @@ public:
   /// then views the input's storage (it is the input tensor itself where the caller's
   /// argument is its only handle and it has no autograd state: a regional stage's dying
   /// input). By default it only runs.
-  virtual std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
-                                      const std::vector<std::pair<int, int>> &into) const {
+  /// The outputs go into `outs` (emptied first): a caller that keeps it from call to call
+  /// (a regional plan, once per stage) allocates nothing for it once it has grown. An empty
+  /// `into` runs as run() does.
+  virtual void runInto(const Tensor *const *inputs, size_t n,
+                       const std::vector<std::pair<int, int>> &into,
+                       std::vector<Tensor> &outs) const {
     (void)into;
-    return run(inputs, n);
+    outs = run(inputs, n);
+  }
+  /// runInto() returning the outputs.
+  std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
+                              const std::vector<std::pair<int, int>> &into) const {
+    std::vector<Tensor> outs;
+    runInto(inputs, n, into, outs);
+    return outs;
   }
   virtual const Program &program() const = 0;
   /// The optimized LLVM IR when it was kept (output_code log, --dump llvm), else "".

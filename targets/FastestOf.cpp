@@ -31,9 +31,10 @@ public:
     for (const Tensor &t : inputs) ptrs.push_back(&t);
     return pick(ptrs.data(), ptrs.size()).runConsuming(inputs);
   }
-  std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
-                              const std::vector<std::pair<int, int>> &into) const override {
-    return pick(inputs, n).runInto(inputs, n, into);
+  using Executable::runInto;
+  void runInto(const Tensor *const *inputs, size_t n, const std::vector<std::pair<int, int>> &into,
+               std::vector<Tensor> &outs) const override {
+    pick(inputs, n).runInto(inputs, n, into, outs);
   }
   const Program &program() const override { return current().program(); }
   const std::string &llvmIr() const override { return current().llvmIr(); }

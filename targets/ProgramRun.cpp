@@ -88,6 +88,14 @@ std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers) {
   std::vector<Tensor> outs;
+  collectOutputs(p, inputs, dynamic, outBuffers, outs);
+  return outs;
+}
+
+void collectOutputs(const Program &p, const Tensor *const *inputs,
+                    const std::vector<Tensor> &dynamic, const std::vector<Tensor> &outBuffers,
+                    std::vector<Tensor> &outs) {
+  outs.clear();
   outs.reserve(p.outputs.size());
   for (size_t o = 0; o < p.outputs.size(); ++o) {
     int v = p.outputs[o];
@@ -110,7 +118,6 @@ std::vector<Tensor> collectOutputs(const Program &p, const Tensor *const *inputs
     Tensor out = detail::makeView(base, val.shape, val.strides, base.offset() + val.offset);
     outs.push_back(repeated ? out.clone() : out);
   }
-  return outs;
 }
 
 } // namespace rcjit

@@ -89,6 +89,22 @@ template <class Addr> Addr valueAddress(const Program &p, const Addr *bases, int
 /// Throws rcjit::Error for a missing input or one on another device.
 /// bindBuffersInto fills `bases` (a vector kept from call to call: no allocation once it
 /// has the capacity).
+/// The tensor behind input buffer `buf` for one call, checked: present, defined, on
+/// `device`. Throws rcjit::Error.
+inline const detail::TensorImpl &boundInput(const Buffer &buf, const Tensor *const *inputs,
+                                            size_t n, Device device) {
+  if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
+  // read through the impl (one pointer chase for the device and the address: this runs per
+  // input per call, 64 times a regional toy64 call for each layer's inputs)
+  const detail::TensorImpl *t = inputs[buf.index]->impl().get();
+  if (!t) throw Error("compiled program: input " + std::to_string(buf.index) + " is undefined");
+  if (t->storage->device != device) {
+    throw Error("compiled program for " + device.str() + ": input " + std::to_string(buf.index) +
+                " is on " + t->storage->device.str());
+  }
+  return *t;
+}
+
 template <class Addr, class DynamicBase>
 void bindBuffersInto(const Program &p, const Tensor *const *inputs, size_t n, Device device,
                      Addr arena, std::vector<Tensor> &outputs, std::vector<Addr> &bases,
@@ -98,19 +114,9 @@ void bindBuffersInto(const Program &p, const Tensor *const *inputs, size_t n, De
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer &buf = p.buffers[b];
     switch (buf.kind) {
-    case Buffer::Kind::input: {
-      if (buf.index >= static_cast<int>(n)) throw Error("compiled program: missing input");
-      // read through the impl (one pointer chase for the device and the address: this
-      // runs per input per call, 64 times a regional toy64 call for each layer's inputs)
-      const detail::TensorImpl *t = inputs[buf.index]->impl().get();
-      if (!t) throw Error("compiled program: input " + std::to_string(buf.index) + " is undefined");
-      if (t->storage->device != device) {
-        throw Error("compiled program for " + device.str() + ": input " +
-                    std::to_string(buf.index) + " is on " + t->storage->device.str());
-      }
-      bases[b] = (Addr)(t->ptr());
+    case Buffer::Kind::input:
+      bases[b] = (Addr)(boundInput(buf, inputs, n, device).ptr());
       break;
-    }
     case Buffer::Kind::arena:
       bases[b] = arena + buf.offset;
       break;
@@ -184,5 +190,9 @@ std::vector<std::vector<int>> dynamicDoneAt(const Program &p);
 std::vector<Tensor> collectOutputs(const Program &layout, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers);
+/// The same into `outs` (emptied first; its capacity is reused).
+void collectOutputs(const Program &layout, const Tensor *const *inputs,
+                    const std::vector<Tensor> &dynamic, const std::vector<Tensor> &outBuffers,
+                    std::vector<Tensor> &outs);
 
 } // namespace rcjit

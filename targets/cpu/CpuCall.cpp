@@ -133,10 +133,9 @@ struct CpuProgram::Tuner {
 class CpuProgram::Call {
 public:
   // The arguments of runImpl (CpuProgram.h); binds every buffer. Throws rcjit::Error.
-  Call(const CpuProgram &prog, const Tensor *const *inputs, size_t n, Tensor *consumed,
-       const std::vector<int> *alias, const std::vector<int> *runs);
-  // Runs the steps in order and returns the outputs; once.
-  std::vector<Tensor> run();
+  Call(const CpuProgram &prog, const CallArgs &args);
+  // Runs the steps in order and puts the outputs into `outs`; once.
+  void run(std::vector<Tensor> &outs);
 
 private:
   // Returns the arena to the program's pool when the call ends (its tensors dropped, its
@@ -152,6 +151,7 @@ private:
     }
   };
 
+  const Spec *specOf(const CallArgs &a);
   void beginTuning();
   int threadsOf(size_t i) const { return chosen_ ? (*chosen_)[i] : spec_->defaultThreads[i]; }
   auto stepName(size_t i) const {
@@ -185,9 +185,9 @@ private:
   size_t n_;
   // the inputs themselves, reset after their last use (runConsuming), or null
   Tensor *consumed_;
-  const std::vector<int> *alias_; // runInto: per buffer, the input it is written into
-  const std::vector<int> *runs_;  // per step, the end of its launch run
-  CallSymbols callSyms_;
+  const std::vector<int> *alias_;       // runInto: per buffer, the input it is written into
+  const std::vector<int> *runs_;        // per step, the end of its launch run
+  std::optional<CallSymbols> callSyms_; // looked up here (the caller passed no spec)
   const int64_t *syms_;
   std::shared_ptr<const Spec> specKeep_; // a symbolic program's spec, held for the call
   const Spec *spec_;
@@ -207,21 +207,40 @@ private:
   size_t runEnd_ = 0;          // steps before it ran with an earlier step's run
 };
 
-CpuProgram::Call::Call(const CpuProgram &prog, const Tensor *const *inputs, size_t n,
-                       Tensor *consumed, const std::vector<int> *alias,
-                       const std::vector<int> *runs)
-    : prog_(prog), inputs_(inputs), n_(n), consumed_(consumed), alias_(alias), runs_(runs),
-      callSyms_(prog.program_, inputs, n), syms_(callSyms_.data()),
-      spec_(prog.specs_->find(syms_, specKeep_)), p_(spec_->layout), lease_{prog, nullptr} {
+// The call's symbols and spec: the caller's, else looked up.
+const CpuProgram::Spec *CpuProgram::Call::specOf(const CallArgs &a) {
+  if (a.spec) {
+    syms_ = a.syms;
+    return a.spec;
+  }
+  callSyms_.emplace(prog_.program_, a.inputs, a.n);
+  syms_ = callSyms_->data();
+  return prog_.specs_->find(syms_, specKeep_);
+}
+
+CpuProgram::Call::Call(const CpuProgram &prog, const CallArgs &args)
+    : prog_(prog), inputs_(args.inputs), n_(args.n), consumed_(args.consumed), alias_(args.alias),
+      runs_(args.runs), spec_(specOf(args)), p_(spec_->layout), lease_{prog, nullptr} {
   beginTuning();
   chosen_ = spec_->tuned.load(std::memory_order_acquire) ? &spec_->threads : nullptr;
   lease_.arena = prog_.acquireArena(p_.arenaBytes);
   arena_ = lease_.arena.get();
   // eager steps' and large intermediates' tensors, by buffer (read only for dynamic buffers)
   if (spec_->hasDynamic) arena_->dynamic.assign(p_.buffers.size(), Tensor());
-  bindBuffersInto(
-      p_, inputs_, n_, Device::cpu(), arena_->data, arena_->outBuffers, arena_->bases,
-      [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
+  if (arena_->boundFor == spec_) { // as bindBuffersInto, the arena buffers bound already
+    std::vector<char *> &bases = arena_->bases;
+    arena_->outBuffers.resize(p_.buffers.size());
+    for (int b : spec_->openedBuffers) bases[static_cast<size_t>(b)] = nullptr;
+    for (int b : spec_->inputBuffers) {
+      bases[static_cast<size_t>(b)] = static_cast<char *>(
+          boundInput(p_.buffers[static_cast<size_t>(b)], inputs_, n_, Device::cpu()).ptr());
+    }
+  } else {
+    bindBuffersInto(
+        p_, inputs_, n_, Device::cpu(), arena_->data, arena_->outBuffers, arena_->bases,
+        [](size_t) -> char * { return nullptr; }, /*deferOutputs=*/true);
+    arena_->boundFor = spec_ == prog_.specs_->staticSpec().get() ? spec_ : nullptr;
+  }
   if (spec_->hasCollectives) inFlight_.resize(p_.steps.size());
 }
 
@@ -526,7 +545,7 @@ void CpuProgram::Call::libraryStep(size_t i, const Step &s) {
   done(i);
 }
 
-std::vector<Tensor> CpuProgram::Call::run() {
+void CpuProgram::Call::run(std::vector<Tensor> &outs) {
   if (!runs_) runs_ = &spec_->runs;
   forEachStep(
       p_, [this](size_t i, const Step &s) { kernelStep(i, s); },
@@ -542,18 +561,16 @@ std::vector<Tensor> CpuProgram::Call::run() {
   for (int b : spec_->outputsAt.back()) { // outputs no step writes (zero-sized ones)
     outBuffers[b] = detail::makeTensor(p_.buffers[b].shape, p_.buffers[b].dtype, Device::cpu());
   }
-  return collectOutputs(p_, inputs_, arena_->dynamic, outBuffers);
+  collectOutputs(p_, inputs_, arena_->dynamic, outBuffers, outs);
 }
 
-std::vector<Tensor> CpuProgram::runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
-                                        const std::vector<int> *alias,
-                                        const std::vector<int> *runs) const {
+void CpuProgram::runImpl(const CallArgs &args, std::vector<Tensor> &outs) const {
   if (awaitingBatch_)
     throw Error("compiled program " + moduleId_ +
                 ": run before the kernel batch it was created in compiled its kernels "
                 "(internal error)");
-  Call call(*this, inputs, n, consumed, alias, runs);
-  return call.run();
+  Call call(*this, args);
+  call.run(outs);
 }
 
 } // namespace rcjit::cpu

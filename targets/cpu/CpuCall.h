@@ -25,6 +25,10 @@ struct CpuProgram::Arena {
   // once they have grown (emptied of tensors between calls)
   std::vector<char *> bases;
   std::vector<Tensor> outBuffers, dynamic;
+  // the static spec whose arena buffers `bases` holds (the last call's), or null: a call
+  // of that spec binds only its inputs, outputs and dynamic buffers (a static spec lives as
+  // long as the program, which owns its arenas)
+  const Spec *boundFor = nullptr;
   void setIdle(bool now) {
     if (storage && idle != now)
       detail::countIdle(Device::cpu(), static_cast<int64_t>(storage->nbytes), now);

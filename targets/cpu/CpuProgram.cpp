@@ -140,7 +140,13 @@ std::shared_ptr<const CpuProgram::Spec> CpuProgram::makeSpec(const Program &p, c
   for (size_t v = 0; v < l.values.size(); ++v)
     spec->valueBytes[v] = l.values[v].offset * static_cast<int64_t>(dtypeSize(l.values[v].dtype));
   for (const Step &s : l.steps) spec->hasCollectives |= s.kind == Step::Kind::collective;
-  for (const Buffer &b : l.buffers) spec->hasDynamic |= b.kind == Buffer::Kind::dynamic;
+  for (size_t b = 0; b < l.buffers.size(); ++b) {
+    const Buffer::Kind kind = l.buffers[b].kind;
+    spec->hasDynamic |= kind == Buffer::Kind::dynamic;
+    if (kind != Buffer::Kind::arena)
+      (kind == Buffer::Kind::input ? spec->inputBuffers : spec->openedBuffers)
+          .push_back(static_cast<int>(b));
+  }
   return spec;
 }
 
@@ -158,6 +164,7 @@ std::unique_ptr<CpuProgram::Arena> CpuProgram::acquireArena(int64_t need) const 
   if (!a) a = std::make_unique<Arena>();
   a->setIdle(false);
   if (a->data && a->bytes >= need) return a;
+  a->boundFor = nullptr;
   a->storage.reset();
   size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
   a->storage = detail::allocateStorage(bytes, Device::cpu()); // 64-byte aligned; throws
@@ -304,13 +311,17 @@ bool CpuProgram::loadTuning(const Spec &spec) const {
 }
 
 std::vector<Tensor> CpuProgram::run(const Tensor *const *inputs, size_t n) const {
-  return runImpl(inputs, n, nullptr);
+  std::vector<Tensor> outs;
+  runImpl({.inputs = inputs, .n = n}, outs);
+  return outs;
 }
 
 std::vector<Tensor> CpuProgram::runConsuming(std::vector<Tensor> &inputs) const {
   std::vector<const Tensor *> ptrs;
   for (const Tensor &t : inputs) ptrs.push_back(&t);
-  return runImpl(ptrs.data(), ptrs.size(), inputs.data());
+  std::vector<Tensor> outs;
+  runImpl({.inputs = ptrs.data(), .n = ptrs.size(), .consumed = inputs.data()}, outs);
+  return outs;
 }
 
 namespace {
@@ -550,8 +561,10 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
   return end;
 }
 
-std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
-                                        const std::vector<std::pair<int, int>> &into) const {
+void CpuProgram::runInto(const Tensor *const *inputs, size_t n,
+                         const std::vector<std::pair<int, int>> &into,
+                         std::vector<Tensor> &outs) const {
+  if (into.empty()) return runImpl({.inputs = inputs, .n = n}, outs);
   CallSymbols callSyms(program_, inputs, n);
   std::shared_ptr<const Spec> keep;
   const Spec *spec = specs_->find(callSyms.data(), keep);
@@ -578,7 +591,13 @@ std::vector<Tensor> CpuProgram::runInto(const Tensor *const *inputs, size_t n,
     }
     if (!uncached) spec->intoLast.store(plan, std::memory_order_release);
   }
-  return runImpl(inputs, n, nullptr, &plan->alias, &plan->runs);
+  runImpl({.inputs = inputs,
+           .n = n,
+           .syms = callSyms.data(),
+           .spec = spec,
+           .alias = &plan->alias,
+           .runs = &plan->runs},
+          outs);
 }
 
 } // namespace rcjit::cpu

@@ -88,8 +88,9 @@ public:
   /// regional stage's result over the stage output it read), or that kernel is the input's
   /// last reader and is purely elementwise, reading the input only at the index it writes
   /// and loading it before storing (a whole step's update over its parameter).
-  std::vector<Tensor> runInto(const Tensor *const *inputs, size_t n,
-                              const std::vector<std::pair<int, int>> &into) const override;
+  using Executable::runInto;
+  void runInto(const Tensor *const *inputs, size_t n, const std::vector<std::pair<int, int>> &into,
+               std::vector<Tensor> &outs) const override;
 
   const Program &program() const override { return program_; }
   const std::string &llvmIr() const override { return llvmIr_; }
@@ -128,6 +129,9 @@ private:
       return bases[layout.values[static_cast<size_t>(v)].buffer] +
              valueBytes[static_cast<size_t>(v)];
     }
+    // the input buffers, and the output and dynamic ones (which a call binds as it opens
+    // them): what a call binds again in an arena that its last call bound for this spec
+    std::vector<int> inputBuffers, openedBuffers;
     bool hasCollectives = false; // a collective start step (their handles are kept per call)
     bool hasDynamic = false;     // a dynamic buffer (a call's `dynamic` tensors are indexed)
     // runInto: per buffer, the input an output buffer is written into (-1: none), and the
@@ -145,12 +149,23 @@ private:
   };
   struct Tuner;
   class Call; // one call's frame: buffers bound, steps run, outputs collected (CpuCall.cpp)
-  // `consumed`: the inputs themselves, reset after their last use (runConsuming), or null
-  // `alias`: per buffer, the input whose storage an output buffer is (runInto), or null
-  // `runs`: per step, the end of its launch run (launchRuns), or null for the spec's own
-  std::vector<Tensor> runImpl(const Tensor *const *inputs, size_t n, Tensor *consumed,
-                              const std::vector<int> *alias = nullptr,
-                              const std::vector<int> *runs = nullptr) const;
+  // One call's arguments.
+  struct CallArgs {
+    const Tensor *const *inputs = nullptr;
+    size_t n = 0;
+    // the inputs themselves, reset after their last use (runConsuming), or null
+    Tensor *consumed = nullptr;
+    // the call's symbol values and their spec where the caller looked them up already
+    // (runInto; it holds the spec for the call), or null for the call to look them up
+    const int64_t *syms = nullptr;
+    const Spec *spec = nullptr;
+    // per buffer, the input whose storage an output buffer is (runInto), or null
+    const std::vector<int> *alias = nullptr;
+    // per step, the end of its launch run (launchRuns), or null for the spec's own
+    const std::vector<int> *runs = nullptr;
+  };
+  // Runs one call; its outputs go into `outs` (emptied first).
+  void runImpl(const CallArgs &args, std::vector<Tensor> &outs) const;
   // Fills kernels_, code_, cacheHits_ and the kept LLVM IR and assembly for `p`
   // (KernelCompile.cpp): from the kernel memo, compiled now, or in an open KernelBatch at its
   // finish() (awaitingBatch_ until then).
