@@ -214,10 +214,43 @@ Value *erfFloat(llvm::IRBuilder<> &b, Value *x) {
   return x->getType()->isFloatTy() ? erfF32(b, x) : callLibm(b, "erf", x);
 }
 
+// Whether x is a relu's result (select(v < 0, 0, v)): not below 0, or NaN.
+bool reluResult(Value *x) {
+  auto *sel = llvm::dyn_cast<llvm::SelectInst>(x);
+  auto *cmp = sel ? llvm::dyn_cast<llvm::FCmpInst>(sel->getCondition()) : nullptr;
+  auto isZero = [](Value *v) {
+    auto *c = llvm::dyn_cast<llvm::ConstantFP>(v);
+    return c && c->isZero();
+  };
+  return cmp && cmp->getPredicate() == llvm::CmpInst::FCMP_OLT &&
+         cmp->getOperand(0) == sel->getFalseValue() && isZero(cmp->getOperand(1)) &&
+         isZero(sel->getTrueValue());
+}
+
+// f32 exp(-x) for x not below 0 (or NaN): expF32's, but with its result in (0, 1] 2^n is one
+// factor (n in [-126, 0]: x clamped to 87, where exp(-x) is already below 1 + e's half
+// ulp), two integer operations and a multiply fewer on the chain of a relu then sigmoid.
+Value *expF32OfMinusNonNegative(llvm::IRBuilder<> &b, Value *x) {
+  Value *c = b.CreateSelect(b.CreateFCmpOLT(fconst(x, 87.0), x), fconst(x, 87.0), x);
+  Value *t = fmuladd(b, c, fconst(x, -1.44269504088896341), fconst(x, kRoundMagic));
+  Value *n = b.CreateFSub(t, fconst(x, kRoundMagic));
+  Value *r = b.CreateFNeg(fmuladd(b, n, fconst(x, 0.693359375), c));
+  r = fmuladd(b, n, fconst(x, 2.12194440e-4), r);
+  Value *r2 = b.CreateFMul(r, r);
+  Value *hi = fmuladd(b, r, fconst(x, 1.9875691500E-4), fconst(x, 1.3981999507E-3));
+  Value *mid = fmuladd(b, r, fconst(x, 8.3334519073E-3), fconst(x, 4.1665795894E-2));
+  Value *lo = fmuladd(b, r, fconst(x, 1.6666665459E-1), fconst(x, 5.0000001201E-1));
+  Value *p = fmuladd(b, b.CreateFMul(r2, r2), hi, fmuladd(b, r2, mid, lo));
+  Value *em1 = fmuladd(b, p, r2, r);
+  Value *s = pow2(b, b.CreateSub(b.CreateBitCast(t, b.getInt32Ty()), b.getInt32(kRoundMagicBits)));
+  return fmuladd(b, em1, s, s);
+}
+
 Value *sigmoidFloat(llvm::IRBuilder<> &b, Value *x) {
-  Value *e = x->getType()->isFloatTy()
-                 ? expF32(b, x, ExpOf::minusX)
-                 : b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, b.CreateFNeg(x));
+  Value *e = !x->getType()->isFloatTy()
+                 ? b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, b.CreateFNeg(x))
+             : reluResult(x) ? expF32OfMinusNonNegative(b, x)
+                             : expF32(b, x, ExpOf::minusX);
   return b.CreateFDiv(fconst(x, 1.0), b.CreateFAdd(fconst(x, 1.0), e));
 }
 
