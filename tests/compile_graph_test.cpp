@@ -169,6 +169,44 @@ TEST(KernelBatch, AProgramOfAnUnfinishedBatchNeverRuns) {
   EXPECT_TRUE(allclose(again->run(in, 1).at(0), sigmoid(x * 1.875) - 0.125, 1e-5, 1e-6));
 }
 
+// A static program's arena keeps its arena buffers bound from call to call, and a call binds
+// again only its inputs, outputs and dynamic buffers: each call reads its own inputs, and an
+// output an eager step makes (embedding: adopted as the output) or a kernel writes is a new
+// tensor each call, never written over the outputs an earlier call handed out.
+TEST(CompileGraph, CallsOfOneArenaBindTheirOwnInputsAndOutputs) {
+  auto f = [](const std::vector<Tensor> &v) {
+    Tensor e = embedding(v[0], v[1]);
+    return std::vector<Tensor>{e, relu(matmul(e, v[2])) * 2.0, sigmoid(v[2] + 1.0)};
+  };
+  auto ids = [](int64_t a, int64_t b) {
+    return Tensor::from_vector(std::vector<int64_t>{a, b, a}, {3});
+  };
+  const std::vector<Tensor> first = {Tensor::randn({5, 4}, 1), ids(0, 3), Tensor::randn({4, 4}, 2)};
+  std::shared_ptr<Executable> e = compileGraph(requestFor(f, first, Target::cpu)).executable;
+  ASSERT_TRUE(e);
+  int eagerSteps = 0;
+  for (const Step &s : e->program().steps) eagerSteps += s.kind == Step::Kind::eager;
+  EXPECT_GE(eagerSteps, 1) << "embedding is expected to run as an eager step";
+  std::vector<std::vector<Tensor>> calls, held;
+  for (int c = 0; c < 4; ++c) {
+    calls.push_back(
+        {Tensor::randn({5, 4}, 10 + c), ids(c % 5, (c + 2) % 5), Tensor::randn({4, 4}, 20 + c)});
+    const std::vector<Tensor> &in = calls.back();
+    const Tensor *ptrs[] = {&in[0], &in[1], &in[2]};
+    held.push_back(e->run(ptrs, 3));
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::vector<Tensor> want = f(calls[c]);
+    ASSERT_EQ(held[c].size(), want.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      EXPECT_TRUE(allclose(held[c][o], want[o], 1e-5, 1e-6)) << "call " << c << " output " << o;
+      if (c > 0) {
+        EXPECT_NE(held[c][o].data_ptr(), held[c - 1][o].data_ptr());
+      }
+    }
+  }
+}
+
 // runInto writes an output over an input that no step reads from the output's first writer
 // on (a regional stage's result over the stage output it read, which dies with the stage):
 // the output is in the input's storage, and is the input tensor itself where the caller's
