@@ -202,6 +202,11 @@ public:
       os << ", optimized tier " << optCalls_.load() << " calls; " << note_;
     } else {
       os << "; " << (note_.empty() ? "the optimized tier is compiling in the background" : note_);
+      // explain() lists the program after this note: on this tier, one that sets the
+      // interpreted outputs' layouts and is never run
+      if (interpreted_)
+        os << "; until it is ready, calls run the traced graph, and the program listed is its "
+              "lowering (the layouts the interpreted outputs take), not code that runs";
     }
     return os.str();
   }

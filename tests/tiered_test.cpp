@@ -18,6 +18,7 @@
 
 #include "jit/Tiered.h"
 #include "support/Threads.h"
+#include "tests/TestUtil.h"
 
 extern char **environ;
 
@@ -25,24 +26,6 @@ using namespace rcjit;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A disk cache of its own per test (markers and objects of other tests stay out).
-struct IsolatedCache {
-  fs::path dir;
-  IsolatedCache() {
-    static int n = 0;
-    dir = fs::temp_directory_path() /
-          ("rcjit-tiered-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(dir);
-    cache::set_dir(dir.string());
-    cache::clear();
-  }
-  ~IsolatedCache() {
-    EXPECT_TRUE(waitForBackgroundCompiles(600));
-    cache::clear();
-    fs::remove_all(dir);
-  }
-};
 
 // Three small matmuls (64 wide: generated kernels in the optimized tier) with relu and tanh.
 struct SmallMlp {
@@ -63,7 +46,7 @@ bool has(const std::string &text, const std::string &what) {
 // kernel compiled before the first call); RCJIT_FIRST_TIER=compile (here the setter) compiles
 // it with the quick pipeline instead. Both compute eager's values and switch alike.
 TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({1, 16, 64}, 1);
@@ -82,6 +65,10 @@ TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
     ASSERT_TRUE(waitForBackgroundCompiles(600));
     Tensor after = cf(x);
     const std::string ex = cf.explain();
+    // the program explain() lists is the lowering the interpreted calls never ran, and says
+    // so while that tier runs
+    EXPECT_EQ(has(fast, "the program listed is its lowering"), interpret) << fast;
+    EXPECT_FALSE(has(ex, "the program listed is its lowering")) << ex;
     EXPECT_TRUE(has(ex, "switched to the optimized tier at call 2")) << ex;
     EXPECT_TRUE(has(ex, "optimized tier 1 calls")) << ex;
     EXPECT_TRUE(allclose(after, want, 1e-4, 1e-5));
@@ -93,7 +80,7 @@ TEST(Tiered, ResultsEqualBeforeAndAfterTheSwitch) {
 }
 
 TEST(Tiered, WarmStartRunsTheOptimizedTierFromTheFirstCall) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({2, 8, 64}, 2);
@@ -114,7 +101,7 @@ TEST(Tiered, WarmStartRunsTheOptimizedTierFromTheFirstCall) {
 // save_artifacts right after a first call waits for the optimized tier's background compile,
 // so a process warmed from the blob runs the optimized code from its first call.
 TEST(Tiered, SavedArtifactsHoldTheOptimizedTierInFlight) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({2, 8, 64}, 5);
@@ -134,7 +121,7 @@ TEST(Tiered, SavedArtifactsHoldTheOptimizedTierInFlight) {
 }
 
 TEST(Tiered, FalseWaitsForTheOptimizedCode) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({1, 4, 64}, 3);
@@ -159,7 +146,7 @@ std::string libraryRuns(const std::string &explain) {
 // made under; made under the compile thread's own 1, every large GEMM of the optimized
 // tier ran on one thread).
 TEST(Tiered, TheOptimizedTierIsMadeForTheCallersThreads) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   OmpThreads two(2);
   Tensor w = Tensor::randn({512, 256}, 21), x = Tensor::randn({64, 256}, 22); // 2^23 MACs
@@ -183,7 +170,7 @@ TEST(Tiered, TheOptimizedTierIsMadeForTheCallersThreads) {
 }
 
 TEST(Tiered, RegionalStagesSwitchToo) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f, g;
   Tensor x = Tensor::randn({1, 8, 64}, 4);
@@ -209,7 +196,7 @@ TEST(Tiered, RegionalStagesSwitchToo) {
 // values before and after the switch. (CompileGraph.InterpretedFirstTierTakesThePrograms-
 // OutputLayouts makes the two layouts differ.)
 TEST(Tiered, InterpretedFirstTierKeepsTheCompiledOutputLayouts) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   Tensor w = Tensor::randn({32, 48}, 10);
   auto fn = [&](const Tensor &t) {
@@ -245,7 +232,7 @@ TEST(Tiered, InterpretedFirstTierKeepsTheCompiledOutputLayouts) {
 // softmax over 64 x 4096) and leaves a small one scalar; the logged fast-tier IR shows which,
 // and both compute eager's values.
 TEST(Tiered, FastTierVectorizesTheKernelsThatPayForIt) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   auto fn = [](const Tensor &t) { return softmax(t * 0.5, -1) * tanh(t); };
   Tensor big = Tensor::randn({64, 4096}, 6), small = Tensor::randn({4, 8}, 7);
@@ -270,7 +257,7 @@ TEST(Tiered, FastTierVectorizesTheKernelsThatPayForIt) {
 // weighs its kernels' work by that, as a full program's identical layers add up (16 layers of
 // a softmax over 16 x 1024 vectorize; the same layer alone does not).
 TEST(Tiered, RegionalStagesWeighTheirKernelsByTheLayersThatShareThem) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   Tensor x = Tensor::randn({16, 1024}, 8);
   for (int layers : {16, 1}) {
@@ -300,7 +287,7 @@ TEST(Tiered, RegionalStagesWeighTheirKernelsByTheLayersThatShareThem) {
 // Threads call while the optimized tier compiles and is switched in: every result equals
 // eager's (scripts/sanitize.sh runs this under ThreadSanitizer).
 TEST(Tiered, ConcurrentCallersDuringTheSwitch) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   NoGradGuard noGrad;
   SmallMlp f;
   Tensor x = Tensor::randn({1, 16, 64}, 5);
@@ -378,7 +365,7 @@ int runChild(const std::string &test, const fs::path &dir, const std::vector<std
 }
 
 TEST(Tiered, ProcessExitsDuringABackgroundCompile) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   const int status = runChild("TieredChild.ExitsDuringABackgroundCompile", cacheDir.dir,
                               {"RCJIT_TIERED_TEST_CHILD=1"});
   EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
@@ -417,7 +404,7 @@ TEST(TieredChild, RegionalPlanOnTheDiskCache) {
 }
 
 TEST(Tiered, RegionalWarmStartFindsEveryKernelOnDisk) {
-  IsolatedCache cacheDir;
+  test::IsolatedCache cacheDir("rcjit-tiered-test");
   for (const bool warm : {false, true}) {
     SCOPED_TRACE(warm ? "warm" : "cold");
     std::vector<std::string> env = {"RCJIT_TIERED_TEST_CHILD=1"};
