@@ -2,7 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -15,6 +18,28 @@
 #include <vector>
 
 namespace rcjit::test {
+
+/// A compile cache of the test's own (an empty directory under the temp dir, named by
+/// `prefix`, the process and a counter) for the scope's life: cleared when made and when
+/// dropped, after the background compiles have finished.
+struct IsolatedCache {
+  std::filesystem::path dir;
+  explicit IsolatedCache(const std::string &prefix = "rcjit-test-cache") {
+    static int n = 0;
+    dir = std::filesystem::temp_directory_path() /
+          (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    std::filesystem::remove_all(dir);
+    cache::set_dir(dir.string());
+    cache::clear();
+  }
+  ~IsolatedCache() {
+    EXPECT_TRUE(waitForBackgroundCompiles(600));
+    cache::clear();
+    std::filesystem::remove_all(dir);
+  }
+  IsolatedCache(const IsolatedCache &) = delete;
+  IsolatedCache &operator=(const IsolatedCache &) = delete;
+};
 
 /// The message of the rcjit::Error `f` throws; "(no error)" and a test failure when it
 /// throws none.

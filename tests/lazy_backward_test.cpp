@@ -10,6 +10,7 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/Tiered.h"
+#include "tests/TestUtil.h"
 
 using namespace rcjit;
 namespace fs = std::filesystem;
@@ -41,23 +42,8 @@ void expectGradsEqual(const std::vector<Tensor> &got, const std::vector<Tensor> 
   }
 }
 
-struct IsolatedCache {
-  fs::path dir;
-  IsolatedCache() {
-    dir = fs::temp_directory_path() / ("rcjit-lazy-backward-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    cache::set_dir(dir.string());
-    cache::clear();
-  }
-  ~IsolatedCache() {
-    EXPECT_TRUE(waitForBackgroundCompiles(600));
-    cache::clear();
-    fs::remove_all(dir);
-  }
-};
-
 TEST(LazyBackward, GradModeCallWithoutBackwardCompilesOneProgram) {
-  IsolatedCache c;
+  test::IsolatedCache c("rcjit-lazy-backward");
   for (Mode mode : {Mode::full, Mode::regional}) {
     Net net;
     Tensor x = Tensor::randn({4, 16}, 1), y = Tensor::randn({4, 8}, 2);
@@ -84,7 +70,7 @@ TEST(LazyBackward, GradModeCallWithoutBackwardCompilesOneProgram) {
 }
 
 TEST(LazyBackward, WarmCacheLoadsTheBackwardLazily) {
-  IsolatedCache c;
+  test::IsolatedCache c("rcjit-lazy-backward");
   Net net;
   Tensor x = Tensor::randn({3, 16}, 3), y = Tensor::randn({3, 8}, 4);
   auto fn = [&](const Tensor &a, const Tensor &b) { return mse_loss(net(a), b); };

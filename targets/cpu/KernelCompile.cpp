@@ -281,6 +281,10 @@ struct KernelBatch::State {
     size_t kernel;  // in program->kernels_
     size_t compile; // in compiles
     size_t at;      // in compiles[compile].todo
+    // counted in program->cacheHits_ already: an earlier program of the batch compiles it,
+    // which serves this one as the memo would (finish() does not count it again when the
+    // module also came from the disk cache)
+    bool counted = false;
   };
   std::vector<std::unique_ptr<KernelCompile>> compiles;
   std::unordered_map<std::string, std::pair<size_t, size_t>> index; // memo key -> (compile, at)
@@ -325,7 +329,7 @@ std::pair<size_t, double> KernelBatch::finish() {
     const std::shared_ptr<const void> &owner = c.owners.at(w.at);
     if (std::find(cp.code_.begin(), cp.code_.end(), owner) == cp.code_.end())
       cp.code_.push_back(owner);
-    if (c.cached.at(w.at)) ++cp.cacheHits_;
+    if (!w.counted && c.cached.at(w.at)) ++cp.cacheHits_;
     cp.awaitingBatch_ = false;
   }
   const double seconds =
@@ -341,7 +345,6 @@ std::pair<size_t, double> KernelBatch::finish() {
   }
   return {kernels, seconds};
 }
-
 
 void CpuProgram::compileKernelsOf(const std::shared_ptr<CpuProgram> &cp, const Program &p,
                                   const std::string &moduleId, const CpuProgramOptions &opts) {
@@ -381,7 +384,7 @@ void CpuProgram::compileKernelsOf(const std::shared_ptr<CpuProgram> &cp, const P
     if (batch) {
       if (auto at = batch->index.find(keys[i]); at != batch->index.end()) {
         ++cp->cacheHits_;
-        batch->waits.push_back({cp, i, at->second.first, at->second.second});
+        batch->waits.push_back({cp, i, at->second.first, at->second.second, true});
         cp->awaitingBatch_ = true;
         continue;
       }
@@ -414,8 +417,12 @@ void CpuProgram::compileKernelsOf(const std::shared_ptr<CpuProgram> &cp, const P
         cp->llvmIr_ = std::move(c.modules[0].llvmIr);
         cp->assembly_ = std::move(c.modules[0].assembly);
       }
-      for (char hit : c.cached) cp->cacheHits_ += hit ? 1 : 0;
-      for (const auto &[kernel, idx] : own) cp->kernels_[kernel] = c.fns[idx];
+      // a hit per kernel of the program whose module came from the disk cache (as in a
+      // batch's finish(): two kernels of one program sharing a key are two hits)
+      for (const auto &[kernel, idx] : own) {
+        cp->kernels_[kernel] = c.fns[idx];
+        cp->cacheHits_ += c.cached[idx] ? 1 : 0;
+      }
       for (const auto &[key, idx] : fresh) memo.add(key, c.fns[idx], c.owners[idx]);
       for (const auto &o : c.owners) {
         if (cp->code_.empty() || cp->code_.back() != o) cp->code_.push_back(o);
