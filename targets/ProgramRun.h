@@ -81,14 +81,6 @@ template <class Addr> Addr valueAddress(const Program &p, const Addr *bases, int
   return bases[val.buffer] + val.offset * static_cast<int64_t>(dtypeSize(val.dtype));
 }
 
-/// Binds every buffer of `p` for one call, the same way on every target: an input buffer
-/// to its tensor's data (which must be on `device`), an arena buffer to `arena` plus its
-/// offset, an output buffer to a fresh tensor on `device` (kept in `outputs`, indexed by
-/// buffer), a dynamic buffer to `dynamicBase(b)`. With `deferOutputs`, output buffers are
-/// left unbound for the caller to allocate when their first step runs (outputsByFirstStep).
-/// Throws rcjit::Error for a missing input or one on another device.
-/// bindBuffersInto fills `bases` (a vector kept from call to call: no allocation once it
-/// has the capacity).
 /// The tensor behind input buffer `buf` for one call, checked: present, defined, on
 /// `device`. Throws rcjit::Error.
 inline const detail::TensorImpl &boundInput(const Buffer &buf, const Tensor *const *inputs,
@@ -105,6 +97,14 @@ inline const detail::TensorImpl &boundInput(const Buffer &buf, const Tensor *con
   return *t;
 }
 
+/// Binds every buffer of `p` for one call, the same way on every target: an input buffer
+/// to its tensor's data (which must be on `device`), an arena buffer to `arena` plus its
+/// offset, an output buffer to a fresh tensor on `device` (kept in `outputs`, indexed by
+/// buffer), a dynamic buffer to `dynamicBase(b)`. With `deferOutputs`, output buffers are
+/// left unbound for the caller to allocate when their first step runs (outputsByFirstStep).
+/// Throws rcjit::Error for a missing input or one on another device.
+/// bindBuffersInto fills `bases` (a vector kept from call to call: no allocation once it
+/// has the capacity).
 template <class Addr, class DynamicBase>
 void bindBuffersInto(const Program &p, const Tensor *const *inputs, size_t n, Device device,
                      Addr arena, std::vector<Tensor> &outputs, std::vector<Addr> &bases,
@@ -167,9 +167,6 @@ void forEachStep(const Program &p, Kernel &&kernel, Library &&library, Eager &&e
   }
 }
 
-/// The program's outputs as tensors: views of the input, dynamic or output buffer each
-/// output value lives in (`dynamic` and `outBuffers` indexed by buffer). A value returned
-/// twice gets separate storage the second time (`clone`).
 /// Per step of `p` (plus one entry past the last): the output buffers that step is the
 /// first to read or write, so that they are allocated only when needed; the last entry
 /// lists the output buffers no step touches.
@@ -187,6 +184,9 @@ std::vector<int> lastUseOfBuffers(const Program &p);
 /// parameter lives from its gather to its last reader, as in eager, not to the program's end.
 std::vector<std::vector<int>> dynamicDoneAt(const Program &p);
 
+/// The program's outputs as tensors: views of the input, dynamic or output buffer each
+/// output value lives in (`dynamic` and `outBuffers` indexed by buffer). A value returned
+/// twice gets separate storage the second time (`clone`).
 std::vector<Tensor> collectOutputs(const Program &layout, const Tensor *const *inputs,
                                    const std::vector<Tensor> &dynamic,
                                    const std::vector<Tensor> &outBuffers);
