@@ -118,33 +118,42 @@ Value *pow2(llvm::IRBuilder<> &b, Value *n) {
 enum class ExpOf : bool { x, minusX };
 constexpr double kRoundMagic = 12582912.0;      // 1.5 * 2^23
 constexpr int32_t kRoundMagicBits = 0x4b400000; // its f32 bits
-Value *expF32(llvm::IRBuilder<> &b, Value *x, ExpOf of = ExpOf::x) {
+// exp(+-c) for an argument c already clamped, in two parts: e^r - 1 and the integer n of
+// exp(+-c) = 2^n e^r (as i32), which the callers scale by.
+struct ExpParts {
+  Value *em1, *n;
+};
+ExpParts expParts(llvm::IRBuilder<> &b, Value *c, ExpOf of) {
   const bool neg = of == ExpOf::minusX;
-  // c: the argument clamped (for exp(-x), x clamped to the mirrored bounds: -c is -x's)
-  Value *c = neg ? clamp(b, x, -89.0, 104.0) : clamp(b, x, -104.0, 89.0);
   // n = rint(+-c / ln2) by the 1.5 * 2^23 trick: adding it rounds to an integer, which is
-  // then also t's low mantissa bits (ni below: no float-to-int conversion, whose NaN is
+  // then also t's low mantissa bits (the n returned: no float-to-int conversion, whose NaN is
   // poison in LLVM IR and needed a select to keep the result NaN; here a NaN x gives a NaN
   // t, n and r, and the result is NaN without one). Two operations fewer than rint,
   // fptosi and that select (toy64 0.437 -> 0.420 ms, docs/performance.md).
-  Value *t = fmuladd(b, c, fconst(x, neg ? -1.44269504088896341 : 1.44269504088896341),
-                     fconst(x, kRoundMagic));
-  Value *n = b.CreateFSub(t, fconst(x, kRoundMagic));
+  Value *t = fmuladd(b, c, fconst(c, neg ? -1.44269504088896341 : 1.44269504088896341),
+                     fconst(c, kRoundMagic));
+  Value *n = b.CreateFSub(t, fconst(c, kRoundMagic));
   // r = (+-c) - n * ln2, ln2 in two parts
-  Value *r = neg ? b.CreateFNeg(fmuladd(b, n, fconst(x, 0.693359375), c))
-                 : fmuladd(b, n, fconst(x, -0.693359375), c);
-  r = fmuladd(b, n, fconst(x, 2.12194440e-4), r);
+  Value *r = neg ? b.CreateFNeg(fmuladd(b, n, fconst(c, 0.693359375), c))
+                 : fmuladd(b, n, fconst(c, -0.693359375), c);
+  r = fmuladd(b, n, fconst(c, 2.12194440e-4), r);
   // p(r) = 1.98757e-4 r^5 + 1.39820e-3 r^4 + ... + 0.5, and e^r = 1 + r + r^2 p(r)
   Value *r2 = b.CreateFMul(r, r);
-  Value *hi = fmuladd(b, r, fconst(x, 1.9875691500E-4), fconst(x, 1.3981999507E-3));
-  Value *mid = fmuladd(b, r, fconst(x, 8.3334519073E-3), fconst(x, 4.1665795894E-2));
-  Value *lo = fmuladd(b, r, fconst(x, 1.6666665459E-1), fconst(x, 5.0000001201E-1));
+  Value *hi = fmuladd(b, r, fconst(c, 1.9875691500E-4), fconst(c, 1.3981999507E-3));
+  Value *mid = fmuladd(b, r, fconst(c, 8.3334519073E-3), fconst(c, 4.1665795894E-2));
+  Value *lo = fmuladd(b, r, fconst(c, 1.6666665459E-1), fconst(c, 5.0000001201E-1));
   Value *p = fmuladd(b, b.CreateFMul(r2, r2), hi, fmuladd(b, r2, mid, lo));
   Value *em1 = fmuladd(b, p, r2, r); // e^r - 1
-  Value *ni = b.CreateSub(b.CreateBitCast(t, b.getInt32Ty()), b.getInt32(kRoundMagicBits));
-  Value *half = b.CreateAShr(ni, 1);
+  return {em1, b.CreateSub(b.CreateBitCast(t, b.getInt32Ty()), b.getInt32(kRoundMagicBits))};
+}
+
+Value *expF32(llvm::IRBuilder<> &b, Value *x, ExpOf of = ExpOf::x) {
+  // c: the argument clamped (for exp(-x), x clamped to the mirrored bounds: -c is -x's)
+  Value *c = of == ExpOf::minusX ? clamp(b, x, -89.0, 104.0) : clamp(b, x, -104.0, 89.0);
+  const ExpParts e = expParts(b, c, of);
+  Value *half = b.CreateAShr(e.n, 1);
   Value *first = pow2(b, half);
-  return b.CreateFMul(fmuladd(b, em1, first, first), pow2(b, b.CreateSub(ni, half)));
+  return b.CreateFMul(fmuladd(b, e.em1, first, first), pow2(b, b.CreateSub(e.n, half)));
 }
 
 Value *expFloat(llvm::IRBuilder<> &b, Value *x) {
@@ -232,18 +241,9 @@ bool reluResult(Value *x) {
 // ulp), two integer operations and a multiply fewer on the chain of a relu then sigmoid.
 Value *expF32OfMinusNonNegative(llvm::IRBuilder<> &b, Value *x) {
   Value *c = b.CreateSelect(b.CreateFCmpOLT(fconst(x, 87.0), x), fconst(x, 87.0), x);
-  Value *t = fmuladd(b, c, fconst(x, -1.44269504088896341), fconst(x, kRoundMagic));
-  Value *n = b.CreateFSub(t, fconst(x, kRoundMagic));
-  Value *r = b.CreateFNeg(fmuladd(b, n, fconst(x, 0.693359375), c));
-  r = fmuladd(b, n, fconst(x, 2.12194440e-4), r);
-  Value *r2 = b.CreateFMul(r, r);
-  Value *hi = fmuladd(b, r, fconst(x, 1.9875691500E-4), fconst(x, 1.3981999507E-3));
-  Value *mid = fmuladd(b, r, fconst(x, 8.3334519073E-3), fconst(x, 4.1665795894E-2));
-  Value *lo = fmuladd(b, r, fconst(x, 1.6666665459E-1), fconst(x, 5.0000001201E-1));
-  Value *p = fmuladd(b, b.CreateFMul(r2, r2), hi, fmuladd(b, r2, mid, lo));
-  Value *em1 = fmuladd(b, p, r2, r);
-  Value *s = pow2(b, b.CreateSub(b.CreateBitCast(t, b.getInt32Ty()), b.getInt32(kRoundMagicBits)));
-  return fmuladd(b, em1, s, s);
+  const ExpParts e = expParts(b, c, ExpOf::minusX);
+  Value *s = pow2(b, e.n);
+  return fmuladd(b, e.em1, s, s);
 }
 
 Value *sigmoidFloat(llvm::IRBuilder<> &b, Value *x) {
