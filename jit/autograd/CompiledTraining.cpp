@@ -6,7 +6,6 @@
 #include <chrono>
 #include <optional>
 #include <sstream>
-#include <string_view>
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Error.h>
@@ -149,23 +148,26 @@ ShardingState backwardShardingOf(const ShardingState &forward, const Partition &
   return backward;
 }
 
-// One half ("forward" or "backward") through the one compile path; `findSources`: a
-// symbolic half finds its sizes among its own inputs.
-CompileResult compileHalf(const TrainingRequest &r, const ShardingState &sharding,
-                          const char *suffix, const char *half, bool findSources,
+enum class Half { forward, backward };
+
+// One half through the one compile path.
+CompileResult compileHalf(const TrainingRequest &r, const ShardingState &sharding, Half h,
                           std::vector<GraphSample> samples) {
+  const bool forward = h == Half::forward;
+  const char *half = forward ? "forward" : "backward";
   CompileRequest c;
   c.sharding = sharding;
   c.exec = r.exec;
-  c.moduleId = r.moduleId + suffix;
+  c.moduleId = r.moduleId + (forward ? "_fwd" : "_bwd");
   c.label = r.label + " " + half;
   c.samples = std::move(samples);
   // the forward's first tier may interpret it; a backward's elementwise work (the gradients
   // of every fused op) keeps its compiled fast tier
-  c.interpretFirst = std::string_view(half) == "forward";
+  c.interpretFirst = forward;
   if (r.samples.size() > 1) {
     c.symbolic = r.symbolic;
-    c.symbolic.findSources = c.symbolic.findSources || findSources;
+    // a symbolic backward finds its sizes among its own inputs (the saved values)
+    c.symbolic.findSources = c.symbolic.findSources || !forward;
   }
   CompileResult res = compileGraph(std::move(c));
   if (!res.notSymbolic.empty()) throw Error(std::string(half) + ": " + res.notSymbolic);
@@ -303,8 +305,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   std::vector<GraphSample> forwardSamples;
   for (size_t k = 0; k < r.samples.size(); ++k)
     forwardSamples.push_back({parts[k].forward, r.samples[k].strides, r.samples[k].syms});
-  CompileResult fr =
-      compileHalf(r, r.sharding, "_fwd", "forward", false, std::move(forwardSamples));
+  CompileResult fr = compileHalf(r, r.sharding, Half::forward, std::move(forwardSamples));
   plan->forwardGraph_ = std::move(fr.graphs.at(0));
   plan->forward_ = std::move(fr.executable);
   checkShardedInputs(plan->forwardGraph_, r.sharding, r.label + " forward");
@@ -320,7 +321,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   if (now) {
     std::lock_guard<std::mutex> lock(plan->backwardMu_);
     plan->compileBackward(*plan->pending_, false);
-    plan->backwardSeconds_ = 0; // part of the entry's compile
+    plan->backwardSeconds_ = 0;                                // part of the entry's compile
     shardedGradients(*plan, plan->pending_->backwardSharding); // before any call delivers one
   }
   return plan;
@@ -332,7 +333,7 @@ void TrainingPlan::compileBackward(PendingBackward &p, bool lazy) const {
   std::optional<logging::CompileScope> scope;
   if (p.context && !logging::CompileScope::current()) scope.emplace(*p.context);
   auto t0 = std::chrono::steady_clock::now();
-  CompileResult br = compileHalf(r, p.backwardSharding, "_bwd", "backward", true,
+  CompileResult br = compileHalf(r, p.backwardSharding, Half::backward,
                                  backwardSamples(r, p.parts, forward_->program()));
   Graph graph = std::move(br.graphs.at(0));
   checkHalvesAgree(r.label, forwardGraph_, graph, p.backwardSharding, savedOutput_, dropGrad_);
