@@ -26,6 +26,11 @@ struct FusionGroup {
   std::string opened;       // why this node started a new group instead of joining one
   int order = 0;            // position among the program's steps
   int mergedInto = -1;      // >= 0: its members moved to that group (no kernel of its own)
+  /// Nodes of other groups this kernel computes again from what it reads instead of
+  /// loading them (their groups do not store them), in node order: a large value that is
+  /// cheap to make from operands in memory anyway (the log-probabilities of a softmax
+  /// from the logits and two row statistics) costs less memory made twice than stored.
+  std::vector<int> recomputed;
 };
 
 /// A step that is not a generated kernel: a library call or an eager op.

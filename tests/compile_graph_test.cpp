@@ -343,8 +343,9 @@ TEST(CompileGraph, FusionPlanSaysWhyAGroupStarts) {
 
 // Two branches that start from inputs (each opens a group) meet in one node: the later
 // group merges into the earlier and the node joins it, so nothing goes through memory
-// (AdamW's (1 - b1) * g + b1 * m); scalars join the tiny group before them. A branch that
-// reads a value computed after the earlier group started cannot merge.
+// (AdamW's (1 - b1) * g + b1 * m); scalars computed from inputs alone form one tiny group
+// placed before every other (so a kernel that reads them never starts before them). A
+// branch that reads a value computed after the earlier group started cannot merge.
 TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
   auto fn = [](const std::vector<Tensor> &v) {
     Tensor a = v[0] * 0.1;                 // opens a group
@@ -358,11 +359,10 @@ TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
   r.stop = CompileStop::fused;
   CompileResult res = compileGraph(r);
   std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
-  EXPECT_NE(plan.find("fusion: 3 groups"), std::string::npos) << plan; // a, b merged; s, t
-  EXPECT_NE(plan.find("merged k1"), std::string::npos) << plan;
-  const size_t scalar = plan.find("elementwise []");
-  ASSERT_NE(scalar, std::string::npos) << plan;
-  EXPECT_EQ(plan.find("elementwise []", scalar + 1), std::string::npos) << "one scalar group";
+  EXPECT_NE(plan.find("fusion: 2 groups"), std::string::npos) << plan; // s, t; a, b merged
+  EXPECT_NE(plan.find("merged k2"), std::string::npos) << plan;
+  ASSERT_NE(plan.find("k0 elementwise []: {add %"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("elementwise []"), plan.rfind("elementwise []")) << "one scalar group";
   auto g = [](const std::vector<Tensor> &v) {
     Tensor a = v[0] * 0.1;
     Tensor m = matmul(v[0], v[0]); // a library call after a's group started
@@ -382,6 +382,80 @@ TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
   auto cg = compile(g);
   const std::vector<Tensor> one = {in[0]};
   EXPECT_TRUE(allclose(cg(one)[0], g(one)[0], 1e-5, 1e-5));
+}
+
+// A large value that kernels of other groups read, cheap to make from what they read anyway,
+// is computed again by each of them instead of stored (FusionGroup::recomputed): here a
+// loss and its logits' gradient in one graph, as in a whole training step, whose kernels
+// read the log-probabilities and their exp again after the row statistics. No stored
+// intermediate is as large as the f32 log-probabilities, and the results equal eager's.
+TEST(CompileGraph, ALargeCheapValueIsComputedAgainByTheKernelsThatReadIt) {
+  constexpr int64_t kRows = 64, kClasses = 4096; // f32 [64, 4096]: 1 MiB
+  auto fn = [](const std::vector<Tensor> &v) {
+    Tensor logp = log_softmax(v[0].to(DType::f32), -1); // the logits are bf16
+    Tensor hit = eq(Tensor::arange(kClasses, DType::i64), unsqueeze(v[1], -1));
+    Tensor picked = sum(where(hit, logp, 0.0), {-1}, true);
+    Tensor seed = where(hit, -1.0 / sum(picked), 0.0); // after every row's pick: a kernel later
+    Tensor grad = seed - exp(logp) * sum(seed, {-1}, true);
+    return std::vector<Tensor>{picked, grad.to(DType::bf16)};
+  };
+  std::vector<int64_t> targets;
+  for (int64_t i = 0; i < kRows; ++i) targets.push_back(i * 997 % kClasses);
+  const std::vector<Tensor> in = {Tensor::randn({kRows, kClasses}, 1).to(DType::bf16),
+                                  Tensor::from_vector(targets, {kRows})};
+  CompileRequest r = requestFor(fn, in, Target::cpu);
+  r.stop = CompileStop::program;
+  CompileResult res = compileGraph(r);
+  const std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
+  EXPECT_NE(plan.find("recomputes {"), std::string::npos) << plan;
+  for (const Buffer &b : res.program.buffers) {
+    if (b.kind == Buffer::Kind::arena || b.kind == Buffer::Kind::dynamic) {
+      EXPECT_LT(b.bytes, kRows * kClasses * 4) << plan;
+    }
+  }
+  auto cf = compile(fn);
+  std::vector<Tensor> want = fn(in), got = cf(in);
+  EXPECT_TRUE(allclose(got[0], want[0], 1e-5, 1e-5));
+  EXPECT_TRUE(allclose(got[1].to(DType::f32), want[1].to(DType::f32), 1e-2, 1e-6));
+}
+
+// Scalars computed from inputs alone (an optimizer's bias corrections, a chain per
+// parameter) are placed before every kernel, however many there are: a kernel that reads
+// them never starts before their tiny group, which used to cut an update once the tiny group
+// before it was full (256 nodes) and store its intermediates.
+TEST(CompileGraph, ScalarsFromInputsComeBeforeTheKernelsThatReadThem) {
+  constexpr int kParams = 40;
+  auto fn = [](const std::vector<Tensor> &v) {
+    std::vector<Tensor> out;
+    for (int p = 0; p < kParams; ++p) {
+      const Tensor &step = v[static_cast<size_t>(2 * p + 1)];
+      Tensor m = v[static_cast<size_t>(2 * p)] * 0.9; // the update starts
+      Tensor c1 = 1.0 - pow(0.9, step), c2 = 1.0 - pow(0.999, step);
+      Tensor s = sqrt(c2) / c1 * 1e-3 + step * 0.0;
+      out.push_back(m * s + 1.0);
+    }
+    return out;
+  };
+  std::vector<Tensor> in;
+  for (int p = 0; p < kParams; ++p) {
+    in.push_back(Tensor::randn({64, 64}, static_cast<uint64_t>(p)));
+    in.push_back(Tensor::full({}, 3.0 + p));
+  }
+  CompileRequest r = requestFor(fn, in, Target::cpu);
+  r.stop = CompileStop::program;
+  CompileResult res = compileGraph(r);
+  const std::string plan = printFusionPlan(res.fusion, res.graphs[0]);
+  int updates = 0, stored = 0;
+  for (const FusionGroup &grp : res.fusion.groups) {
+    if (grp.mergedInto < 0 && grp.domain == Shape{64, 64}) ++updates;
+  }
+  for (const Buffer &b : res.program.buffers)
+    stored += b.kind == Buffer::Kind::arena && b.bytes >= 64 * 64 * 4;
+  EXPECT_EQ(updates, kParams) << plan; // one kernel per update
+  EXPECT_EQ(stored, 0) << plan;        // nothing of an update goes through memory
+  auto cf = compile(fn);
+  std::vector<Tensor> want = fn(in), got = cf(in);
+  for (int p = 0; p < kParams; ++p) EXPECT_TRUE(allclose(got[p], want[p], 1e-5, 1e-6)) << p;
 }
 
 // cross_entropy: the log-softmax kernel also takes the target's one-hot compare and the

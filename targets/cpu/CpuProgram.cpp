@@ -58,10 +58,13 @@ int64_t innerSize(const LoopKernel &k, const int64_t *syms) {
 // same sizes every call, so no page faults after the first). An arena is held for the
 // whole call at the size of its fullest step: a whole gpt2 training step's 147 MiB LM-head
 // weight gradient and 98 MiB logits blocks made a 292 MiB arena still held where the last
-// gradients are made, 189 MiB above full mode's peak (docs/performance.md). Smaller
-// buffers stay in the arena, where reuse keeps them in cache.
+// gradients are made, 189 MiB above full mode's peak (docs/performance.md); at 1 MiB, the
+// 12-layer step under bf16 autocast still kept its saved [512, 768] bf16 activations
+// (768 KiB each) in a 28.6 MiB arena held to the backward's end, 30 MiB above full mode.
+// Smaller buffers stay in the arena, where reuse keeps them in cache; 256 KiB is twice
+// the storage cache's smallest block (kCacheMin).
 int64_t largeBufferBytes() {
-  static const int64_t bytes = envInteger("RCJIT_ARENA_MAX_BUFFER", int64_t{1} << 20, 0,
+  static const int64_t bytes = envInteger("RCJIT_ARENA_MAX_BUFFER", int64_t{256} << 10, 0,
                                           std::numeric_limits<int64_t>::max(), "bytes");
   return bytes;
 }

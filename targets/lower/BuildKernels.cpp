@@ -1,6 +1,7 @@
 // The build-kernels step of lowering: one LoopKernel per fusion group (its members as
 // statements, loads and stores mapped onto the group's domain), and the steps in order.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -194,9 +195,23 @@ void Lowering::buildKernel(int gid, Step &step) {
     step.operands.push_back(v);
     return static_cast<int>(k.tensors.size()) - 1;
   };
-  auto operand = [&](int in, Level lv) {
+  // a node of another group this kernel computes again (its operands first), at full level
+  std::function<int(int, Level)> operand;
+  auto recompute = [&](int in) {
+    const Node &n = g.nodes[in];
+    KernelStmt s;
+    s.kind = KernelStmt::Kind::compute;
+    s.op = n.op;
+    s.dtype = n.dtype;
+    for (int a : n.inputs) s.args.push_back(operand(a, Level::full));
+    return stmtOf[in] = push(k, s);
+  };
+  operand = [&](int in, Level lv) {
     auto it = stmtOf.find(in);
     if (it != stmtOf.end()) return it->second;
+    if (value[in] < 0 && groupOf[in] != gid &&
+        std::binary_search(grp.recomputed.begin(), grp.recomputed.end(), in))
+      return recompute(in);
     KernelStmt s;
     if (isConstant(in)) {
       s.kind = KernelStmt::Kind::constant;

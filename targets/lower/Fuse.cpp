@@ -30,6 +30,10 @@ constexpr int64_t kTinyDomain = 16;
 // longer chain is cut into kernels of this size, and compile time grows linearly with the
 // graph (docs/first-call.md). Ordinary kernels have tens of nodes.
 constexpr size_t kMaxGroupNodes = 256;
+// A value of at least this many bytes that kernels of other groups read is computed again
+// by each of them when cheap (recomputeForReaders), from at most this many nodes.
+constexpr int64_t kRecomputeMinBytes = 1 << 20;
+constexpr size_t kMaxRecomputedNodes = 8;
 
 int64_t numelOf(const Shape &shape) {
   int64_t n = 1;
@@ -98,21 +102,144 @@ int Lowering::newBufferValue(const Shape &shape, DType dtype, int order, Buffer:
 void Lowering::fuse() {
   // sources that read nothing (arange) run first: a group that starts before their place in
   // node order can then read them (cross_entropy's one-hot compare fuses into the softmax
-  // kernel instead of storing the log-probabilities between them)
+  // kernel instead of storing the log-probabilities between them).
+  // So do scalars computed from inputs and constants alone (an optimizer's bias corrections,
+  // a chain per parameter): every kernel that reads them then comes after them. In node
+  // order a parameter's update could start before its scalars' tiny group, once the one
+  // before it was full (kMaxGroupNodes), and was cut there, storing its intermediates.
+  std::vector<bool> early(g.nodes.size(), false);
+  const int64_t tiny = opts.symbolic ? 1 : kTinyDomain;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op == OpKind::arange) placeNode(static_cast<int>(i));
+    const Node &n = g.nodes[i];
+    bool scalar = false;
+    switch (opInfo(n.op).category) {
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Where:
+      scalar = numelOf(shapeOf(static_cast<int>(i))) <= tiny;
+      for (int in : n.inputs) {
+        const OpKind op = g.nodes[in].op;
+        scalar = scalar && (early[in] || op == OpKind::input || op == OpKind::full);
+      }
+      break;
+    default:
+      break;
+    }
+    if (!scalar && n.op != OpKind::arange) continue;
+    for (int in : n.inputs) {
+      if (g.nodes[in].op == OpKind::input && !early[in]) {
+        placeNode(in);
+        early[in] = true;
+      }
+    }
+    placeNode(static_cast<int>(i));
+    early[i] = true;
   }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op != OpKind::arange) placeNode(static_cast<int>(i));
+    if (!early[i]) placeNode(static_cast<int>(i));
   }
   for (int o : g.outputs) materialize(o);
-  // values used by steps outside their group must be stored by it
+  // values used by steps outside their group must be stored by it, unless each such step
+  // is a kernel that can compute them again from what it reads anyway
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (groupOf[i] < 0 || value[i] >= 0) continue;
-    for (int u : users[i]) {
-      if (groupOf[u] != groupOf[i]) materialize(static_cast<int>(i));
-    }
+    bool outside = false;
+    for (int u : users[i]) outside = outside || groupOf[u] != groupOf[i];
+    if (outside && !recomputeForReaders(static_cast<int>(i))) materialize(static_cast<int>(i));
   }
+}
+
+int64_t Lowering::bytesOf(int node) const {
+  return numelOf(shapeOf(node)) * static_cast<int64_t>(dtypeSize(g.nodes[node].dtype));
+}
+
+// Whether group `gid` can compute `node` (a full-domain value of an earlier group that is
+// not stored) again from what it may read: constants, values in memory before its step,
+// small values of earlier groups (stored for it), and further such nodes. `chain` gets the
+// nodes to compute, operands first; `leaves` the nodes it would read from memory.
+bool Lowering::recomputable(int node, int gid, std::vector<int> &chain,
+                            std::vector<int> &leaves) const {
+  if (std::find(chain.begin(), chain.end(), node) != chain.end()) return true;
+  const FusionGroup &grp = plan.groups[gid];
+  const int home = groupOf[node];
+  switch (opInfo(g.nodes[node].op).category) {
+  case OpCategory::Unary:
+  case OpCategory::Binary:
+  case OpCategory::Compare:
+  case OpCategory::Where:
+    break;
+  default:
+    return false;
+  }
+  if (home < 0 || home == gid || plan.groups[home].order >= grp.order || value[node] >= 0 ||
+      level[node] != Level::full || shapeOf(node) != grp.domain ||
+      chain.size() >= kMaxRecomputedNodes)
+    return false;
+  for (int in : g.nodes[node].inputs) {
+    if (isConstant(in)) continue;
+    if (value[in] >= 0) {
+      if (stepOrderOfValue[value[in]] >= grp.order) return false;
+      leaves.push_back(in);
+      continue;
+    }
+    const int from = groupOf[in];
+    if (from < 0 || from == gid || plan.groups[from].order >= grp.order) return false;
+    if (bytesOf(in) * 16 <= bytesOf(node)) { // a row statistic: its group stores it
+      leaves.push_back(in);
+      continue;
+    }
+    if (!recomputable(in, gid, chain, leaves)) return false;
+  }
+  chain.push_back(node);
+  return true;
+}
+
+// Instead of storing `node` for the kernels of other groups that read it, has each of them
+// compute it again (FusionGroup::recomputed), when every reader can and the values each
+// reads for it hold no more bytes than `node` (so their longer lives cost no more memory
+// than storing it would): a whole training step's loss kernel then stores neither the
+// log-probabilities nor the softmax its backward reads, only two row statistics. Not for
+// samples of a symbolic program (the choice depends on sizes) or small values.
+bool Lowering::recomputeForReaders(int node) {
+  if (opts.symbolic || isOutput[node] || bytesOf(node) < kRecomputeMinBytes) return false;
+  struct Reader {
+    int gid;
+    std::vector<int> chain, leaves;
+  };
+  std::vector<Reader> readers;
+  for (int u : users[node]) {
+    const int gid = groupOf[u];
+    if (gid == groupOf[node]) continue;
+    if (gid < 0) return false; // a library or eager step reads it from memory
+    bool seen = false;
+    for (const Reader &r : readers) seen = seen || r.gid == gid;
+    if (seen) continue;
+    Reader r{gid, {}, {}};
+    if (!recomputable(node, gid, r.chain, r.leaves)) return false;
+    std::sort(r.leaves.begin(), r.leaves.end());
+    r.leaves.erase(std::unique(r.leaves.begin(), r.leaves.end()), r.leaves.end());
+    int64_t bytes = 0;
+    for (int leaf : r.leaves) {
+      if (value[leaf] < 0) {
+        bytes += bytesOf(leaf);
+      } else if (const Buffer &b = p.buffers[p.values[value[leaf]].buffer];
+                 b.kind != Buffer::Kind::input) {
+        bytes += b.bytes;
+      }
+    }
+    if (bytes > bytesOf(node)) return false;
+    readers.push_back(std::move(r));
+  }
+  for (const Reader &r : readers) {
+    for (int leaf : r.leaves) materialize(leaf);
+    std::vector<int> &again = plan.groups[r.gid].recomputed;
+    for (int c : r.chain) {
+      if (std::find(again.begin(), again.end(), c) == again.end()) again.push_back(c);
+    }
+    std::sort(again.begin(), again.end());
+  }
+  return true;
 }
 
 void Lowering::placeNode(int node) {
@@ -558,6 +685,13 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
       os << (m ? ", " : "") << opName(g.nodes[grp.members[m]].op) << " %" << grp.members[m];
     }
     os << "}\n    opened: " << grp.opened << "\n";
+    if (!grp.recomputed.empty()) {
+      os << "    recomputes {";
+      for (size_t m = 0; m < grp.recomputed.size(); ++m) {
+        os << (m ? ", " : "") << opName(g.nodes[grp.recomputed[m]].op) << " %" << grp.recomputed[m];
+      }
+      os << "} of other groups from what it reads (they do not store them)\n";
+    }
     for (size_t j = i + 1; j < plan.groups.size(); ++j) {
       if (plan.groups[j].mergedInto == static_cast<int>(i))
         os << "    merged k" << j << " (its values meet this group's in one node)\n";

@@ -73,6 +73,9 @@ struct Lowering {
   bool levelFor(int gid, const Shape &shape, Level &lv) const;
   void fuseElementwise(int node);
   void mergeOperandGroups(int node, const Shape &shape);
+  int64_t bytesOf(int node) const;
+  bool recomputable(int node, int gid, std::vector<int> &chain, std::vector<int> &leaves) const;
+  bool recomputeForReaders(int node);
   void fuseReduce(int node);
   bool foldPostOp(int node);
   void placeLibraryOrEager(int node, Step::Kind kind);
