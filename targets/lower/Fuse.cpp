@@ -219,8 +219,9 @@ bool Lowering::recomputeForReaders(int node) {
     if (!recomputable(node, gid, r.chain, r.leaves)) return false;
     std::sort(r.leaves.begin(), r.leaves.end());
     r.leaves.erase(std::unique(r.leaves.begin(), r.leaves.end()), r.leaves.end());
-    int64_t bytes = 0;
+    int64_t bytes = 0; // of the large leaves (row statistics do not count)
     for (int leaf : r.leaves) {
+      if (bytesOf(leaf) * 16 <= bytesOf(node)) continue;
       if (value[leaf] < 0) {
         bytes += bytesOf(leaf);
       } else if (const Buffer &b = p.buffers[p.values[value[leaf]].buffer];
