@@ -388,7 +388,8 @@ TEST(CompileGraph, BranchesFromInputsMergeWhereTheyMeet) {
 // is computed again by each of them instead of stored (FusionGroup::recomputed): here a
 // loss and its logits' gradient in one graph, as in a whole training step, whose kernels
 // read the log-probabilities and their exp again after the row statistics. No stored
-// intermediate is as large as the f32 log-probabilities, and the results equal eager's.
+// intermediate is as large as the f32 log-probabilities (but the f32 logits, where a
+// product makes them), and the results equal eager's.
 TEST(CompileGraph, ALargeCheapValueIsComputedAgainByTheKernelsThatReadIt) {
   LibraryMatmulsEnv library;
   constexpr int64_t kRows = 64, kClasses = 4096; // f32 [64, 4096]: 1 MiB
