@@ -219,15 +219,16 @@ bool Lowering::recomputeForReaders(int node) {
     if (!recomputable(node, gid, r.chain, r.leaves)) return false;
     std::sort(r.leaves.begin(), r.leaves.end());
     r.leaves.erase(std::unique(r.leaves.begin(), r.leaves.end()), r.leaves.end());
-    int64_t bytes = 0; // of the large leaves (row statistics do not count)
+    int64_t bytes = 0; // that the leaves keep alive longer (row statistics do not count)
     for (int leaf : r.leaves) {
-      if (bytesOf(leaf) * 16 <= bytesOf(node)) continue;
+      int64_t held = 0;
       if (value[leaf] < 0) {
-        bytes += bytesOf(leaf);
+        held = bytesOf(leaf);
       } else if (const Buffer &b = p.buffers[p.values[value[leaf]].buffer];
                  b.kind != Buffer::Kind::input) {
-        bytes += b.bytes;
+        held = b.bytes; // a view's whole buffer
       }
+      if (held * 16 > bytesOf(node)) bytes += held;
     }
     if (bytes > bytesOf(node)) return false;
     readers.push_back(std::move(r));
