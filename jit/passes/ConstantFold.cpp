@@ -2,30 +2,11 @@
 #include "jit/passes/ConstantFold.h"
 
 #include "targets/eager/Eager.h"
+#include "tracer/OpKind.h"
 
 namespace rcjit {
 
 namespace {
-
-bool isElementwise(OpKind op) {
-  switch (opInfo(op).category) {
-  case OpCategory::Unary:
-  case OpCategory::Binary:
-  case OpCategory::Compare:
-  case OpCategory::Where:
-    return true;
-  case OpCategory::Source:
-  case OpCategory::Reduce:
-  case OpCategory::Normalize:
-  case OpCategory::Matmul:
-  case OpCategory::Nn:
-  case OpCategory::View:
-  case OpCategory::Copy:
-  case OpCategory::Collective:
-    return false;
-  }
-  return false;
-}
 
 /// A `full` node of one element (shape [] or all dims 1).
 bool isScalarConstant(const Node &n) {

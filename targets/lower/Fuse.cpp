@@ -11,6 +11,7 @@
 #include "targets/lower/Lowering.h"
 #include "tracer/GraphIO.h"
 #include "tracer/OpCases.h"
+#include "tracer/OpKind.h"
 #include "tracer/TensorImpl.h"
 
 namespace rcjit::lowering {
@@ -111,20 +112,10 @@ void Lowering::fuse() {
   const int64_t tiny = opts.symbolic ? 1 : kTinyDomain;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node &n = g.nodes[i];
-    bool scalar = false;
-    switch (opInfo(n.op).category) {
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Where:
-      scalar = numelOf(shapeOf(static_cast<int>(i))) <= tiny;
-      for (int in : n.inputs) {
-        const OpKind op = g.nodes[in].op;
-        scalar = scalar && (early[in] || op == OpKind::input || op == OpKind::full);
-      }
-      break;
-    default:
-      break;
+    bool scalar = isElementwise(n.op) && numelOf(shapeOf(static_cast<int>(i))) <= tiny;
+    for (int in : n.inputs) {
+      const OpKind op = g.nodes[in].op;
+      scalar = scalar && (early[in] || op == OpKind::input || op == OpKind::full);
     }
     if (!scalar && n.op != OpKind::arange) continue;
     for (int in : n.inputs) {
@@ -163,18 +154,9 @@ bool Lowering::recomputable(int node, int gid, std::vector<int> &chain,
   if (std::find(chain.begin(), chain.end(), node) != chain.end()) return true;
   const FusionGroup &grp = plan.groups[gid];
   const int home = groupOf[node];
-  switch (opInfo(g.nodes[node].op).category) {
-  case OpCategory::Unary:
-  case OpCategory::Binary:
-  case OpCategory::Compare:
-  case OpCategory::Where:
-    break;
-  default:
-    return false;
-  }
-  if (home < 0 || home == gid || plan.groups[home].order >= grp.order || value[node] >= 0 ||
-      level[node] != Level::full || shapeOf(node) != grp.domain ||
-      chain.size() >= kMaxRecomputedNodes)
+  if (!isElementwise(g.nodes[node].op) || home < 0 || home == gid ||
+      plan.groups[home].order >= grp.order || value[node] >= 0 || level[node] != Level::full ||
+      shapeOf(node) != grp.domain || chain.size() >= kMaxRecomputedNodes)
     return false;
   for (int in : g.nodes[node].inputs) {
     if (isConstant(in)) continue;
