@@ -653,6 +653,14 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
     std::string text;
   };
   std::vector<Line> lines;
+  auto list = [&g](const std::vector<int> &nodes) { // "op %n, op %m"
+    std::string out;
+    for (size_t m = 0; m < nodes.size(); ++m) {
+      out += std::string(m ? ", " : "") + std::string(opName(g.nodes[nodes[m]].op)) + " %" +
+             std::to_string(nodes[m]);
+    }
+    return out;
+  };
   size_t kernels = 0;
   for (size_t i = 0; i < plan.groups.size(); ++i) {
     const FusionGroup &grp = plan.groups[i];
@@ -664,17 +672,10 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
     } else {
       os << "elementwise " << shapeStr(grp.domain);
     }
-    os << ": {";
-    for (size_t m = 0; m < grp.members.size(); ++m) {
-      os << (m ? ", " : "") << opName(g.nodes[grp.members[m]].op) << " %" << grp.members[m];
-    }
-    os << "}\n    opened: " << grp.opened << "\n";
+    os << ": {" << list(grp.members) << "}\n    opened: " << grp.opened << "\n";
     if (!grp.recomputed.empty()) {
-      os << "    recomputes {";
-      for (size_t m = 0; m < grp.recomputed.size(); ++m) {
-        os << (m ? ", " : "") << opName(g.nodes[grp.recomputed[m]].op) << " %" << grp.recomputed[m];
-      }
-      os << "} of other groups from what it reads (they do not store them)\n";
+      os << "    recomputes {" << list(grp.recomputed)
+         << "} of other groups from what it reads (they do not store them)\n";
     }
     for (size_t j = i + 1; j < plan.groups.size(); ++j) {
       if (plan.groups[j].mergedInto == static_cast<int>(i))
