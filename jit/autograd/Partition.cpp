@@ -8,6 +8,7 @@
 #include <rcjit/Error.h>
 
 #include "tracer/GraphIO.h"
+#include "tracer/OpKind.h"
 
 namespace rcjit {
 
@@ -17,24 +18,7 @@ enum class Choice : uint8_t { undecided, save, recompute };
 
 // Ops a fused backward kernel recomputes from its operands at no memory cost.
 bool cheap(const Node &n) {
-  switch (opInfo(n.op).category) {
-  case OpCategory::Unary:
-  case OpCategory::Binary:
-  case OpCategory::Compare:
-  case OpCategory::Where:
-  case OpCategory::View:
-    return true;
-  case OpCategory::Source:
-    return n.op == OpKind::full;
-  case OpCategory::Reduce:
-  case OpCategory::Normalize:
-  case OpCategory::Matmul:
-  case OpCategory::Nn:
-  case OpCategory::Copy:
-  case OpCategory::Collective:
-    return false;
-  }
-  return false;
+  return isElementwise(n.op) || opInfo(n.op).category == OpCategory::View || n.op == OpKind::full;
 }
 
 // Recomputing a value needs at most this many saved values; past it, the value is saved.
