@@ -146,6 +146,7 @@ PipelineOptions pipelineOptionsFor(Target t) {
   PipelineOptions o;
   o.decomposeOptions.splitLinearBias = targetInfo(t).splitLinearBias;
   o.decomposeOptions.dropDataChecks = !targetInfo(t).hostDataChecks;
+  o.decomposeOptions.batchedGemm = targetInfo(t).batchedGemm;
   o.decomposeOptions.smallMatmulMacs = smallMatmulMacsFor(t);
   return o;
 }

@@ -33,13 +33,15 @@ struct FusionGroup {
   std::vector<int> recomputed;
 };
 
-/// A step that is not a generated kernel: a library call or an eager op.
+/// A step that is not a fused group: a library call, an eager op, a collective, or an
+/// embedding's gather/scatter kernel.
 struct FusionCall {
   int node = -1;
   bool library = true;      // false: an eager step (or a collective)
   bool collective = false;  // a collective: started here, waited for before its first use
   std::vector<int> postOps; // unary nodes folded into the library call's epilogue
   int order = 0;
+  bool kernel = false; // a gather or scatter kernel of its own (embedding on cuda)
 };
 
 /// The fuse step's decisions for one graph.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 #include <llvm/IR/MDBuilder.h>
 
@@ -255,6 +256,8 @@ KernelBody::KernelBody(llvm::IRBuilder<> &b, const LoopKernel &k, Value *ptrs, V
   for (const SizeExpr &e : k.domain) loadSyms(e);
   for (const KernelTensor &t : k.tensors) {
     for (const SizeExpr &e : t.strides) loadSyms(e);
+    loadSyms(t.rowStride);
+    loadSyms(t.rows);
   }
   makeAliasScopes();
   analyze();
@@ -290,7 +293,7 @@ void KernelBody::analyze() {
       inner_[s] = inner_[s] || inner_[a];
       ready_[s] = std::max(ready_[s], ready_[a]);
     }
-    if (st.kind == K::load) {
+    if (st.kind == K::load || st.kind == K::gather) {
       for (size_t d = k_.numOuter; d < k_.domain.size(); ++d) {
         inner_[s] = inner_[s] || k_.tensors[st.tensor].strides[d] != SizeExpr::constant(0);
       }
@@ -370,10 +373,51 @@ void KernelBody::emitStore(int tensor, const Values &idx, Value *v, DType from) 
   st->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[tensor]);
 }
 
-// A load, constant or compute statement; stores and reductions are emitted by the caller.
+// The address of indexed tensor `tensor`'s element at `idx` in row `row` (an in-range i64).
+Value *KernelBody::rowAddress(int tensor, const Values &idx, Value *row) {
+  const KernelTensor &t = k_.tensors[tensor];
+  llvm::Type *et = storageType(b_.getContext(), t.dtype);
+  return b_.CreateInBoundsGEP(et, address(tensor, idx), b_.CreateMul(row, size(t.rowStride)));
+}
+
+// gather: the row's element, or NaN (0 for an integer table) for an index out of range,
+// read branch-free from row 0 and replaced (the table has at least one row: verified).
+Value *KernelBody::emitGather(const KernelStmt &st, const Values &idx, Value *row) {
+  const KernelTensor &t = k_.tensors[st.tensor];
+  Value *ok = b_.CreateICmpULT(row, size(t.rows));
+  Value *at = b_.CreateSelect(ok, row, b_.getInt64(0));
+  llvm::Type *et = storageType(b_.getContext(), t.dtype);
+  auto *ld = b_.CreateAlignedLoad(et, rowAddress(st.tensor, idx, at),
+                                  llvm::Align(std::max<uint64_t>(1, dtypeSize(t.dtype))));
+  ld->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[st.tensor]);
+  ld->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[st.tensor]);
+  Value *v = fromStorage(b_, ld, t.dtype);
+  const double bad = isFloatDtype(t.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+  return b_.CreateSelect(ok, v, emitConstant(b_, bad, t.dtype));
+}
+
+// scatterAdd: an atomic add of `v` into the row's element when the index is in range.
+void KernelBody::emitScatterAdd(const KernelStmt &st, const Values &idx, Value *row, Value *v,
+                                DType from) {
+  const KernelTensor &t = k_.tensors[st.tensor];
+  llvm::Function *fn = b_.GetInsertBlock()->getParent();
+  auto *add = llvm::BasicBlock::Create(b_.getContext(), "scatter.add", fn);
+  auto *done = llvm::BasicBlock::Create(b_.getContext(), "scatter.done", fn);
+  b_.CreateCondBr(b_.CreateICmpULT(row, size(t.rows)), add, done);
+  b_.SetInsertPoint(add);
+  b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, rowAddress(st.tensor, idx, row),
+                     convert(b_, v, from, t.dtype), llvm::Align(dtypeSize(t.dtype)),
+                     llvm::AtomicOrdering::Monotonic);
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
+}
+
+// A load, gather, constant or compute statement; stores and reductions are emitted by the
+// caller.
 Value *KernelBody::emitStmt(int s, const Values &idx, const Values &vals) {
   const KernelStmt &st = k_.stmts[s];
   if (st.kind == K::load) return emitLoad(st.tensor, idx);
+  if (st.kind == K::gather) return emitGather(st, idx, vals[st.args[0]]);
   if (st.kind == K::constant) return emitConstant(b_, st.value, st.dtype);
   if (st.kind == K::count)
     return emitCompute(b_, OpKind::cast, st.dtype, {innerCount()}, {DType::i64});
@@ -393,6 +437,8 @@ void KernelBody::emitOuterLevel(int afterPass, const Values &idx, Values &vals) 
     if (inner_[s] || ready_[s] != afterPass || st.kind == K::reduce) continue;
     if (st.kind == K::store) {
       emitOuterStore(st.tensor, idx, vals[st.args[0]], k_.stmts[st.args[0]].dtype);
+    } else if (st.kind == K::scatterAdd) { // only in kernels without inner dims (verified)
+      emitScatterAdd(st, idx, vals[st.args[0]], vals[st.args[1]], k_.stmts[st.args[1]].dtype);
     } else {
       vals[s] = emitStmt(static_cast<int>(s), idx, vals);
     }

@@ -121,6 +121,10 @@ private:
   void makeAliasScopes();
   llvm::Value *address(int tensor, const Values &idx);
   llvm::Value *emitLoad(int tensor, const Values &idx);
+  llvm::Value *rowAddress(int tensor, const Values &idx, llvm::Value *row);
+  llvm::Value *emitGather(const KernelStmt &st, const Values &idx, llvm::Value *row);
+  void emitScatterAdd(const KernelStmt &st, const Values &idx, llvm::Value *row, llvm::Value *v,
+                      DType from);
   void emitStore(int tensor, const Values &idx, llvm::Value *v, DType from);
   llvm::Value *emitStmt(int s, const Values &idx, const Values &vals);
   void emitOuterLevel(int afterPass, const Values &idx, Values &vals);

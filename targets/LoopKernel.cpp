@@ -47,9 +47,13 @@ std::string sizesStr(const std::vector<SizeExpr> &v, size_t split) {
 void printStmt(std::ostringstream &os, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   os << "  ";
-  if (s.kind != K::store) os << "%" << i << " = ";
+  if (s.kind != K::store && s.kind != K::scatterAdd) os << "%" << i << " = ";
   if (s.kind == K::load)
     os << "load t" << s.tensor;
+  else if (s.kind == K::gather)
+    os << "gather t" << s.tensor << ",";
+  else if (s.kind == K::scatterAdd)
+    os << "scatter_add t" << s.tensor << ",";
   else if (s.kind == K::constant)
     os << "constant " << s.value;
   else if (s.kind == K::store)
@@ -94,7 +98,8 @@ void verifyTensors(const LoopKernel &k) {
 void verifyArgs(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
   size_t want = 0;
-  if (s.kind == K::store || s.kind == K::reduce) want = 1;
+  if (s.kind == K::store || s.kind == K::reduce || s.kind == K::gather) want = 1;
+  if (s.kind == K::scatterAdd) want = 2;
   if (s.kind == K::compute) {
     OpCategory c = opInfo(s.op).category;
     if (c != OpCategory::Unary && c != OpCategory::Binary && c != OpCategory::Compare &&
@@ -113,7 +118,7 @@ void verifyArgs(const LoopKernel &k, const KernelStmt &s, size_t i) {
       fail(k, "statement %" + std::to_string(i) + " uses %" + std::to_string(a) +
                   ", which is not an earlier statement");
     }
-    if (k.stmts[a].kind == K::store) {
+    if (k.stmts[a].kind == K::store || k.stmts[a].kind == K::scatterAdd) {
       fail(k, "statement %" + std::to_string(i) + " uses the store %" + std::to_string(a));
     }
   }
@@ -121,16 +126,35 @@ void verifyArgs(const LoopKernel &k, const KernelStmt &s, size_t i) {
 
 void verifyTensorUse(const LoopKernel &k, const KernelStmt &s, size_t i) {
   using K = KernelStmt::Kind;
-  if (s.kind != K::load && s.kind != K::store) return;
+  if (s.kind != K::load && s.kind != K::store && s.kind != K::gather && s.kind != K::scatterAdd)
+    return;
   if (s.tensor < 0 || static_cast<size_t>(s.tensor) >= k.tensors.size()) {
     fail(k, "statement %" + std::to_string(i) + " names tensor t" + std::to_string(s.tensor) +
                 " of " + std::to_string(k.tensors.size()));
   }
   const KernelTensor &t = k.tensors[s.tensor];
-  if (t.output != (s.kind == K::store)) {
+  const bool writes = s.kind == K::store || s.kind == K::scatterAdd;
+  if (t.output != writes) {
     fail(k, "statement %" + std::to_string(i) +
-                (s.kind == K::store ? " stores to input t" : " loads from output t") +
+                (writes ? " stores to input t" : " loads from output t") +
                 std::to_string(s.tensor));
+  }
+  const bool indexed = s.kind == K::gather || s.kind == K::scatterAdd;
+  if (t.indexed != indexed) {
+    fail(k, "statement %" + std::to_string(i) + (indexed ? " indexes t" : " addresses t") +
+                std::to_string(s.tensor) +
+                (indexed ? ", which has no rows" : " by the domain alone, but it has rows"));
+  }
+  if (indexed) {
+    if (t.rows.isConstant() && t.rows.c + t.rows.add < 1)
+      fail(k, "statement %" + std::to_string(i) + " indexes t" + std::to_string(s.tensor) +
+                  ", a table without rows");
+    if (k.numOuter != static_cast<int>(k.domain.size()))
+      fail(k, "statement %" + std::to_string(i) + " indexes a table in a reducing kernel");
+    if (k.stmts[s.args[0]].dtype != DType::i64)
+      fail(k, "statement %" + std::to_string(i) + ": the row index must be i64");
+    if (s.kind == K::scatterAdd && t.dtype != DType::f32 && t.dtype != DType::f64)
+      fail(k, "statement %" + std::to_string(i) + ": scatter_add takes an f32 or f64 table");
   }
   if (s.dtype != t.dtype) {
     fail(k, "statement %" + std::to_string(i) + " has dtype " + std::string(dtypeName(s.dtype)) +
@@ -178,7 +202,9 @@ std::string printKernel(const LoopKernel &k) {
   for (size_t i = 0; i < k.tensors.size(); ++i) {
     const KernelTensor &t = k.tensors[i];
     os << "  t" << i << ": " << dtypeName(t.dtype) << (t.output ? " out" : " in") << " strides "
-       << sizesStr(t.strides, k.numOuter) << "\n";
+       << sizesStr(t.strides, k.numOuter);
+    if (t.indexed) os << " rows " << sizeStr(t.rows) << " of stride " << sizeStr(t.rowStride);
+    os << "\n";
   }
   for (size_t i = 0; i < k.stmts.size(); ++i) printStmt(os, k.stmts[i], i);
   return os.str();
@@ -199,7 +225,8 @@ void verifyKernel(const LoopKernel &k) {
     verifyTensorUse(k, s, i);
     verifyOp(k, s, i);
     for (int a : s.args) inner[i] = inner[i] || inner[a];
-    if (s.kind == K::load) inner[i] = hasInnerStride(k, k.tensors[s.tensor]);
+    if (s.kind == K::load || s.kind == K::gather)
+      inner[i] = inner[i] || hasInnerStride(k, k.tensors[s.tensor]);
     if (s.kind == K::reduce) {
       if (!inner[s.args[0]]) {
         fail(k, "statement %" + std::to_string(i) + " reduces %" + std::to_string(s.args[0]) +

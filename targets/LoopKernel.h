@@ -13,7 +13,8 @@
 // yields an outer-level value; reductions may depend on earlier reductions (variance after
 // mean), which the code generator runs as successive passes over the inner dims.
 // Without inner dims (numOuter == domain.size()) the kernel is purely elementwise and the
-// last domain dim is its vectorized inner loop.
+// last domain dim is its vectorized inner loop. Only such kernels may index a table by a
+// loaded value (gather, scatterAdd: the embedding lookup and its gradient on cuda).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,6 +44,12 @@ struct KernelTensor {
   DType dtype = DType::f32;
   std::vector<SizeExpr> strides; // size == domain.size()
   bool output = false;
+  /// A table read by `gather` or added to by `scatterAdd` (an embedding's weight or its
+  /// gradient): the stride of the dim that a statement's index value picks, and that dim's
+  /// size (indices outside [0, rows) are out of range; a table has at least one row).
+  bool indexed = false;
+  SizeExpr rowStride = SizeExpr::constant(0);
+  SizeExpr rows = SizeExpr::constant(0);
 };
 
 /// One statement of the loop body, in order; `args` name earlier statements.
@@ -55,6 +62,12 @@ struct KernelStmt {
     store,    // writes args[0] to tensors[tensor] (at inner level if args[0] is)
     count,    // the number of inner points (the product of the inner dims' sizes) as `dtype`:
               // a reduction's count that follows symbolic sizes instead of fixing them
+    gather,   // the value of indexed tensors[tensor] at the current index plus row args[0] (an
+              // i64): the embedding lookup. An index outside [0, rows) reads NaN (0 for an
+              // integer table): no data-dependent error can leave a GPU kernel
+    scatterAdd, // adds args[1] to indexed tensors[tensor] (f32 or f64) at the current index
+                // plus row args[0], atomically (rows repeat): the embedding's gradient. An
+                // index outside [0, rows) adds nothing
   };
   Kind kind = Kind::compute;
   OpKind op = OpKind::add;

@@ -22,6 +22,12 @@ namespace rcjit {
 
 struct LowerOptions {
   bool fuseLibraryEpilogues = true; // oneDNN post-ops (CPU); off for targets without them
+  // embedding and its gradient as gather/scatter kernels (targets without eager steps: cuda)
+  // instead of eager steps (the CPU's, which check every id)
+  bool indexKernels = false;
+  // a library matmul is one batched GEMM (cuBLAS): operands whose batch dims do not collapse
+  // into one stride are copied contiguous first
+  bool batchedGemm = false;
   // one sample of a symbolic program: no fusion choice may depend on a size that can vary
   // (the tiny-domain join applies to single elements only), so every sample lowers alike
   bool symbolic = false;

@@ -38,6 +38,7 @@ std::string structureOf(const Program &p) {
     for (SizeExpr &e : shapeless.domain) e = SizeExpr::constant(0);
     for (KernelTensor &t : shapeless.tensors) {
       for (SizeExpr &e : t.strides) e = SizeExpr::constant(0);
+      t.rowStride = t.rows = SizeExpr::constant(0);
     }
     os << printKernel(shapeless);
   }
@@ -51,12 +52,17 @@ template <class P> auto sizeFields(P &p) {
   return out;
 }
 
-// Addresses of a kernel's domain sizes, then each tensor's strides.
+// Addresses of a kernel's domain sizes, then each tensor's strides (a table's row stride
+// and rows after them).
 template <class K> auto kernelSizes(K &k) {
   std::vector<decltype(&k.domain[0])> out;
   for (auto &e : k.domain) out.push_back(&e);
   for (auto &t : k.tensors) {
     for (auto &e : t.strides) out.push_back(&e);
+    if (t.indexed) {
+      out.push_back(&t.rowStride);
+      out.push_back(&t.rows);
+    }
   }
   return out;
 }

@@ -54,7 +54,10 @@ TargetInfo makeCuda() {
   t.name = "cuda";
   t.splitLinearBias = true;             // cuBLAS gets no epilogue: the bias joins a kernel
   t.hostDataChecks = false;             // no host steps (a bad target: a NaN loss)
+  t.batchedGemm = true;                 // cuBLAS: one batch stride per operand, no integers
   t.lower.fuseLibraryEpilogues = false; // so do activations
+  t.lower.indexKernels = true;          // embedding: gather and scatter kernels
+  t.lower.batchedGemm = true;           // copies operands that cuBLAS cannot stride over
   t.unsupportedStep = cuda::unsupportedStep;
   t.compile = compileCuda;
   return t;

@@ -22,6 +22,7 @@ struct TargetInfo {
   const char *name = "cpu";
   bool splitLinearBias = false; // decompose a linear's bias into its own add
   bool hostDataChecks = true;   // runs check_target as a host step (else decompose drops it)
+  bool batchedGemm = false;     // a library matmul is one batched GEMM (DecomposeOptions)
   LowerOptions lower;
   /// "" when the target can run step `s` of `p`, else why not (naming the step).
   std::string (*unsupportedStep)(const Program &p, const Step &s) = nullptr;

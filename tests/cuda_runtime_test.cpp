@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,10 @@
 #include "targets/cuda/CudaProgram.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tests/Ptxas.h"
+#include "tests/AutogradTestUtil.h"
 #include "tests/TestUtil.h"
+#include "tests/conformance/Conformance.h"
+#include "tests/conformance/OpCases.h"
 #include "tracer/Tracer.h"
 
 namespace {
@@ -188,14 +192,162 @@ TEST(CudaLowering, CrossEntropyWithoutItsHostCheckIsNaNForABadTarget) {
 }
 
 TEST(CudaLowering, UnsupportedStepsAreNamed) {
-  nn::Embedding emb(10, 4);
-  Lowered l = lowerFor(Target::cuda,
-                       [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{emb(v[0])}; },
-                       {Tensor::from_vector(std::vector<int64_t>{1, 2, 3}, {3})});
+  const Tensor w = Tensor::randn({4, 3, 3, 3}, 2);
+  Lowered l = lowerFor(
+      Target::cuda,
+      [&](const std::vector<Tensor> &v) {
+        return std::vector<Tensor>{conv2d_backward_input(v[0], w, {1, 3, 6, 6}, 1, 1)};
+      },
+      {Tensor::randn({1, 4, 6, 6}, 1)});
   std::string why;
   for (const Step &s : l.program.steps) why += cuda::unsupportedStep(l.program, s);
-  EXPECT_NE(why.find("embedding"), std::string::npos) << why;
+  EXPECT_NE(why.find("conv2d_backward_input"), std::string::npos) << why;
   EXPECT_NE(why.find("no GPU implementation"), std::string::npos) << why;
+}
+
+// Runs the cuda lowering of fn on the CPU executor.
+std::vector<Tensor> runGpuLowering(const TracedFn &fn, const std::vector<Tensor> &args,
+                                   Program *program = nullptr) {
+  Lowered l = lowerFor(Target::cuda, fn, args);
+  for (const Step &s : l.program.steps) EXPECT_EQ(cuda::unsupportedStep(l.program, s), "") << s.note;
+  if (program) *program = l.program;
+  std::vector<const Tensor *> in;
+  for (const Tensor &t : l.inputs) in.push_back(&t);
+  return cpu::CpuProgram::create(l.program, "cuda_lowering_on_cpu")->run(in.data(), in.size());
+}
+
+// The GPU has no eager steps: embedding is a gather kernel and its gradient a kernel that
+// starts the table and one that scatter-adds the rows (atomically: ids repeat), summing in f32
+// for a bf16 gradient like the CPU. Run on the CPU, they compute what eager does.
+TEST(CudaLowering, EmbeddingIsAGatherKernelAndItsGradientAScatterAdd) {
+  const Tensor w = Tensor::randn({10, 6}, 1);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 9, 3, 3, 7}, {2, 3});
+  const Tensor g = Tensor::randn({2, 3, 6}, 2), base = Tensor::randn({10, 6}, 3);
+  TracedFn fn = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{embedding(v[0], v[1]) * 2.0,
+                               embedding(transpose(transpose(v[0], 0, 1).contiguous(), 0, 1), v[1]),
+                               embedding_backward(v[2], v[1], 10),
+                               embedding_backward(v[2], v[1], 10, v[3])};
+  };
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtypeName(dt));
+    for (DType it : {DType::i64, DType::i32}) {
+      std::vector<Tensor> args = {w.to(dt), ids.to(it), g.to(dt), base.to(dt)};
+      Program p;
+      std::vector<Tensor> got = runGpuLowering(fn, args, &p);
+      std::vector<Tensor> want = fn(args);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].dtype(), dt);
+        EXPECT_TRUE(allclose(got[i].to(DType::f32), want[i].to(DType::f32), 1e-5, 1e-6))
+            << "output " << i << "\n"
+            << printProgram(p);
+      }
+      int gathers = 0, scatters = 0;
+      for (const LoopKernel &k : p.kernels) {
+        for (const KernelStmt &st : k.stmts) {
+          gathers += st.kind == KernelStmt::Kind::gather;
+          scatters += st.kind == KernelStmt::Kind::scatterAdd;
+          if (st.kind == KernelStmt::Kind::scatterAdd) {
+            EXPECT_EQ(k.tensors[st.tensor].dtype, DType::f32) << "bf16 sums in f32";
+          }
+        }
+      }
+      EXPECT_EQ(gathers, 2) << printProgram(p);
+      EXPECT_EQ(scatters, 2) << printProgram(p);
+      for (const Step &s : p.steps) EXPECT_NE(s.kind, Step::Kind::eager) << s.note;
+    }
+  }
+}
+
+// No data-dependent Error can leave a GPU kernel: an id out of range reads NaN (the loss
+// shows it, as for a bad cross_entropy target) and adds nothing to the gradient.
+TEST(CudaLowering, AnEmbeddingIdOutOfRangeIsNaNNotAnotherRow) {
+  const Tensor w = Tensor::randn({5, 4}, 1), g = Tensor::ones({3, 4});
+  TracedFn fn = [](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{embedding(v[0], v[1]), embedding_backward(v[2], v[1], 5)};
+  };
+  const Tensor good = Tensor::from_vector(std::vector<int64_t>{2, 0, 2}, {3});
+  Lowered l = lowerFor(Target::cuda, fn, {w, good, g});
+  auto program = cpu::CpuProgram::create(l.program, "cuda_lowering_on_cpu");
+  for (int64_t bad : {int64_t{5}, int64_t{-1}, int64_t{1} << 40}) {
+    SCOPED_TRACE(bad);
+    Tensor ids = Tensor::from_vector(std::vector<int64_t>{2, bad, 2}, {3});
+    std::vector<const Tensor *> in = {&w, &ids, &g};
+    std::vector<Tensor> got = program->run(in.data(), in.size());
+    std::vector<float> rows = got[0].to_vector<float>(), grad = got[1].to_vector<float>();
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(rows[j], w.to_vector<float>()[8 + j]);
+      EXPECT_TRUE(std::isnan(rows[4 + j])) << rows[4 + j];
+      EXPECT_EQ(grad[2 * 4 + j], 2.0f) << "row 2 got both its rows";
+    }
+    EXPECT_EQ(sum(got[1]).item(), 8.0) << "the bad id's row went nowhere";
+  }
+  // the CPU target checks every id
+  std::string e = errorOf([&] {
+    compile(fn)(std::vector<Tensor>{w, Tensor::from_vector(std::vector<int64_t>{2, 5, 2}, {3}), g});
+  });
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+}
+
+// The conformance suite through the cuda lowering, run on the CPU executor, against eager:
+// what GpuCompile.ConformanceSuiteMatchesTheCpu checks on a GPU, minus the PTX and cuBLAS.
+// Every step is one the GPU has, but conv2d's and the fused LM head's (off by default; each
+// named in the Error).
+TEST(CudaLowering, ConformanceSuiteLowersToGpuStepsThatComputeTheSame) {
+  using namespace rcjit::conformance;
+  int cases = 0;
+  std::set<std::string> unsupported;
+  for (const OpCase &c : conformance::cases()) {
+    for (DType dt : c.dtypes) {
+      const std::string what = c.name + " in " + std::string(dtypeName(dt));
+      SCOPED_TRACE(what);
+      std::vector<Tensor> in;
+      for (size_t i = 0; i < c.ins.size(); ++i)
+        in.push_back(makeInput(c.ins[i], dt, seedOf(c.name) + i));
+      std::vector<Tensor> want;
+      try {
+        want = c.fn(in);
+      } catch (const std::exception &) {
+        continue; // the CPU rejects it too (the table's error cases)
+      }
+      Lowered l = lowerFor(Target::cuda, c.fn, in);
+      std::string why;
+      for (const Step &s : l.program.steps) {
+        if (std::string w = cuda::unsupportedStep(l.program, s); !w.empty() && why.empty())
+          why = w;
+      }
+      if (!why.empty()) {
+        unsupported.insert(c.name);
+        EXPECT_NE(why.find("no GPU implementation yet"), std::string::npos) << why;
+        continue;
+      }
+      std::vector<const Tensor *> ptrs;
+      for (const Tensor &t : l.inputs) ptrs.push_back(&t);
+      std::vector<Tensor> got =
+          cpu::CpuProgram::create(l.program, "cuda_conformance")->run(ptrs.data(), ptrs.size());
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(sameResult(got[i], want[i], c.tolScale))
+            << what << " output " << i << "\n"
+            << printProgram(l.program);
+      }
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 450);
+  for (const std::string &name : unsupported) EXPECT_TRUE(noGpuStepYet(name)) << name;
+}
+
+// GPT-2 (token and position embeddings, the tied head) lowers to GPU steps alone.
+TEST(CudaLowering, Gpt2LowersToGpuSteps) {
+  auto model = test::tinyGpt2(2, 8);
+  std::vector<int64_t> tokens(16);
+  for (int i = 0; i < 16; ++i) tokens[i] = (i * 7 + 3) % 50;
+  checkGpuLowering(
+      "gpt2",
+      [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{model->forward(v)}; },
+      {Tensor::from_vector(tokens, {2, 8})});
 }
 
 // ---- GEMM layouts ------------------------------------------------------------------

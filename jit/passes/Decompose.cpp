@@ -113,6 +113,54 @@ int decomposeSmallMatmul(GraphBuilder &b, const Node &n, const std::vector<int> 
   return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
 }
 
+/// matmul as one batched GEMM takes it (DecomposeOptions::batchedGemm), or -1 when it is one
+/// already: 1-D operands as matrices, broadcast batch dims expanded into contiguous copies,
+/// integer products as a multiply and a sum.
+int decomposeForBatchedGemm(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
+  int x = in[0], y = in[1];
+  Shape xs = b.meta(x).shape, ys = b.meta(y).shape;
+  const bool vecX = xs.size() == 1, vecY = ys.size() == 1;
+  if (vecX) x = b.emit(OpKind::reshape, {x}, dimsAttrs({1, xs[0]}));
+  if (vecY) y = b.emit(OpKind::reshape, {y}, dimsAttrs({ys[0], 1}));
+  xs = b.meta(x).shape;
+  ys = b.meta(y).shape;
+  bool changed = vecX || vecY;
+  int out = -1;
+  if (!isFloating(n.dtype)) {
+    out = decomposeSmallMatmul(b, n, {x, y}); // broadcasts batches itself
+  } else {
+    // x [..., M, K] @ y [K, N] is one GEMM over x's rows (MatmulLayout); other batch dims
+    // must be the same on both sides
+    const bool projection = xs.size() >= 3 && ys.size() == 2;
+    const size_t rank = std::max(xs.size(), ys.size());
+    Shape batch(rank - 2, 1);
+    for (const Shape *s : {&xs, &ys}) {
+      const size_t lead = rank - s->size();
+      for (size_t i = 0; i + 2 < s->size(); ++i)
+        batch[lead + i] = std::max(batch[lead + i], (*s)[i]);
+    }
+    auto expanded = [&](int v, const Shape &s) {
+      Shape want = batch;
+      want.insert(want.end(), s.end() - 2, s.end());
+      if (want == s) return v;
+      changed = true;
+      Dims dims(want.begin(), want.end());
+      return b.emit(OpKind::contiguous, {b.emit(OpKind::expand, {v}, dimsAttrs(dims))});
+    };
+    if (!projection) {
+      x = expanded(x, xs);
+      y = expanded(y, ys);
+    }
+    if (!changed) return -1;
+    out = b.emit(OpKind::matmul, {x, y});
+  }
+  if (vecX || vecY) {
+    const Shape want = concreteShape(n.shape);
+    out = b.emit(OpKind::reshape, {out}, dimsAttrs(Dims(want.begin(), want.end())));
+  }
+  return out;
+}
+
 /// Static and non-empty: the node and its operands.
 bool decomposable(const Graph &g, const Node &n) {
   auto ok = [](const Node &m) {
@@ -121,7 +169,8 @@ bool decomposable(const Graph &g, const Node &n) {
     }
     return true;
   };
-  if (!ok(n) || n.shape.empty()) return false;
+  // a 1-D @ 1-D matmul's result has no dims; other rank-0 results stay as they are
+  if (!ok(n) || (n.shape.empty() && n.op != OpKind::matmul)) return false;
   for (int i : n.inputs) {
     if (!ok(g.nodes[i])) return false;
   }
@@ -205,7 +254,8 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
       return b.emit(OpKind::add, {b.emit(OpKind::linear, {in[0], in[1]}), in[2]});
     return -1;
   case OpKind::matmul:
-    return isSmallMatmul(g, n, o) ? decomposeSmallMatmul(b, n, in) : -1;
+    if (isSmallMatmul(g, n, o)) return decomposeSmallMatmul(b, n, in);
+    return o.batchedGemm ? decomposeForBatchedGemm(b, n, in) : -1;
   case OpKind::conv2d:                 // a library call
   case OpKind::embedding:              // a gather, run by the eager kernel
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel

@@ -47,6 +47,11 @@ struct DecomposeOptions {
   /// check_target (a host read of the data) becomes its input, for targets that run no
   /// host steps (cuda): cross_entropy's loss is then NaN for an out-of-range target.
   bool dropDataChecks = false;
+  /// matmul becomes what one batched GEMM takes, for targets whose library call is one
+  /// (cuBLAS): a 1-D operand a matrix ([K] as [1, K] or [K, 1], the result reshaped back),
+  /// batch dims that broadcast expanded and copied, and an integer product (no integer
+  /// GEMM) a multiply and a sum.
+  bool batchedGemm = false;
 };
 
 /// Rewrites the composites of `g` as primitives (see above). Pure; thread-safe.

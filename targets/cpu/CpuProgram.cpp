@@ -388,8 +388,9 @@ bool storesOver(const Program &p, const std::vector<LoopKernel> &kernels, int ov
          kern.tensors[t].dtype == kern.tensors[tOut].dtype;
     for (size_t i = 0; ok && i < kern.stmts.size(); ++i) {
       const KernelStmt &ks = kern.stmts[i];
-      if (ks.tensor == static_cast<int>(t) && ks.kind == KernelStmt::Kind::load)
-        ok = static_cast<int>(i) < store;
+      if (ks.tensor != static_cast<int>(t)) continue;
+      if (ks.kind == KernelStmt::Kind::load) ok = static_cast<int>(i) < store;
+      if (ks.kind == KernelStmt::Kind::gather) ok = false; // reads rows other than its own
     }
   }
   return ok;

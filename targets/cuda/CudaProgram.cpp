@@ -146,6 +146,8 @@ std::string unsupportedStep(const Program &p, const Step &s) {
     return what + " is a collective: the cuda target has none (NCCL is not built); compile "
                   "the function for the CPU (Target::cpu), where collectives run over MPI";
   }
+  if (s.op != OpKind::matmul && s.op != OpKind::linear) // conv2d: cuBLAS runs GEMMs alone
+    return what + " has no GPU implementation yet";
   if (!s.postOps.empty()) return what + " has fused post-ops (lower with lowerOptionsFor(cuda))";
   MatmulLayout l;
   if (!matmulLayout(p, s, l)) {

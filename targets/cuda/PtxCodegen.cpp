@@ -289,6 +289,8 @@ int symbolSlots(const LoopKernel &k) {
   for (const SizeExpr &e : k.domain) see(e);
   for (const KernelTensor &t : k.tensors) {
     for (const SizeExpr &e : t.strides) see(e);
+    see(t.rowStride);
+    see(t.rows);
   }
   return std::max(1, top + 1);
 }

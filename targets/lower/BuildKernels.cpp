@@ -73,6 +73,8 @@ bool dependsOnInner(const LoopKernel &k, int id) {
   case KernelStmt::Kind::count:
   case KernelStmt::Kind::reduce:
   case KernelStmt::Kind::store:
+  case KernelStmt::Kind::gather: // only in the indexing kernels, which have no inner dims
+  case KernelStmt::Kind::scatterAdd:
     return false;
   }
   return false;

@@ -8,6 +8,7 @@
 
 #include <rcjit/Error.h>
 
+#include "targets/MatmulLayout.h"
 #include "targets/lower/Lowering.h"
 #include "tracer/GraphIO.h"
 #include "tracer/OpCases.h"
@@ -16,11 +17,17 @@
 
 namespace rcjit::lowering {
 
-namespace {
-
 std::string nodeRef(const Graph &g, int node) {
   return std::string(opName(g.nodes[node].op)) + " %" + std::to_string(node);
 }
+
+int64_t numelOf(const Shape &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
 
 // Ops a oneDNN library call can apply to its result as an eltwise post-op (Ops.def's props).
 bool isPostOp(OpKind op) { return opHas(op, kPostOp); }
@@ -35,12 +42,6 @@ constexpr size_t kMaxGroupNodes = 256;
 // by each of them when cheap (recomputeForReaders), from at most this many nodes.
 constexpr int64_t kRecomputeMinBytes = 1 << 20;
 constexpr size_t kMaxRecomputedNodes = 8;
-
-int64_t numelOf(const Shape &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 } // namespace
 
@@ -277,6 +278,8 @@ void Lowering::placeNode(int node) {
     return;
   case OpCategory::Normalize:
   case OpCategory::Nn:
+    if (opts.indexKernels && (n.op == OpKind::embedding || n.op == OpKind::embedding_backward))
+      return placeIndexed(node);
     placeLibraryOrEager(node, Step::Kind::eager);
     return;
   case OpCategory::Collective:
@@ -614,6 +617,14 @@ void Lowering::placeLibraryOrEager(int node, Step::Kind kind) {
   s.op = n.op;
   s.attrs = n.attrs;
   for (int in : n.inputs) s.operands.push_back(materialize(in));
+  MatmulLayout layout;
+  if (kind == Step::Kind::library && opts.batchedGemm && !matmulLayout(p, s, layout)) {
+    // one batch stride per operand (cuBLAS): a view whose batch dims do not collapse into
+    // one (heads split out of a row, then permuted) is copied contiguous first
+    for (int &v : s.operands) {
+      if (!detail::isContiguous(p.values[v].shape, p.values[v].strides)) v = copyContiguous(v);
+    }
+  }
   int order = nextOrder++;
   s.result =
       newBufferValue(shapeOf(node), n.dtype, order,
@@ -689,11 +700,13 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
     os << "  "
        << (c.collective ? "collective "
            : c.library  ? "library "
+           : c.kernel   ? "kernel "
                         : "eager ")
        << opName(g.nodes[c.node].op) << " %" << c.node;
     for (int po : c.postOps) os << " +" << opName(g.nodes[po].op) << " %" << po;
     os << (c.collective ? " (started here over MPI, waited for before its first use)"
            : c.library  ? " (a library call: oneDNN on the CPU, cuBLAS on cuda)"
+           : c.kernel   ? " (its own gather or scatter kernel)"
                         : " (no kernel covers it: runs as an eager op)")
        << "\n";
     lines.push_back({c.order, lines.size(), os.str()});

@@ -18,6 +18,10 @@ namespace rcjit::lowering {
 
 enum class Level : uint8_t { full, keep, drop };
 
+/// "op %node", how plans and step notes name a node.
+std::string nodeRef(const Graph &g, int node);
+int64_t numelOf(const Shape &shape);
+
 /// `x` with the reduced dims `r` kept as size 1, or dropped.
 Shape keepShape(const Shape &x, const Dims &r);
 Shape dropShape(const Shape &x, const Dims &r);
@@ -47,7 +51,7 @@ struct Lowering {
   std::vector<int> stepOrderOfValue; // order of the step that writes it (-1: an input)
   std::vector<int> libraryLastNode;  // last node folded into the library step writing it
 
-  std::map<int, Step> otherSteps; // library and eager steps by order
+  std::map<int, Step> otherSteps; // library, eager and indexing-kernel steps by order
   std::vector<CopyKernel> copyKernels;
   int nextOrder = 0;
 
@@ -80,6 +84,9 @@ struct Lowering {
   bool foldPostOp(int node);
   void placeLibraryOrEager(int node, Step::Kind kind);
   void placeCollective(int node);
+  // embedding and its gradient as gather/scatter kernels (IndexKernels.cpp)
+  void placeIndexed(int node);
+  void addKernelStep(int node, LoopKernel k, Step step);
 
   // build kernels (BuildKernels.cpp)
   void buildKernels();

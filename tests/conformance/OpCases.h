@@ -450,13 +450,17 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                {DType::f32, DType::f64, DType::bf16},
                lin,
                4});
+  // tolerance 10: in bf16 the hidden layer's rounding (values near 5, an ulp of 1/32) decides
+  // the output's last bits through 48 products; eager (the bias added inside the GEMM) and
+  // cuda (the GEMM's result rounded, then the bias added) each differ from the f32 result by
+  // up to 0.25 and from each other by up to 0.16, at outputs near 1.5 as at 3
   t.push_back({"linear_gelu_chain",
                {{{6, 32}}, {{48, 32}}, {{48}}, {{16, 48}}},
                kFloat,
                [](const std::vector<Tensor> &v) {
                  return std::vector<Tensor>{linear(gelu(linear(v[0], v[1], v[2])), v[3])};
                },
-               3});
+               10});
 
   t.push_back({"layer_norm",
                {{{2, 3, 16}}, {{16}}, {{16}}, {{3, 16}}, {{3, 16}}},
@@ -641,8 +645,9 @@ inline void addShapeOps(std::vector<OpCase> &t) {
   // sources made inside the function (recorded as graph nodes, not captured tensors)
   t.push_back({"arange_full", {{{3, 5}}}, kNumeric, [](const std::vector<Tensor> &v) {
                  const DType d = v[0].dtype();
-                 const Tensor r = Tensor::arange(5, d);
-                 return std::vector<Tensor>{r, v[0] * r, v[0] + Tensor::full({3, 5}, 2.0, d)};
+                 const Tensor r = Tensor::arange(5, d, v[0].device());
+                 return std::vector<Tensor>{r, v[0] * r,
+                                            v[0] + Tensor::full({3, 5}, 2.0, d, v[0].device())};
                }});
   for (const S &s : ops) {
     auto f = s.f;
@@ -657,6 +662,12 @@ inline void addShapeOps(std::vector<OpCase> &t) {
                    return std::vector<Tensor>{y, contiguous(y)};
                  }});
   }
+}
+
+/// The cases the cuda target cannot compile yet (a clear Error naming the op, "has no GPU
+/// implementation yet"): conv2d and its gradients, and the fused LM head (off by default).
+inline bool noGpuStepYet(const std::string &caseName) {
+  return caseName.find("conv2d") != std::string::npos || caseName == "linear_cross_entropy";
 }
 
 inline const std::vector<OpCase> &cases() {
