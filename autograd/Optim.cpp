@@ -104,14 +104,28 @@ Tensor realZeros(const Shape &shape, DType dtype, Device device) {
   return Tensor::zeros(shape, dtype, device);
 }
 
-Tensor scalarTensor(double v) {
+Tensor scalarTensor(double v, Device device = Device::cpu()) {
   TracerPause pause;
-  return Tensor::full({}, v);
+  return Tensor::full({}, v, DType::f32, device);
 }
 
 void setScalar(Tensor &t, double v) {
   TracerPause pause;
   t.copy_(Tensor::full({}, v, t.dtype(), t.device()));
+}
+
+void setScalars(std::vector<Tensor> &ts, double v) {
+  for (Tensor &t : ts) setScalar(t, v);
+}
+
+// The learning rate's scalar on `device`, made (a real tensor, even inside a trace) on
+// first use: the update's ops take operands of one device.
+const Tensor &lrOn(std::vector<Tensor> &lrs, Device device, double lr) {
+  for (const Tensor &t : lrs) {
+    if (t.device() == device) return t;
+  }
+  lrs.push_back(scalarTensor(lr, device));
+  return lrs.back();
 }
 
 } // namespace
@@ -136,7 +150,7 @@ void checkOptions(const AdamWOptions &o, const char *who) {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : params_(std::move(params)), momentum_(params_.size()), options_(options),
-      lr_(scalarTensor(options.lr)) {
+      lr_{scalarTensor(options.lr)} {
   checkOptions(options_, "SGD");
   checkParams(params_, "SGD");
 }
@@ -144,7 +158,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 void SGD::set_lr(double lr) {
   checkLr(lr, "SGD::set_lr");
   options_.lr = lr;
-  setScalar(lr_, lr);
+  setScalars(lr_, lr);
 }
 
 // The update written with the public ops on traced values: buffers and parameters are
@@ -165,7 +179,7 @@ void SGD::tracedStep() {
       buf.copy_(next);
       g = next;
     }
-    p.copy_(p - lr_.to(p.dtype()) * g);
+    p.copy_(p - lrOn(lr_, p.device(), options_.lr).to(p.dtype()) * g);
   }
 }
 
@@ -194,7 +208,7 @@ void SGD::zero_grad() { clearGrads(params_); }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : params_(std::move(params)), state_(params_.size()), options_(options),
-      lr_(scalarTensor(options.lr)) {
+      lr_{scalarTensor(options.lr)} {
   checkOptions(options_, "AdamW");
   checkParams(params_, "AdamW");
 }
@@ -202,7 +216,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 void AdamW::set_lr(double lr) {
   checkLr(lr, "AdamW::set_lr");
   options_.lr = lr;
-  setScalar(lr_, lr);
+  setScalars(lr_, lr);
 }
 
 // A parameter's state before its first step: zero moments and a zero count, real tensors
@@ -228,8 +242,12 @@ void AdamW::tracedStep() {
     State &s = state_[i];
     const DType dt = stateDtype(p);
     initState(s, p);
+    if (s.steps.device() != p.device()) { // the count on the parameter's device, for its ops
+      TracerPause pause;
+      s.steps = s.steps.to(p.device());
+    }
     Tensor t = s.steps + 1.0;
-    Tensor g = grad.to(dt), w = p.to(dt), lr = lr_.to(dt);
+    Tensor g = grad.to(dt), w = p.to(dt), lr = lrOn(lr_, p.device(), o.lr).to(dt);
     Tensor m = o.beta1 * s.m + (1 - o.beta1) * g;
     Tensor v = o.beta2 * s.v + (1 - o.beta2) * (g * g);
     Tensor bc1 = 1.0 - pow(o.beta1, t.to(dt)), bc2 = 1.0 - pow(o.beta2, t.to(dt));

@@ -62,7 +62,9 @@ private:
   std::vector<Tensor> params_;
   std::vector<Tensor> momentum_; // per parameter; undefined until its first step
   SGDOptions options_;
-  Tensor lr_; // f32 scalar: options_.lr, read by compiled steps
+  // f32 scalars holding options_.lr, read by compiled steps: one on the CPU, and one on each
+  // device whose parameters a compiled step updated (its ops take operands of one device)
+  std::vector<Tensor> lr_;
 };
 
 struct AdamWOptions {
@@ -93,7 +95,9 @@ private:
   std::vector<Tensor> params_;
   std::vector<State> state_;
   AdamWOptions options_;
-  Tensor lr_; // f32 scalar: options_.lr, read by compiled steps
+  // f32 scalars holding options_.lr, read by compiled steps: one on the CPU, and one on each
+  // device whose parameters a compiled step updated (its ops take operands of one device)
+  std::vector<Tensor> lr_;
 };
 
 } // namespace rcjit::optim
