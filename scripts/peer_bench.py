@@ -26,6 +26,12 @@ runs the forward and the loss under torch.autocast("cpu", bfloat16), as `rcjit t
     OMP_NUM_THREADS=2 python3 scripts/peer_bench.py --train --model gpt2 --layers 2 --batch 4
     OMP_NUM_THREADS=2 python3 scripts/peer_bench.py --train --model gpt2 --layers 2 --batch 4 \
         --modes eager,whole --dtype bf16
+
+--device cuda runs the same on an NVIDIA GPU (model and inputs moved there, each call or step
+followed by torch.cuda.synchronize(), as `rcjit bench --target cuda` synchronizes; bf16
+autocast on "cuda"), for the GPU tables in docs/gpu.md, e.g.
+
+    python3 scripts/peer_bench.py --device cuda --model gpt2 --modes eager,full --reps 20
 """
 import argparse
 import math
@@ -199,6 +205,11 @@ def inputs(name, vocab, batch, seq):
     return torch.randint(0, vocab, (batch, seq), generator=g)
 
 
+def sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def time_mode(model, x, mode, reps):
     if mode == "full":
         fn = torch.compile(model)
@@ -211,11 +222,13 @@ def time_mode(model, x, mode, reps):
     with torch.inference_mode():
         t0 = time.perf_counter()
         fn(x)
+        sync()
         first = (time.perf_counter() - t0) * 1e3
         samples = []
         for _ in range(reps):
             t0 = time.perf_counter()
             fn(x)
+            sync()
             samples.append((time.perf_counter() - t0) * 1e3)
     q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
     return first, statistics.median(samples), q[2] - q[0], min(samples)
@@ -231,16 +244,17 @@ def train_modes(a):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{mode}-")
         torch.manual_seed(0)
         model, vocab = build(a.model, a.layers, a.seq)
+        model.to(a.device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, vocab, (batch, a.seq + 1), generator=g)
+        ids = torch.randint(0, vocab, (batch, a.seq + 1), generator=g).to(a.device)
         x, y = ids[:, :-1], ids[:, 1:]
 
         def loss_fn(m, x=x, y=y, vocab=vocab):
-            # --dtype bf16: the forward and the loss under CPU autocast (as `rcjit train
+            # --dtype bf16: the forward and the loss under autocast (as `rcjit train
             # --dtype bf16`: matmuls and linears in bf16, parameters, gradients and the
             # optimizer state in f32)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
                 return F.cross_entropy(m(x).reshape(-1, vocab), y.reshape(-1))
 
         if mode == "whole":
@@ -269,20 +283,28 @@ def train_modes(a):
                 return loss.detach()
         t0 = time.perf_counter()
         fn()
+        sync()
         runs[mode] = {"fn": fn, "first": (time.perf_counter() - t0) * 1e3, "steps": []}
     for _ in range(a.rounds):  # interleaved rounds
         for mode in modes:
             for _ in range(a.reps):
                 t0 = time.perf_counter()
                 runs[mode]["fn"]()
+                sync()
                 runs[mode]["steps"].append((time.perf_counter() - t0) * 1e3)
-    print(f"{a.model} training ({a.dtype}), torch {torch.__version__}, {torch.get_num_threads()} "
-          f"threads, batch {batch} x {a.seq}, {a.rounds} interleaved rounds of {a.reps} steps; ms")
+    print(f"{a.model} training ({a.dtype}), torch {torch.__version__}, {where(a)}, "
+          f"batch {batch} x {a.seq}, {a.rounds} interleaved rounds of {a.reps} steps; ms")
     print(f"{'mode':10} | {'first step':>10} | {'min':>9} {'median':>9}")
     for mode in modes:
         st = runs[mode]["steps"]
         print(f"{mode:10} | {runs[mode]['first']:10.1f} | {min(st):9.1f} "
               f"{statistics.median(st):9.1f}", flush=True)
+
+
+def where(a):
+    if a.device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"{torch.get_num_threads()} threads"
 
 
 def main():
@@ -296,14 +318,15 @@ def main():
     p.add_argument("--train", action="store_true", help="time AdamW training steps per mode")
     p.add_argument("--rounds", type=int, default=3, help="--train: interleaved rounds")
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
-                   help="--train: bf16 runs the forward and loss under torch.autocast (CPU, bf16)")
+                   help="--train: bf16 runs the forward and loss under torch.autocast (bf16)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = p.parse_args()
     if a.train:
         if a.modes == "eager,full,regional":
             a.modes = "eager,full,regional,whole"
         return train_modes(a)
     torch.manual_seed(0)
-    print(f"{a.model}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    print(f"{a.model}: torch {torch.__version__}, {where(a)}, "
           f"seq {a.seq}, {a.reps} timed calls per row after the first; times in ms")
     print(f"{'mode':10} | {'batch':7} | {'median':>9} {'IQR':>9} {'min':>9} | {'first call':>10}")
     for batch in (int(b) for b in a.batch.split(",")):
@@ -312,9 +335,9 @@ def main():
             # a cold start: Inductor's caches (compiled kernels, FX graphs) fresh per row
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{mode}-")
             model, vocab = build(a.model, a.layers, a.seq)
-            model.eval()
-            first, med, iqr, lo = time_mode(model, inputs(a.model, vocab, batch, a.seq), mode,
-                                            a.reps)
+            model.eval().to(a.device)
+            x = inputs(a.model, vocab, batch, a.seq).to(a.device)
+            first, med, iqr, lo = time_mode(model, x, mode, a.reps)
             print(f"{mode:10} | {batch}x{a.seq:<5} | {med:9.3f} {iqr:9.3f} {lo:9.3f} | "
                   f"{first:10.1f}", flush=True)
 
