@@ -139,7 +139,7 @@ TEST_F(GpuCompile, ConformanceSuiteMatchesTheCpu) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_TRUE(got[i].device().is_cuda());
-        EXPECT_TRUE(sameResult(got[i], want[i], c.tolScale)) << what << " output " << i;
+        EXPECT_TRUE(sameResult(got[i], want[i], gpuTolScale(c, dt))) << what << " output " << i;
       }
       ++cases;
     }

@@ -1,6 +1,7 @@
 // decompose: softmax, norms, sdpa and small matmuls spelled as fusible primitives.
 #include "jit/passes/Decompose.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -161,6 +162,127 @@ int decomposeForBatchedGemm(GraphBuilder &b, const Node &n, const std::vector<in
   return out;
 }
 
+// ---- conv2d as GEMMs, for a target whose library calls are batched GEMMs alone (cuda) --------
+
+Dims dimsOf(const Shape &s) { return Dims(s.begin(), s.end()); }
+
+int reshapeTo(GraphBuilder &b, int x, const Shape &s) {
+  return b.emit(OpKind::reshape, {x}, dimsAttrs(dimsOf(s)));
+}
+
+int sliceOf(GraphBuilder &b, int x, int64_t dim, int64_t start, int64_t end) {
+  Attrs a;
+  a.dim = dim;
+  a.start = start;
+  a.end = end;
+  return b.emit(OpKind::slice, {x}, a);
+}
+
+/// x with `before` zeros ahead of it and `after` behind it along `dim`.
+int padDim(GraphBuilder &b, int x, int64_t dim, int64_t before, int64_t after) {
+  if (before == 0 && after == 0) return x;
+  const TensorMeta m = b.meta(x);
+  auto zeros = [&](int64_t count) {
+    Shape s = m.shape;
+    s[dim] = count;
+    return b.emit(OpKind::expand, {b.scalar(0, m.dtype)}, dimsAttrs(dimsOf(s)));
+  };
+  std::vector<int> parts;
+  if (before > 0) parts.push_back(zeros(before));
+  parts.push_back(x);
+  if (after > 0) parts.push_back(zeros(after));
+  Attrs a;
+  a.dim = dim;
+  return b.emit(OpKind::cat, parts, a);
+}
+
+/// A convolution's geometry: x [N, C, H, W], w [O, C, KH, KW], out [N, O, OH, OW]; the input
+/// is padded to [HP, WP] so that rows i + s * r (i < KH, r < OH) all exist, as do the columns.
+struct ConvShape {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, s, p, hp, wp;
+  ConvShape(const Shape &x, const Shape &wt, int64_t stride, int64_t padding)
+      : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(wt[0]), kh(wt[2]), kw(wt[3]),
+        oh((x[2] + 2 * padding - wt[2]) / stride + 1), ow((x[3] + 2 * padding - wt[3]) / stride + 1),
+        s(stride), p(padding), hp(std::max(h + 2 * p, kh - 1 + s * oh)),
+        wp(std::max(w + 2 * p, kw - 1 + s * ow)) {}
+  int64_t patch() const { return c * kh * kw; } // a column's length
+  int64_t points() const { return n * oh * ow; }
+};
+
+/// The columns of x for the convolution: [C*KH*KW, N*OH*OW], ordered as w [O, C, KH, KW]
+/// flattens, so that w [O, C*KH*KW] @ columns is the output [O, N*OH*OW].
+int im2col(GraphBuilder &b, int x, const ConvShape &g) {
+  int xp = padDim(b, padDim(b, x, 2, g.p, g.hp - g.h - g.p), 3, g.p, g.wp - g.w - g.p);
+  std::vector<int> taps;
+  for (int64_t i = 0; i < g.kh; ++i) {
+    for (int64_t j = 0; j < g.kw; ++j) {
+      // rows i, i + s, ..., columns j, j + s, ...: a window of s * OH rows seen as [OH, s]
+      int v = sliceOf(b, sliceOf(b, xp, 2, i, i + g.s * g.oh), 3, j, j + g.s * g.ow);
+      if (g.s > 1) {
+        v = reshapeTo(b, v, {g.n, g.c, g.oh, g.s, g.ow, g.s});
+        v = sliceOf(b, sliceOf(b, v, 3, 0, 1), 5, 0, 1);
+      }
+      taps.push_back(reshapeTo(b, v, {g.n, g.c, 1, g.oh * g.ow}));
+    }
+  }
+  Attrs along;
+  along.dim = 2;
+  int cols = taps.size() == 1 ? taps[0] : b.emit(OpKind::cat, taps, along); // [N, C, KK, P]
+  cols = b.emit(OpKind::permute, {cols}, dimsAttrs({1, 2, 0, 3}));       // [C, KK, N, P]
+  return reshapeTo(b, b.emit(OpKind::contiguous, {cols}), {g.patch(), g.points()});
+}
+
+/// grad [N, O, OH, OW] as [O, N*OH*OW], the layout the columns' GEMMs take.
+int gradRows(GraphBuilder &b, int grad, const ConvShape &g) {
+  int t = b.emit(OpKind::permute, {grad}, dimsAttrs({1, 0, 2, 3}));
+  return reshapeTo(b, b.emit(OpKind::contiguous, {t}), {g.o, g.points()});
+}
+
+/// conv2d (x, w, bias?), conv2d_backward_input (grad, w) and conv2d_backward_weight (grad, x)
+/// as im2col / col2im around one GEMM each.
+int decomposeConv2d(GraphBuilder &b, const Node &n, const std::vector<int> &in) {
+  const Shape out = concreteShape(n.shape);
+  if (n.op == OpKind::conv2d) {
+    const ConvShape g(b.meta(in[0]).shape, b.meta(in[1]).shape, n.attrs.stride, n.attrs.padding);
+    int w2 = reshapeTo(b, in[1], {g.o, g.patch()});
+    int y = b.emit(OpKind::matmul, {w2, im2col(b, in[0], g)}); // [O, N*P]
+    y = b.emit(OpKind::permute, {reshapeTo(b, y, {g.o, g.n, g.oh, g.ow})},
+               dimsAttrs({1, 0, 2, 3}));
+    if (in.size() > 2) y = b.emit(OpKind::add, {y, reshapeTo(b, in[2], {1, g.o, 1, 1})});
+    return b.emit(OpKind::contiguous, {y});
+  }
+  if (n.op == OpKind::conv2d_backward_weight) { // dw = grad [O, N*P] @ columns^T
+    const ConvShape g(b.meta(in[1]).shape, out, n.attrs.stride, n.attrs.padding);
+    int colsT = b.emit(OpKind::permute, {im2col(b, in[1], g)}, dimsAttrs({1, 0}));
+    int dw = b.emit(OpKind::matmul, {gradRows(b, in[0], g), colsT});
+    return reshapeTo(b, dw, out);
+  }
+  // backward_input: columns = w^T [C*KK, O] @ grad [O, N*P], each tap's column added back
+  // where the forward read it (col2im)
+  const ConvShape g(out, b.meta(in[1]).shape, n.attrs.stride, n.attrs.padding);
+  int wT = b.emit(OpKind::permute, {reshapeTo(b, in[1], {g.o, g.patch()})}, dimsAttrs({1, 0}));
+  int cols = reshapeTo(b, b.emit(OpKind::matmul, {wT, gradRows(b, in[0], g)}),
+                       {g.c, g.kh, g.kw, g.n, g.oh, g.ow});
+  int sum = -1;
+  for (int64_t i = 0; i < g.kh; ++i) {
+    for (int64_t j = 0; j < g.kw; ++j) {
+      int v = sliceOf(b, sliceOf(b, cols, 1, i, i + 1), 2, j, j + 1); // [C, 1, 1, N, OH, OW]
+      v = b.emit(OpKind::permute, {reshapeTo(b, v, {g.c, g.n, g.oh, g.ow})},
+                 dimsAttrs({1, 0, 2, 3})); // [N, C, OH, OW]
+      if (g.s > 1) { // every s-th row and column, zeros between
+        v = reshapeTo(b, b.emit(OpKind::contiguous, {v}), {g.n, g.c, g.oh, 1, g.ow, 1});
+        v = padDim(b, padDim(b, v, 3, 0, g.s - 1), 5, 0, g.s - 1);
+        v = reshapeTo(b, v, {g.n, g.c, g.oh * g.s, g.ow * g.s});
+      }
+      v = padDim(b, v, 2, i, g.hp - i - g.s * g.oh);
+      v = padDim(b, v, 3, j, g.wp - j - g.s * g.ow); // [N, C, HP, WP]
+      sum = sum < 0 ? v : b.emit(OpKind::add, {sum, v});
+    }
+  }
+  return b.emit(OpKind::contiguous,
+                {sliceOf(b, sliceOf(b, sum, 2, g.p, g.p + g.h), 3, g.p, g.p + g.w)});
+}
+
 /// Static and non-empty: the node and its operands.
 bool decomposable(const Graph &g, const Node &n) {
   auto ok = [](const Node &m) {
@@ -256,11 +378,12 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::matmul:
     if (isSmallMatmul(g, n, o)) return decomposeSmallMatmul(b, n, in);
     return o.batchedGemm ? decomposeForBatchedGemm(b, n, in) : -1;
-  case OpKind::conv2d:                 // a library call
+  case OpKind::conv2d: // a library call, or GEMMs where the target's library has no conv
+  case OpKind::conv2d_backward_input:
+  case OpKind::conv2d_backward_weight:
+    return o.batchedGemm ? decomposeConv2d(b, n, in) : -1;
   case OpKind::embedding:              // a gather, run by the eager kernel
   case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
-  case OpKind::conv2d_backward_input:  // run by the eager kernel
-  case OpKind::conv2d_backward_weight: // run by the eager kernel
   case OpKind::check_target:           // a host read, run by the eager kernel
   case OpKind::linear_ce_pick:         // chunked GEMMs, run by the eager kernel
   case OpKind::linear_ce_pick_backward:

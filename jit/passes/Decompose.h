@@ -50,7 +50,8 @@ struct DecomposeOptions {
   /// matmul becomes what one batched GEMM takes, for targets whose library call is one
   /// (cuBLAS): a 1-D operand a matrix ([K] as [1, K] or [K, 1], the result reshaped back),
   /// batch dims that broadcast expanded and copied, and an integer product (no integer
-  /// GEMM) a multiply and a sum.
+  /// GEMM) a multiply and a sum. conv2d and its gradients become one GEMM each over the
+  /// input's columns (im2col; col2im for the input's gradient).
   bool batchedGemm = false;
 };
 
