@@ -5,7 +5,8 @@
 #   scripts/gpu_bundle.sh [OUT_DIR]     (default: build-gpu/out)
 #
 # Writes OUT_DIR/rcjit-gpu.tar.xz, which unpacks into rcjit-gpu/:
-#   bin/     rcjit, rcjit_tests, cuda_bench, gpu_check.sh (RUNPATH $ORIGIN/../lib)
+#   bin/     rcjit, rcjit_tests, cuda_bench, gpu_check.sh, peer_bench.py (the ELF files with
+#            RUNPATH $ORIGIN/../lib)
 #   lib/     librcjit.so.0 (LLVM linked in statically: RCJIT_LLVM_STATIC) and every library
 #            the binaries need except glibc's, libstdc++ and libgcc_s (RUNPATH $ORIGIN)
 #   share/   libdevice.10.bc (for a machine whose CUDA toolkit is elsewhere), MANIFEST
@@ -31,7 +32,7 @@ trap 'rm -rf "$stage"' EXIT
 dir="$stage/rcjit-gpu"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/share"
 cp "$build/rcjit" "$build/tests/rcjit_tests" "$build/bench/cuda_bench" "$dir/bin/"
-cp "$root/scripts/gpu_check.sh" "$dir/bin/"
+cp "$root/scripts/gpu_check.sh" "$root/scripts/peer_bench.py" "$dir/bin/"
 cp -L "$build/librcjit.so.0" "$dir/lib/"
 
 # Every library the binaries reach, found by the loader here (ldd follows the whole tree).

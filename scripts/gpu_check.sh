@@ -235,6 +235,34 @@ tool_run "$out/train.json" 90 "train gpt2 bf16 autocast" "${t[@]}" --dtype bf16
 echo "]" >>"$out/bench.json"
 echo "]" >>"$out/train.json"
 
+# 5. PyTorch's figures on the same GPU, where the image has PyTorch with CUDA: the
+# side-by-side rows of docs/gpu.md, by peer_bench.py (in the bundle) into the log. A
+# reference, not a check: not counted, and left out when the budget is spent.
+peer="$dir/bin/peer_bench.py"
+[[ -f $peer ]] || peer="$here/peer_bench.py"
+torch_reason=""
+if [[ -n $gpu_reason ]]; then
+  torch_reason="$gpu_reason"
+elif [[ ! -f $peer ]]; then
+  torch_reason="peer_bench.py is not in the bundle"
+elif ! timeout 60 python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  torch_reason="no PyTorch with CUDA for python3 here"
+fi
+peer_run() { # NAME TIMEOUT ARGS...: peer_bench.py --device cuda ARGS
+  local name="$1" limit="$2"
+  shift 2
+  selected "$name" || return 0
+  if [[ -n $torch_reason ]]; then
+    say "-- $name: skipped: $torch_reason"
+    return
+  fi
+  run_step "$name" "$limit" python3 "$peer" --device cuda "$@"
+  say "   (a reference: not counted)"
+}
+peer_run "torch gpt2" 150 --model gpt2 --modes eager,full --batch 1,4 --reps 10
+peer_run "torch train gpt2" 240 --train --model gpt2 --modes eager,whole --batch 4 \
+  --reps 5 --rounds 1
+
 # The log is the one file that can grow: keep its last 15 MiB.
 if (($(stat -c %s "$log") > 15 << 20)); then
   tail -c $((15 << 20)) "$log" >"$log.tmp" && mv "$log.tmp" "$log"
