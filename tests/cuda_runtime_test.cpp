@@ -13,6 +13,7 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/CompileGraph.h"
+#include "jit/Dynamic.h"
 #include "jit/Pipeline.h"
 #include "models/ModelLlama.h"
 #include "models/Models.h"
@@ -340,6 +341,56 @@ TEST(CudaLowering, ConformanceSuiteLowersToGpuStepsThatComputeTheSame) {
   }
   EXPECT_GT(cases, 450);
   for (const std::string &name : unsupported) EXPECT_TRUE(noGpuStepYet(name)) << name;
+}
+
+// Dynamic shapes on cuda: a symbolic program's gather and scatter kernels follow the ids'
+// length while their tables' rows stay fixed; run on the CPU at a length it was not traced at.
+TEST(CudaLowering, EmbeddingKernelsFollowASymbolicLength) {
+  const Tensor w = Tensor::randn({10, 6}, 1);
+  TracedFn fn = [&](const std::vector<Tensor> &v) {
+    return std::vector<Tensor>{embedding(w, v[0]) * 2.0, embedding_backward(v[1], v[0], 10)};
+  };
+  auto argsOf = [](int64_t n) {
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = (i * 7 + 3) % 10;
+    return std::vector<Tensor>{Tensor::from_vector(ids, {n}), Tensor::randn({n, 6}, n)};
+  };
+  const std::vector<Tensor> args = argsOf(6);
+  Trace t = traceFunction(fn, args, /*meta=*/false);
+  std::vector<Tensor> inputs = t.args;
+  inputs.insert(inputs.end(), t.captured.begin(), t.captured.end());
+  std::vector<Shape> strides;
+  for (const Tensor &in : inputs) strides.push_back(in.strides());
+  detail::DynSymbol n;
+  n.sources = {{0, 0}, {1, 0}};
+  n.range = {2, 1000};
+  n.why = "test";
+  detail::SymbolicResult s = detail::makeSymbolic(fn, t, strides, {n}, Target::cuda);
+  ASSERT_EQ(s.symbols.size(), 1u);
+  s.request.stop = CompileStop::program;
+  Program p = compileGraph(s.request).program;
+  int tables = 0;
+  for (const LoopKernel &k : p.kernels) {
+    for (const KernelTensor &kt : k.tensors) {
+      if (!kt.indexed) continue;
+      ++tables;
+      EXPECT_EQ(kt.rows, SizeExpr::constant(10)) << printKernel(k);
+      EXPECT_FALSE(k.domain[0].isConstant()) << "the ids' length\n" << printKernel(k);
+    }
+  }
+  EXPECT_EQ(tables, 2) << printProgram(p);
+  auto cpu = cpu::CpuProgram::create(p, "cuda_symbolic_on_cpu");
+  for (int64_t len : {int64_t{9}, int64_t{23}}) {
+    std::vector<Tensor> at = argsOf(len);
+    std::vector<Tensor> in = at;
+    in.insert(in.end(), t.captured.begin(), t.captured.end());
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &x : in) ptrs.push_back(&x);
+    std::vector<Tensor> got = cpu->run(ptrs.data(), ptrs.size()), want = fn(at);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(allclose(got[i], want[i], 1e-5, 1e-6)) << "length " << len << " output " << i;
+  }
 }
 
 // GPT-2 (token and position embeddings, the tied head) lowers to GPU steps alone.
