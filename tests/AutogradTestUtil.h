@@ -60,4 +60,34 @@ inline std::unique_ptr<tools::Model> tinyGpt2(int64_t batch, int64_t seq) {
   return smallGpt2("tiny-gpt2", 32, 50, 16, batch, seq);
 }
 
+/// A whole training step of `model` by `opt` compiled as one function (zero_grad, cross
+/// entropy of the forward, backward, step): called with ids and targets, it returns the loss.
+template <class Opt> auto compileWholeStep(tools::Model &model, Opt &opt, CompileOptions o = {}) {
+  return compile(
+      [&model, &opt](const Tensor &in, const Tensor &tg) {
+        opt.zero_grad();
+        Tensor l = cross_entropy(model.forward({in}), tg);
+        l.backward();
+        opt.step();
+        return l.detach();
+      },
+      o);
+}
+
+/// `steps` eager AdamW steps (lr `lr`) of `model` on cross entropy(model(ids), targets): the
+/// losses, the reference a compiled step's are checked against.
+inline std::vector<double> eagerAdamWLosses(tools::Model &model, const Tensor &ids,
+                                            const Tensor &targets, int steps, double lr) {
+  optim::AdamW opt(model.module().parameters(), {.lr = lr});
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    Tensor l = cross_entropy(model.forward({ids}), targets);
+    l.backward();
+    opt.step();
+    losses.push_back(l.item());
+  }
+  return losses;
+}
+
 } // namespace rcjit::test

@@ -112,38 +112,26 @@ TEST_F(GpuCompile, ConformanceSuiteMatchesTheCpu) {
   CompileOptions o;
   o.target = Target::cuda;
   int cases = 0;
-  for (const OpCase &c : conformance::cases()) {
-    for (DType dt : c.dtypes) {
-      const std::string what = c.name + " in " + std::string(dtypeName(dt));
-      SCOPED_TRACE(what);
-      std::vector<Tensor> in;
-      for (size_t i = 0; i < c.ins.size(); ++i)
-        in.push_back(makeInput(c.ins[i], dt, seedOf(c.name) + i));
-      std::vector<Tensor> want;
-      try {
-        want = c.fn(in);
-      } catch (const std::exception &e) {
-        continue; // the CPU rejects it too (the table's error cases)
-      }
-      auto cf = compile(c.fn, o);
-      std::vector<Tensor> got;
-      try {
-        got = cf(onGpu(in));
-        got = cf(onGpu(in)); // the second call runs the cached entry
-      } catch (const std::exception &e) {
-        const std::string why = e.what();
-        if (!noGpuStepYet(c.name) || why.find("no GPU implementation yet") == std::string::npos)
-          ADD_FAILURE() << what << ": " << why;
-        continue;
-      }
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_TRUE(got[i].device().is_cuda());
-        EXPECT_TRUE(sameResult(got[i], want[i], gpuTolScale(c, dt))) << what << " output " << i;
-      }
-      ++cases;
+  forEachEagerCase([&](const OpCase &c, DType dt, const std::string &what,
+                       const std::vector<Tensor> &in, const std::vector<Tensor> &want) {
+    auto cf = compile(c.fn, o);
+    std::vector<Tensor> got;
+    try {
+      got = cf(onGpu(in));
+      got = cf(onGpu(in)); // the second call runs the cached entry
+    } catch (const std::exception &e) {
+      const std::string why = e.what();
+      if (!noGpuStepYet(c.name) || why.find("no GPU implementation yet") == std::string::npos)
+        ADD_FAILURE() << what << ": " << why;
+      return;
     }
-  }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(got[i].device().is_cuda());
+      EXPECT_TRUE(sameResult(got[i], want[i], gpuTolScale(c, dt))) << what << " output " << i;
+    }
+    ++cases;
+  });
   EXPECT_GT(cases, 450);
 }
 
@@ -241,29 +229,13 @@ TEST_F(GpuTraining, Gpt2WholeStepWithAdamWMatchesTheCpu) {
   for (int i = 0; i < 2 * 12; ++i) tokens.push_back((i * 11 + 5) % 50);
   Tensor ids = Tensor::from_vector(tokens, {2, 12});
   auto eagerModel = test::tinyGpt2(2, 12);
-  optim::AdamW eagerOpt(eagerModel->module().parameters(), {.lr = 3e-3});
-  std::vector<double> want;
-  for (int step = 0; step < 8; ++step) {
-    eagerOpt.zero_grad();
-    Tensor l = cross_entropy(eagerModel->forward({ids}), ids);
-    l.backward();
-    eagerOpt.step();
-    want.push_back(l.item());
-  }
+  const std::vector<double> want = test::eagerAdamWLosses(*eagerModel, ids, ids, 8, 3e-3);
   auto model = test::tinyGpt2(2, 12);
   model->to(Device::cuda());
   optim::AdamW opt(model->module().parameters(), {.lr = 3e-3});
   CompileOptions o;
   o.target = Target::cuda;
-  auto step = compile(
-      [&](const Tensor &in, const Tensor &tg) {
-        opt.zero_grad();
-        Tensor l = cross_entropy(model->forward({in}), tg);
-        l.backward();
-        opt.step();
-        return l.detach();
-      },
-      o);
+  auto step = test::compileWholeStep(*model, opt, o);
   Tensor gids = ids.to(Device::cuda());
   for (int i = 0; i < 8; ++i) {
     double got = step(gids, gids).item();

@@ -302,43 +302,31 @@ TEST(CudaLowering, ConformanceSuiteLowersToGpuStepsThatComputeTheSame) {
   using namespace rcjit::conformance;
   int cases = 0;
   std::set<std::string> unsupported;
-  for (const OpCase &c : conformance::cases()) {
-    for (DType dt : c.dtypes) {
-      const std::string what = c.name + " in " + std::string(dtypeName(dt));
-      SCOPED_TRACE(what);
-      std::vector<Tensor> in;
-      for (size_t i = 0; i < c.ins.size(); ++i)
-        in.push_back(makeInput(c.ins[i], dt, seedOf(c.name) + i));
-      std::vector<Tensor> want;
-      try {
-        want = c.fn(in);
-      } catch (const std::exception &) {
-        continue; // the CPU rejects it too (the table's error cases)
-      }
-      Lowered l = lowerFor(Target::cuda, c.fn, in);
-      std::string why;
-      for (const Step &s : l.program.steps) {
-        if (std::string w = cuda::unsupportedStep(l.program, s); !w.empty() && why.empty())
-          why = w;
-      }
-      if (!why.empty()) {
-        unsupported.insert(c.name);
-        EXPECT_NE(why.find("no GPU implementation yet"), std::string::npos) << why;
-        continue;
-      }
-      std::vector<const Tensor *> ptrs;
-      for (const Tensor &t : l.inputs) ptrs.push_back(&t);
-      std::vector<Tensor> got =
-          cpu::CpuProgram::create(l.program, "cuda_conformance")->run(ptrs.data(), ptrs.size());
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_TRUE(sameResult(got[i], want[i], gpuTolScale(c, dt)))
-            << what << " output " << i << "\n"
-            << printProgram(l.program);
-      }
-      ++cases;
+  forEachEagerCase([&](const OpCase &c, DType dt, const std::string &what,
+                       const std::vector<Tensor> &in, const std::vector<Tensor> &want) {
+    Lowered l = lowerFor(Target::cuda, c.fn, in);
+    std::string why;
+    for (const Step &s : l.program.steps) {
+      if (std::string w = cuda::unsupportedStep(l.program, s); !w.empty() && why.empty())
+        why = w;
     }
-  }
+    if (!why.empty()) {
+      unsupported.insert(c.name);
+      EXPECT_NE(why.find("no GPU implementation yet"), std::string::npos) << why;
+      return;
+    }
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : l.inputs) ptrs.push_back(&t);
+    std::vector<Tensor> got =
+        cpu::CpuProgram::create(l.program, "cuda_conformance")->run(ptrs.data(), ptrs.size());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(sameResult(got[i], want[i], gpuTolScale(c, dt)))
+          << what << " output " << i << "\n"
+          << printProgram(l.program);
+    }
+    ++cases;
+  });
   EXPECT_GT(cases, 450);
   for (const std::string &name : unsupported) EXPECT_TRUE(noGpuStepYet(name)) << name;
 }

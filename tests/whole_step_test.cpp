@@ -57,29 +57,13 @@ TEST(WholeStep, Gpt2AdamWTwentyStepsEqualEager) {
   Tensor targets =
       Tensor::from_vector(std::vector<int64_t>(tokens.rbegin(), tokens.rend()), {2, 12});
   auto eagerModel = test::tinyGpt2(2, 12);
-  optim::AdamW eagerOpt(eagerModel->module().parameters(), {.lr = 3e-3});
-  std::vector<double> want;
-  for (int step = 0; step < 20; ++step) {
-    eagerOpt.zero_grad();
-    Tensor l = cross_entropy(eagerModel->forward({ids}), targets);
-    l.backward();
-    eagerOpt.step();
-    want.push_back(l.item());
-  }
+  const std::vector<double> want = test::eagerAdamWLosses(*eagerModel, ids, targets, 20, 3e-3);
   for (Mode mode : {Mode::full, Mode::regional}) {
     auto model = test::tinyGpt2(2, 12);
     optim::AdamW opt(model->module().parameters(), {.lr = 3e-3});
     CompileOptions o;
     o.mode = mode;
-    auto step = compile(
-        [&](const Tensor &in, const Tensor &tg) {
-          opt.zero_grad();
-          Tensor l = cross_entropy(model->forward({in}), tg);
-          l.backward();
-          opt.step();
-          return l.detach();
-        },
-        o);
+    auto step = test::compileWholeStep(*model, opt, o);
     for (int i = 0; i < 20; ++i) {
       double got = step(ids, targets).item();
       EXPECT_NEAR(got, want[i], 1e-4 * std::abs(want[i])) << "step " << i;

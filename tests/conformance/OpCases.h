@@ -689,4 +689,29 @@ inline const std::vector<OpCase> &cases() {
   return table;
 }
 
+/// Runs `body(c, dtype, what, inputs, eager results)` for every case and dtype of the table
+/// whose eager run succeeds (the table's error cases are skipped), under a SCOPED_TRACE of
+/// `what` ("name in dtype"). Returns how many it ran.
+template <class Body> int forEachEagerCase(Body &&body) {
+  int ran = 0;
+  for (const OpCase &c : cases()) {
+    for (DType dt : c.dtypes) {
+      const std::string what = c.name + " in " + std::string(dtypeName(dt));
+      SCOPED_TRACE(what);
+      std::vector<Tensor> in;
+      for (size_t i = 0; i < c.ins.size(); ++i)
+        in.push_back(makeInput(c.ins[i], dt, seedOf(c.name) + i));
+      std::vector<Tensor> want;
+      try {
+        want = c.fn(in);
+      } catch (const std::exception &) {
+        continue; // the CPU rejects it too
+      }
+      body(c, dt, what, in, want);
+      ++ran;
+    }
+  }
+  return ran;
+}
+
 } // namespace rcjit::conformance
