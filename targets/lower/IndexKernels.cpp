@@ -82,7 +82,6 @@ void Lowering::addKernelStep(int node, LoopKernel k, Step step) {
   const int order = nextOrder++;
   step.kind = Step::Kind::kernel;
   step.kernel = static_cast<int>(p.kernels.size());
-  step.op = g.nodes[node].op;
   step.note = "kernel " + k.name + " {" + nodeRef(g, node) + "}";
   p.kernels.push_back(std::move(k));
   otherSteps[order] = std::move(step);

@@ -450,17 +450,13 @@ inline void addLinalgAndNn(std::vector<OpCase> &t) {
                {DType::f32, DType::f64, DType::bf16},
                lin,
                4});
-  // tolerance 10: in bf16 the hidden layer's rounding (values near 5, an ulp of 1/32) decides
-  // the output's last bits through 48 products; eager (the bias added inside the GEMM) and
-  // cuda (the GEMM's result rounded, then the bias added) each differ from the f32 result by
-  // up to 0.25 and from each other by up to 0.16, at outputs near 1.5 as at 3
   t.push_back({"linear_gelu_chain",
                {{{6, 32}}, {{48, 32}}, {{48}}, {{16, 48}}},
                kFloat,
                [](const std::vector<Tensor> &v) {
                  return std::vector<Tensor>{linear(gelu(linear(v[0], v[1], v[2])), v[3])};
                },
-               10});
+               3});
 
   t.push_back({"layer_norm",
                {{{2, 3, 16}}, {{16}}, {{16}}, {{3, 16}}, {{3, 16}}},
@@ -668,12 +664,17 @@ inline void addShapeOps(std::vector<OpCase> &t) {
 /// implementation yet"): the fused LM head (off by default).
 inline bool noGpuStepYet(const std::string &caseName) { return caseName == "linear_cross_entropy"; }
 
-/// The tolerance scale for a case compiled for cuda against eager on the CPU: the eager
-/// target's conv2d runs f64 through oneDNN in f32, where cuda's GEMMs keep f64, so its f64
-/// results agree to f32's tolerance.
+/// The tolerance scale for a case compiled for cuda against eager on the CPU:
+/// - the eager target's conv2d runs f64 through oneDNN in f32, where cuda's GEMMs keep f64,
+///   so its f64 results agree to f32's tolerance;
+/// - cuBLAS gets no epilogue, so a bf16 linear's result is rounded before its bias is added,
+///   once more than eager's: in linear_gelu_chain the hidden values near 5 (an ulp of 1/32)
+///   reach the output through 48 products, and eager and cuda each differ from the f32
+///   result by up to 0.25, from each other by up to 0.16 (at outputs near 1.5 as near 3).
 inline double gpuTolScale(const OpCase &c, DType dt) {
-  const bool viaF32 = dt == DType::f64 && c.name.find("conv2d") != std::string::npos;
-  return c.tolScale * (viaF32 ? 1e5 : 1);
+  if (dt == DType::f64 && c.name.find("conv2d") != std::string::npos) return c.tolScale * 1e5;
+  if (dt == DType::bf16 && c.name == "linear_gelu_chain") return 10;
+  return c.tolScale;
 }
 
 inline const std::vector<OpCase> &cases() {
