@@ -27,6 +27,7 @@
 #include "jit/autograd/Partition.h"
 #include "models/Models.h"
 #include "targets/Lower.h"
+#include "targets/Target.h"
 #include "targets/cpu/CpuKernels.h"
 #include "targets/cuda/CudaDriver.h"
 #include "targets/cuda/Libdevice.h"
@@ -48,17 +49,16 @@ using K = KernelStmt::Kind;
 
 const char *const kArchs[] = {"sm_80", "sm_90"};
 
-// The loop kernels the CUDA target would build for fn(inputs): traced on shapes, the default
-// passes, lowered without library epilogues (a GPU has no oneDNN post-ops).
+// The loop kernels the CUDA target builds for fn(inputs): traced on shapes, cuda's passes
+// (its decompositions: batched-GEMM matmuls, conv2d as GEMMs) and lowering (no library
+// epilogues; embedding as gather and scatter-add kernels).
 std::vector<LoopKernel> kernelsOf(const TracedFn &fn, const std::vector<Tensor> &inputs) {
   Trace t = traceFunction(fn, inputs, /*meta=*/true);
-  Graph g = runPipeline(t.graph, defaultPasses());
+  Graph g = runPipeline(t.graph, defaultPasses(pipelineOptionsFor(Target::cuda)));
   std::vector<Shape> strides;
   for (const Tensor &a : t.args) strides.push_back(a.strides());
   for (const Tensor &a : t.captured) strides.push_back(a.strides());
-  LowerOptions lo;
-  lo.fuseLibraryEpilogues = false;
-  return lower(g, strides, lo).kernels;
+  return lower(g, strides, lowerOptionsFor(Target::cuda)).kernels;
 }
 
 // c[i] = a[i] + b[i] over n f32 elements.
@@ -401,6 +401,17 @@ TEST(CudaPtx, ConformanceKernelsAssemble) {
             << " modules, each generated and assembled for sm_80 and sm_90 (" << outcomes.size()
             << " ptxas runs, " << withLibdevice << " with libdevice) in " << s << " s\n";
   EXPECT_GT(kernels, 300u) << "the table should lower to hundreds of kernels";
+  int gathers = 0, scatters = 0; // the embedding cases' kernels are among them
+  for (const Module &mod : modules) {
+    for (const LoopKernel &k : mod.kernels) {
+      for (const KernelStmt &st : k.stmts) {
+        gathers += st.kind == K::gather;
+        scatters += st.kind == K::scatterAdd;
+      }
+    }
+  }
+  EXPECT_GT(gathers, 0);
+  EXPECT_GT(scatters, 0);
 }
 
 // The PTX module of the built-in toy64 model (relu and sigmoid become kernels: a GPU has no
