@@ -450,6 +450,47 @@ TEST(CudaPtx, Toy64KernelsAssemble) {
   }
 }
 
+// A model's repeated layers make the same kernels once per layer: a module holds each once
+// (distinctKernels), every kernel mapped to an equal one, in first-seen order.
+TEST(CudaPtx, RepeatedLayersShareTheirKernels) {
+  tools::ModelConfig cfg;
+  cfg.batch = 2;
+  cfg.seq = 16;
+  cfg.layers = 8;
+  std::unique_ptr<tools::Model> model = tools::findModel("toy64").build(cfg);
+  const std::vector<LoopKernel> ks = kernelsOf(
+      [&](const std::vector<Tensor> &in) { return std::vector<Tensor>{model->forward(in)}; },
+      model->makeInputs(cfg));
+  std::vector<int> which;
+  const std::vector<LoopKernel> distinct = cuda::distinctKernels(ks, which);
+  ASSERT_EQ(which.size(), ks.size());
+  EXPECT_GE(ks.size(), 16u) << "relu and sigmoid of 8 layers";
+  EXPECT_LE(distinct.size(), 4u) << "the layers' kernels are the same";
+  auto unnamed = [](LoopKernel k) {
+    k.name.clear();
+    return printKernel(k);
+  };
+  int next = 0;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    ASSERT_GE(which[i], 0);
+    ASSERT_LT(static_cast<size_t>(which[i]), distinct.size());
+    EXPECT_EQ(unnamed(ks[i]), unnamed(distinct[static_cast<size_t>(which[i])])) << "kernel " << i;
+    if (which[i] == next) { // a first occurrence: kept with its own name
+      EXPECT_EQ(distinct[static_cast<size_t>(next)].name, ks[i].name);
+      ++next;
+    }
+    EXPECT_LT(which[i], next) << "first-seen order";
+  }
+  EXPECT_EQ(static_cast<size_t>(next), distinct.size());
+  std::vector<int> none;
+  EXPECT_TRUE(cuda::distinctKernels({}, none).empty());
+  EXPECT_TRUE(none.empty());
+  if (!test::havePtxas()) return;
+  cuda::PtxModule m = cuda::compilePtx(distinct, "distinct", {});
+  EXPECT_EQ(count(m.ptx, ".entry "), distinct.size());
+  EXPECT_TRUE(assembles(m.ptx, "sm_80"));
+}
+
 // Compiled training on the cuda target: a 2-layer GPT-2's joint graph, partitioned, and both
 // halves lowered for the GPU (the program compileGraph makes for Target::cuda, stopped before
 // the device is needed); every kernel of the forward and the backward assembles.

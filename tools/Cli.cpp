@@ -265,8 +265,8 @@ int cmdModels(const std::vector<std::string> &args, std::ostream &out) {
   return kOk;
 }
 
-// The PTX of every kernel of the CUDA target's program `p` (the program Target::cuda
-// compiles: same request, same options), as one module.
+// The PTX of every distinct kernel of the CUDA target's program `p` (the program Target::cuda
+// compiles: same request, same options), as one module: what the target loads.
 int printPtx(const Program &p, const std::string &model, const std::string &arch,
              std::ostream &out) {
   if (p.kernels.empty()) {
@@ -275,7 +275,8 @@ int printPtx(const Program &p, const std::string &model, const std::string &arch
   }
   cuda::PtxOptions o;
   o.arch = arch;
-  out << cuda::compilePtx(p.kernels, "rcjit_trace_" + model, o).ptx;
+  std::vector<int> which;
+  out << cuda::compilePtx(cuda::distinctKernels(p.kernels, which), "rcjit_trace_" + model, o).ptx;
   return kOk;
 }
 

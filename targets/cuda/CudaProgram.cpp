@@ -203,9 +203,11 @@ std::shared_ptr<CudaProgram> CudaProgram::create(Program p, const std::string &m
   }
   if (!p.kernels.empty()) {
     bool hit = false;
-    cp->module_ = moduleFor(*cp->ctx_, p.kernels, moduleId, opts.keepLlvmIr, cp->llvmIr_, hit);
+    std::vector<int> which; // each kernel's entry: repeated layers share theirs
+    const std::vector<LoopKernel> distinct = distinctKernels(p.kernels, which);
+    cp->module_ = moduleFor(*cp->ctx_, distinct, moduleId, opts.keepLlvmIr, cp->llvmIr_, hit);
     if (hit) cp->cacheHits_ = static_cast<int>(p.kernels.size());
-    cp->functions_ = cp->module_->functions;
+    for (int w : which) cp->functions_.push_back(cp->module_->functions[static_cast<size_t>(w)]);
     for (const LoopKernel &k : p.kernels) {
       cp->lanes_.push_back(lanesPerPoint(k, cp->ctx_->ptxOptions()));
       cp->symCount_.push_back(symbolSlots(k));

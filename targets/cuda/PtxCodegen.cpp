@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -274,6 +275,21 @@ PtxOptions ptxOptionsForDevice(int major, int minor, int driverPtxVersion) {
   o.ptxVersion = std::min(driverPtxVersion, kMaxPtx);
   while (!kPtxVersions.count(o.ptxVersion)) --o.ptxVersion; // e.g. 79 → 78
   return o;
+}
+
+std::vector<LoopKernel> distinctKernels(const std::vector<LoopKernel> &kernels,
+                                        std::vector<int> &which) {
+  std::vector<LoopKernel> out;
+  std::map<std::string, int> seen; // a kernel's text without its name -> its index in out
+  which.clear();
+  for (const LoopKernel &k : kernels) {
+    LoopKernel unnamed = k;
+    unnamed.name.clear();
+    auto [it, added] = seen.emplace(printKernel(unnamed), static_cast<int>(out.size()));
+    if (added) out.push_back(k);
+    which.push_back(it->second);
+  }
+  return out;
 }
 
 int lanesPerPoint(const LoopKernel &kernel, const PtxOptions &options) {

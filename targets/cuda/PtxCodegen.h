@@ -81,6 +81,13 @@ int maxPtxVersion();
 /// when the device is older than every known arch or the driver too old for the arch.
 PtxOptions ptxOptionsForDevice(int major, int minor, int driverPtxVersion);
 
+/// The distinct kernels of `kernels` (equal but for their names: a model's repeated layers
+/// make the same kernels once per layer), in first-seen order with their first names, and in
+/// `which` (one per kernel) the index of its distinct one. A module needs only these, so
+/// NVPTX and the driver's JIT compile gpt2's 12 layers' kernels once. Pure.
+std::vector<LoopKernel> distinctKernels(const std::vector<LoopKernel> &kernels,
+                                        std::vector<int> &which);
+
 /// The PtxModule::lanesPerPoint that compilePtx(..., options) gives `kernel` (1 or 32), for a
 /// caller that kept only the PTX text. rcjit::Error for an arch not in knownArchs(). Pure.
 int lanesPerPoint(const LoopKernel &kernel, const PtxOptions &options = {});
