@@ -149,8 +149,8 @@ void checkOptions(const AdamWOptions &o, const char *who) {
 }
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : params_(std::move(params)), momentum_(params_.size()), options_(options),
-      lr_{scalarTensor(options.lr)} {
+    : params_(std::move(params)), momentum_(params_.size()),
+      options_(options), lr_{scalarTensor(options.lr)} {
   checkOptions(options_, "SGD");
   checkParams(params_, "SGD");
 }
@@ -207,8 +207,8 @@ void SGD::step() {
 void SGD::zero_grad() { clearGrads(params_); }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : params_(std::move(params)), state_(params_.size()), options_(options),
-      lr_{scalarTensor(options.lr)} {
+    : params_(std::move(params)), state_(params_.size()),
+      options_(options), lr_{scalarTensor(options.lr)} {
   checkOptions(options_, "AdamW");
   checkParams(params_, "AdamW");
 }

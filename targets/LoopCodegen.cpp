@@ -355,10 +355,14 @@ Value *KernelBody::address(int tensor, const Values &idx) {
 }
 
 Value *KernelBody::emitLoad(int tensor, const Values &idx) {
+  return loadFrom(tensor, address(tensor, idx));
+}
+
+// Tensor `tensor`'s element at `addr`, in its compute type (aliasing metadata attached).
+Value *KernelBody::loadFrom(int tensor, Value *addr) {
   DType dt = k_.tensors[tensor].dtype;
   llvm::Type *et = storageType(b_.getContext(), dt);
-  auto *ld = b_.CreateAlignedLoad(et, address(tensor, idx),
-                                  llvm::Align(std::max<uint64_t>(1, dtypeSize(dt))));
+  auto *ld = b_.CreateAlignedLoad(et, addr, llvm::Align(std::max<uint64_t>(1, dtypeSize(dt))));
   ld->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[tensor]);
   ld->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[tensor]);
   return fromStorage(b_, ld, dt);
@@ -386,12 +390,7 @@ Value *KernelBody::emitGather(const KernelStmt &st, const Values &idx, Value *ro
   const KernelTensor &t = k_.tensors[st.tensor];
   Value *ok = b_.CreateICmpULT(row, size(t.rows));
   Value *at = b_.CreateSelect(ok, row, b_.getInt64(0));
-  llvm::Type *et = storageType(b_.getContext(), t.dtype);
-  auto *ld = b_.CreateAlignedLoad(et, rowAddress(st.tensor, idx, at),
-                                  llvm::Align(std::max<uint64_t>(1, dtypeSize(t.dtype))));
-  ld->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[st.tensor]);
-  ld->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[st.tensor]);
-  Value *v = fromStorage(b_, ld, t.dtype);
+  Value *v = loadFrom(st.tensor, rowAddress(st.tensor, idx, at));
   const double bad = isFloatDtype(t.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
   return b_.CreateSelect(ok, v, emitConstant(b_, bad, t.dtype));
 }

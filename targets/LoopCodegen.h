@@ -121,6 +121,7 @@ private:
   void makeAliasScopes();
   llvm::Value *address(int tensor, const Values &idx);
   llvm::Value *emitLoad(int tensor, const Values &idx);
+  llvm::Value *loadFrom(int tensor, llvm::Value *addr);
   llvm::Value *rowAddress(int tensor, const Values &idx, llvm::Value *row);
   llvm::Value *emitGather(const KernelStmt &st, const Values &idx, llvm::Value *row);
   void emitScatterAdd(const KernelStmt &st, const Values &idx, llvm::Value *row, llvm::Value *v,

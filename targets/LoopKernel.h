@@ -55,16 +55,16 @@ struct KernelTensor {
 /// One statement of the loop body, in order; `args` name earlier statements.
 struct KernelStmt {
   enum class Kind : uint8_t {
-    load,     // value of tensors[tensor] at the current index
-    constant, // `value` as `dtype`
-    compute,  // op (a Unary/Binary/Compare/Where op or cast) applied to args
-    reduce,   // op in {sum, mean, amax, argmax} over the inner dims of args[0]
-    store,    // writes args[0] to tensors[tensor] (at inner level if args[0] is)
-    count,    // the number of inner points (the product of the inner dims' sizes) as `dtype`:
-              // a reduction's count that follows symbolic sizes instead of fixing them
-    gather,   // the value of indexed tensors[tensor] at the current index plus row args[0] (an
-              // i64): the embedding lookup. An index outside [0, rows) reads NaN (0 for an
-              // integer table): no data-dependent error can leave a GPU kernel
+    load,       // value of tensors[tensor] at the current index
+    constant,   // `value` as `dtype`
+    compute,    // op (a Unary/Binary/Compare/Where op or cast) applied to args
+    reduce,     // op in {sum, mean, amax, argmax} over the inner dims of args[0]
+    store,      // writes args[0] to tensors[tensor] (at inner level if args[0] is)
+    count,      // the number of inner points (the product of the inner dims' sizes) as `dtype`:
+                // a reduction's count that follows symbolic sizes instead of fixing them
+    gather,     // the value of indexed tensors[tensor] at the current index plus row args[0] (an
+                // i64): the embedding lookup. An index outside [0, rows) reads NaN (0 for an
+                // integer table): no data-dependent error can leave a GPU kernel
     scatterAdd, // adds args[1] to indexed tensors[tensor] (f32 or f64) at the current index
                 // plus row args[0], atomically (rows repeat): the embedding's gradient. An
                 // index outside [0, rows) adds nothing

@@ -241,8 +241,7 @@ TEST_F(GpuTraining, Gpt2WholeStepWithAdamWMatchesTheCpu) {
     double got = step(gids, gids).item();
     EXPECT_NEAR(got, want[i], 1e-3 * std::abs(want[i])) << "step " << i;
   }
-  std::vector<Tensor> got = model->module().parameters(),
-                      ref = eagerModel->module().parameters();
+  std::vector<Tensor> got = model->module().parameters(), ref = eagerModel->module().parameters();
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_TRUE(allclose(got[i].to(Device::cpu()), ref[i], 1e-3, 1e-4)) << "parameter " << i;
   EXPECT_EQ(step.stats().compiles, 1);

@@ -22,8 +22,8 @@
 #include "targets/cpu/CpuProgram.h"
 #include "targets/cuda/CudaProgram.h"
 #include "targets/cuda/CudaRuntime.h"
-#include "tests/Ptxas.h"
 #include "tests/AutogradTestUtil.h"
+#include "tests/Ptxas.h"
 #include "tests/TestUtil.h"
 #include "tests/conformance/Conformance.h"
 #include "tests/conformance/OpCases.h"
@@ -197,12 +197,11 @@ TEST(CudaLowering, UnsupportedStepsAreNamed) {
   const Tensor w = Tensor::randn({4100, 8}, 2);
   const Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 4099, 7}, {3});
   const bool was = rcjit::detail::setFusedLinearCe(true);
-  Lowered l = lowerFor(
-      Target::cuda,
-      [&](const std::vector<Tensor> &v) {
-        return std::vector<Tensor>{cross_entropy(linear(v[0], w, Tensor()), v[1])};
-      },
-      {Tensor::randn({3, 8}, 1), target});
+  Lowered l = lowerFor(Target::cuda,
+                       [&](const std::vector<Tensor> &v) {
+                         return std::vector<Tensor>{cross_entropy(linear(v[0], w, Tensor()), v[1])};
+                       },
+                       {Tensor::randn({3, 8}, 1), target});
   rcjit::detail::setFusedLinearCe(was);
   std::string why;
   for (const Step &s : l.program.steps) why += cuda::unsupportedStep(l.program, s);
@@ -214,7 +213,8 @@ TEST(CudaLowering, UnsupportedStepsAreNamed) {
 std::vector<Tensor> runGpuLowering(const TracedFn &fn, const std::vector<Tensor> &args,
                                    Program *program = nullptr) {
   Lowered l = lowerFor(Target::cuda, fn, args);
-  for (const Step &s : l.program.steps) EXPECT_EQ(cuda::unsupportedStep(l.program, s), "") << s.note;
+  for (const Step &s : l.program.steps)
+    EXPECT_EQ(cuda::unsupportedStep(l.program, s), "") << s.note;
   if (program) *program = l.program;
   std::vector<const Tensor *> in;
   for (const Tensor &t : l.inputs) in.push_back(&t);
@@ -307,8 +307,7 @@ TEST(CudaLowering, ConformanceSuiteLowersToGpuStepsThatComputeTheSame) {
     Lowered l = lowerFor(Target::cuda, c.fn, in);
     std::string why;
     for (const Step &s : l.program.steps) {
-      if (std::string w = cuda::unsupportedStep(l.program, s); !w.empty() && why.empty())
-        why = w;
+      if (std::string w = cuda::unsupportedStep(l.program, s); !w.empty() && why.empty()) why = w;
     }
     if (!why.empty()) {
       unsupported.insert(c.name);
@@ -387,8 +386,7 @@ TEST(CudaLowering, Gpt2LowersToGpuSteps) {
   std::vector<int64_t> tokens(16);
   for (int i = 0; i < 16; ++i) tokens[i] = (i * 7 + 3) % 50;
   checkGpuLowering(
-      "gpt2",
-      [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{model->forward(v)}; },
+      "gpt2", [&](const std::vector<Tensor> &v) { return std::vector<Tensor>{model->forward(v)}; },
       {Tensor::from_vector(tokens, {2, 8})});
 }
 

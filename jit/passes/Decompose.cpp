@@ -114,6 +114,18 @@ int decomposeSmallMatmul(GraphBuilder &b, const Node &n, const std::vector<int> 
   return b.cast(productSum(b, b.cast(in[0], ct), bt), n.dtype);
 }
 
+int reshapeTo(GraphBuilder &b, int x, const Shape &s) {
+  return b.emit(OpKind::reshape, {x}, dimsAttrs(s));
+}
+
+int sliceOf(GraphBuilder &b, int x, int64_t dim, int64_t start, int64_t end) {
+  Attrs a;
+  a.dim = dim;
+  a.start = start;
+  a.end = end;
+  return b.emit(OpKind::slice, {x}, a);
+}
+
 /// matmul as one batched GEMM takes it (DecomposeOptions::batchedGemm), or -1 when it is one
 /// already: 1-D operands as matrices, broadcast batch dims expanded into contiguous copies,
 /// integer products as a multiply and a sum.
@@ -121,8 +133,8 @@ int decomposeForBatchedGemm(GraphBuilder &b, const Node &n, const std::vector<in
   int x = in[0], y = in[1];
   Shape xs = b.meta(x).shape, ys = b.meta(y).shape;
   const bool vecX = xs.size() == 1, vecY = ys.size() == 1;
-  if (vecX) x = b.emit(OpKind::reshape, {x}, dimsAttrs({1, xs[0]}));
-  if (vecY) y = b.emit(OpKind::reshape, {y}, dimsAttrs({ys[0], 1}));
+  if (vecX) x = reshapeTo(b, x, {1, xs[0]});
+  if (vecY) y = reshapeTo(b, y, {ys[0], 1});
   xs = b.meta(x).shape;
   ys = b.meta(y).shape;
   bool changed = vecX || vecY;
@@ -145,8 +157,7 @@ int decomposeForBatchedGemm(GraphBuilder &b, const Node &n, const std::vector<in
       want.insert(want.end(), s.end() - 2, s.end());
       if (want == s) return v;
       changed = true;
-      Dims dims(want.begin(), want.end());
-      return b.emit(OpKind::contiguous, {b.emit(OpKind::expand, {v}, dimsAttrs(dims))});
+      return b.emit(OpKind::contiguous, {b.emit(OpKind::expand, {v}, dimsAttrs(want))});
     };
     if (!projection) {
       x = expanded(x, xs);
@@ -155,28 +166,11 @@ int decomposeForBatchedGemm(GraphBuilder &b, const Node &n, const std::vector<in
     if (!changed) return -1;
     out = b.emit(OpKind::matmul, {x, y});
   }
-  if (vecX || vecY) {
-    const Shape want = concreteShape(n.shape);
-    out = b.emit(OpKind::reshape, {out}, dimsAttrs(Dims(want.begin(), want.end())));
-  }
+  if (vecX || vecY) out = reshapeTo(b, out, concreteShape(n.shape));
   return out;
 }
 
 // ---- conv2d as GEMMs, for a target whose library calls are batched GEMMs alone (cuda) --------
-
-Dims dimsOf(const Shape &s) { return Dims(s.begin(), s.end()); }
-
-int reshapeTo(GraphBuilder &b, int x, const Shape &s) {
-  return b.emit(OpKind::reshape, {x}, dimsAttrs(dimsOf(s)));
-}
-
-int sliceOf(GraphBuilder &b, int x, int64_t dim, int64_t start, int64_t end) {
-  Attrs a;
-  a.dim = dim;
-  a.start = start;
-  a.end = end;
-  return b.emit(OpKind::slice, {x}, a);
-}
 
 /// x with `before` zeros ahead of it and `after` behind it along `dim`.
 int padDim(GraphBuilder &b, int x, int64_t dim, int64_t before, int64_t after) {
@@ -185,7 +179,7 @@ int padDim(GraphBuilder &b, int x, int64_t dim, int64_t before, int64_t after) {
   auto zeros = [&](int64_t count) {
     Shape s = m.shape;
     s[dim] = count;
-    return b.emit(OpKind::expand, {b.scalar(0, m.dtype)}, dimsAttrs(dimsOf(s)));
+    return b.emit(OpKind::expand, {b.scalar(0, m.dtype)}, dimsAttrs(s));
   };
   std::vector<int> parts;
   if (before > 0) parts.push_back(zeros(before));
@@ -202,9 +196,9 @@ struct ConvShape {
   int64_t n, c, h, w, o, kh, kw, oh, ow, s, p, hp, wp;
   ConvShape(const Shape &x, const Shape &wt, int64_t stride, int64_t padding)
       : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(wt[0]), kh(wt[2]), kw(wt[3]),
-        oh((x[2] + 2 * padding - wt[2]) / stride + 1), ow((x[3] + 2 * padding - wt[3]) / stride + 1),
-        s(stride), p(padding), hp(std::max(h + 2 * p, kh - 1 + s * oh)),
-        wp(std::max(w + 2 * p, kw - 1 + s * ow)) {}
+        oh((x[2] + 2 * padding - wt[2]) / stride + 1),
+        ow((x[3] + 2 * padding - wt[3]) / stride + 1), s(stride), p(padding),
+        hp(std::max(h + 2 * p, kh - 1 + s * oh)), wp(std::max(w + 2 * p, kw - 1 + s * ow)) {}
   int64_t patch() const { return c * kh * kw; } // a column's length
   int64_t points() const { return n * oh * ow; }
 };
@@ -228,7 +222,7 @@ int im2col(GraphBuilder &b, int x, const ConvShape &g) {
   Attrs along;
   along.dim = 2;
   int cols = taps.size() == 1 ? taps[0] : b.emit(OpKind::cat, taps, along); // [N, C, KK, P]
-  cols = b.emit(OpKind::permute, {cols}, dimsAttrs({1, 2, 0, 3}));       // [C, KK, N, P]
+  cols = b.emit(OpKind::permute, {cols}, dimsAttrs({1, 2, 0, 3}));          // [C, KK, N, P]
   return reshapeTo(b, b.emit(OpKind::contiguous, {cols}), {g.patch(), g.points()});
 }
 
@@ -246,8 +240,7 @@ int decomposeConv2d(GraphBuilder &b, const Node &n, const std::vector<int> &in) 
     const ConvShape g(b.meta(in[0]).shape, b.meta(in[1]).shape, n.attrs.stride, n.attrs.padding);
     int w2 = reshapeTo(b, in[1], {g.o, g.patch()});
     int y = b.emit(OpKind::matmul, {w2, im2col(b, in[0], g)}); // [O, N*P]
-    y = b.emit(OpKind::permute, {reshapeTo(b, y, {g.o, g.n, g.oh, g.ow})},
-               dimsAttrs({1, 0, 2, 3}));
+    y = b.emit(OpKind::permute, {reshapeTo(b, y, {g.o, g.n, g.oh, g.ow})}, dimsAttrs({1, 0, 2, 3}));
     if (in.size() > 2) y = b.emit(OpKind::add, {y, reshapeTo(b, in[2], {1, g.o, 1, 1})});
     return b.emit(OpKind::contiguous, {y});
   }
@@ -269,7 +262,7 @@ int decomposeConv2d(GraphBuilder &b, const Node &n, const std::vector<int> &in) 
       int v = sliceOf(b, sliceOf(b, cols, 1, i, i + 1), 2, j, j + 1); // [C, 1, 1, N, OH, OW]
       v = b.emit(OpKind::permute, {reshapeTo(b, v, {g.c, g.n, g.oh, g.ow})},
                  dimsAttrs({1, 0, 2, 3})); // [N, C, OH, OW]
-      if (g.s > 1) { // every s-th row and column, zeros between
+      if (g.s > 1) {                       // every s-th row and column, zeros between
         v = reshapeTo(b, b.emit(OpKind::contiguous, {v}), {g.n, g.c, g.oh, 1, g.ow, 1});
         v = padDim(b, padDim(b, v, 3, 0, g.s - 1), 5, 0, g.s - 1);
         v = reshapeTo(b, v, {g.n, g.c, g.oh * g.s, g.ow * g.s});
@@ -382,10 +375,10 @@ int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const Decompose
   case OpKind::conv2d_backward_input:
   case OpKind::conv2d_backward_weight:
     return o.batchedGemm ? decomposeConv2d(b, n, in) : -1;
-  case OpKind::embedding:              // a gather, run by the eager kernel
-  case OpKind::embedding_backward:     // a scatter-add, run by the eager kernel
-  case OpKind::check_target:           // a host read, run by the eager kernel
-  case OpKind::linear_ce_pick:         // chunked GEMMs, run by the eager kernel
+  case OpKind::embedding:          // a gather, run by the eager kernel
+  case OpKind::embedding_backward: // a scatter-add, run by the eager kernel
+  case OpKind::check_target:       // a host read, run by the eager kernel
+  case OpKind::linear_ce_pick:     // chunked GEMMs, run by the eager kernel
   case OpKind::linear_ce_pick_backward:
     RCJIT_OP_CASES(Source, Unary, Binary, Compare, Where, Reduce, View, Copy,
                    Collective) // lowered as is

@@ -666,10 +666,8 @@ std::string printFusionPlan(const FusionPlan &plan, const Graph &g) {
   std::vector<Line> lines;
   auto list = [&g](const std::vector<int> &nodes) { // "op %n, op %m"
     std::string out;
-    for (size_t m = 0; m < nodes.size(); ++m) {
-      out += std::string(m ? ", " : "") + std::string(opName(g.nodes[nodes[m]].op)) + " %" +
-             std::to_string(nodes[m]);
-    }
+    for (size_t m = 0; m < nodes.size(); ++m)
+      out += (m ? ", " : "") + lowering::nodeRef(g, nodes[m]);
     return out;
   };
   size_t kernels = 0;

@@ -44,8 +44,8 @@ struct IndexKernel {
     return static_cast<int>(k.tensors.size()) - 1;
   }
   // a table whose rows the index picks: `rowStride` apart, `rows` of them
-  int table(int value, DType dtype, std::vector<SizeExpr> strides, bool output,
-            int64_t rowStride, int64_t rows) {
+  int table(int value, DType dtype, std::vector<SizeExpr> strides, bool output, int64_t rowStride,
+            int64_t rows) {
     int t = tensor(value, dtype, std::move(strides), output);
     k.tensors[t].indexed = true;
     k.tensors[t].rowStride = SizeExpr::constant(rowStride);
@@ -136,8 +136,8 @@ void Lowering::placeIndexed(int node) {
   if (numelOf(table) > 0) {
     IndexKernel add(tag + "_add", rowsShape);
     int row = add.rowIndex(p, ids);
-    int g = add.load(add.tensor(grad, p.values[grad].dtype,
-                                leading(p.values[grad], rowsShape.size()), false));
+    int g = add.load(
+        add.tensor(grad, p.values[grad].dtype, leading(p.values[grad], rowsShape.size()), false));
     std::vector<SizeExpr> ts(rowsShape.size(), SizeExpr::constant(0));
     if (table[1] != 1) ts.back() = SizeExpr::constant(1);
     int t = add.table(sums, acc, ts, true, table[1], table[0]);
