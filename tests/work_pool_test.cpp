@@ -26,6 +26,7 @@
 #include "support/WorkPool.h"
 #include "targets/Program.h"
 #include "targets/cpu/LibraryStep.h"
+#include "targets/eager/DnnlContext.h"
 #include "tracer/TensorImpl.h"
 
 using namespace rcjit;
@@ -117,9 +118,10 @@ TEST(WorkPool, ErrorsReachTheCallerAsRcjitError) {
   }
   // also on the inline path
   WorkPool one(1);
-  EXPECT_THROW(one.run(4, [](int64_t c) {
-    if (c == 2) throw std::logic_error("x");
-  }),
+  EXPECT_THROW(one.run(4,
+                       [](int64_t c) {
+                         if (c == 2) throw std::logic_error("x");
+                       }),
                Error);
   // the pool still works afterwards
   expectEachChunkOnce(pool, 500);
@@ -457,8 +459,7 @@ TEST(BlockedGemm, OneRowLinearWithBias) {
 }
 
 TEST(BlockedGemm, BatchedMatmul) {
-  GemmProgram g(OpKind::matmul, {{5, 67, 33}, {5, 33, 129}}, {5, 67, 129},
-                {PostOp{OpKind::relu}});
+  GemmProgram g(OpKind::matmul, {{5, 67, 33}, {5, 33, 129}}, {5, 67, 129}, {PostOp{OpKind::relu}});
   expectSplitMatchesWhole(g);
 }
 
@@ -584,8 +585,7 @@ TEST(BlockedGemm, RuntimeDimsProductSplitsByRows) {
 }
 
 TEST(BlockedGemm, RuntimeDimsBatchedProductSplitsByBatches) {
-  GemmProgram g(OpKind::matmul, {{6, 33, 128}, {6, 128, 72}}, {6, 33, 72},
-                {PostOp{OpKind::relu}});
+  GemmProgram g(OpKind::matmul, {{6, 33, 128}, {6, 128, 72}}, {6, 33, 72}, {PostOp{OpKind::relu}});
   expectRuntimeDimsSplitMatchesWhole(g, true);
 }
 
@@ -641,11 +641,121 @@ TEST(BlockedGemm, BatchDimsThatDoNotCollapseSplitByTheFirst) {
         for (int64_t j = 0; j < N; ++j) {
           double want = 0;
           for (int64_t k = 0; k < K; ++k)
-            want += static_cast<double>(x[static_cast<size_t>(b * M * H * K + i * H * K + h * K + k)]) *
-                    y[static_cast<size_t>(((b * H + h) * K + k) * N + j)];
+            want +=
+                static_cast<double>(x[static_cast<size_t>(b * M * H * K + i * H * K + h * K + k)]) *
+                y[static_cast<size_t>(((b * H + h) * K + k) * N + j)];
           const float v = got[static_cast<size_t>(((b * H + h) * M + i) * N + j)];
-          ASSERT_NEAR(v, want, 1e-4 * (1 + std::fabs(want))) << b << " " << h << " " << i << " " << j;
+          ASSERT_NEAR(v, want, 1e-4 * (1 + std::fabs(want)))
+              << b << " " << h << " " << i << " " << j;
         }
+}
+
+namespace {
+// The inner-dim split and row blocks over plain operands forced on (whatever the host: an
+// AVX-512 host without AMX chooses them) and weights not packed while alive.
+struct PlainOperandSplits {
+  PlainOperandSplits() {
+    cpu::LibraryStep::setPlainOperandSplits(1);
+    cpu::LibraryStep::setPackWeights(false);
+  }
+  ~PlainOperandSplits() { cpu::LibraryStep::setPlainOperandSplits(-1); }
+  CostModelGemms costModel;
+};
+
+// C = A @ B in double, A [M, K] at strides (sa0, sa1), B [K, N] and C [M, N] row-major;
+// `got` within f32 rounding of it.
+void expectProduct(const std::vector<float> &got, const std::vector<float> &a, int64_t sa0,
+                   int64_t sa1, const std::vector<float> &b, int64_t M, int64_t K, int64_t N) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = static_cast<double>(a[static_cast<size_t>(i * sa0 + k * sa1)]) *
+                         b[static_cast<size_t>(k * N + j)];
+        want += t;
+        mag += std::fabs(t);
+      }
+      ASSERT_NEAR(got[static_cast<size_t>(i * N + j)], want, 1e-5 * (1 + mag)) << i << " " << j;
+    }
+}
+} // namespace
+
+// A product with a long inner dim (gpt2's LM head gradient dx is 512 x 50257 x 768) runs as
+// one block of the inner dim per thread, the f32 slices summed after: the product's values,
+// a block length not a multiple of the inner dim, and the same again on a second call
+// (the step's slice buffer reused).
+TEST(BlockedGemm, ALongInnerDimRunsInBlocksSummedAfter) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  PlainOperandSplits on;
+  const int64_t M = 19, K = 4099, N = 27; // K >= 4096 and >= 8 x max(M, N)
+  GemmProgram g(OpKind::matmul, {{M, K}, {K, N}}, {M, N});
+  OmpThreads many(WorkPool::instance().threads());
+  auto step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(step);
+  EXPECT_GT(step->blocks(), 1);
+  EXPECT_NE(step->describe().find("inner dim"), std::string::npos) << step->describe();
+  const std::vector<float> got = g.run(*step);
+  expectProduct(got, g.data[0], K, 1, g.data[1], M, K, N);
+  EXPECT_EQ(g.run(*step), got);
+  // off: the host's other choices (no inner blocks)
+  cpu::LibraryStep::setPlainOperandSplits(0);
+  auto other = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->describe().find("inner dim"), std::string::npos) << other->describe();
+  // a short inner dim is not cut
+  cpu::LibraryStep::setPlainOperandSplits(1);
+  GemmProgram shortK(OpKind::matmul, {{64, 1024}, {1024, 64}}, {64, 64});
+  auto whole = cpu::LibraryStep::create(shortK.p, shortK.p.steps[0]);
+  if (whole) {
+    EXPECT_EQ(whole->describe().find("inner dim"), std::string::npos);
+  }
+}
+
+// A weight gradient's product (A the transposed output gradient, B a row-major activation
+// that is not a program's parameter) runs as one block of rows per thread over the plain
+// operands, on OpenMP's threads; the product's values.
+TEST(BlockedGemm, AWeightGradientRunsInRowBlocksOverItsPlainOperands) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  PlainOperandSplits on;
+  const int64_t M = 301, K = 67, N = 129;
+  GemmProgram g(OpKind::matmul, {{M, K}, {K, N}}, {M, N});
+  Value &a = g.p.values[static_cast<size_t>(g.p.steps[0].operands[0])];
+  a.strides = {1, M}; // A = (a [K, M] row-major) transposed
+  OmpThreads many(WorkPool::instance().threads());
+  auto step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
+  ASSERT_TRUE(step);
+  EXPECT_GT(step->blocks(), 1);
+  EXPECT_NE(step->describe().find("rows on OpenMP's threads"), std::string::npos)
+      << step->describe();
+  expectProduct(g.run(*step), g.data[0], 1, M, g.data[1], M, K, N);
+}
+
+// The same through rcjit::compile, f32 and bf16 (where oneDNN runs bf16 natively the
+// blocks read bf16 and write f32 slices, rounded to bf16 once after the sum; elsewhere
+// bf16 products are not library steps): the compiled product equals eager's.
+TEST(BlockedGemm, ACompiledLongInnerDimMatchesEager) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
+  PlainOperandSplits on;
+  OmpThreads many(WorkPool::instance().threads());
+  NoGradGuard noGrad;
+  for (DType t : {DType::f32, DType::bf16}) {
+    Tensor a = Tensor::randn({19, 4099}, 1).to(t), b = Tensor::randn({4099, 27}, 2).to(t);
+    auto f = compile([](const Tensor &x, const Tensor &y) { return matmul(x, y); },
+                     CompileOptions{.tiered = false}); // the compiled program from the start
+    Tensor want = matmul(a, b);
+    for (int call = 0; call < 3; ++call) {
+      Tensor got = f(a, b);
+      ASSERT_EQ(got.dtype(), t);
+      // bf16: the sums' order differs from one call's, then one rounding of ~64 (|sum| of
+      // 4099 N(0, 1) products) at 8 bits
+      EXPECT_TRUE(allclose(got.to(DType::f32), want.to(DType::f32), t == DType::f32 ? 1e-4 : 2e-2,
+                           t == DType::f32 ? 1e-3 : 1.0))
+          << dtypeName(t) << " call " << call;
+    }
+    if (t == DType::f32 || eager::bf16MatmulsNative()) {
+      EXPECT_NE(f.explain().find("inner dim"), std::string::npos) << f.explain();
+    }
+  }
 }
 
 namespace {

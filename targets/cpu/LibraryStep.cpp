@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 
+#include "tracer/Half.h"
 #include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
@@ -17,12 +19,12 @@
 #include <string>
 #include <unordered_map>
 
-#include "targets/MatmulLayout.h"
-#include "targets/cpu/WeightPack.h"
-#include "targets/eager/DnnlContext.h"
 #include "support/Env.h"
 #include "support/Threads.h"
 #include "support/WorkPool.h"
+#include "targets/MatmulLayout.h"
+#include "targets/cpu/WeightPack.h"
+#include "targets/eager/DnnlContext.h"
 
 namespace rcjit::cpu {
 
@@ -238,6 +240,28 @@ memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_
   return memory::desc({b, r, c}, dt, {sb, sr, sc});
 }
 
+// Runs `f(c)` for every c in [0, n) on OpenMP's team (at most omp_get_max_threads()
+// threads, each claiming the next block; a oneDNN call inside runs on its thread): the team
+// oneDNN's own calls use, awake right after them. The work pool's threads would share the
+// cores with that team's threads while they spin-wait after the previous call: a gpt2
+// weight gradient in two row blocks took 17-19 ms a step through the pool, 11 ms alone.
+// The first exception thrown is rethrown here (none may leave an OpenMP region).
+template <class F> void onOmpTeam(int64_t n, F &&f) {
+  const int team = static_cast<int>(std::min<int64_t>(n, omp_get_max_threads()));
+  std::exception_ptr error;
+  std::mutex mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+  for (int64_t c = 0; c < n; ++c) {
+    try {
+      f(c);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 // A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
 // columns of B and C), each run by a primitive made for one thread, the blocks claimed one
 // at a time through the work pool: a thread the scheduler holds back delays only the block
@@ -249,26 +273,33 @@ public:
     int prim;                    // index into prims_
   };
   /// `along`: what the blocks cut, for describe() ("rows", "weight columns", ...).
+  /// `ompTeam`: the blocks run on OpenMP's team (onOmpTeam) instead of the work pool.
   BlockedMatmulStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
-                    double macs, bool hasBias, std::string along)
+                    double macs, bool hasBias, std::string along, bool ompTeam = false)
       : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias),
-        along_(std::move(along)) {}
+        along_(std::move(along)), ompTeam_(ompTeam) {}
 
   double macs() const override { return macs_; }
   int blocks() const override { return static_cast<int>(blocks_.size()); }
   std::string describe() const override {
-    return std::to_string(blocks_.size()) + " blocks of " + along_ + " on the work pool, each " +
+    return std::to_string(blocks_.size()) + " blocks of " + along_ +
+           (ompTeam_ ? " on OpenMP's threads" : " on the work pool") + ", each " +
            prims_.front()->describe();
   }
 
   void runWith(char *const *operands, char *result,
                const std::shared_ptr<detail::Storage> *) const override {
-    WorkPool::instance().run(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
+    auto block = [&](int64_t c) {
       const Block &b = blocks_[static_cast<size_t>(c)];
       char *ops[3] = {operands[0] + b.src, operands[1] + b.wei,
                       hasBias_ ? operands[2] + b.bias : nullptr};
       prims_[static_cast<size_t>(b.prim)]->run(ops, result + b.dst);
-    });
+    };
+    const auto n = static_cast<int64_t>(blocks_.size());
+    if (ompTeam_)
+      onOmpTeam(n, block);
+    else
+      WorkPool::instance().run(n, block);
   }
 
 private:
@@ -277,6 +308,93 @@ private:
   double macs_;
   bool hasBias_;
   std::string along_;
+  bool ompTeam_;
+};
+
+// A GEMM cut along its inner dim into blocks (`blocks_`, claimed on OpenMP's team: onOmpTeam),
+// each run by a primitive made for one thread that writes the block's product in f32 to a
+// dense [M, N] slice of a buffer of the step; the slices are then summed, rows claimed
+// on the same team, into the result (f32, or rounded to bf16). A product with a long inner
+// dim and a small result (gpt2's LM head gradient dx = dlogits @ W, 512 x 50257 x 768) ran
+// 15-20 % faster so than on oneDNN's own two threads (see innerSplitPays).
+class InnerSplitStep : public LibraryStep {
+public:
+  struct Block {
+    int64_t src, wei; // byte offsets into A and B
+    int prim;         // index into prims_
+  };
+  InnerSplitStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
+                 int64_t m, int64_t n, GemmStrides c, memory::data_type dt, double macs)
+      : prims_(std::move(prims)), blocks_(std::move(blocks)), m_(m), n_(n), c_(c), dt_(dt),
+        macs_(macs) {}
+
+  double macs() const override { return macs_; }
+  int blocks() const override { return static_cast<int>(blocks_.size()); }
+  std::string describe() const override {
+    return std::to_string(blocks_.size()) + " blocks of the inner dim on the work pool, each " +
+           prims_.front()->describe() + ", summed in f32";
+  }
+
+  void runWith(char *const *operands, char *result,
+               const std::shared_ptr<detail::Storage> *) const override {
+    std::unique_ptr<std::vector<float>> sums = acquire();
+    const int64_t slice = m_ * n_;
+    float *base = sums->data();
+    onOmpTeam(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
+      const Block &b = blocks_[static_cast<size_t>(c)];
+      char *ops[3] = {operands[0] + b.src, operands[1] + b.wei, nullptr};
+      prims_[static_cast<size_t>(b.prim)]->run(ops, reinterpret_cast<char *>(base + c * slice));
+    });
+    const int64_t parts = static_cast<int64_t>(blocks_.size());
+    const int64_t team = omp_get_max_threads();
+    const int64_t rowBlock = std::max<int64_t>(1, (m_ + 4 * team - 1) / (4 * team));
+    onOmpTeam((m_ + rowBlock - 1) / rowBlock, [&](int64_t r) {
+      for (int64_t i = r * rowBlock; i < std::min(m_, (r + 1) * rowBlock); ++i) {
+        float *row = base + i * n_; // the first slice's row takes the sum
+        for (int64_t p = 1; p < parts; ++p) {
+          const float *other = base + p * slice + i * n_;
+          for (int64_t j = 0; j < n_; ++j) row[j] += other[j];
+        }
+        if (dt_ == memory::data_type::bf16) {
+          auto *out = reinterpret_cast<uint16_t *>(result) + i * c_.row;
+          for (int64_t j = 0; j < n_; ++j) out[j * c_.col] = floatToBf16(row[j]);
+        } else if (c_.col == 1) {
+          std::memcpy(reinterpret_cast<float *>(result) + i * c_.row, row,
+                      static_cast<size_t>(n_) * sizeof(float));
+        } else {
+          auto *out = reinterpret_cast<float *>(result) + i * c_.row;
+          for (int64_t j = 0; j < n_; ++j) out[j * c_.col] = row[j];
+        }
+      }
+    });
+    release(std::move(sums));
+  }
+
+private:
+  std::unique_ptr<std::vector<float>> acquire() const {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!pool_.empty()) {
+        std::unique_ptr<std::vector<float>> v = std::move(pool_.back());
+        pool_.pop_back();
+        return v;
+      }
+    }
+    return std::make_unique<std::vector<float>>(static_cast<size_t>(m_ * n_) * blocks_.size());
+  }
+  void release(std::unique_ptr<std::vector<float>> v) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.push_back(std::move(v));
+  }
+
+  std::vector<std::unique_ptr<MatmulStep>> prims_;
+  std::vector<Block> blocks_;
+  int64_t m_, n_;
+  GemmStrides c_; // the result's row and column strides, in elements
+  memory::data_type dt_;
+  double macs_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<std::vector<float>>> pool_; // the f32 slices, reused
 };
 
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
@@ -349,30 +467,37 @@ constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocks
 // `l` cut into blocks along `dim` (`block` long; the last may be shorter), each run by a
 // primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
 // goes to `packedDesc` (null when the blocks' layouts differ); `shared`: every block runs
-// this runtime-dims primitive instead (`postOps` and `pack` unused).
+// this runtime-dims primitive instead (`postOps` and `pack` unused); `ompTeam`: the blocks
+// run on OpenMP's team (onOmpTeam), not the work pool.
 std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<PostOp> &postOps,
                                          double macs, GemmSplit dim, int64_t block, bool pack,
                                          memory::desc *packedDesc,
-                                         const std::shared_ptr<dnnl::primitive> &shared = nullptr) {
+                                         const std::shared_ptr<dnnl::primitive> &shared = nullptr,
+                                         bool ompTeam = false) {
   const int64_t f = l.elemBytes();
   std::vector<std::unique_ptr<MatmulStep>> prims;
   std::vector<int64_t> primLength; // the block length each primitive is made for
   std::vector<BlockedMatmulStep::Block> blocks;
   OmpThreads one(1); // primitives made for one thread
-  for (const auto &[at, len] :
-       cutInto(dim == GemmSplit::batch ? l.batch : dim == GemmSplit::rows ? l.m : l.n, block)) {
+  for (const auto &[at, len] : cutInto(dim == GemmSplit::batch  ? l.batch
+                                       : dim == GemmSplit::rows ? l.m
+                                                                : l.n,
+                                       block)) {
     size_t prim = 0;
     while (prim < primLength.size() && primLength[prim] != len) ++prim;
     if (prim == primLength.size()) {
-      GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? len : l.batch,
-                              dim == GemmSplit::rows ? len : l.m,
-                              dim == GemmSplit::cols ? len : l.n);
+      GemmDescs d =
+          gemmDescs(l, dim == GemmSplit::batch ? len : l.batch, dim == GemmSplit::rows ? len : l.m,
+                    dim == GemmSplit::cols ? len : l.n);
       prims.push_back(
-          shared ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
-                 : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
+          shared
+              ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
+              : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
       if (pack) { // every block reads the one packed copy: the same layout for all
-        if (prims.size() == 1) *packedDesc = prims.back()->weightsDesc();
-        else if (prims.back()->weightsDesc() != *packedDesc) return nullptr;
+        if (prims.size() == 1)
+          *packedDesc = prims.back()->weightsDesc();
+        else if (prims.back()->weightsDesc() != *packedDesc)
+          return nullptr;
       }
       primLength.push_back(len);
     }
@@ -394,7 +519,35 @@ std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias,
                                              dim == GemmSplit::batch  ? "batches"
                                              : dim == GemmSplit::rows ? "rows"
-                                                                      : "weight columns");
+                                                                      : "weight columns",
+                                             ompTeam);
+}
+
+// Whether the host runs a long inner dim in blocks (innerSplitPays) and a weight gradient's
+// product in blocks of rows over its plain operands (rowsOverPlainPay): where oneDNN runs
+// its brgemm kernels without AMX (LibraryStep::setPlainOperandSplits overrides). Measured on
+// a 2-core AMD EPYC Zen 4 (AVX-512 with avx512_bf16, 2026-12-04, f32, ms, the choice before
+// / the blocks, each on one thread): dx of gpt2's LM head, 512 x 50257 x 768, one call on
+// oneDNN's two threads 213-225 / 176-178 in 2 inner blocks (4 blocks 176, 8 blocks 179);
+// Llama-3.2-1b's, 128 x 128256 x 2048, 407-411 / 354-357; 512 x 8192 x 768 32.0 / 28.9;
+// 512 x 3072 x 768 and 128 x 8192 x 2048 even (hence kInnerSplitRatio). Weight gradients
+// (A transposed, B a row-major activation), reordered per call / 2 row blocks over the
+// plain B: 50257 x 512 x 768 190 / 182, 768 x 512 x 3072 12.8 / 11.4, 3072 x 512 x 768
+// 11.7 / 11.2, 768 x 512 x 2304 9.5 / 8.2, 768 x 512 x 768 3.2 / 2.6, 2048 x 128 x 8192
+// 23.6 / 19.8. bf16 (avx512_core_bf16): gpt2's dx 105 / 95, Llama's 213-215 / 181-187;
+// gpt2's LM head weight gradient 115-125 / 99-100, the layers' within +-5 %. With
+// oneDNN's AVX2 kernels on the same host (ONEDNN_MAX_CPU_ISA=AVX2)
+// neither gained beyond +-5 %; the AMX host was not measured (its f32 weight gradients ran
+// 2x faster over a reordered B than over the plain one in one call: repacksRowMajorWeight).
+std::atomic<int> &plainSplitsOverride() {
+  static std::atomic<int> v{-1}; // -1: the host decides
+  return v;
+}
+
+bool amxIsa() {
+  static const bool amx = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                           dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  return amx;
 }
 
 // Whether products run over weights in [N, K] order: where oneDNN runs below AVX-512 (an
@@ -477,6 +630,53 @@ std::unique_ptr<LibraryStep> wholePackedStep(const GemmLayout &l,
       std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
 }
 
+bool plainOperandSplits() { return overriddenOr(plainSplitsOverride(), brgemmIsa() && !amxIsa()); }
+
+// Inner dims at least this long, and this many times the longer of M and N, are cut into
+// blocks (plainOperandSplits' measurements).
+constexpr int64_t kMinInnerSplit = 4096, kInnerSplitRatio = 8;
+
+bool innerSplitPays(const GemmLayout &l, const std::vector<PostOp> &postOps) {
+  return plainOperandSplits() && l.batch == 1 && !l.bias && postOps.empty() &&
+         l.k >= kMinInnerSplit && l.k >= kInnerSplitRatio * std::max(l.m, l.n);
+}
+
+// A weight gradient's product (A transposed, B a row-major activation) as one block of
+// rows per thread over the plain operands (plainOperandSplits' measurements): f32 at any
+// size, bf16 when its rows are many times its inner dim and columns (a bf16 layer's were
+// even with one call).
+bool rowsOverPlainPay(const GemmLayout &l) {
+  return plainOperandSplits() && l.batch == 1 && l.a.row == 1 && l.b.col == 1 && l.b.row == l.n &&
+         (l.dt == memory::data_type::f32 || l.m >= kInnerSplitRatio * std::max(l.k, l.n));
+}
+
+// `l` as an InnerSplitStep of one block of the inner dim per pool thread (a multiple of 16
+// long).
+std::unique_ptr<LibraryStep> innerSplitGemm(const GemmLayout &l, double macs, int threads) {
+  const int64_t f = l.elemBytes();
+  const int64_t block = ((l.k + threads - 1) / threads + 15) / 16 * 16;
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> primLength; // the block length each primitive is made for
+  std::vector<InnerSplitStep::Block> blocks;
+  OmpThreads one(1); // primitives made for one thread
+  for (const auto &[at, len] : cutInto(l.k, block)) {
+    size_t prim = 0;
+    while (prim < primLength.size() && primLength[prim] != len) ++prim;
+    if (prim == primLength.size()) {
+      const memory::desc src = md3(1, l.m, len, l.m * len, l.a.row, l.a.col, l.dt);
+      const memory::desc wei = md3(1, len, l.n, len * l.n, l.b.row, l.b.col, l.dt);
+      const memory::desc dst =
+          md3(1, l.m, l.n, l.m * l.n, l.n, 1, memory::data_type::f32); // a dense f32 slice
+      prims.push_back(std::make_unique<MatmulStep>(src, wei, memory::desc(), dst,
+                                                   std::vector<PostOp>{}, false));
+      primLength.push_back(len);
+    }
+    blocks.push_back({at * l.a.col * f, at * l.b.row * f, static_cast<int>(prim)});
+  }
+  return std::make_unique<InnerSplitStep>(std::move(prims), std::move(blocks), l.m, l.n, l.c, l.dt,
+                                          macs);
+}
+
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
 // work pool, and/or over a packed weight (`packable`: the weight is a program input and
 // packing is on). Null: one plain oneDNN call (too small to split, or the pool or the
@@ -499,6 +699,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
   if (macs < kParallelMacs) return nullptr;
   // a primitive asked for on one thread (the serial and autotune paths) stays whole
   const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
+  if (split && setting == GemmSplit::automatic && innerSplitPays(l, postOps))
+    return innerSplitGemm(l, macs, threads);
   // below AVX-512, a product with rows enough for oneDNN's own threads runs over its weight
   // in [N, K] order: as it is (a linear's), or a [K, N] parameter (an exported MatMul's)
   // packed into that order once per version
@@ -523,7 +725,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
   auto sizeFor = [&](GemmSplit d) -> int64_t {
     if (d == GemmSplit::batch && l.batch > 1)
       return blockSizeFor(l.batch, threads, kBatchBlocksPerThread, 1, 1);
-    if (d == GemmSplit::rows) return blockSizeFor(l.m, threads, kRowBlocksPerThread, 8, kMinRowBlock);
+    if (d == GemmSplit::rows)
+      return blockSizeFor(l.m, threads, kRowBlocksPerThread, 8, kMinRowBlock);
     if (d == GemmSplit::cols) return blockSizeFor(l.n, threads, kColBlocksPerThread, 16, 128);
     return 0;
   };
@@ -543,6 +746,11 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     // batches, or weight columns of a product with few rows; else oneDNN's own threads
     // (column blocks measured 10-25 % slower on an idle machine)
     if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
+    if (split && rowsOverPlainPay(l)) {
+      if (int64_t block = sizeFor(GemmSplit::rows))
+        return blockedGemm(l, postOps, macs, GemmSplit::rows, block, false, nullptr, nullptr,
+                           /*ompTeam=*/true);
+    }
     if (repacksRowMajorWeight(l)) return repackingStep(gemmDescs(l, 1, l.m, l.n), postOps, l.bias);
     return nullptr;
   }
@@ -601,9 +809,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     plain = std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias);
   }
   if (!inner) return plain;
-  return std::make_unique<PackingStep>(std::move(inner),
-                                       std::make_unique<WeightPack>(plainWeight, packedDesc),
-                                       std::move(plain));
+  return std::make_unique<PackingStep>(
+      std::move(inner), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
 }
 
 // The oneDNN call for a step's GEMM: [batch, rows, cols] descriptors over the operands'
@@ -728,6 +935,10 @@ void LibraryStep::setPackWeights(bool on) { setPackWeightsOverride(on ? 1 : 0); 
 
 void LibraryStep::setWholePackedGemms(int on) {
   wholePackedOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
+}
+
+void LibraryStep::setPlainOperandSplits(int on) {
+  plainSplitsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
 }
 
 void LibraryStep::setNkWeights(int on) {

@@ -59,6 +59,12 @@ public:
   /// (`sizeFree`) by batches or rows; any other keeps oneDNN's own threads. Without a
   /// split (one thread), a product
   /// whose weight is a program input, with 32 rows or more, still reads a packed copy.
+  /// On AVX-512 hosts without AMX (setPlainOperandSplits) a product with a long inner dim
+  /// (at least 4096 and 8 times its rows and columns; no bias or post-op) runs as one block
+  /// of the inner dim per OpenMP thread, summed in f32 after, and a weight gradient's
+  /// product (A transposed, B row-major, the weight not a program input; bf16 only with 8
+  /// times more rows than its inner dim and columns) as one block of rows per OpenMP thread
+  /// over its plain operands.
   /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that split
   /// where it applies (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.
   static std::unique_ptr<LibraryStep> create(const Program &p, const Step &step,
@@ -74,6 +80,10 @@ public:
   /// from now on: 1 on, 0 off (the column and row blocks), -1 the host decides (tests).
   /// Thread-safe.
   static void setWholePackedGemms(int on);
+  /// Overrides the host's choice of the inner-dim split and of row blocks over a weight
+  /// gradient's plain operands (AVX-512 hosts without AMX; see create()) for steps created
+  /// from now on: 1 on, 0 off, -1 the host decides (tests). Thread-safe.
+  static void setPlainOperandSplits(int on);
 };
 
 } // namespace rcjit::cpu
