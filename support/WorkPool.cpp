@@ -144,6 +144,7 @@ struct WorkPool::State {
   };
 
   int spinMicros;
+  bool ompTeam = false; // unpacked jobs run on OpenMP's team (WorkPool.h)
   // spinMicros, or 0 while packed: threads sharing a CPU must not spin waiting for each
   // other, the one waited for cannot run meanwhile (toy64 4 x 128 under a build, packed:
   // 2.6 ms a call spinning, 1.8 ms not, before packed jobs started solo)
@@ -346,10 +347,11 @@ struct WorkPool::State {
   }
 };
 
-WorkPool::WorkPool(int threads, int spinMicros, bool pack)
+WorkPool::WorkPool(int threads, int spinMicros, bool pack, bool ompTeam)
     : threads_(std::max(1, threads)), state_(std::make_unique<State>()) {
   State &s = *state_;
   s.spinMicros = std::max(0, spinMicros);
+  s.ompTeam = ompTeam;
   s.spinNow.store(s.spinMicros, std::memory_order_relaxed);
   CPU_ZERO(&s.allowed);
   if (!pack || threads_ < 2 || sched_getaffinity(0, sizeof s.allowed, &s.allowed) != 0) return;
@@ -365,9 +367,7 @@ WorkPool::WorkPool(int threads, int spinMicros, bool pack)
 WorkPool::~WorkPool() {
   state_->stop.store(true, std::memory_order_seq_cst);
   state_->wake();
-  {
-    std::lock_guard<std::mutex> lock(state_->sleepMu);
-  }
+  { std::lock_guard<std::mutex> lock(state_->sleepMu); }
   state_->sleepCv.notify_all();
   for (std::thread &t : state_->workers) t.join();
   if (state_->loadavgFd >= 0) close(state_->loadavgFd);
@@ -376,7 +376,8 @@ WorkPool::~WorkPool() {
 WorkPool &WorkPool::instance() {
   // never destroyed: compiled functions may run during static destruction
   static WorkPool *pool = new WorkPool(poolInitialThreads(), poolSpinMicros(),
-                                       envChoice("RCJIT_POOL_PACK", {"off", "auto"}, 1) == 1);
+                                       envChoice("RCJIT_POOL_PACK", {"off", "auto"}, 1) == 1,
+                                       envChoice("RCJIT_POOL_TEAM", {"own", "openmp"}, 1) == 1);
   return *pool;
 }
 
@@ -398,12 +399,8 @@ double WorkPool::othersRunnable() const {
 int64_t WorkPool::parallelJobs() const {
   return state_->parallelJobs.load(std::memory_order_relaxed);
 }
-int64_t WorkPool::pooledJobs() const {
-  return state_->pooledJobs.load(std::memory_order_relaxed);
-}
-int64_t WorkPool::packedJobs() const {
-  return state_->packedJobs.load(std::memory_order_relaxed);
-}
+int64_t WorkPool::pooledJobs() const { return state_->pooledJobs.load(std::memory_order_relaxed); }
+int64_t WorkPool::packedJobs() const { return state_->packedJobs.load(std::memory_order_relaxed); }
 int64_t WorkPool::workerChunks() const {
   return state_->workerChunks.load(std::memory_order_relaxed);
 }
@@ -459,6 +456,24 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
   if (s.start(threads_ - 1)) {
     if (s.packable()) s.adapt();
     s.pooledJobs.fetch_add(1, std::memory_order_relaxed);
+    if (s.ompTeam && s.team.empty()) {
+      // on OpenMP's team (its threads keep nthreads-var 1, as the caller's is now; a
+      // oneDNN call in a chunk runs on its own thread, as in a parallel region); the
+      // pool's own workers stay asleep
+      s.parallelJobs.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel num_threads(threads_)
+      {
+        const bool worker = omp_get_thread_num() != 0;
+        if (worker) tlInsideWorkPool = true; // a chunk's own job runs inline
+        const int64_t ran = State::work(*j);
+        if (worker) {
+          tlInsideWorkPool = false;
+          s.workerChunks.fetch_add(ran, std::memory_order_relaxed);
+        }
+      }
+      if (j->error) rethrowAsRcjitError(j->error);
+      return;
+    }
     // packed (adapt): the pool's threads share CPUs, so waking a worker buys no parallel
     // time, only the worker's turns on the shared CPU, for two thread switches per job:
     // the caller runs the chunks alone until they have taken kPackedSoloMicros (toy64

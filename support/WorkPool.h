@@ -19,7 +19,10 @@ public:
   /// workers, started on the first parallel job). `spinMicros`: how long an idle worker
   /// polls for the next job before it sleeps. `pack`: whether the pool may pack its
   /// threads onto fewer CPUs while other tasks keep the machine's CPUs busy (packTo).
-  explicit WorkPool(int threads, int spinMicros = kDefaultSpinMicros, bool pack = true);
+  /// `ompTeam`: a job that is not packed runs on OpenMP's team instead (an OpenMP parallel
+  /// region of `threads` threads, the caller its first; see instance()).
+  explicit WorkPool(int threads, int spinMicros = kDefaultSpinMicros, bool pack = true,
+                    bool ompTeam = false);
   ~WorkPool(); // joins the workers; no job may be running
   WorkPool(const WorkPool &) = delete;
   WorkPool &operator=(const WorkPool &) = delete;
@@ -27,6 +30,11 @@ public:
   /// The process's pool. Its size is OpenMP's initial thread count (OMP_NUM_THREADS, else
   /// the CPUs this process may run on), read on first use; RCJIT_POOL_SPIN_US sets the
   /// spin time (default 50), RCJIT_POOL_PACK=off turns packing off (default auto).
+  /// Its jobs run on OpenMP's team unless packed (RCJIT_POOL_TEAM=own: on the pool's own
+  /// workers): the team oneDNN's GEMMs run on spin-waits after each call (libgomp's
+  /// GOMP_SPINCOUNT, ~300 000 pauses), and the pool's own workers then shared the cores
+  /// with it. gpt2's 12-layer whole training step (2-core AMD EPYC Zen 4): its kernels
+  /// 249 -> 149 ms a step, the step 2119-2124 -> 1944-1954 ms (docs/performance.md).
   static WorkPool &instance();
 
   int threads() const { return threads_; }

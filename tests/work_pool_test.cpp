@@ -47,102 +47,121 @@ void expectEachChunkOnce(WorkPool &pool, int64_t chunks) {
 
 } // namespace
 
+// Each test below runs the pool's own workers and, as the process's pool does, OpenMP's team
+// (`ompTeam`); under TSan the own workers alone: libgomp is not instrumented, so TSan cannot
+// see its barrier order a chunk's writes before the caller's reads.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTeams[] = {false};
+#else
+constexpr bool kTeams[] = {false, true};
+#endif
+
 TEST(WorkPool, EveryChunkRunsExactlyOnce) {
-  WorkPool pool(3);
-  OmpThreads many(3); // the caller's own OpenMP count allows parallel jobs
-  for (int64_t chunks : {0, 1, 2, 3, 7, 64, 1000, 5000}) expectEachChunkOnce(pool, chunks);
-  for (int rep = 0; rep < 200; ++rep) expectEachChunkOnce(pool, 1 + rep % 13);
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(3, WorkPool::kDefaultSpinMicros, true, ompTeam);
+    OmpThreads many(3); // the caller's own OpenMP count allows parallel jobs
+    for (int64_t chunks : {0, 1, 2, 3, 7, 64, 1000, 5000}) expectEachChunkOnce(pool, chunks);
+    for (int rep = 0; rep < 200; ++rep) expectEachChunkOnce(pool, 1 + rep % 13);
+  }
 }
 
 TEST(WorkPool, WorkersTakeChunks) {
   // each chunk waits until some chunk has run on another thread than the caller (a worker
   // took part), giving up after 30 s so that a pool whose workers never run fails
-  WorkPool pool(2, /*spinMicros=*/0);
-  OmpThreads many(2);
-  const auto caller = std::this_thread::get_id();
-  std::atomic<bool> workerRan{false};
-  pool.run(64, [&](int64_t) {
-    if (std::this_thread::get_id() != caller) {
-      workerRan.store(true);
-      return;
-    }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!workerRan.load() && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-  });
-  EXPECT_TRUE(workerRan.load());
-  EXPECT_GE(pool.parallelJobs(), 1);
-  EXPECT_GE(pool.workerChunks(), 1);
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(2, /*spinMicros=*/0, true, ompTeam);
+    OmpThreads many(2);
+    const auto caller = std::this_thread::get_id();
+    std::atomic<bool> workerRan{false};
+    pool.run(64, [&](int64_t) {
+      if (std::this_thread::get_id() != caller) {
+        workerRan.store(true);
+        return;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!workerRan.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+    EXPECT_TRUE(workerRan.load()) << "ompTeam " << ompTeam;
+    EXPECT_GE(pool.parallelJobs(), 1);
+    EXPECT_GE(pool.workerChunks(), 1);
+  }
 }
 
 TEST(WorkPool, ConcurrentCallers) {
-  WorkPool pool(3);
-  std::vector<std::thread> callers;
-  std::atomic<int> bad{0};
-  for (int t = 0; t < 4; ++t) {
-    callers.emplace_back([&, t] {
-      omp_set_num_threads(3);
-      for (int rep = 0; rep < 100; ++rep) {
-        const int64_t chunks = 1 + (rep * 7 + t) % 50;
-        std::vector<std::atomic<int>> ran(static_cast<size_t>(chunks));
-        for (auto &r : ran) r.store(0);
-        pool.run(chunks, [&](int64_t c) { ran[static_cast<size_t>(c)].fetch_add(1); });
-        for (auto &r : ran) bad += r.load() != 1;
-      }
-    });
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(3, WorkPool::kDefaultSpinMicros, true, ompTeam);
+    std::vector<std::thread> callers;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < 4; ++t) {
+      callers.emplace_back([&, t] {
+        omp_set_num_threads(3);
+        for (int rep = 0; rep < 100; ++rep) {
+          const int64_t chunks = 1 + (rep * 7 + t) % 50;
+          std::vector<std::atomic<int>> ran(static_cast<size_t>(chunks));
+          for (auto &r : ran) r.store(0);
+          pool.run(chunks, [&](int64_t c) { ran[static_cast<size_t>(c)].fetch_add(1); });
+          for (auto &r : ran) bad += r.load() != 1;
+        }
+      });
+    }
+    for (std::thread &t : callers) t.join();
+    EXPECT_EQ(bad.load(), 0);
   }
-  for (std::thread &t : callers) t.join();
-  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(WorkPool, ErrorsReachTheCallerAsRcjitError) {
-  WorkPool pool(3);
-  OmpThreads many(3);
-  // a foreign exception becomes an rcjit::Error naming it
-  try {
-    pool.run(100, [](int64_t c) {
-      if (c == 37) throw std::runtime_error("chunk 37 broke");
-    });
-    FAIL() << "no exception";
-  } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("chunk 37 broke"), std::string::npos) << e.what();
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(3, WorkPool::kDefaultSpinMicros, true, ompTeam);
+    OmpThreads many(3);
+    // a foreign exception becomes an rcjit::Error naming it
+    try {
+      pool.run(100, [](int64_t c) {
+        if (c == 37) throw std::runtime_error("chunk 37 broke");
+      });
+      FAIL() << "no exception";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("chunk 37 broke"), std::string::npos) << e.what();
+    }
+    // an rcjit::Error passes through as it is
+    try {
+      pool.run(100, [](int64_t c) {
+        if (c % 10 == 3) throw Error("bad chunk");
+      });
+      FAIL() << "no exception";
+    } catch (const Error &e) {
+      EXPECT_EQ(std::string(e.what()), "bad chunk");
+    }
+    // also on the inline path
+    WorkPool one(1);
+    EXPECT_THROW(one.run(4,
+                         [](int64_t c) {
+                           if (c == 2) throw std::logic_error("x");
+                         }),
+                 Error);
+    // the pool still works afterwards
+    expectEachChunkOnce(pool, 500);
   }
-  // an rcjit::Error passes through as it is
-  try {
-    pool.run(100, [](int64_t c) {
-      if (c % 10 == 3) throw Error("bad chunk");
-    });
-    FAIL() << "no exception";
-  } catch (const Error &e) {
-    EXPECT_EQ(std::string(e.what()), "bad chunk");
-  }
-  // also on the inline path
-  WorkPool one(1);
-  EXPECT_THROW(one.run(4,
-                       [](int64_t c) {
-                         if (c == 2) throw std::logic_error("x");
-                       }),
-               Error);
-  // the pool still works afterwards
-  expectEachChunkOnce(pool, 500);
 }
 
 TEST(WorkPool, NestedUseRunsInline) {
-  WorkPool pool(3);
-  OmpThreads many(3);
-  std::atomic<int> inner{0}, offThread{0};
-  pool.run(32, [&](int64_t) {
-    const auto self = std::this_thread::get_id();
-    int64_t last = -1;
-    pool.run(8, [&](int64_t c) {
-      offThread += std::this_thread::get_id() != self;
-      offThread += c != last + 1; // in order
-      last = c;
-      ++inner;
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(3, WorkPool::kDefaultSpinMicros, true, ompTeam);
+    OmpThreads many(3);
+    std::atomic<int> inner{0}, offThread{0};
+    pool.run(32, [&](int64_t) {
+      const auto self = std::this_thread::get_id();
+      int64_t last = -1;
+      pool.run(8, [&](int64_t c) {
+        offThread += std::this_thread::get_id() != self;
+        offThread += c != last + 1; // in order
+        last = c;
+        ++inner;
+      });
     });
-  });
-  EXPECT_EQ(inner.load(), 32 * 8);
-  EXPECT_EQ(offThread.load(), 0);
+    EXPECT_EQ(inner.load(), 32 * 8);
+    EXPECT_EQ(offThread.load(), 0);
+  }
 }
 
 TEST(WorkPool, OneThreadRunsInlineInOrder) {
@@ -168,12 +187,14 @@ TEST(WorkPool, OneThreadRunsInlineInOrder) {
 }
 
 TEST(WorkPool, ChunksRunWithOneOpenMPThread) {
-  WorkPool pool(2);
-  OmpThreads many(2);
-  std::atomic<int> notOne{0};
-  pool.run(64, [&](int64_t) { notOne += omp_get_max_threads() != 1; });
-  EXPECT_EQ(notOne.load(), 0);
-  EXPECT_EQ(omp_get_max_threads(), 2); // the caller's count is back
+  for (bool ompTeam : kTeams) {
+    WorkPool pool(2, WorkPool::kDefaultSpinMicros, true, ompTeam);
+    OmpThreads many(2);
+    std::atomic<int> notOne{0};
+    pool.run(64, [&](int64_t) { notOne += omp_get_max_threads() != 1; });
+    EXPECT_EQ(notOne.load(), 0) << "ompTeam " << ompTeam;
+    EXPECT_EQ(omp_get_max_threads(), 2); // the caller's count is back
+  }
 }
 
 TEST(WorkPool, PackToFollowsTheFairShare) {
