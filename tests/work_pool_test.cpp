@@ -734,7 +734,7 @@ TEST(BlockedGemm, ALongInnerDimRunsInBlocksSummedAfter) {
 
 // A weight gradient's product (A the transposed output gradient, B a row-major activation
 // that is not a program's parameter) runs as one block of rows per thread over the plain
-// operands, on OpenMP's threads; the product's values.
+// operands; the product's values.
 TEST(BlockedGemm, AWeightGradientRunsInRowBlocksOverItsPlainOperands) {
   if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
   PlainOperandSplits on;
@@ -746,7 +746,7 @@ TEST(BlockedGemm, AWeightGradientRunsInRowBlocksOverItsPlainOperands) {
   auto step = cpu::LibraryStep::create(g.p, g.p.steps[0]);
   ASSERT_TRUE(step);
   EXPECT_GT(step->blocks(), 1);
-  EXPECT_NE(step->describe().find("rows on OpenMP's threads"), std::string::npos)
+  EXPECT_NE(step->describe().find("blocks of rows on the work pool"), std::string::npos)
       << step->describe();
   expectProduct(g.run(*step), g.data[0], 1, M, g.data[1], M, K, N);
 }

@@ -1,15 +1,13 @@
-// oneDNN matmul primitives with fused bias and eltwise post-ops, run on raw pointers.
+// Which oneDNN library step runs a program's matmul or linear (the steps themselves:
+// GemmSteps.h): the cost model of splits and packed weights per host, and its measurements.
 #include "targets/cpu/LibraryStep.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 
-#include "tracer/Half.h"
-#include "tracer/OpCases.h"
 #include "tracer/TensorImpl.h"
 
 #include <mutex>
@@ -23,6 +21,7 @@
 #include "support/Threads.h"
 #include "support/WorkPool.h"
 #include "targets/MatmulLayout.h"
+#include "targets/cpu/GemmSteps.h"
 #include "targets/cpu/WeightPack.h"
 #include "targets/eager/DnnlContext.h"
 
@@ -31,58 +30,7 @@ namespace rcjit::cpu {
 namespace {
 
 using dnnl::memory;
-
-// The oneDNN algorithm of a post-op (kPostOp in Ops.def's props); false for any other op.
-bool eltwiseFor(OpKind op, dnnl::algorithm &alg, float &alpha) {
-  alpha = 0.f;
-  switch (op) {
-  case OpKind::relu:
-    alg = dnnl::algorithm::eltwise_relu;
-    return true;
-  case OpKind::sigmoid:
-    alg = dnnl::algorithm::eltwise_logistic;
-    return true;
-  case OpKind::tanh:
-    alg = dnnl::algorithm::eltwise_tanh;
-    return true;
-  case OpKind::gelu:
-    alg = dnnl::algorithm::eltwise_gelu_erf;
-    return true;
-  case OpKind::silu:
-    alg = dnnl::algorithm::eltwise_swish;
-    alpha = 1.f;
-    return true;
-  case OpKind::exp:
-    alg = dnnl::algorithm::eltwise_exp;
-    return true;
-  case OpKind::abs:
-    alg = dnnl::algorithm::eltwise_abs;
-    return true;
-  case OpKind::sqrt:
-    alg = dnnl::algorithm::eltwise_sqrt;
-    return true;
-  case OpKind::log:
-    alg = dnnl::algorithm::eltwise_log;
-    return true;
-    RCJIT_OP_CASES_WITHOUT(kPostOp) // no oneDNN eltwise: the next kernel computes these
-    return false;
-  }
-  return false;
-}
-
-dnnl::primitive_attr attrFor(const std::vector<PostOp> &postOps, dnnl::scratchpad_mode mode) {
-  dnnl::post_ops po;
-  for (const PostOp &p : postOps) {
-    dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
-    float alpha = 0.f;
-    eltwiseFor(p.op, alg, alpha);
-    po.append_eltwise(1.f, alg, alpha, 0.f);
-  }
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
-  attr.set_scratchpad_mode(mode);
-  return attr;
-}
+using namespace gemm;
 
 // GEMMs up to this many multiply-adds use the shared runtime-dims primitive in programs
 // specialized per size: creating a primitive (~50-500 us, JIT code generation) costs more
@@ -126,294 +74,11 @@ std::shared_ptr<dnnl::primitive> runtimeMatmul(bool hasBias, const std::vector<P
   return prim;
 }
 
-// A 2-D or 3-D (batched) f32 or bf16 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
-class MatmulStep : public LibraryStep {
-public:
-  /// `packedWeights`: the primitive reads its weight in the layout oneDNN picks for it
-  /// (weightsDesc(); the caller passes a copy reordered into it, see WeightPack).
-  ///
-  /// A product of one batch is made as a 2-D one ([M, K] x [K, N]), which the caller's
-  /// operands and weightsDesc() then follow: oneDNN 2.6 ran the same product given as
-  /// [1, M, K] x [1, K, N] on one of two threads (gpt2's LM head, 512 x 768 x 50257 f32 on
-  /// an AMX host: 226-238 ms against 112-134 ms), and picks plain row-major weights for a
-  /// 3-D `format_tag::any` where a 2-D one gets its blocked layout (BA16a64b: 5.6 ms against
-  /// 12.6 ms at 512 x 768 x 3072).
-  MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
-             const std::vector<PostOp> &postOps, bool hasBias, bool packedWeights = false)
-      : src_(unbatched(src)), wei_(unbatched(wei)), bias_(hasBias ? unbatched(bias) : bias),
-        dst_(unbatched(dst)), hasBias_(hasBias), macs_(macsOf(src, dst)),
-        threads_(omp_get_max_threads()) {
-    auto &ctx = eager::DnnlContext::instance();
-    memory::desc w = wei_;
-    if (packedWeights) w = memory::desc(wei_.dims(), wei_.data_type(), memory::format_tag::any);
-    auto d = hasBias ? dnnl::matmul::desc(src_, w, bias_, dst_) : dnnl::matmul::desc(src_, w, dst_);
-    dnnl::matmul::primitive_desc pd(d, attrFor(postOps, dnnl::scratchpad_mode::user), ctx.engine());
-    prim_ = dnnl::matmul(pd);
-    scratch_ = pd.scratchpad_desc();
-    if (packedWeights) wei_ = pd.weights_desc();
-  }
-  const memory::desc &weightsDesc() const { return wei_; }
-  /// The same call through a shared runtime-dims primitive (no scratchpad argument: the
-  /// library allocates its own).
-  MatmulStep(memory::desc src, memory::desc wei, memory::desc bias, memory::desc dst,
-             std::shared_ptr<dnnl::primitive> shared, bool hasBias)
-      : src_(src), wei_(wei), bias_(bias), dst_(dst), hasBias_(hasBias), macs_(macsOf(src, dst)),
-        shared_(std::move(shared)) {}
-
-  double macs() const override { return macs_; }
-  std::string describe() const override {
-    if (shared_) return "the shared runtime-dims oneDNN matmul";
-    return "one oneDNN matmul made for " + std::to_string(threads_) +
-           (threads_ == 1 ? " thread" : " threads");
-  }
-
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *) const override {
-    auto &ctx = eager::DnnlContext::instance();
-    std::unique_ptr<Mems> m = acquire();
-    m->src.set_data_handle(operands[0]);
-    m->wei.set_data_handle(operands[1]);
-    if (hasBias_) m->bias.set_data_handle(operands[2]);
-    m->dst.set_data_handle(result);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m->src.get()},
-                               {DNNL_ARG_WEIGHTS, m->wei.get()},
-                               {DNNL_ARG_DST, m->dst.get()},
-                               {DNNL_ARG_BIAS, m->bias ? m->bias.get() : nullptr},
-                               {DNNL_ARG_SCRATCHPAD, m->scratch ? m->scratch.get() : nullptr}};
-    int nargs = (hasBias_ ? 4 : 3) + (m->scratch ? 1 : 0);
-    if (!hasBias_) args[3] = args[4];
-    dnnl::stream &s = ctx.stream();
-    const dnnl::primitive &prim = shared_ ? *shared_ : prim_;
-    dnnl_status_t st = dnnl_primitive_execute(prim.get(), s.get(), nargs, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(s.get());
-    release(std::move(m));
-    if (st != dnnl_success) {
-      throw Error("matmul: oneDNN execution failed (status " + std::to_string(st) + ")");
-    }
-  }
-
-private:
-  struct Mems {
-    memory src, wei, bias, dst, scratch;
-  };
-  std::unique_ptr<Mems> acquire() const {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!pool_.empty()) {
-        std::unique_ptr<Mems> m = std::move(pool_.back());
-        pool_.pop_back();
-        return m;
-      }
-    }
-    auto &ctx = eager::DnnlContext::instance();
-    auto m = std::make_unique<Mems>();
-    m->src = memory(src_, ctx.engine(), DNNL_MEMORY_NONE);
-    m->wei = memory(wei_, ctx.engine(), DNNL_MEMORY_NONE);
-    if (hasBias_) m->bias = memory(bias_, ctx.engine(), DNNL_MEMORY_NONE);
-    m->dst = memory(dst_, ctx.engine(), DNNL_MEMORY_NONE);
-    if (!shared_) m->scratch = memory(scratch_, ctx.engine()); // owns its buffer
-    return m;
-  }
-  void release(std::unique_ptr<Mems> m) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    pool_.push_back(std::move(m));
-  }
-
-  static double macsOf(const memory::desc &src, const memory::desc &dst) {
-    const memory::dims s = src.dims(), d = dst.dims(); // [B, M, K], [B, M, N]
-    return static_cast<double>(d[0]) * static_cast<double>(d[1]) * static_cast<double>(d[2]) *
-           static_cast<double>(s[2]);
-  }
-
-  memory::desc src_, wei_, bias_, dst_, scratch_;
-  bool hasBias_;
-  double macs_;
-  int threads_ = 0;                         // OpenMP's count when prim_ was made
-  dnnl::primitive prim_;                    // made for these sizes, or
-  std::shared_ptr<dnnl::primitive> shared_; // the runtime-dims primitive
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<Mems>> pool_;
-};
-
-memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc,
-                 memory::data_type dt) {
-  return memory::desc({b, r, c}, dt, {sb, sr, sc});
-}
-
-// Runs `f(c)` for every c in [0, n) on OpenMP's team (at most omp_get_max_threads()
-// threads, each claiming the next block; a oneDNN call inside runs on its thread): the team
-// oneDNN's own calls use, awake right after them. The work pool's threads would share the
-// cores with that team's threads while they spin-wait after the previous call: a gpt2
-// weight gradient in two row blocks took 17-19 ms a step through the pool, 11 ms alone.
-// The first exception thrown is rethrown here (none may leave an OpenMP region).
-template <class F> void onOmpTeam(int64_t n, F &&f) {
-  const int team = static_cast<int>(std::min<int64_t>(n, omp_get_max_threads()));
-  std::exception_ptr error;
-  std::mutex mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-  for (int64_t c = 0; c < n; ++c) {
-    try {
-      f(c);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-// A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
-// columns of B and C), each run by a primitive made for one thread, the blocks claimed one
-// at a time through the work pool: a thread the scheduler holds back delays only the block
-// it runs, where oneDNN's own OpenMP split waits at its barrier for every thread.
-class BlockedMatmulStep : public LibraryStep {
-public:
-  struct Block {
-    int64_t src, wei, dst, bias; // byte offsets into the operands and the result
-    int prim;                    // index into prims_
-  };
-  /// `along`: what the blocks cut, for describe() ("rows", "weight columns", ...).
-  /// `ompTeam`: the blocks run on OpenMP's team (onOmpTeam) instead of the work pool.
-  BlockedMatmulStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
-                    double macs, bool hasBias, std::string along, bool ompTeam = false)
-      : prims_(std::move(prims)), blocks_(std::move(blocks)), macs_(macs), hasBias_(hasBias),
-        along_(std::move(along)), ompTeam_(ompTeam) {}
-
-  double macs() const override { return macs_; }
-  int blocks() const override { return static_cast<int>(blocks_.size()); }
-  std::string describe() const override {
-    return std::to_string(blocks_.size()) + " blocks of " + along_ +
-           (ompTeam_ ? " on OpenMP's threads" : " on the work pool") + ", each " +
-           prims_.front()->describe();
-  }
-
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *) const override {
-    auto block = [&](int64_t c) {
-      const Block &b = blocks_[static_cast<size_t>(c)];
-      char *ops[3] = {operands[0] + b.src, operands[1] + b.wei,
-                      hasBias_ ? operands[2] + b.bias : nullptr};
-      prims_[static_cast<size_t>(b.prim)]->run(ops, result + b.dst);
-    };
-    const auto n = static_cast<int64_t>(blocks_.size());
-    if (ompTeam_)
-      onOmpTeam(n, block);
-    else
-      WorkPool::instance().run(n, block);
-  }
-
-private:
-  std::vector<std::unique_ptr<MatmulStep>> prims_;
-  std::vector<Block> blocks_;
-  double macs_;
-  bool hasBias_;
-  std::string along_;
-  bool ompTeam_;
-};
-
-// A GEMM cut along its inner dim into blocks (`blocks_`, claimed on OpenMP's team: onOmpTeam),
-// each run by a primitive made for one thread that writes the block's product in f32 to a
-// dense [M, N] slice of a buffer of the step; the slices are then summed, rows claimed
-// on the same team, into the result (f32, or rounded to bf16). A product with a long inner
-// dim and a small result (gpt2's LM head gradient dx = dlogits @ W, 512 x 50257 x 768) ran
-// 15-20 % faster so than on oneDNN's own two threads (see innerSplitPays).
-class InnerSplitStep : public LibraryStep {
-public:
-  struct Block {
-    int64_t src, wei; // byte offsets into A and B
-    int prim;         // index into prims_
-  };
-  InnerSplitStep(std::vector<std::unique_ptr<MatmulStep>> prims, std::vector<Block> blocks,
-                 int64_t m, int64_t n, GemmStrides c, memory::data_type dt, double macs)
-      : prims_(std::move(prims)), blocks_(std::move(blocks)), m_(m), n_(n), c_(c), dt_(dt),
-        macs_(macs) {}
-
-  double macs() const override { return macs_; }
-  int blocks() const override { return static_cast<int>(blocks_.size()); }
-  std::string describe() const override {
-    return std::to_string(blocks_.size()) + " blocks of the inner dim on the work pool, each " +
-           prims_.front()->describe() + ", summed in f32";
-  }
-
-  void runWith(char *const *operands, char *result,
-               const std::shared_ptr<detail::Storage> *) const override {
-    std::unique_ptr<std::vector<float>> sums = acquire();
-    const int64_t slice = m_ * n_;
-    float *base = sums->data();
-    onOmpTeam(static_cast<int64_t>(blocks_.size()), [&](int64_t c) {
-      const Block &b = blocks_[static_cast<size_t>(c)];
-      char *ops[3] = {operands[0] + b.src, operands[1] + b.wei, nullptr};
-      prims_[static_cast<size_t>(b.prim)]->run(ops, reinterpret_cast<char *>(base + c * slice));
-    });
-    const int64_t parts = static_cast<int64_t>(blocks_.size());
-    const int64_t team = omp_get_max_threads();
-    const int64_t rowBlock = std::max<int64_t>(1, (m_ + 4 * team - 1) / (4 * team));
-    onOmpTeam((m_ + rowBlock - 1) / rowBlock, [&](int64_t r) {
-      for (int64_t i = r * rowBlock; i < std::min(m_, (r + 1) * rowBlock); ++i) {
-        float *row = base + i * n_; // the first slice's row takes the sum
-        for (int64_t p = 1; p < parts; ++p) {
-          const float *other = base + p * slice + i * n_;
-          for (int64_t j = 0; j < n_; ++j) row[j] += other[j];
-        }
-        if (dt_ == memory::data_type::bf16) {
-          auto *out = reinterpret_cast<uint16_t *>(result) + i * c_.row;
-          for (int64_t j = 0; j < n_; ++j) out[j * c_.col] = floatToBf16(row[j]);
-        } else if (c_.col == 1) {
-          std::memcpy(reinterpret_cast<float *>(result) + i * c_.row, row,
-                      static_cast<size_t>(n_) * sizeof(float));
-        } else {
-          auto *out = reinterpret_cast<float *>(result) + i * c_.row;
-          for (int64_t j = 0; j < n_; ++j) out[j * c_.col] = row[j];
-        }
-      }
-    });
-    release(std::move(sums));
-  }
-
-private:
-  std::unique_ptr<std::vector<float>> acquire() const {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!pool_.empty()) {
-        std::unique_ptr<std::vector<float>> v = std::move(pool_.back());
-        pool_.pop_back();
-        return v;
-      }
-    }
-    return std::make_unique<std::vector<float>>(static_cast<size_t>(m_ * n_) * blocks_.size());
-  }
-  void release(std::unique_ptr<std::vector<float>> v) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    pool_.push_back(std::move(v));
-  }
-
-  std::vector<std::unique_ptr<MatmulStep>> prims_;
-  std::vector<Block> blocks_;
-  int64_t m_, n_;
-  GemmStrides c_; // the result's row and column strides, in elements
-  memory::data_type dt_;
-  double macs_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<std::vector<float>>> pool_; // the f32 slices, reused
-};
-
-// How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
-// off (oneDNN's own threading), or batch / rows / cols (that dimension where it has more
-// than one block; for measurements).
-enum class GemmSplit { automatic, off, batch, rows, cols };
-
 GemmSplit gemmSplitSetting() {
   // the words in GemmSplit's order
   static const GemmSplit setting = static_cast<GemmSplit>(
       envChoice("RCJIT_GEMM_SPLIT", {"auto", "off", "batch", "rows", "cols"}, 0));
   return setting;
-}
-
-// Cuts [0, size) into blocks of `block` (the last one shorter): (start, length) pairs.
-std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (int64_t at = 0; at < size; at += block) out.emplace_back(at, std::min(block, size - at));
-  return out;
 }
 
 // The block size along a dimension of `size` for `threads` pool threads: about
@@ -434,94 +99,11 @@ constexpr int64_t kMinRowBlock = 32;
 // keep oneDNN's own threads (see createSplitOrPacked).
 constexpr int64_t kLongInnerDim = 2048;
 
-// A step's GEMM (MatmulLayout) and its element type: f32, or bf16 where oneDNN runs it
-// natively (every operand and the result share it).
-struct GemmLayout : MatmulLayout {
-  memory::data_type dt = memory::data_type::f32;
-  int64_t elemBytes() const { return dt == memory::data_type::bf16 ? 2 : 4; }
-};
-
-// The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns
-// (strides as in `l`; a batch of one gets a dense batch stride).
-struct GemmDescs {
-  memory::desc src, wei, bias, dst;
-};
-GemmDescs gemmDescs(const GemmLayout &l, int64_t nb, int64_t m, int64_t n) {
-  auto bs = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
-    return nb > 1 ? g.batch : rows * cols;
-  };
-  GemmDescs d;
-  d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col, l.dt);
-  d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col, l.dt);
-  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col, l.dt);
-  if (l.bias) d.bias = md3(1, 1, n, n, n, 1, l.dt);
-  return d;
-}
-
 // Blocks per pool thread by dimension: batches and weight columns are cut finely (many
 // more blocks than threads, so a thread held back by the scheduler delays little);
 // rows over a packed weight into one block per thread, since every row block streams the
 // whole weight from memory (measured in the model: 4 per thread ran 12 % slower than 1).
 constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocksPerThread = 1;
-
-// `l` cut into blocks along `dim` (`block` long; the last may be shorter), each run by a
-// primitive made for one thread; `pack`: the primitives read a packed weight, whose layout
-// goes to `packedDesc` (null when the blocks' layouts differ); `shared`: every block runs
-// this runtime-dims primitive instead (`postOps` and `pack` unused); `ompTeam`: the blocks
-// run on OpenMP's team (onOmpTeam), not the work pool.
-std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<PostOp> &postOps,
-                                         double macs, GemmSplit dim, int64_t block, bool pack,
-                                         memory::desc *packedDesc,
-                                         const std::shared_ptr<dnnl::primitive> &shared = nullptr,
-                                         bool ompTeam = false) {
-  const int64_t f = l.elemBytes();
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength; // the block length each primitive is made for
-  std::vector<BlockedMatmulStep::Block> blocks;
-  OmpThreads one(1); // primitives made for one thread
-  for (const auto &[at, len] : cutInto(dim == GemmSplit::batch  ? l.batch
-                                       : dim == GemmSplit::rows ? l.m
-                                                                : l.n,
-                                       block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      GemmDescs d =
-          gemmDescs(l, dim == GemmSplit::batch ? len : l.batch, dim == GemmSplit::rows ? len : l.m,
-                    dim == GemmSplit::cols ? len : l.n);
-      prims.push_back(
-          shared
-              ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
-              : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
-      if (pack) { // every block reads the one packed copy: the same layout for all
-        if (prims.size() == 1)
-          *packedDesc = prims.back()->weightsDesc();
-        else if (prims.back()->weightsDesc() != *packedDesc)
-          return nullptr;
-      }
-      primLength.push_back(len);
-    }
-    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
-    if (dim == GemmSplit::batch) {
-      b.src = at * l.a.batch * f;
-      b.wei = at * l.b.batch * f;
-      b.dst = at * l.c.batch * f;
-    } else if (dim == GemmSplit::rows) {
-      b.src = at * l.a.row * f;
-      b.dst = at * l.c.row * f;
-    } else {
-      b.wei = at * l.b.col * f;
-      b.dst = at * l.c.col * f;
-      b.bias = at * f;
-    }
-    blocks.push_back(b);
-  }
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias,
-                                             dim == GemmSplit::batch  ? "batches"
-                                             : dim == GemmSplit::rows ? "rows"
-                                                                      : "weight columns",
-                                             ompTeam);
-}
 
 // Whether the host runs a long inner dim in blocks (innerSplitPays) and a weight gradient's
 // product in blocks of rows over its plain operands (rowsOverPlainPay): where oneDNN runs
@@ -650,31 +232,18 @@ bool rowsOverPlainPay(const GemmLayout &l) {
          (l.dt == memory::data_type::f32 || l.m >= kInnerSplitRatio * std::max(l.k, l.n));
 }
 
-// `l` as an InnerSplitStep of one block of the inner dim per pool thread (a multiple of 16
-// long).
-std::unique_ptr<LibraryStep> innerSplitGemm(const GemmLayout &l, double macs, int threads) {
-  const int64_t f = l.elemBytes();
-  const int64_t block = ((l.k + threads - 1) / threads + 15) / 16 * 16;
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength; // the block length each primitive is made for
-  std::vector<InnerSplitStep::Block> blocks;
-  OmpThreads one(1); // primitives made for one thread
-  for (const auto &[at, len] : cutInto(l.k, block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      const memory::desc src = md3(1, l.m, len, l.m * len, l.a.row, l.a.col, l.dt);
-      const memory::desc wei = md3(1, len, l.n, len * l.n, l.b.row, l.b.col, l.dt);
-      const memory::desc dst =
-          md3(1, l.m, l.n, l.m * l.n, l.n, 1, memory::data_type::f32); // a dense f32 slice
-      prims.push_back(std::make_unique<MatmulStep>(src, wei, memory::desc(), dst,
-                                                   std::vector<PostOp>{}, false));
-      primLength.push_back(len);
-    }
-    blocks.push_back({at * l.a.col * f, at * l.b.row * f, static_cast<int>(prim)});
-  }
-  return std::make_unique<InnerSplitStep>(std::move(prims), std::move(blocks), l.m, l.n, l.c, l.dt,
-                                          macs);
+// Below AVX-512 (nkWeights) a product with rows enough for oneDNN's own threads runs over
+// its weight in [N, K] order: a [K, N] parameter (an exported MatMul's) packed into that
+// order once per version, over the plain weight until then (a linear's is in that order).
+std::unique_ptr<LibraryStep> nkPackingStep(const GemmLayout &l,
+                                           const std::vector<PostOp> &postOps) {
+  GemmLayout nk = l;
+  nk.b = GemmStrides{l.k * l.n, 1, l.k};
+  const GemmDescs d = gemmDescs(nk, 1, l.m, l.n), plain = gemmDescs(l, 1, l.m, l.n);
+  return std::make_unique<PackingStep>(
+      std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias),
+      std::make_unique<WeightPack>(plain.wei, d.wei),
+      std::make_unique<MatmulStep>(plain.src, plain.wei, plain.bias, plain.dst, postOps, l.bias));
 }
 
 // `l` as a step by the cost model (or RCJIT_GEMM_SPLIT): cut into blocks run through the
@@ -701,21 +270,9 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
   const bool split = setting != GemmSplit::off && threads >= 2 && omp_get_max_threads() >= 2;
   if (split && setting == GemmSplit::automatic && innerSplitPays(l, postOps))
     return innerSplitGemm(l, macs, threads);
-  // below AVX-512, a product with rows enough for oneDNN's own threads runs over its weight
-  // in [N, K] order: as it is (a linear's), or a [K, N] parameter (an exported MatMul's)
-  // packed into that order once per version
   if (nkWeights() && setting == GemmSplit::automatic && l.batch == 1 && l.m >= kMinRowBlock) {
     if (l.b.row == 1 && l.b.col == l.k) return nullptr; // [N, K] already: one oneDNN call
-    if (packable && l.b.row == l.n && l.b.col == 1) {
-      GemmLayout nk = l;
-      nk.b = GemmStrides{l.k * l.n, 1, l.k};
-      const GemmDescs d = gemmDescs(nk, 1, l.m, l.n), plain = gemmDescs(l, 1, l.m, l.n);
-      return std::make_unique<PackingStep>(
-          std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias),
-          std::make_unique<WeightPack>(plain.wei, d.wei),
-          std::make_unique<MatmulStep>(plain.src, plain.wei, plain.bias, plain.dst, postOps,
-                                       l.bias));
-    }
+    if (packable && l.b.row == l.n && l.b.col == 1) return nkPackingStep(l, postOps);
   }
   // packed for the column split at any row count (blocks of columns of the transposed
   // weight made oneDNN copy each block's slice on every call: gpt2 at 1 x 16 ran 20 %
@@ -748,8 +305,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     if (l.batch > 1 || l.m < kMinRowBlock) return plainSplit(GemmSplit::cols);
     if (split && rowsOverPlainPay(l)) {
       if (int64_t block = sizeFor(GemmSplit::rows))
-        return blockedGemm(l, postOps, macs, GemmSplit::rows, block, false, nullptr, nullptr,
-                           /*ompTeam=*/true);
+        return blockedGemm(l, postOps, macs, GemmSplit::rows, block, false, nullptr);
     }
     if (repacksRowMajorWeight(l)) return repackingStep(gemmDescs(l, 1, l.m, l.n), postOps, l.bias);
     return nullptr;

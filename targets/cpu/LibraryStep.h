@@ -61,9 +61,9 @@ public:
   /// whose weight is a program input, with 32 rows or more, still reads a packed copy.
   /// On AVX-512 hosts without AMX (setPlainOperandSplits) a product with a long inner dim
   /// (at least 4096 and 8 times its rows and columns; no bias or post-op) runs as one block
-  /// of the inner dim per OpenMP thread, summed in f32 after, and a weight gradient's
+  /// of the inner dim per pool thread, summed in f32 after, and a weight gradient's
   /// product (A transposed, B row-major, the weight not a program input; bf16 only with 8
-  /// times more rows than its inner dim and columns) as one block of rows per OpenMP thread
+  /// times more rows than its inner dim and columns) as one block of rows per pool thread
   /// over its plain operands.
   /// RCJIT_GEMM_SPLIT=off keeps oneDNN's own threads; rows, cols or batch force that split
   /// where it applies (for measurements); RCJIT_PACK_WEIGHTS=0 turns packing off.

@@ -20,7 +20,7 @@ struct Storage;
 namespace rcjit::cpu {
 
 /// `d` ([B, R, C]) as [R, C] when B is 1; otherwise `d` itself. Library steps make a
-/// product of one batch as a 2-D one (see MatmulStep in LibraryStep.cpp).
+/// product of one batch as a 2-D one (see MatmulStep in GemmSteps.h).
 dnnl::memory::desc unbatched(const dnnl::memory::desc &d);
 
 /// Whether library steps pack the weights that are program inputs: RCJIT_PACK_WEIGHTS
