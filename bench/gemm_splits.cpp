@@ -78,6 +78,24 @@ void onTeam(int n, const std::function<void(int)> &f) {
   for (int b = 0; b < n; ++b) f(b);
 }
 
+// [0, size) cut into `parts` blocks (a multiple of `align` long, the last shorter): their
+// starts and lengths, and a product per block made by `make(length)` for one thread.
+std::vector<Product> perBlock(int64_t size, int64_t parts, int64_t align, std::vector<int64_t> &at,
+                              std::vector<int64_t> &len,
+                              const std::function<Product(int64_t)> &make) {
+  const int64_t block = ((size + parts - 1) / parts + align - 1) / align * align;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<Product> prims;
+  for (int64_t s = 0; s < size; s += block) {
+    at.push_back(s);
+    len.push_back(std::min(block, size - s));
+    prims.push_back(make(len.back()));
+  }
+  omp_set_num_threads(threads);
+  return prims;
+}
+
 void inner(dt t, int reps, int64_t m, int64_t k, int64_t n) {
   const int64_t e = t == dt::bf16 ? 2 : 4, parts = omp_get_max_threads();
   std::vector<char> a(static_cast<size_t>(m * k * e), 0), b(static_cast<size_t>(k * n * e), 0);
@@ -86,17 +104,10 @@ void inner(dt t, int reps, int64_t m, int64_t k, int64_t n) {
   const Product whole(md(m, k, k, 1, t), md(k, n, n, 1, t), md(m, n, n, 1, t));
   const double one = minMs(
       reps, [&] { whole.run(md(m, k, k, 1, t), a.data(), b.data(), md(m, n, n, 1, t), c.data()); });
-  const int64_t block = ((k + parts - 1) / parts + 15) / 16 * 16;
-  std::vector<Product> prims;
   std::vector<int64_t> at, len;
-  omp_set_num_threads(1);
-  for (int64_t s = 0; s < k; s += block) {
-    at.push_back(s);
-    len.push_back(std::min(block, k - s));
-    prims.emplace_back(md(m, len.back(), k, 1, t), md(len.back(), n, n, 1, t),
-                       md(m, n, n, 1, dt::f32));
-  }
-  omp_set_num_threads(static_cast<int>(parts));
+  const std::vector<Product> prims = perBlock(k, parts, 16, at, len, [&](int64_t l) {
+    return Product(md(m, l, k, 1, t), md(l, n, n, 1, t), md(m, n, n, 1, dt::f32));
+  });
   const double blocks = minMs(reps, [&] {
     onTeam(static_cast<int>(prims.size()), [&](int p) {
       prims[static_cast<size_t>(p)].run(md(m, len[static_cast<size_t>(p)], k, 1, t),
@@ -131,16 +142,10 @@ void rows(dt t, int reps, int64_t m, int64_t k, int64_t n) {
     pack.execute(stream(), plainB, packedB);
     packed.run(ad, a.data(), packedB.get_data_handle(), cd, c.data());
   });
-  const int64_t block = ((m + parts - 1) / parts + 7) / 8 * 8;
-  std::vector<Product> prims;
   std::vector<int64_t> at, len;
-  omp_set_num_threads(1);
-  for (int64_t s = 0; s < m; s += block) {
-    at.push_back(s);
-    len.push_back(std::min(block, m - s));
-    prims.emplace_back(md(len.back(), k, 1, m, t), bd, md(len.back(), n, n, 1, t));
-  }
-  omp_set_num_threads(static_cast<int>(parts));
+  const std::vector<Product> prims = perBlock(m, parts, 8, at, len, [&](int64_t l) {
+    return Product(md(l, k, 1, m, t), bd, md(l, n, n, 1, t));
+  });
   const double blocks = minMs(reps, [&] {
     onTeam(static_cast<int>(prims.size()), [&](int p) {
       const auto q = static_cast<size_t>(p);

@@ -105,30 +105,36 @@ constexpr int64_t kLongInnerDim = 2048;
 // whole weight from memory (measured in the model: 4 per thread ran 12 % slower than 1).
 constexpr int64_t kBatchBlocksPerThread = 4, kColBlocksPerThread = 4, kRowBlocksPerThread = 1;
 
-// Whether the host runs a long inner dim in blocks (innerSplitPays) and a weight gradient's
-// product in blocks of rows over its plain operands (rowsOverPlainPay): where oneDNN runs
-// its brgemm kernels without AMX (LibraryStep::setPlainOperandSplits overrides). Measured on
-// a 2-core AMD EPYC Zen 4 (AVX-512 with avx512_bf16, 2026-12-04, f32, ms, the choice before
-// / the blocks, each on one thread): dx of gpt2's LM head, 512 x 50257 x 768, one call on
-// oneDNN's two threads 213-225 / 176-178 in 2 inner blocks (4 blocks 176, 8 blocks 179);
-// Llama-3.2-1b's, 128 x 128256 x 2048, 407-411 / 354-357; 512 x 8192 x 768 32.0 / 28.9;
-// 512 x 3072 x 768 and 128 x 8192 x 2048 even (hence kInnerSplitRatio). Weight gradients
-// (A transposed, B a row-major activation), reordered per call / 2 row blocks over the
-// plain B: 50257 x 512 x 768 190 / 182, 768 x 512 x 3072 12.8 / 11.4, 3072 x 512 x 768
-// 11.7 / 11.2, 768 x 512 x 2304 9.5 / 8.2, 768 x 512 x 768 3.2 / 2.6, 2048 x 128 x 8192
-// 23.6 / 19.8. bf16 (avx512_core_bf16): gpt2's dx 105 / 95, Llama's 213-215 / 181-187;
-// gpt2's LM head weight gradient 115-125 / 99-100, the layers' within +-5 %. With
-// oneDNN's AVX2 kernels on the same host (ONEDNN_MAX_CPU_ISA=AVX2)
-// neither gained beyond +-5 %; the AMX host was not measured (its f32 weight gradients ran
-// 2x faster over a reordered B than over the plain one in one call: repacksRowMajorWeight).
-std::atomic<int> &plainSplitsOverride() {
-  static std::atomic<int> v{-1}; // -1: the host decides
-  return v;
+// A test's override of a host choice (LibraryStep::set...): -1 none, else 0 or 1.
+enum class HostChoice { nkWeights, wholePacked, plainSplits, count };
+std::atomic<int> &overrideOf(HostChoice c) {
+  static std::atomic<int> forced[static_cast<int>(HostChoice::count)] = {-1, -1, -1};
+  return forced[static_cast<int>(c)];
+}
+void setOverride(HostChoice c, int on) {
+  overrideOf(c).store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
 }
 
+// The override of `c` if a test set one, else the host's choice.
+bool overriddenOr(HostChoice c, bool host) {
+  const int f = overrideOf(c).load(std::memory_order_relaxed);
+  return f >= 0 ? f != 0 : host;
+}
+
+// Whether oneDNN's effective ISA here includes `isa`'s.
+bool isaIncludes(dnnl_cpu_isa_t isa) {
+  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & isa) == isa;
+}
+
+// Whether oneDNN runs its brgemm kernels here (its ISA avx512_core or above).
+bool brgemmIsa() {
+  static const bool brgemm = isaIncludes(dnnl_cpu_isa_avx512_core);
+  return brgemm;
+}
+
+// Whether oneDNN runs AMX tiles here.
 bool amxIsa() {
-  static const bool amx = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
-                           dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  static const bool amx = isaIncludes(dnnl_cpu_isa_avx512_core_amx);
   return amx;
 }
 
@@ -138,25 +144,7 @@ bool amxIsa() {
 // plain, packed in its preferred ("any") format or split into column blocks of a
 // row-major copy: 2026-12-01, AMD EPYC AVX2, 2 threads, 128 x 768 x 3072: 4.3 ms against
 // 7.3-8.0 ms (docs/performance.md, "Weights on AVX2 hosts").
-std::atomic<int> &nkWeightsOverride() {
-  static std::atomic<int> v{-1}; // -1: the host decides
-  return v;
-}
-
-// Whether oneDNN runs its brgemm kernels here (its ISA avx512_core or above).
-bool brgemmIsa() {
-  static const bool brgemm = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
-                              dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  return brgemm;
-}
-
-// A test's override of a host choice (-1: none), else the host's choice.
-bool overriddenOr(const std::atomic<int> &forced, bool host) {
-  const int f = forced.load(std::memory_order_relaxed);
-  return f >= 0 ? f != 0 : host;
-}
-
-bool nkWeights() { return overriddenOr(nkWeightsOverride(), !brgemmIsa()); }
+bool nkWeights() { return overriddenOr(HostChoice::nkWeights, !brgemmIsa()); }
 
 // Whether a product over a packable weight with rows enough runs as one call on oneDNN's
 // own threads over the weight packed into the layout oneDNN picks for it: where oneDNN runs
@@ -166,11 +154,7 @@ bool nkWeights() { return overriddenOr(nkWeightsOverride(), !brgemmIsa()); }
 // against 1.5; f32 101 against 107 and 5.7 against 6.5 (column blocks write a strided
 // slice of the output, which oneDNN 2.6 runs with its older gemm:jit kernel, and AMX
 // tiles want the blocked weight). Below AVX-512 the column blocks stay (nkWeights).
-std::atomic<int> &wholePackedOverride() {
-  static std::atomic<int> v{-1}; // -1: the host decides
-  return v;
-}
-bool wholePackedGemms() { return overriddenOr(wholePackedOverride(), brgemmIsa()); }
+bool wholePackedGemms() { return overriddenOr(HostChoice::wholePacked, brgemmIsa()); }
 
 // Whether an f32 product over a row-major [K, N] weight that cannot be packed once (it is
 // new every call) is reordered on each call (RepackingStep): on the brgemm hosts of
@@ -212,7 +196,25 @@ std::unique_ptr<LibraryStep> wholePackedStep(const GemmLayout &l,
       std::move(whole), std::make_unique<WeightPack>(plainWeight, packedDesc), std::move(plain));
 }
 
-bool plainOperandSplits() { return overriddenOr(plainSplitsOverride(), brgemmIsa() && !amxIsa()); }
+// Whether the host runs a long inner dim in blocks (innerSplitPays) and a weight gradient's
+// product in blocks of rows over its plain operands (rowsOverPlainPay): where oneDNN runs
+// its brgemm kernels without AMX (LibraryStep::setPlainOperandSplits overrides). Measured on
+// a 2-core AMD EPYC Zen 4 (AVX-512 with avx512_bf16, 2026-12-04, f32, ms, the choice before
+// / the blocks, each on one thread): dx of gpt2's LM head, 512 x 50257 x 768, one call on
+// oneDNN's two threads 213-225 / 176-178 in 2 inner blocks (4 blocks 176, 8 blocks 179);
+// Llama-3.2-1b's, 128 x 128256 x 2048, 407-411 / 354-357; 512 x 8192 x 768 32.0 / 28.9;
+// 512 x 3072 x 768 and 128 x 8192 x 2048 even (hence kInnerSplitRatio). Weight gradients
+// (A transposed, B a row-major activation), reordered per call / 2 row blocks over the
+// plain B: 50257 x 512 x 768 190 / 182, 768 x 512 x 3072 12.8 / 11.4, 3072 x 512 x 768
+// 11.7 / 11.2, 768 x 512 x 2304 9.5 / 8.2, 768 x 512 x 768 3.2 / 2.6, 2048 x 128 x 8192
+// 23.6 / 19.8. bf16 (avx512_core_bf16): gpt2's dx 105 / 95, Llama's 213-215 / 181-187;
+// gpt2's LM head weight gradient 115-125 / 99-100, the layers' within +-5 %. With
+// oneDNN's AVX2 kernels on the same host (ONEDNN_MAX_CPU_ISA=AVX2)
+// neither gained beyond +-5 %; the AMX host was not measured (its f32 weight gradients ran
+// 2x faster over a reordered B than over the plain one in one call: repacksRowMajorWeight).
+bool plainOperandSplits() {
+  return overriddenOr(HostChoice::plainSplits, brgemmIsa() && !amxIsa());
+}
 
 // Inner dims at least this long, and this many times the longer of M and N, are cut into
 // blocks (plainOperandSplits' measurements).
@@ -489,17 +491,11 @@ std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool si
 
 void LibraryStep::setPackWeights(bool on) { setPackWeightsOverride(on ? 1 : 0); }
 
-void LibraryStep::setWholePackedGemms(int on) {
-  wholePackedOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
-}
+void LibraryStep::setWholePackedGemms(int on) { setOverride(HostChoice::wholePacked, on); }
 
-void LibraryStep::setPlainOperandSplits(int on) {
-  plainSplitsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
-}
+void LibraryStep::setPlainOperandSplits(int on) { setOverride(HostChoice::plainSplits, on); }
 
-void LibraryStep::setNkWeights(int on) {
-  nkWeightsOverride().store(on < 0 ? -1 : on ? 1 : 0, std::memory_order_relaxed);
-}
+void LibraryStep::setNkWeights(int on) { setOverride(HostChoice::nkWeights, on); }
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {
   // f32, or bf16 where oneDNN has native bf16 kernels (elsewhere the eager path runs bf16
