@@ -529,6 +529,37 @@ std::optional<KernelBody::Contraction> KernelBody::contraction() const {
   return c;
 }
 
+std::optional<KernelBody::ColumnSum> KernelBody::columnSum() const {
+  const LoopKernel &k = k_;
+  const int outer = k.numOuter;
+  if (split_ || outer < 1 || static_cast<int>(k.domain.size()) != outer + 1 || numPasses_ != 1)
+    return std::nullopt;
+  ColumnSum c;
+  for (size_t s = 0; s < k.stmts.size(); ++s) {
+    const KernelStmt &st = k.stmts[s];
+    if ((st.kind == K::store && inner_[s]) || st.kind == K::gather || st.kind == K::scatterAdd)
+      return std::nullopt;
+    if (st.kind != K::reduce) continue;
+    if (c.reduce >= 0) return std::nullopt;
+    c.reduce = static_cast<int>(s);
+  }
+  if (c.reduce < 0) return std::nullopt;
+  const KernelStmt &r = k.stmts[c.reduce];
+  if (r.op != OpKind::sum || r.dtype != DType::f32 || k.stmts[r.args[0]].dtype != DType::f32)
+    return std::nullopt;
+  c.value = r.args[0];
+  const size_t j = static_cast<size_t>(outer - 1), inner = static_cast<size_t>(outer);
+  const SizeExpr zero = SizeExpr::constant(0), one = SizeExpr::constant(1);
+  bool alongJ = true, column = false;
+  anyLoadUnder(k, c.value, [&](const KernelTensor &t) {
+    alongJ = alongJ && (t.strides[j] == zero || t.strides[j] == one);
+    column = column || (t.strides[j] == one && t.strides[inner] != zero);
+    return false; // every load
+  });
+  if (!alongJ || !column) return std::nullopt;
+  return c;
+}
+
 Value *KernelBody::loadAddress(int s, const Values &idx) {
   assert(k_.stmts[s].kind == K::load);
   return address(k_.stmts[s].tensor, idx);

@@ -102,6 +102,18 @@ public:
     bool colUnitLoad = false; // B is one f32 load with stride 1 along j
     bool colRowFree = false;  // no load under B varies along an outer dim but j
   };
+  /// A kernel that sums one f32 value over its one inner dim per outer point, where every
+  /// load under the value steps 0 or 1 along the last outer dim j and at least one steps 1
+  /// along j and not 0 along the inner dim: a column sum (`sum(x, 0)` of a row-major
+  /// [R, C]: a bias's or a LayerNorm weight's gradient), whose default nest walks each
+  /// column with a stride (gathers). What a target may emit as a loop over the inner dim
+  /// around a vectorized loop along j, many outer points' sums at once.
+  struct ColumnSum {
+    int reduce = -1; // the sum statement
+    int value = -1;  // what it sums
+  };
+  /// The kernel's column sum, if it is one (see ColumnSum).
+  std::optional<ColumnSum> columnSum() const;
   /// The address of load statement `s`'s element at the full index `idx`.
   llvm::Value *loadAddress(int s, const std::vector<llvm::Value *> &idx);
   /// The kernel's contraction, if it is one (see Contraction).

@@ -412,8 +412,85 @@ bool emitContractionLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::
   return true;
 }
 
+// A column sum's outputs per tile: its accumulators on the stack.
+constexpr int64_t kColumnTile = 512;
+
+// A column sum (codegen::KernelBody::ColumnSum) over outer points [begin, end): row by row
+// (rows of the last outer dim j), each row's part in tiles of kColumnTile outputs: the
+// tile's sums as a loop over the inner dim around a loop along j, which LLVM vectorizes
+// (every load under the summed value steps 0 or 1 along j), accumulated on the stack; then
+// each output's epilogue. The default nest sums one output at a time down its column
+// (gpt2's bias gradient, sum(x, 0) of [512, 3072] f32: gathers, 2.4 ms on a Zen 4 against
+// 0.07 for the row sum). True when emitted.
+bool emitColumnSumLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
+                       llvm::Value *begin, llvm::Value *end) {
+  const LoopKernel &k = body.kernel();
+  std::optional<codegen::KernelBody::ColumnSum> c = body.columnSum();
+  if (!c) return false;
+  const int jd = k.numOuter - 1;
+  llvm::Type *f32 = b.getFloatTy();
+  llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+  auto *acc = entry.CreateAlloca(llvm::ArrayType::get(f32, static_cast<uint64_t>(kColumnTile)));
+  acc->setAlignment(llvm::Align(64));
+  llvm::Value *len = body.size(k.domain[static_cast<size_t>(jd)]);
+  llvm::Value *depth = body.size(k.domain[static_cast<size_t>(k.numOuter)]);
+  llvm::BasicBlock *exitBB = llvm::BasicBlock::Create(b.getContext(), "cs.exit", fn);
+  const FlatRowHead h = emitFlatRowHead(b, begin, end, len, exitBB, "cs.row");
+  const Values rowIdx = body.unflatten(h.row, 0, jd);
+  codegen::emitCountedLoop(
+      b, h.col, h.stop, {},
+      [&](llvm::Value *t0, const Values &) {
+        llvm::Value *t1 = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                                  b.CreateAdd(t0, b.getInt64(kColumnTile)), h.stop);
+        llvm::Value *count = b.CreateSub(t1, t0);
+        codegen::emitCountedLoop(
+            b, b.getInt64(0), count, {},
+            [&](llvm::Value *t, const Values &) {
+              b.CreateStore(llvm::ConstantFP::get(f32, 0.0), f32At(b, acc, t));
+              return Values{};
+            },
+            "cs.zero");
+        codegen::emitCountedLoop(
+            b, b.getInt64(0), depth, {},
+            [&](llvm::Value *r, const Values &) {
+              codegen::emitCountedLoop(
+                  b, b.getInt64(0), count, {},
+                  [&](llvm::Value *t, const Values &) {
+                    Values idx = rowIdx;
+                    idx.push_back(b.CreateAdd(t0, t));
+                    idx.push_back(r);
+                    llvm::Value *at = f32At(b, acc, t);
+                    b.CreateStore(
+                        b.CreateFAdd(b.CreateLoad(f32, at), body.emitValueAt(c->value, idx)), at);
+                    return Values{};
+                  },
+                  "cs.j");
+              return Values{};
+            },
+            "cs.r", 1, codegen::kNoUnroll);
+        codegen::emitCountedLoop(
+            b, b.getInt64(0), count, {},
+            [&](llvm::Value *t, const Values &) {
+              Values idx = rowIdx;
+              idx.push_back(b.CreateAdd(t0, t));
+              body.emitPointGiven(idx, c->reduce, b.CreateLoad(f32, f32At(b, acc, t)));
+              return Values{};
+            },
+            "cs.epilogue");
+        return Values{};
+      },
+      "cs.tile", kColumnTile, codegen::kNoUnroll);
+  llvm::Value *next = b.CreateAdd(h.i, b.CreateSub(h.stop, h.col));
+  llvm::BasicBlock *latch = b.GetInsertBlock();
+  b.CreateCondBr(b.CreateICmpSLT(next, end), h.block, exitBB);
+  h.i->addIncoming(next, latch);
+  b.SetInsertPoint(exitBB);
+  return true;
+}
+
 // The CPU outer loop over [begin, end): rows for elementwise kernels, k-outer loops for
-// contractions (small matmuls), else one reduction nest per outer point. The caller
+// contractions (small matmuls), inner-dim-outer loops for column sums, else one reduction
+// nest per outer point. The caller
 // splits [0, outerSize) across threads.
 void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
                       SplitTails split) {
@@ -425,6 +502,7 @@ void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Fun
     return;
   }
   if (emitContractionLoop(b, body, fn, begin, end, split)) return;
+  if (emitColumnSumLoop(b, body, fn, begin, end)) return;
   codegen::emitCountedLoop(
       b, begin, end, {},
       [&](llvm::Value *i, const Values &) {
