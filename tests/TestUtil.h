@@ -13,11 +13,27 @@
 #include <rcjit/rcjit.h>
 
 #include "jit/TierControl.h"
+#include "targets/cpu/CpuKernels.h"
 
 #include <cmath>
 #include <vector>
 
 namespace rcjit::test {
+
+/// The CPU feature sets among avx2 and avx512 that this CPU runs (each tried with
+/// cpu::setCpuFeatures, which refuses a set the CPU lacks); the selection is "native" after.
+inline std::vector<std::string> runnableFeatureSets() {
+  std::vector<std::string> sets;
+  for (const char *set : {"avx2", "avx512"}) {
+    try {
+      cpu::setCpuFeatures(set);
+      sets.push_back(set);
+    } catch (const Error &) { // this CPU lacks the set
+    }
+  }
+  cpu::setCpuFeatures("native");
+  return sets;
+}
 
 /// A compile cache of the test's own (an empty directory under the temp dir, named by
 /// `prefix`, the process and a counter) for the scope's life: cleared when made and when

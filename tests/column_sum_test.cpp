@@ -108,15 +108,7 @@ TEST(ColumnSum, SymbolicRowsAndColumns) {
 }
 
 TEST(ColumnSum, EqualEagerUnderEachFeatureSet) {
-  std::vector<std::string> sets;
-  for (const char *set : {"avx2", "avx512"}) {
-    try {
-      cpu::setCpuFeatures(set);
-      sets.push_back(set);
-    } catch (const Error &) { // this CPU lacks the set
-    }
-  }
-  cpu::setCpuFeatures("native");
+  const std::vector<std::string> sets = test::runnableFeatureSets();
   if (sets.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
   for (const std::string &set : sets) {
     SCOPED_TRACE(set);

@@ -142,15 +142,7 @@ TEST(MatmulKernels, GeneratedKernelsEqualEagerOnEveryLayout) {
 // 64 and a tail of 10, cut); 128 rows run in blocks of four, 6 rows end with two rows one by
 // one; exp and sigmoid in the epilogue.
 TEST(MatmulKernels, RowsCutForAvx2EqualEagerUnderEachFeatureSet) {
-  std::vector<std::string> sets;
-  for (const char *set : {"avx2", "avx512"}) {
-    try {
-      cpu::setCpuFeatures(set);
-      sets.push_back(set);
-    } catch (const Error &) { // this CPU lacks the set
-    }
-  }
-  cpu::setCpuFeatures("native");
+  const std::vector<std::string> sets = test::runnableFeatureSets();
   if (sets.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
   for (const std::string &set : sets) {
     cpu::setCpuFeatures(set);
