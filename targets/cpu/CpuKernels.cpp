@@ -490,8 +490,7 @@ bool emitColumnSumLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Fu
 
 // The CPU outer loop over [begin, end): rows for elementwise kernels, k-outer loops for
 // contractions (small matmuls), inner-dim-outer loops for column sums, else one reduction
-// nest per outer point. The caller
-// splits [0, outerSize) across threads.
+// nest per outer point. The caller splits [0, outerSize) across threads.
 void emitCpuOuterLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Function *fn,
                       SplitTails split) {
   const LoopKernel &k = body.kernel();
