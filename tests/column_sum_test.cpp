@@ -22,30 +22,38 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor> &)>;
 
+// The output_code log captured from stderr for the scope's life (the compiles' IR).
+struct CapturedIr {
+  CapturedIr() {
+    set_logs("output_code");
+    testing::internal::CaptureStderr();
+  }
+  ~CapturedIr() {
+    if (!taken) take();
+  }
+  std::string take() {
+    taken = true;
+    std::string ir = testing::internal::GetCapturedStderr();
+    set_logs("");
+    return ir;
+  }
+  bool taken = false;
+};
+
 // `fn` compiled (untiered: every call runs the optimized program) equals eager on `args`,
 // two calls; returns the IR the compile printed (output_code).
 std::string expectMatchesEager(const Fn &fn, const std::vector<Tensor> &args,
                                CompileOptions options = CompileOptions{.tiered = false}) {
   test::IsolatedCache cache; // compiled here, so its IR is printed
-  set_logs("output_code");
-  testing::internal::CaptureStderr();
-  std::string ir;
-  try {
-    auto compiled = compile([fn](const std::vector<Tensor> &a) { return fn(a); }, options);
-    Tensor want = fn(args);
-    for (int call = 0; call < 2; ++call) {
-      Tensor got = compiled(args);
-      EXPECT_EQ(got.shape(), want.shape());
-      EXPECT_TRUE(allclose(got, want, 1e-4, 1e-4)) << "call " << call;
-    }
-  } catch (...) {
-    ir = testing::internal::GetCapturedStderr();
-    set_logs("");
-    throw;
+  CapturedIr ir;
+  auto compiled = compile([fn](const std::vector<Tensor> &a) { return fn(a); }, options);
+  Tensor want = fn(args);
+  for (int call = 0; call < 2; ++call) {
+    Tensor got = compiled(args);
+    EXPECT_EQ(got.shape(), want.shape());
+    EXPECT_TRUE(allclose(got, want, 1e-4, 1e-4)) << "call " << call;
   }
-  ir = testing::internal::GetCapturedStderr();
-  set_logs("");
-  return ir;
+  return ir.take();
 }
 
 bool hasColumnSumLoop(const std::string &ir) { return ir.find("cs.r") != std::string::npos; }

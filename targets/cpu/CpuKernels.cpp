@@ -125,6 +125,18 @@ FlatRowHead emitFlatRowHead(llvm::IRBuilder<> &b, llvm::Value *begin, llvm::Valu
   return {block, i, row, col, stop};
 }
 
+// The back edge of a FlatRowHead loop whose trip covered its row's [col, stop): the next
+// trip's first point, back to the head while below `end`, else on to `exitBB`, where the
+// builder is left.
+void emitFlatRowNext(llvm::IRBuilder<> &b, const FlatRowHead &h, llvm::Value *end,
+                     llvm::BasicBlock *exitBB) {
+  llvm::Value *next = b.CreateAdd(h.i, b.CreateSub(h.stop, h.col));
+  llvm::BasicBlock *latch = b.GetInsertBlock();
+  b.CreateCondBr(b.CreateICmpSLT(next, end), h.block, exitBB);
+  h.i->addIncoming(next, latch);
+  b.SetInsertPoint(exitBB);
+}
+
 // Elementwise kernels: [begin, end) is a flat range over the whole domain. Walk it row by
 // row (one division per row), with the last dim as a counted, unit-step loop that LLVM
 // vectorizes whenever that dim's strides are constant.
@@ -136,12 +148,9 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Value *b
   llvm::Function *fn = b.GetInsertBlock()->getParent();
   auto *exitBB = llvm::BasicBlock::Create(b.getContext(), "row.exit", fn);
   const FlatRowHead h = emitFlatRowHead(b, begin, end, len, exitBB, "row");
-  llvm::BasicBlock *rowBB = h.block;
-  llvm::PHINode *i = h.i;
-  llvm::Value *row = h.row, *col = h.col, *stop = h.stop;
-  Values rowIdx = body.unflatten(row, 0, last);
+  Values rowIdx = body.unflatten(h.row, 0, last);
   codegen::emitCountedLoop(
-      b, col, stop, {},
+      b, h.col, h.stop, {},
       [&](llvm::Value *j, const Values &) {
         Values idx = rowIdx;
         idx.push_back(j);
@@ -149,11 +158,7 @@ void emitRowLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Value *b
         return Values{};
       },
       "col");
-  llvm::Value *next = b.CreateAdd(i, b.CreateSub(stop, col));
-  llvm::BasicBlock *latch = b.GetInsertBlock();
-  b.CreateCondBr(b.CreateICmpSLT(next, end), rowBB, exitBB);
-  i->addIncoming(next, latch);
-  b.SetInsertPoint(exitBB);
+  emitFlatRowNext(b, h, end, exitBB);
 }
 
 // A contraction's B operand is packed into a [k, n] stack buffer (so that a row of it is
@@ -480,11 +485,7 @@ bool emitColumnSumLoop(llvm::IRBuilder<> &b, codegen::KernelBody &body, llvm::Fu
         return Values{};
       },
       "cs.tile", kColumnTile, codegen::kNoUnroll);
-  llvm::Value *next = b.CreateAdd(h.i, b.CreateSub(h.stop, h.col));
-  llvm::BasicBlock *latch = b.GetInsertBlock();
-  b.CreateCondBr(b.CreateICmpSLT(next, end), h.block, exitBB);
-  h.i->addIncoming(next, latch);
-  b.SetInsertPoint(exitBB);
+  emitFlatRowNext(b, h, end, exitBB);
   return true;
 }
 

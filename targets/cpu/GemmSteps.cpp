@@ -63,7 +63,9 @@ dnnl::primitive_attr attrFor(const std::vector<PostOp> &postOps, dnnl::scratchpa
 
 void InnerSplitStep::runWith(char *const *operands, char *result,
                              const std::shared_ptr<detail::Storage> *) const {
-  std::unique_ptr<std::vector<float>> sums = acquire();
+  std::unique_ptr<std::vector<float>> sums = slices_.take();
+  if (!sums)
+    sums = std::make_unique<std::vector<float>>(static_cast<size_t>(m_ * n_) * blocks_.size());
   const int64_t slice = m_ * n_;
   float *base = sums->data();
   WorkPool &pool = WorkPool::instance();
@@ -94,23 +96,7 @@ void InnerSplitStep::runWith(char *const *operands, char *result,
       }
     }
   });
-  release(std::move(sums));
-}
-
-std::unique_ptr<std::vector<float>> InnerSplitStep::acquire() const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!pool_.empty()) {
-      std::unique_ptr<std::vector<float>> v = std::move(pool_.back());
-      pool_.pop_back();
-      return v;
-    }
-  }
-  return std::make_unique<std::vector<float>>(static_cast<size_t>(m_ * n_) * blocks_.size());
-}
-void InnerSplitStep::release(std::unique_ptr<std::vector<float>> v) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  pool_.push_back(std::move(v));
+  slices_.give(std::move(sums));
 }
 
 std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block) {
@@ -131,38 +117,45 @@ GemmDescs gemmDescs(const GemmLayout &l, int64_t nb, int64_t m, int64_t n) {
   return d;
 }
 
+namespace {
+// A blocked step's primitives, one per distinct block length (the blocks of a cut share one,
+// its shorter last block another).
+struct PrimsByLength {
+  std::vector<std::unique_ptr<MatmulStep>> prims;
+  std::vector<int64_t> lengths; // the block length each primitive is made for
+  // The index of the primitive for blocks of `len`, made by `make(len)` the first time.
+  template <class Make> int indexFor(int64_t len, Make &&make) {
+    size_t i = 0;
+    while (i < lengths.size() && lengths[i] != len) ++i;
+    if (i == lengths.size()) {
+      prims.push_back(make(len));
+      lengths.push_back(len);
+    }
+    return static_cast<int>(i);
+  }
+};
+} // namespace
+
 std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<PostOp> &postOps,
                                          double macs, GemmSplit dim, int64_t block, bool pack,
                                          memory::desc *packedDesc,
                                          const std::shared_ptr<dnnl::primitive> &shared) {
   const int64_t f = l.elemBytes();
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength; // the block length each primitive is made for
+  PrimsByLength prims;
   std::vector<BlockedMatmulStep::Block> blocks;
   OmpThreads one(1); // primitives made for one thread
   for (const auto &[at, len] : cutInto(dim == GemmSplit::batch  ? l.batch
                                        : dim == GemmSplit::rows ? l.m
                                                                 : l.n,
                                        block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      GemmDescs d =
-          gemmDescs(l, dim == GemmSplit::batch ? len : l.batch, dim == GemmSplit::rows ? len : l.m,
-                    dim == GemmSplit::cols ? len : l.n);
-      prims.push_back(
-          shared
-              ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
-              : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack));
-      if (pack) { // every block reads the one packed copy: the same layout for all
-        if (prims.size() == 1)
-          *packedDesc = prims.back()->weightsDesc();
-        else if (prims.back()->weightsDesc() != *packedDesc)
-          return nullptr;
-      }
-      primLength.push_back(len);
-    }
-    BlockedMatmulStep::Block b{0, 0, 0, 0, static_cast<int>(prim)};
+    const int prim = prims.indexFor(len, [&](int64_t n) {
+      GemmDescs d = gemmDescs(l, dim == GemmSplit::batch ? n : l.batch,
+                              dim == GemmSplit::rows ? n : l.m, dim == GemmSplit::cols ? n : l.n);
+      return shared
+                 ? std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, shared, l.bias)
+                 : std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, postOps, l.bias, pack);
+    });
+    BlockedMatmulStep::Block b{0, 0, 0, 0, prim};
     if (dim == GemmSplit::batch) {
       b.src = at * l.a.batch * f;
       b.wei = at * l.b.batch * f;
@@ -177,7 +170,14 @@ std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<
     }
     blocks.push_back(b);
   }
-  return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, l.bias,
+  if (pack) { // every block reads the one packed copy: the same layout for all
+    *packedDesc = prims.prims.front()->weightsDesc();
+    for (const auto &p : prims.prims) {
+      if (p->weightsDesc() != *packedDesc) return nullptr;
+    }
+  }
+  return std::make_unique<BlockedMatmulStep>(std::move(prims.prims), std::move(blocks), macs,
+                                             l.bias,
                                              dim == GemmSplit::batch  ? "batches"
                                              : dim == GemmSplit::rows ? "rows"
                                                                       : "weight columns");
@@ -186,26 +186,22 @@ std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<
 std::unique_ptr<LibraryStep> innerSplitGemm(const GemmLayout &l, double macs, int threads) {
   const int64_t f = l.elemBytes();
   const int64_t block = ((l.k + threads - 1) / threads + 15) / 16 * 16;
-  std::vector<std::unique_ptr<MatmulStep>> prims;
-  std::vector<int64_t> primLength; // the block length each primitive is made for
+  PrimsByLength prims;
   std::vector<InnerSplitStep::Block> blocks;
   OmpThreads one(1); // primitives made for one thread
   for (const auto &[at, len] : cutInto(l.k, block)) {
-    size_t prim = 0;
-    while (prim < primLength.size() && primLength[prim] != len) ++prim;
-    if (prim == primLength.size()) {
-      const memory::desc src = md3(1, l.m, len, l.m * len, l.a.row, l.a.col, l.dt);
-      const memory::desc wei = md3(1, len, l.n, len * l.n, l.b.row, l.b.col, l.dt);
+    const int prim = prims.indexFor(len, [&](int64_t k) {
+      const memory::desc src = md3(1, l.m, k, l.m * k, l.a.row, l.a.col, l.dt);
+      const memory::desc wei = md3(1, k, l.n, k * l.n, l.b.row, l.b.col, l.dt);
       const memory::desc dst =
           md3(1, l.m, l.n, l.m * l.n, l.n, 1, memory::data_type::f32); // a dense f32 slice
-      prims.push_back(std::make_unique<MatmulStep>(src, wei, memory::desc(), dst,
-                                                   std::vector<PostOp>{}, false));
-      primLength.push_back(len);
-    }
-    blocks.push_back({at * l.a.col * f, at * l.b.row * f, static_cast<int>(prim)});
+      return std::make_unique<MatmulStep>(src, wei, memory::desc(), dst, std::vector<PostOp>{},
+                                          false);
+    });
+    blocks.push_back({at * l.a.col * f, at * l.b.row * f, prim});
   }
-  return std::make_unique<InnerSplitStep>(std::move(prims), std::move(blocks), l.m, l.n, l.c, l.dt,
-                                          macs);
+  return std::make_unique<InnerSplitStep>(std::move(prims.prims), std::move(blocks), l.m, l.n, l.c,
+                                          l.dt, macs);
 }
 
 } // namespace rcjit::cpu::gemm

@@ -39,6 +39,28 @@ inline memory::desc md3(int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr,
   return memory::desc({b, r, c}, dt, {sb, sr, sc});
 }
 
+// Objects a step reuses across runs (a run's oneDNN memory objects, its scratch buffers):
+// take() hands one back or null, give() keeps one for a later run. Thread-safe: concurrent
+// runs each take their own.
+template <class T> class FreeList {
+public:
+  std::unique_ptr<T> take() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (items_.empty()) return nullptr;
+    std::unique_ptr<T> t = std::move(items_.back());
+    items_.pop_back();
+    return t;
+  }
+  void give(std::unique_ptr<T> t) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(t));
+  }
+
+private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<T>> items_;
+};
+
 // A 2-D or 3-D (batched) f32 or bf16 matmul: src [B, M, K] @ wei [B, K, N] (+ bias [1, 1, N]).
 class MatmulStep : public LibraryStep {
 public:
@@ -99,7 +121,7 @@ public:
     const dnnl::primitive &prim = shared_ ? *shared_ : prim_;
     dnnl_status_t st = dnnl_primitive_execute(prim.get(), s.get(), nargs, args);
     if (st == dnnl_success) st = dnnl_stream_wait(s.get());
-    release(std::move(m));
+    free_.give(std::move(m));
     if (st != dnnl_success) {
       throw Error("matmul: oneDNN execution failed (status " + std::to_string(st) + ")");
     }
@@ -110,14 +132,7 @@ private:
     memory src, wei, bias, dst, scratch;
   };
   std::unique_ptr<Mems> acquire() const {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!pool_.empty()) {
-        std::unique_ptr<Mems> m = std::move(pool_.back());
-        pool_.pop_back();
-        return m;
-      }
-    }
+    if (std::unique_ptr<Mems> m = free_.take()) return m;
     auto &ctx = eager::DnnlContext::instance();
     auto m = std::make_unique<Mems>();
     m->src = memory(src_, ctx.engine(), DNNL_MEMORY_NONE);
@@ -127,11 +142,6 @@ private:
     if (!shared_) m->scratch = memory(scratch_, ctx.engine()); // owns its buffer
     return m;
   }
-  void release(std::unique_ptr<Mems> m) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    pool_.push_back(std::move(m));
-  }
-
   static double macsOf(const memory::desc &src, const memory::desc &dst) {
     const memory::dims s = src.dims(), d = dst.dims(); // [B, M, K], [B, M, N]
     return static_cast<double>(d[0]) * static_cast<double>(d[1]) * static_cast<double>(d[2]) *
@@ -144,8 +154,7 @@ private:
   int threads_ = 0;                         // OpenMP's count when prim_ was made
   dnnl::primitive prim_;                    // made for these sizes, or
   std::shared_ptr<dnnl::primitive> shared_; // the runtime-dims primitive
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<Mems>> pool_;
+  FreeList<Mems> free_;
 };
 
 // A GEMM cut into independent blocks along one dimension (batches, rows of A and C, or
@@ -217,17 +226,13 @@ public:
                const std::shared_ptr<detail::Storage> *) const override;
 
 private:
-  std::unique_ptr<std::vector<float>> acquire() const;
-  void release(std::unique_ptr<std::vector<float>> v) const;
-
   std::vector<std::unique_ptr<MatmulStep>> prims_;
   std::vector<Block> blocks_;
   int64_t m_, n_;
   GemmStrides c_; // the result's row and column strides, in elements
   memory::data_type dt_;
   double macs_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<std::vector<float>>> pool_; // the f32 slices, reused
+  FreeList<std::vector<float>> slices_; // the f32 slices, reused
 };
 
 // How a GEMM is split into blocks: RCJIT_GEMM_SPLIT = auto (default; the cost model below),
@@ -243,6 +248,8 @@ std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block);
 struct GemmLayout : MatmulLayout {
   memory::data_type dt = memory::data_type::f32;
   int64_t elemBytes() const { return dt == memory::data_type::bf16 ? 2 : 4; }
+  /// Whether B ([K, N]) is row-major: its columns contiguous, its rows N apart.
+  bool rowMajorB() const { return b.col == 1 && b.row == n; }
 };
 
 // The descriptors of the GEMM `l` restricted to `nb` batches, `m` rows and `n` columns

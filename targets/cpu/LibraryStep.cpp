@@ -166,7 +166,7 @@ bool wholePackedGemms() { return overriddenOr(HostChoice::wholePacked, brgemmIsa
 // (AMX) gained nothing from it.
 bool repacksRowMajorWeight(const GemmLayout &l) {
   return wholePackedGemms() && l.dt == memory::data_type::f32 && l.batch == 1 &&
-         l.m >= kMinRowBlock && 4 * l.m >= l.k && l.b.col == 1 && l.b.row == l.n;
+         l.m >= kMinRowBlock && 4 * l.m >= l.k && l.rowMajorB();
 }
 
 // The step of repacksRowMajorWeight for a weight that is not packed once: `d` (one batch)
@@ -230,7 +230,7 @@ bool innerSplitPays(const GemmLayout &l, const std::vector<PostOp> &postOps) {
 // size, bf16 when its rows are many times its inner dim and columns (a bf16 layer's were
 // even with one call).
 bool rowsOverPlainPay(const GemmLayout &l) {
-  return plainOperandSplits() && l.batch == 1 && l.a.row == 1 && l.b.col == 1 && l.b.row == l.n &&
+  return plainOperandSplits() && l.batch == 1 && l.a.row == 1 && l.rowMajorB() &&
          (l.dt == memory::data_type::f32 || l.m >= kInnerSplitRatio * std::max(l.k, l.n));
 }
 
@@ -274,7 +274,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     return innerSplitGemm(l, macs, threads);
   if (nkWeights() && setting == GemmSplit::automatic && l.batch == 1 && l.m >= kMinRowBlock) {
     if (l.b.row == 1 && l.b.col == l.k) return nullptr; // [N, K] already: one oneDNN call
-    if (packable && l.b.row == l.n && l.b.col == 1) return nkPackingStep(l, postOps);
+    if (packable && l.rowMajorB()) return nkPackingStep(l, postOps);
   }
   // packed for the column split at any row count (blocks of columns of the transposed
   // weight made oneDNN copy each block's slice on every call: gpt2 at 1 x 16 ran 20 %
@@ -334,7 +334,7 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
     GemmLayout rowMajor = l;
     rowMajor.b = GemmStrides{l.k * l.n, l.n, 1};
     auto inner = blockedGemm(rowMajor, postOps, macs, GemmSplit::cols, colBlock, false, nullptr);
-    if (l.b.row == l.n && l.b.col == 1) return inner; // row-major already: nothing to pack
+    if (l.rowMajorB()) return inner; // row-major already: nothing to pack
     // until packed (a weight seen once at its version, as in training): one call on
     // oneDNN's own threads over the plain weight (column blocks over the transposed
     // weight ran ~20 % slower than over a row-major copy: gemm_bench's
