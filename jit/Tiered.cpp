@@ -381,6 +381,9 @@ private:
 
   void loop() {
     omp_set_num_threads(1); // between jobs; run() sets each job's calling thread's count
+    // its parallel compiles on the pool's own workers: an OpenMP team of this thread's would
+    // outlive it at exit (WorkPool.h)
+    WorkPool::useOwnWorkersOnThisThread();
     CancelScope cancel(cancel_);
     for (;;) {
       Job j;

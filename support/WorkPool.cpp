@@ -42,6 +42,7 @@ namespace {
 // Set on pool workers for their life and on a caller while its job runs: a pool used from
 // inside a chunk runs inline.
 thread_local bool tlInsideWorkPool = false;
+thread_local bool tlOwnWorkers = false; // useOwnWorkersOnThisThread()
 
 // OpenMP's thread count for this thread while it lives (as support/Threads.h's OmpThreads,
 // which this bottom-layer file does not include to stay free of the kParallelMacs policy).
@@ -373,6 +374,8 @@ WorkPool::~WorkPool() {
   if (state_->loadavgFd >= 0) close(state_->loadavgFd);
 }
 
+void WorkPool::useOwnWorkersOnThisThread() { tlOwnWorkers = true; }
+
 WorkPool &WorkPool::instance() {
   // never destroyed: compiled functions may run during static destruction
   static WorkPool *pool = new WorkPool(poolInitialThreads(), poolSpinMicros(),
@@ -456,7 +459,7 @@ void WorkPool::runErased(int64_t chunks, void (*fn)(void *, int64_t), void *ctx)
   if (s.start(threads_ - 1)) {
     if (s.packable()) s.adapt();
     s.pooledJobs.fetch_add(1, std::memory_order_relaxed);
-    if (s.ompTeam && s.team.empty()) {
+    if (s.ompTeam && s.team.empty() && !tlOwnWorkers) {
       // on OpenMP's team (its threads keep nthreads-var 1, as the caller's is now; a
       // oneDNN call in a chunk runs on its own thread, as in a parallel region); the
       // pool's own workers stay asleep

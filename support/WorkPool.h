@@ -39,6 +39,16 @@ public:
 
   int threads() const { return threads_; }
 
+  /// Jobs this thread runs from now on use the pool's own workers, never OpenMP's team (a
+  /// pool made with `ompTeam`): for a thread that ends while the process goes on (the
+  /// background compile thread, jit/Tiered.cpp). libgomp gives each thread that opens a
+  /// parallel region a team of its own, whose workers exit detached after their thread
+  /// ends; one still exiting when exit() ran OpenSSL's cleanup lost the error state OpenSSL
+  /// keeps per thread (904 bytes, a leak LeakSanitizer reported in CI), and the team's
+  /// spinning workers would compete with the main thread's. Such a thread's compiles gain
+  /// nothing from sharing oneDNN's team.
+  static void useOwnWorkersOnThisThread();
+
   /// Runs `f(chunk)` once for every chunk in [0, chunks), on the calling thread and
   /// whichever workers are running, each claiming the next unclaimed chunk; returns when
   /// all have run. Chunks run with OpenMP's thread count set to 1 on their thread, so a

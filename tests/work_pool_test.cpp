@@ -197,6 +197,30 @@ TEST(WorkPool, ChunksRunWithOneOpenMPThread) {
   }
 }
 
+// A thread that asked for the pool's own workers never opens an OpenMP parallel region; one
+// that did not runs its jobs on OpenMP's team (where OpenMP is in use: not under TSan).
+TEST(WorkPool, AThreadCanKeepItsJobsOffOpenMPsTeam) {
+  WorkPool pool(2, /*spinMicros=*/0, true, /*ompTeam=*/true);
+  auto chunksInARegion = [&pool](bool own) {
+    std::atomic<int> inRegion{0}, ran{0};
+    std::thread([&] {
+      if (own) WorkPool::useOwnWorkersOnThisThread();
+      OmpThreads many(2);
+      for (int rep = 0; rep < 20; ++rep)
+        pool.run(64, [&](int64_t) {
+          inRegion += omp_in_parallel() != 0;
+          ++ran;
+        });
+    }).join();
+    EXPECT_EQ(ran.load(), 20 * 64);
+    return inRegion.load();
+  };
+  EXPECT_EQ(chunksInARegion(true), 0);
+  if (kTeams[std::size(kTeams) - 1]) {
+    EXPECT_GT(chunksInARegion(false), 0);
+  }
+}
+
 TEST(WorkPool, PackToFollowsTheFairShare) {
   // two threads on two CPUs: spread unless two others are runnable (then each thread would
   // share its CPU at random phases: packed, they take turns on one)
