@@ -340,8 +340,9 @@ std::vector<Value *> KernelBody::unflatten(Value *flat, int first, int end) {
   return idx;
 }
 
-// ptr + sum_d idx_d * stride_d, summed in dim order so the outer part is loop-invariant.
-Value *KernelBody::address(int tensor, const Values &idx) {
+// sum_d idx_d * stride_d in elements, summed in dim order so the outer part is
+// loop-invariant; null where every stride is 0.
+Value *KernelBody::elementOffset(int tensor, const Values &idx) {
   const KernelTensor &t = k_.tensors[tensor];
   Value *off = nullptr;
   for (size_t d = 0; d < idx.size(); ++d) {
@@ -350,12 +351,22 @@ Value *KernelBody::address(int tensor, const Values &idx) {
         t.strides[d] == SizeExpr::constant(1) ? idx[d] : b_.CreateMul(idx[d], size(t.strides[d]));
     off = off ? b_.CreateAdd(off, term) : term;
   }
-  llvm::Type *et = storageType(b_.getContext(), t.dtype);
+  return off;
+}
+
+Value *KernelBody::address(int tensor, const Values &idx) {
+  assert(!k_.tensors[tensor].iota && "an iota tensor is never read or written");
+  Value *off = elementOffset(tensor, idx);
+  llvm::Type *et = storageType(b_.getContext(), k_.tensors[tensor].dtype);
   return off ? b_.CreateInBoundsGEP(et, base_[tensor], off) : base_[tensor];
 }
 
+// A tensor's element at idx; an iota tensor's (an arange's) is its offset, computed.
 Value *KernelBody::emitLoad(int tensor, const Values &idx) {
-  return loadFrom(tensor, address(tensor, idx));
+  const KernelTensor &t = k_.tensors[tensor];
+  if (!t.iota) return loadFrom(tensor, address(tensor, idx));
+  Value *off = elementOffset(tensor, idx);
+  return emitCompute(b_, OpKind::cast, t.dtype, {off ? off : b_.getInt64(0)}, {DType::i64});
 }
 
 // Tensor `tensor`'s element at `addr`, in its compute type (aliasing metadata attached).
@@ -469,95 +480,6 @@ void KernelBody::emitPoint(const std::vector<Value *> &outerIdx) {
     emitPass(p, idx, vals);
     emitOuterLevel(p, idx, vals);
   }
-}
-
-namespace {
-
-// Whether a load under statement `s` varies along domain dim `d` (pred: its stride there).
-template <class Pred> bool anyLoadUnder(const LoopKernel &k, int s, Pred &&pred) {
-  const KernelStmt &st = k.stmts[s];
-  if (st.kind == K::load) return pred(k.tensors[st.tensor]);
-  for (int a : st.args) {
-    if (anyLoadUnder(k, a, pred)) return true;
-  }
-  return false;
-}
-
-} // namespace
-
-std::optional<KernelBody::Contraction> KernelBody::contraction() const {
-  const LoopKernel &k = k_;
-  const int outer = k.numOuter;
-  if (split_ || outer < 1 || static_cast<int>(k.domain.size()) != outer + 1 || numPasses_ != 1)
-    return std::nullopt;
-  const SizeExpr &n = k.domain[outer - 1], &depth = k.domain[outer];
-  if (!n.isConstant() || !depth.isConstant()) return std::nullopt;
-  Contraction c;
-  for (size_t s = 0; s < k.stmts.size(); ++s) {
-    const KernelStmt &st = k.stmts[s];
-    if (st.kind == K::store && inner_[s]) return std::nullopt;
-    if (st.kind != K::reduce) continue;
-    if (c.reduce >= 0) return std::nullopt;
-    c.reduce = static_cast<int>(s);
-  }
-  if (c.reduce < 0) return std::nullopt;
-  const KernelStmt &r = k.stmts[c.reduce];
-  if (r.op != OpKind::sum || r.dtype != DType::f32) return std::nullopt;
-  const KernelStmt &m = k.stmts[r.args[0]];
-  if (m.kind != K::compute || m.op != OpKind::mul || m.dtype != DType::f32 || m.args.size() != 2)
-    return std::nullopt;
-  for (int a : m.args) {
-    if (k.stmts[a].dtype != DType::f32) return std::nullopt;
-  }
-  const size_t j = static_cast<size_t>(outer - 1);
-  auto alongJ = [j](const KernelTensor &t) { return t.strides[j] != SizeExpr::constant(0); };
-  const bool xj = anyLoadUnder(k, m.args[0], alongJ), yj = anyLoadUnder(k, m.args[1], alongJ);
-  if (xj == yj) return std::nullopt;
-  c.row = xj ? m.args[1] : m.args[0];
-  c.col = xj ? m.args[0] : m.args[1];
-  c.n = n.c;
-  c.k = depth.c;
-  const KernelStmt &col = k.stmts[c.col];
-  c.colUnitLoad = col.kind == K::load && col.dtype == DType::f32 &&
-                  k.tensors[col.tensor].strides[j] == SizeExpr::constant(1);
-  c.colRowFree = !anyLoadUnder(k, c.col, [j](const KernelTensor &t) {
-    for (size_t d = 0; d < j; ++d) {
-      if (t.strides[d] != SizeExpr::constant(0)) return true;
-    }
-    return false;
-  });
-  return c;
-}
-
-std::optional<KernelBody::ColumnSum> KernelBody::columnSum() const {
-  const LoopKernel &k = k_;
-  const int outer = k.numOuter;
-  if (split_ || outer < 1 || static_cast<int>(k.domain.size()) != outer + 1 || numPasses_ != 1)
-    return std::nullopt;
-  ColumnSum c;
-  for (size_t s = 0; s < k.stmts.size(); ++s) {
-    const KernelStmt &st = k.stmts[s];
-    if ((st.kind == K::store && inner_[s]) || st.kind == K::gather || st.kind == K::scatterAdd)
-      return std::nullopt;
-    if (st.kind != K::reduce) continue;
-    if (c.reduce >= 0) return std::nullopt;
-    c.reduce = static_cast<int>(s);
-  }
-  if (c.reduce < 0) return std::nullopt;
-  const KernelStmt &r = k.stmts[c.reduce];
-  if (r.op != OpKind::sum || r.dtype != DType::f32 || k.stmts[r.args[0]].dtype != DType::f32)
-    return std::nullopt;
-  c.value = r.args[0];
-  const size_t j = static_cast<size_t>(outer - 1), inner = static_cast<size_t>(outer);
-  const SizeExpr zero = SizeExpr::constant(0), one = SizeExpr::constant(1);
-  bool alongJ = true, column = false;
-  anyLoadUnder(k, c.value, [&](const KernelTensor &t) {
-    alongJ = alongJ && (t.strides[j] == zero || t.strides[j] == one);
-    column = column || (t.strides[j] == one && t.strides[inner] != zero);
-    return false; // every load
-  });
-  if (!alongJ || !column) return std::nullopt;
-  return c;
 }
 
 Value *KernelBody::loadAddress(int s, const Values &idx) {

@@ -131,6 +131,7 @@ private:
 
   void analyze();
   void makeAliasScopes();
+  llvm::Value *elementOffset(int tensor, const Values &idx);
   llvm::Value *address(int tensor, const Values &idx);
   llvm::Value *emitLoad(int tensor, const Values &idx);
   llvm::Value *loadFrom(int tensor, llvm::Value *addr);

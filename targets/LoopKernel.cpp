@@ -140,6 +140,9 @@ void verifyTensorUse(const LoopKernel &k, const KernelStmt &s, size_t i) {
                 std::to_string(s.tensor));
   }
   const bool indexed = s.kind == K::gather || s.kind == K::scatterAdd;
+  if (t.iota && s.kind != K::load)
+    fail(k, "statement %" + std::to_string(i) + " writes or indexes t" + std::to_string(s.tensor) +
+                ", an arange's values (iota)");
   if (t.indexed != indexed) {
     fail(k, "statement %" + std::to_string(i) + (indexed ? " indexes t" : " addresses t") +
                 std::to_string(s.tensor) +
@@ -204,6 +207,7 @@ std::string printKernel(const LoopKernel &k) {
     os << "  t" << i << ": " << dtypeName(t.dtype) << (t.output ? " out" : " in") << " strides "
        << sizesStr(t.strides, k.numOuter);
     if (t.indexed) os << " rows " << sizeStr(t.rows) << " of stride " << sizeStr(t.rowStride);
+    if (t.iota) os << " iota";
     os << "\n";
   }
   for (size_t i = 0; i < k.stmts.size(); ++i) printStmt(os, k.stmts[i], i);

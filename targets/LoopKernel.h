@@ -50,6 +50,11 @@ struct KernelTensor {
   bool indexed = false;
   SizeExpr rowStride = SizeExpr::constant(0);
   SizeExpr rows = SizeExpr::constant(0);
+  /// An arange's values (an input that holds 0, 1, 2, ... from offset 0 of its view's
+  /// storage): a load computes the element's offset, sum of index x stride, as `dtype`
+  /// instead of reading memory (cross_entropy's one-hot compare read a [classes] i64 table
+  /// per row, 8 bytes for each class, twice in the loss's gradient).
+  bool iota = false;
 };
 
 /// One statement of the loop body, in order; `args` name earlier statements.

@@ -743,6 +743,67 @@ TEST(PassesLowering, CompositesBecomeOneKernel) {
   }
 }
 
+// The iota tensors (KernelTensor::iota) of p's kernels, and the kernel operands that load
+// an arange's buffer from memory.
+std::pair<int, int> arangeLoads(const Program &p) {
+  std::vector<bool> arangeBuffer(p.values.size(), false);
+  for (const Step &s : p.steps) {
+    if (s.kind == Step::Kind::eager && s.op == OpKind::arange)
+      arangeBuffer[static_cast<size_t>(p.values[s.result].buffer)] = true;
+  }
+  int iota = 0, loaded = 0;
+  for (const Step &s : p.steps) {
+    if (s.kind != Step::Kind::kernel) continue;
+    const LoopKernel &k = p.kernels[static_cast<size_t>(s.kernel)];
+    for (size_t t = 0; t < k.tensors.size(); ++t) {
+      const int buffer = p.values[s.operands[t]].buffer;
+      iota += k.tensors[t].iota;
+      loaded += !k.tensors[t].iota && arangeBuffer[static_cast<size_t>(buffer)];
+    }
+  }
+  return {iota, loaded};
+}
+
+TEST(PassesLowering, KernelsComputeAnArangesValuesInsteadOfLoadingThem) {
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{3, 0, 36, 7, 12, 20}, {6});
+  std::vector<std::pair<Fn, std::vector<Tensor>>> cases = {
+      // cross_entropy's one-hot compare
+      {[](const std::vector<Tensor> &a) { return one(cross_entropy(a[0], a[1])); },
+       {Tensor::randn({6, 37}, 46), target}},
+      // along the columns and, reshaped, down the rows; in f32
+      {[](const std::vector<Tensor> &a) {
+         Tensor cols = Tensor::arange(37, DType::f32), rows = Tensor::arange(6, DType::f32);
+         return one(a[0] * cols + unsqueeze(rows, -1));
+       },
+       {Tensor::randn({6, 37}, 47)}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Traced t = trace(cases[i].first, cases[i].second);
+    auto [iota, loaded] = arangeLoads(lowerGraph(runPipeline(t.graph, passes()), t.inputs));
+    EXPECT_GE(iota, 1) << "case " << i;
+    EXPECT_EQ(loaded, 0) << "case " << i;
+    expectCompiledMatches(t, "arange" + std::to_string(i));
+  }
+  // a causal mask: arange [Lq, 1] against arange [1, Lk]
+  Traced causal = sdpaTrace(true, 6, 6);
+  auto [maskIota, maskLoaded] =
+      arangeLoads(lowerGraph(runPipeline(causal.graph, passes()), causal.inputs));
+  EXPECT_GE(maskIota, 2);
+  EXPECT_EQ(maskLoaded, 0);
+  expectCompiledMatches(causal, "arange_causal");
+  // a slice starting past 0 is loaded, and right
+  Traced sliced = trace(
+      [](const std::vector<Tensor> &a) {
+        return one(a[0] + slice(Tensor::arange(45, DType::f32), 0, 8, 45));
+      },
+      {Tensor::randn({6, 37}, 48)});
+  auto [slicedIota, slicedLoaded] =
+      arangeLoads(lowerGraph(runPipeline(sliced.graph, passes()), sliced.inputs));
+  EXPECT_EQ(slicedIota, 0);
+  EXPECT_EQ(slicedLoaded, 1);
+  expectCompiledMatches(sliced, "arange_sliced");
+}
+
 TEST(PassesLowering, SdpaIsTwoMatmulsAroundOneSoftmaxKernel) {
   const std::vector<Pass> library = defaultPasses(PipelineOptions{}); // no small matmuls
   Lowered plain = lowerPipeline(sdpaTrace(false, 6, 10), library);

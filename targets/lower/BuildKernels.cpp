@@ -141,6 +141,15 @@ void Lowering::placeWaits() {
   p.steps = std::move(steps);
 }
 
+bool Lowering::viewsArange(int node) const {
+  int root = node;
+  while (opInfo(g.nodes[root].op).category == OpCategory::View) root = g.nodes[root].inputs[0];
+  if (g.nodes[root].op != OpKind::arange || value[node] < 0 || value[root] < 0) return false;
+  const Value &v = p.values[value[node]], &a = p.values[value[root]];
+  return v.buffer == a.buffer && v.offset == a.offset && v.dtype == a.dtype &&
+         a.strides == Shape{1};
+}
+
 bool Lowering::hasCopy(int gid) const {
   for (const CopyKernel &c : copyKernels) {
     if (c.group == gid) return true;
@@ -188,11 +197,12 @@ void Lowering::buildKernel(int gid, Step &step) {
   k.numOuter = static_cast<int>(grp.domain.size() - grp.reduced.size());
   std::map<int, int> stmtOf;                 // node -> stmt
   std::map<std::pair<int, int>, int> loadOf; // (value, level) -> stmt
-  auto addTensor = [&](int v, Level lv, bool output) {
+  auto addTensor = [&](int v, Level lv, bool output, bool iota = false) {
     KernelTensor t;
     t.dtype = p.values[v].dtype;
     t.strides = mapStrides(grp, p.values[v], lv);
     t.output = output;
+    t.iota = iota;
     k.tensors.push_back(t);
     step.operands.push_back(v);
     return static_cast<int>(k.tensors.size()) - 1;
@@ -227,7 +237,7 @@ void Lowering::buildKernel(int gid, Step &step) {
     if (lit != loadOf.end()) return lit->second;
     s.kind = KernelStmt::Kind::load;
     s.dtype = p.values[v].dtype;
-    s.tensor = addTensor(v, lv, false);
+    s.tensor = addTensor(v, lv, false, viewsArange(in));
     return loadOf[key] = push(k, s);
   };
   for (int node : grp.members) {

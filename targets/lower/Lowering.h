@@ -93,6 +93,9 @@ struct Lowering {
   void buildKernel(int gid, Step &step);
   int reduceInvariant(LoopKernel &k, const KernelStmt &r);
   bool hasCopy(int gid) const;
+  // Whether node's value shows an arange's result through views alone (same storage, no
+  // offset): a kernel computes its elements instead of loading them (KernelTensor::iota).
+  bool viewsArange(int node) const;
   void placeWaits();
 
   // plan buffers (PlanBuffers.cpp)
