@@ -22,6 +22,8 @@
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "GemmShapeArg.h"
 #ifdef RCJIT_GEMM_LIBS_MKL
 #include <mkl.h>
 #endif
@@ -154,10 +156,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 4; i < argc; ++i) {
     long long m = 0, k = 0, n = 0;
-    if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &k, &n) != 3 || m < 1 || k < 1 || n < 1) {
-      std::fprintf(stderr, "gemm_libs: bad shape '%s' (want M,K,N)\n", argv[i]);
-      return 2;
-    }
+    if (!parseGemmShape("gemm_libs", argv[i], m, k, n)) return 2;
     const bool bf16 = dtype == "bf16";
     Timing t;
     if (lib == "dnnl" || lib == "dnnl-packed") {

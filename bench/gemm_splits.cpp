@@ -24,6 +24,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "GemmShapeArg.h"
+
 namespace {
 
 using dnnl::memory;
@@ -175,10 +177,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 4; i < argc; ++i) {
     long long m = 0, k = 0, n = 0;
-    if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &k, &n) != 3 || m < 1 || k < 1 || n < 1) {
-      std::fprintf(stderr, "gemm_splits: bad shape '%s' (want M,K,N)\n", argv[i]);
-      return 2;
-    }
+    if (!parseGemmShape("gemm_splits", argv[i], m, k, n)) return 2;
     try {
       (what == "inner" ? inner : rows)(type == "bf16" ? dt::bf16 : dt::f32, reps, m, k, n);
     } catch (const dnnl::error &e) {
