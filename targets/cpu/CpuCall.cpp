@@ -421,6 +421,11 @@ void CpuProgram::Call::runEager(const Step &s) {
   const Value &r = layout.values[s.result];
   std::optional<OmpThreads> one;
   if (eagerOnCallingThread(layout, s)) one.emplace(1);
+  // a bf16 product whose cast to f32 the lowering folded in (Lowering::foldCast): the
+  // product of the same values in f32, as the library step computes it
+  if (opInfo(s.op).category == OpCategory::Matmul && !in.empty() && in[0].dtype() != r.dtype) {
+    for (Tensor &t : in) t = eager::run(OpKind::cast, {t}, {}, TensorMeta{r.dtype, t.shape()});
+  }
   Tensor out = eager::run(s.op, in, s.attrs, TensorMeta{r.dtype, r.shape});
   for (const PostOp &po : s.postOps)
     out = eager::run(po.op, {out}, {}, TensorMeta{r.dtype, r.shape});

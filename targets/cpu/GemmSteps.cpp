@@ -112,7 +112,7 @@ GemmDescs gemmDescs(const GemmLayout &l, int64_t nb, int64_t m, int64_t n) {
   GemmDescs d;
   d.src = md3(nb, m, l.k, bs(l.a, m, l.k), l.a.row, l.a.col, l.dt);
   d.wei = md3(nb, l.k, n, bs(l.b, l.k, n), l.b.row, l.b.col, l.dt);
-  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col, l.dt);
+  d.dst = md3(nb, m, n, nb > 1 ? l.c.batch : m * n, l.c.row, l.c.col, l.cdt);
   if (l.bias) d.bias = md3(1, 1, n, n, n, 1, l.dt);
   return d;
 }
@@ -140,7 +140,7 @@ std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<
                                          double macs, GemmSplit dim, int64_t block, bool pack,
                                          memory::desc *packedDesc,
                                          const std::shared_ptr<dnnl::primitive> &shared) {
-  const int64_t f = l.elemBytes();
+  const int64_t f = l.elemBytes(), fc = l.resultBytes();
   PrimsByLength prims;
   std::vector<BlockedMatmulStep::Block> blocks;
   OmpThreads one(1); // primitives made for one thread
@@ -159,13 +159,13 @@ std::unique_ptr<LibraryStep> blockedGemm(const GemmLayout &l, const std::vector<
     if (dim == GemmSplit::batch) {
       b.src = at * l.a.batch * f;
       b.wei = at * l.b.batch * f;
-      b.dst = at * l.c.batch * f;
+      b.dst = at * l.c.batch * fc;
     } else if (dim == GemmSplit::rows) {
       b.src = at * l.a.row * f;
-      b.dst = at * l.c.row * f;
+      b.dst = at * l.c.row * fc;
     } else {
       b.wei = at * l.b.col * f;
-      b.dst = at * l.c.col * f;
+      b.dst = at * l.c.col * fc;
       b.bias = at * f;
     }
     blocks.push_back(b);
@@ -201,7 +201,7 @@ std::unique_ptr<LibraryStep> innerSplitGemm(const GemmLayout &l, double macs, in
     blocks.push_back({at * l.a.col * f, at * l.b.row * f, prim});
   }
   return std::make_unique<InnerSplitStep>(std::move(prims.prims), std::move(blocks), l.m, l.n, l.c,
-                                          l.dt, macs);
+                                          l.cdt, macs);
 }
 
 } // namespace rcjit::cpu::gemm

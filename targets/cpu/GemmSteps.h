@@ -243,11 +243,14 @@ enum class GemmSplit { automatic, off, batch, rows, cols };
 // Cuts [0, size) into blocks of `block` (the last one shorter): (start, length) pairs.
 std::vector<std::pair<int64_t, int64_t>> cutInto(int64_t size, int64_t block);
 
-// A step's GEMM (MatmulLayout) and its element type: f32, or bf16 where oneDNN runs it
-// natively (every operand and the result share it).
+// A step's GEMM (MatmulLayout) and its element types: the operands' `dt` (f32, or bf16
+// where oneDNN runs it natively) and the result's `cdt`, which is `dt` or, for a bf16
+// product whose cast to f32 the lowering folded in (foldCast), f32.
 struct GemmLayout : MatmulLayout {
   memory::data_type dt = memory::data_type::f32;
+  memory::data_type cdt = memory::data_type::f32;
   int64_t elemBytes() const { return dt == memory::data_type::bf16 ? 2 : 4; }
+  int64_t resultBytes() const { return cdt == memory::data_type::bf16 ? 2 : 4; }
   /// Whether B ([K, N]) is row-major: its columns contiguous, its rows N apart.
   bool rowMajorB() const { return b.col == 1 && b.row == n; }
 };

@@ -378,8 +378,8 @@ std::unique_ptr<LibraryStep> createSplitOrPacked(const GemmLayout &l,
 // each a GEMM batched over the rest, run through the work pool; null when the rest does
 // not collapse either, or the pool would not split it (the eager path then runs it, on
 // OpenMP's threads, whose spin-waiting afterwards takes the cores from the pool).
-std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s,
-                                              memory::data_type dt) {
+std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s, memory::data_type dt,
+                                              memory::data_type cdt) {
   if (s.op != OpKind::matmul || s.result < 0) return nullptr;
   const Value &a = p.values[s.operands[0]], &b = p.values[s.operands[1]];
   const Value &c = p.values[s.result];
@@ -405,6 +405,7 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s,
   t.result = 2;
   GemmLayout l;
   l.dt = dt;
+  l.cdt = cdt;
   if (!matmulLayout(q, t, l)) return nullptr;
   const double macs = static_cast<double>(a.shape[0]) * static_cast<double>(l.batch) *
                       static_cast<double>(l.m) * static_cast<double>(l.n) *
@@ -417,9 +418,9 @@ std::unique_ptr<LibraryStep> createOuterSplit(const Program &p, const Step &s,
     prims.push_back(std::make_unique<MatmulStep>(d.src, d.wei, d.bias, d.dst, s.postOps, false));
   }
   std::vector<BlockedMatmulStep::Block> blocks;
-  const int64_t f = l.elemBytes();
+  const int64_t f = l.elemBytes(), fc = l.resultBytes();
   for (int64_t i = 0; i < a.shape[0]; ++i)
-    blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * f, 0, 0});
+    blocks.push_back({i * a.strides[0] * f, i * b.strides[0] * f, i * c.strides[0] * fc, 0, 0});
   return std::make_unique<BlockedMatmulStep>(std::move(prims), std::move(blocks), macs, false,
                                              "the first batch dim");
 }
@@ -446,16 +447,18 @@ std::unique_ptr<LibraryStep> runtimeBlocks(const GemmLayout &l,
 }
 
 std::unique_ptr<LibraryStep> createGemm(const Program &p, const Step &s, bool sizeFree,
-                                        memory::data_type dt) {
+                                        memory::data_type dt, memory::data_type cdt) {
   GemmLayout l;
   l.dt = dt;
-  if (!matmulLayout(p, s, l)) return createOuterSplit(p, s, dt); // null: the eager path runs it
+  l.cdt = cdt;
+  if (!matmulLayout(p, s, l))
+    return createOuterSplit(p, s, dt, cdt); // null: the eager path runs it
   auto batchStride = [&](const GemmStrides &g, int64_t rows, int64_t cols) {
     return l.batch > 1 ? g.batch : rows * cols;
   };
   memory::desc src = md3(l.batch, l.m, l.k, batchStride(l.a, l.m, l.k), l.a.row, l.a.col, dt);
   memory::desc wei = md3(l.batch, l.k, l.n, batchStride(l.b, l.k, l.n), l.b.row, l.b.col, dt);
-  memory::desc dst = md3(l.batch, l.m, l.n, l.c.batch, l.c.row, l.c.col, dt);
+  memory::desc dst = md3(l.batch, l.m, l.n, l.c.batch, l.c.row, l.c.col, cdt);
   memory::desc bias;
   if (l.bias) {
     if (p.values[s.operands[2]].strides[0] != 1) return nullptr;
@@ -499,20 +502,25 @@ void LibraryStep::setNkWeights(int on) { setOverride(HostChoice::nkWeights, on);
 
 std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s, bool sizeFree) {
   // f32, or bf16 where oneDNN has native bf16 kernels (elsewhere the eager path runs bf16
-  // products in f32 over cached f32 copies of the weights)
-  const DType t = s.result >= 0 ? p.values[s.result].dtype : DType::f32;
+  // products in f32 over cached f32 copies of the weights); the result in the operands'
+  // type, or a bf16 product's in f32 (a cast the lowering folded in)
+  const DType t = s.operands.empty() ? DType::f32 : p.values[s.operands[0]].dtype;
   if (t != DType::f32 && (t != DType::bf16 || !eager::bf16MatmulsNative())) return nullptr;
   for (int v : s.operands) {
     if (p.values[v].dtype != t) return nullptr;
   }
+  const DType c = s.result >= 0 ? p.values[s.result].dtype : t;
+  if (c != t && c != DType::f32) return nullptr;
+  auto dnnlType = [](DType d) {
+    return d == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  };
   for (const PostOp &po : s.postOps) {
     dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
     float alpha = 0.f;
     if (!eltwiseFor(po.op, alg, alpha)) return nullptr;
   }
   try {
-    return createGemm(p, s, sizeFree,
-                      t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32);
+    return createGemm(p, s, sizeFree, dnnlType(t), dnnlType(c));
   } catch (const dnnl::error &) {
     return nullptr; // oneDNN declined this layout: the eager path runs it
   }

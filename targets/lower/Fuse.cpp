@@ -247,7 +247,7 @@ void Lowering::placeNode(int node) {
     placeView(node);
     return;
   case OpCategory::Unary:
-    if (foldPostOp(node)) return;
+    if (foldPostOp(node) || foldCast(node)) return;
     fuseElementwise(node);
     return;
   case OpCategory::Binary:
@@ -604,6 +604,57 @@ bool Lowering::foldPostOp(int node) {
   otherSteps[order].postOps.push_back({n.op});
   for (FusionCall &c : plan.calls) {
     if (c.order == order) c.postOps.push_back(node);
+  }
+  value[node] = v;
+  libraryLastNode[v] = node;
+  return true;
+}
+
+// Whether `node`'s value (a contiguous one) is stored whatever the fusion does: it is a
+// program output, or a step that takes its operands from memory reads it (a library or
+// eager step, a gather or scatter), or a reshape or copy into contiguous memory of it (the
+// same memory: a whole step returns a gradient as `contiguous(grad)`) is stored anyway.
+// Otherwise only kernels read it, and they could compute it in registers.
+bool Lowering::storedAnyway(int node) const {
+  if (isOutput[node]) return true;
+  for (int u : users[node]) {
+    const OpKind op = g.nodes[u].op;
+    if (op == OpKind::reshape || op == OpKind::contiguous) {
+      if (storedAnyway(u)) return true;
+      continue;
+    }
+    const OpCategory c = opInfo(op).category;
+    if (c == OpCategory::Matmul || c == OpCategory::Nn || c == OpCategory::Collective) return true;
+  }
+  return false;
+}
+
+// Folds `node`, a cast of a bf16 product (matmul or linear) to f32 that is stored anyway
+// (storedAnyway: autocast's weight gradients, outputs of the step), into the library step
+// that computes the product: the step writes its f32 accumulator instead of rounding it to
+// bf16 for a kernel to read and widen again, which saves that kernel's pass over memory, the
+// bf16 block and the rounding. A cast that kernels read (a projection's output added to the
+// f32 residual, the logits under the loss) stays with them: they widen the bf16 value in
+// registers, and an f32 result would double what is stored and read.
+bool Lowering::foldCast(int node) {
+  const Node &n = g.nodes[node];
+  if (!opts.fuseLibraryEpilogues || n.op != OpKind::cast || n.dtype != DType::f32 ||
+      !storedAnyway(node))
+    return false;
+  const int in = n.inputs[0];
+  const int v = value[in];
+  if (g.nodes[in].dtype != DType::bf16 || v < 0 || libraryLastNode[v] != in ||
+      users[in].size() != 1 || isOutput[in])
+    return false;
+  const int order = stepOrderOfValue[v];
+  const Step &s = otherSteps[order];
+  if ((s.op != OpKind::matmul && s.op != OpKind::linear) || !s.postOps.empty()) return false;
+  Value &val = p.values[v];
+  Buffer &b = p.buffers[val.buffer];
+  val.dtype = b.dtype = DType::f32;
+  b.bytes = numelOf(b.shape) * static_cast<int64_t>(dtypeSize(DType::f32));
+  for (FusionCall &c : plan.calls) {
+    if (c.order == order) c.postOps.push_back(node); // the fusion plan prints "+cast %node"
   }
   value[node] = v;
   libraryLastNode[v] = node;

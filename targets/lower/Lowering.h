@@ -82,6 +82,8 @@ struct Lowering {
   bool recomputeForReaders(int node);
   void fuseReduce(int node);
   bool foldPostOp(int node);
+  bool storedAnyway(int node) const;
+  bool foldCast(int node);
   void placeLibraryOrEager(int node, Step::Kind kind);
   void placeCollective(int node);
   // embedding and its gradient as gather/scatter kernels (IndexKernels.cpp)
