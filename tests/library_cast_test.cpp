@@ -35,15 +35,15 @@ struct PlainSplits {
   }
 };
 
-using Fn = std::function<Tensor(const Tensor &, const Tensor &)>;
+using CastProduct = std::function<Tensor(const Tensor &, const Tensor &)>;
 
 // `fn` (a bf16 product cast to f32) compiled: every call's result is f32 and within f32
 // rounding of `exact`, the product of the same bf16 values computed in f32 (eager's bf16
 // product is rounded to 8 bits before its cast, which the check tells apart), whether
 // oneDNN runs bf16 natively (a library step) or not (the eager path over f32 copies). The
-// program has no kernel, and its step ran as `how` says (where oneDNN runs bf16 natively;
-// "eager": no primitive took it).
-void expectWidened(const Fn &fn, const Tensor &a, const Tensor &b, const Tensor &exact,
+// program has no kernel, and its step ran as `how` says (where oneDNN runs bf16 natively
+// and the pool has two threads or more; "eager": no primitive took it).
+void expectWidened(const CastProduct &fn, const Tensor &a, const Tensor &b, const Tensor &exact,
                    const std::string &how) {
   NoGradGuard noGrad;
   auto f = compile(fn, CompileOptions{.tiered = false}); // the compiled program from the start
@@ -57,7 +57,7 @@ void expectWidened(const Fn &fn, const Tensor &a, const Tensor &b, const Tensor 
   }
   const std::string ex = f.explain();
   EXPECT_NE(ex.find(" 0 kernels"), std::string::npos) << how << ":\n" << ex;
-  if (eager::bf16MatmulsNative()) {
+  if (eager::bf16MatmulsNative() && WorkPool::instance().threads() >= 2) {
     const bool eagerPath = ex.find("library steps run as") == std::string::npos;
     EXPECT_EQ(eagerPath, how == "eager") << how << ":\n" << ex;
     if (!eagerPath) {
@@ -67,11 +67,11 @@ void expectWidened(const Fn &fn, const Tensor &a, const Tensor &b, const Tensor 
 }
 
 // fn over the f32 values of a and b
-Tensor inF32(const Fn &fn, const Tensor &a, const Tensor &b) {
+Tensor productInF32(const CastProduct &fn, const Tensor &a, const Tensor &b) {
   return fn(a.to(DType::f32), b.to(DType::f32));
 }
 
-Tensor bf16Randn(Shape s, uint64_t seed) {
+Tensor randnBf16(Shape s, uint64_t seed) {
   return Tensor::randn(std::move(s), seed).to(DType::bf16);
 }
 
@@ -79,19 +79,19 @@ Tensor bf16Randn(Shape s, uint64_t seed) {
 
 TEST(LibraryCast, OneCallWritesTheProductInF32) {
   PlainSplits host(false);
-  const Fn fn = [](const Tensor &x, const Tensor &w) {
+  const CastProduct fn = [](const Tensor &x, const Tensor &w) {
     return matmul(x, transpose(w, 0, 1)).to(DType::f32);
   };
-  const Tensor x = bf16Randn({64, 256}, 1), w = bf16Randn({128, 256}, 2);
+  const Tensor x = randnBf16({64, 256}, 1), w = randnBf16({128, 256}, 2);
   OmpThreads one(1);
-  expectWidened(fn, x, w, inF32(fn, x, w), "step 0: one oneDNN matmul");
+  expectWidened(fn, x, w, productInF32(fn, x, w), "step 0: one oneDNN matmul");
 }
 
 TEST(LibraryCast, ALinearOverACapturedWeightWithABias) {
   PlainSplits host(false);
   // the weight and bias are captured (program inputs): the weight is packed once per version
-  const Tensor w = bf16Randn({96, 320}, 3), bias = bf16Randn({96}, 4);
-  const Tensor x = bf16Randn({2, 40, 320}, 5);
+  const Tensor w = randnBf16({96, 320}, 3), bias = randnBf16({96}, 4);
+  const Tensor x = randnBf16({2, 40, 320}, 5);
   const Tensor exact = linear(x.to(DType::f32), w.to(DType::f32), bias.to(DType::f32));
   expectWidened(
       [&w, &bias](const Tensor &x, const Tensor &) { return linear(x, w, bias).to(DType::f32); }, x,
@@ -104,28 +104,29 @@ TEST(LibraryCast, BlocksOfRowsAndOfTheInnerDim) {
   cpu::LibraryStep::setPackWeights(false);
   OmpThreads many(WorkPool::instance().threads());
   // a weight gradient's shape: A transposed, rows split
-  const Fn rows = [](const Tensor &x, const Tensor &y) {
+  const CastProduct rows = [](const Tensor &x, const Tensor &y) {
     return matmul(transpose(x, 0, 1), y).to(DType::f32);
   };
-  const Tensor a = bf16Randn({64, 2048}, 6), b = bf16Randn({64, 128}, 7);
-  expectWidened(rows, a, b, inF32(rows, a, b), "blocks of rows");
+  const Tensor a = randnBf16({64, 2048}, 6), b = randnBf16({64, 128}, 7);
+  expectWidened(rows, a, b, productInF32(rows, a, b), "blocks of rows");
   // a long inner dim: f32 slices summed, then written as f32
-  const Fn inner = [](const Tensor &x, const Tensor &y) { return matmul(x, y).to(DType::f32); };
-  const Tensor c = bf16Randn({19, 4099}, 8), d = bf16Randn({4099, 27}, 9);
-  expectWidened(inner, c, d, inF32(inner, c, d), "blocks of the inner dim");
+  const CastProduct inner = [](const Tensor &x, const Tensor &y) { return matmul(x, y).to(DType::f32); };
+  const Tensor c = randnBf16({19, 4099}, 8), d = randnBf16({4099, 27}, 9);
+  expectWidened(inner, c, d, productInF32(inner, c, d), "blocks of the inner dim");
   cpu::LibraryStep::setPackWeights(true);
 }
 
 TEST(LibraryCast, BlocksOfAFirstBatchDimAndTheEagerPath) {
+  if (WorkPool::instance().threads() < 2) GTEST_SKIP() << "one pool thread: nothing is split";
   PlainSplits host(false);
   OmpThreads many(WorkPool::instance().threads());
   // attention's heads: a [B, H, M, K] view of a [B, M, H, K] tensor (no single batch stride)
-  const Fn heads = [](const Tensor &x, const Tensor &y) {
+  const CastProduct heads = [](const Tensor &x, const Tensor &y) {
     return matmul(permute(x, {0, 2, 1, 3}), y).to(DType::f32);
   };
-  const Tensor a = bf16Randn({3, 33, 4, 40}, 10), b = bf16Randn({3, 4, 40, 81}, 11);
-  expectWidened(heads, a, b, inF32(heads, a, b), "blocks of the first batch dim");
+  const Tensor a = randnBf16({3, 33, 4, 40}, 10), b = randnBf16({3, 4, 40, 81}, 11);
+  expectWidened(heads, a, b, productInF32(heads, a, b), "blocks of the first batch dim");
   // too small to split into blocks, and no primitive takes it whole: the eager path
-  const Tensor c = bf16Randn({2, 33, 4, 40}, 12), d = bf16Randn({2, 4, 40, 81}, 13);
-  expectWidened(heads, c, d, inF32(heads, c, d), "eager");
+  const Tensor c = randnBf16({2, 33, 4, 40}, 12), d = randnBf16({2, 4, 40, 81}, 13);
+  expectWidened(heads, c, d, productInF32(heads, c, d), "eager");
 }
