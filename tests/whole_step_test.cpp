@@ -128,18 +128,25 @@ void expectWholePeakNoHigherThanFull(int64_t hidden, int64_t vocab, bool bf16) {
     EXPECT_NEAR(whole.losses[i], full.losses[i], (bf16 ? 1e-2 : 1e-4) * std::abs(full.losses[i]))
         << "step " << i;
   }
-  EXPECT_LE(whole.peak, full.peak)
+  // within 0.1 %: at these proportions both modes peak at the LM head holding the same
+  // blocks, and differ by a few small buffers either way (at gpt2's own size, 2 layers f32,
+  // the whole step holds 16 KB more of 936 MB; the host's GEMM paths move such buffers),
+  // where the faults this guards against cost MiBs (11 % under bf16 autocast before
+  // 1c905d5)
+  EXPECT_LE(whole.peak, full.peak + full.peak / 1000)
       << "whole step " << whole.peak << " bytes, full mode " << full.peak << " (hidden " << hidden
       << ", vocab " << vocab << (bf16 ? ", bf16 autocast)" : ")");
 }
 
-// A whole step's peak is no higher than full mode's (issue 35) on a GPT-2 of gpt2's
-// proportions scaled down (vocab 64 x hidden, as 50257 / 768; gpt2's 4 x 128 tokens), where
-// the LM head and the tied embedding make the largest blocks (32 MiB logits, 16 MiB
-// weight). At 2 x 64 tokens the activations are small enough to stay in the call's arena,
-// which the whole step holds to its end: since bf16 weight gradients are written in f32
-// by their products (Lowering::foldCast), lowering both modes' peaks at the LM head, that
-// puts the whole step's peak ~1 % above full mode's there (docs/performance.md). Its large
+// A whole step's peak is no higher than full mode's (issue 35; within 0.1 %, see
+// expectWholePeakNoHigherThanFull) on a GPT-2 of gpt2's proportions scaled down (vocab 64 x
+// hidden, as 50257 / 768; gpt2's 4 x 128 tokens), where the LM head and the tied embedding
+// make the largest blocks (32 MiB logits, 16 MiB weight). At 2 x 64 tokens the activations
+// are small enough to stay in the call's arena, which the whole step holds to its end:
+// since bf16 weight gradients are written in f32 by their products (Lowering::foldCast),
+// lowering both modes' peaks at the LM head, that puts the whole step's peak 1.2 % above
+// full mode's there (docs/performance.md). It fails with every intermediate kept in the
+// arena (RCJIT_ARENA_MAX_BUFFER above the logits: 175.8 against 170.0 MB). Its large
 // intermediates live only between their first and last steps (an arena held for the call
 // had added the logits' block to the peak), the tied weight's two gradients are summed
 // into one block (jit/passes/EmbeddingGradSum.h), and the loss's kernels compute the
