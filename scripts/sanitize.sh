@@ -17,9 +17,9 @@ supp="$root/scripts/sanitizers"
 # cache entries and artifact blobs, the CLI), tensor sizes, the eager kernels, compile and
 # the loop code generator (including their concurrency tests), symbolic shapes and passes,
 # whole training steps (traced mutations, storage adopted on write-back), autocast, the
-# profiler and bf16 products written in f32 (library_cast: the blocked steps' offsets). The mpi tests (rcjit_mpi_tests under mpirun) are not in the subset: the job does
-# not build their binary, and running Open MPI's uninstrumented runtime under ASan/LSan is
-# not set up.
+# profiler and bf16 products written in f32 (library_cast: the blocked steps' offsets). The
+# mpi tests (rcjit_mpi_tests under mpirun) are not in the subset: the job does not build
+# their binary, and running Open MPI's uninstrumented runtime under ASan/LSan is not set up.
 asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events|logs|whole_step|autocast|profile|library_cast)_test\.cpp$'
 # The TSan subset: the test files holding the tests that start threads; only those run.
 tsan_tests='^(autograd|eager_matmul|codegen|compile|work_pool|tiered)_test\.cpp$'
