@@ -511,16 +511,13 @@ std::unique_ptr<LibraryStep> LibraryStep::create(const Program &p, const Step &s
   }
   const DType c = s.result >= 0 ? p.values[s.result].dtype : t;
   if (c != t && c != DType::f32) return nullptr;
-  auto dnnlType = [](DType d) {
-    return d == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  };
   for (const PostOp &po : s.postOps) {
     dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
     float alpha = 0.f;
     if (!eltwiseFor(po.op, alg, alpha)) return nullptr;
   }
   try {
-    return createGemm(p, s, sizeFree, dnnlType(t), dnnlType(c));
+    return createGemm(p, s, sizeFree, eager::dnnlType(t), eager::dnnlType(c));
   } catch (const dnnl::error &) {
     return nullptr; // oneDNN declined this layout: the eager path runs it
   }

@@ -120,10 +120,6 @@ void DnnlContext::clear() {
 
 // ---- helpers ----------------------------------------------------------------------------
 
-namespace {
-
-enum KeyTag : int64_t { kMatmulKey = 1, kConvKey = 2, kReorderKey = 3 };
-
 Dt dnnlType(DType t) {
   switch (t) {
   case DType::f32:
@@ -140,6 +136,11 @@ Dt dnnlType(DType t) {
   }
   return Dt::undef;
 }
+
+namespace {
+
+enum KeyTag : int64_t { kMatmulKey = 1, kConvKey = 2, kReorderKey = 3 };
+
 
 /// Dims and strides of a tensor padded with leading size-1 dims to a rank.
 struct Geometry {

@@ -80,6 +80,10 @@ void *threadBuffer(ThreadBuffer which, size_t bytes);
 /// Thread-safe; primitives are cached per geometry.
 void dnnlMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out);
 
+/// oneDNN's element type of `t`: f32, bf16, f16, or undef for the types oneDNN's float
+/// primitives do not take.
+dnnl::memory::data_type dnnlType(DType t);
+
 /// Whether bf16 products run natively (oneDNN's ISA has avx512_core_bf16, or AMX), not in f32
 /// over converted operands; RCJIT_BF16_MATMUL=f32|native overrides.
 bool bf16MatmulsNative();

@@ -593,20 +593,34 @@ void Lowering::fuseReduce(int node) {
 
 // ---- library and eager steps ----------------------------------------------------------------
 
+// The result of the library step that `node`'s operand ends (its product or last folded
+// epilogue), when `node` alone reads that operand and it is no output: what `node` may fold
+// into. -1 otherwise.
+int Lowering::foldableLibraryResult(int node) const {
+  const int in = g.nodes[node].inputs[0];
+  const int v = value[in];
+  if (v < 0 || libraryLastNode[v] != in || users[in].size() != 1 || isOutput[in]) return -1;
+  return v;
+}
+
+// `node` folded into the library step whose result is `v`: its value from now on, and one
+// of the step's epilogues in the fusion plan ("+relu %node").
+void Lowering::joinLibraryStep(int node, int v) {
+  for (FusionCall &c : plan.calls) {
+    if (c.order == stepOrderOfValue[v]) c.postOps.push_back(node);
+  }
+  value[node] = v;
+  libraryLastNode[v] = node;
+}
+
 // Folds unary `node` into the library step that wrote its operand, if it may.
 bool Lowering::foldPostOp(int node) {
   const Node &n = g.nodes[node];
   if (!opts.fuseLibraryEpilogues || !isPostOp(n.op) || n.dtype != DType::f32) return false;
-  int in = n.inputs[0];
-  int v = value[in];
-  if (v < 0 || libraryLastNode[v] != in || users[in].size() != 1 || isOutput[in]) return false;
-  int order = stepOrderOfValue[v];
-  otherSteps[order].postOps.push_back({n.op});
-  for (FusionCall &c : plan.calls) {
-    if (c.order == order) c.postOps.push_back(node);
-  }
-  value[node] = v;
-  libraryLastNode[v] = node;
+  const int v = foldableLibraryResult(node);
+  if (v < 0) return false;
+  otherSteps[stepOrderOfValue[v]].postOps.push_back({n.op});
+  joinLibraryStep(node, v);
   return true;
 }
 
@@ -639,25 +653,19 @@ bool Lowering::storedAnyway(int node) const {
 bool Lowering::foldCast(int node) {
   const Node &n = g.nodes[node];
   if (!opts.fuseLibraryEpilogues || n.op != OpKind::cast || n.dtype != DType::f32 ||
+      g.nodes[n.inputs[0]].dtype != DType::bf16)
+    return false;
+  const int v = foldableLibraryResult(node);
+  if (v < 0) return false;
+  const Step &s = otherSteps[stepOrderOfValue[v]];
+  if ((s.op != OpKind::matmul && s.op != OpKind::linear) || !s.postOps.empty() ||
       !storedAnyway(node))
     return false;
-  const int in = n.inputs[0];
-  const int v = value[in];
-  if (g.nodes[in].dtype != DType::bf16 || v < 0 || libraryLastNode[v] != in ||
-      users[in].size() != 1 || isOutput[in])
-    return false;
-  const int order = stepOrderOfValue[v];
-  const Step &s = otherSteps[order];
-  if ((s.op != OpKind::matmul && s.op != OpKind::linear) || !s.postOps.empty()) return false;
   Value &val = p.values[v];
   Buffer &b = p.buffers[val.buffer];
   val.dtype = b.dtype = DType::f32;
   b.bytes = numelOf(b.shape) * static_cast<int64_t>(dtypeSize(DType::f32));
-  for (FusionCall &c : plan.calls) {
-    if (c.order == order) c.postOps.push_back(node); // the fusion plan prints "+cast %node"
-  }
-  value[node] = v;
-  libraryLastNode[v] = node;
+  joinLibraryStep(node, v); // the fusion plan prints "+cast %node"
   return true;
 }
 

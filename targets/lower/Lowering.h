@@ -81,6 +81,8 @@ struct Lowering {
   bool recomputable(int node, int gid, std::vector<int> &chain, std::vector<int> &leaves) const;
   bool recomputeForReaders(int node);
   void fuseReduce(int node);
+  int foldableLibraryResult(int node) const;
+  void joinLibraryStep(int node, int v);
   bool foldPostOp(int node);
   bool storedAnyway(int node) const;
   bool foldCast(int node);
