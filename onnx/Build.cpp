@@ -2,6 +2,7 @@
 // (supported op, every input defined, no cycle) and put in topological order.
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "onnx/Program.h"
 
@@ -15,6 +16,28 @@ std::string nodeLabel(const NodeData &n) {
 }
 
 std::string normDomain(const std::string &d) { return d == "ai.onnx" ? "" : d; }
+
+// The initializers of one element that nodes read only as a Pow's exponent (and that are
+// no graph output): what an exporter writes for the literal of `x ** 3`. They are
+// constants, not parameters, so that the exponent's value is known where the graph is
+// compiled (Pow(x, 3) becomes x * x * x there, not a call of powf per element).
+std::unordered_set<std::string> exponentConstants(const GraphData &g) {
+  std::unordered_set<std::string> exponents, other;
+  for (const NodeData &n : g.nodes) {
+    const bool pow = n.opType == "Pow" && normDomain(n.domain).empty();
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      (pow && i == 1 ? exponents : other).insert(n.inputs[i]);
+    }
+  }
+  for (const ValueInfo &o : g.outputs) other.insert(o.name);
+  std::unordered_set<std::string> out;
+  for (const TensorData &t : g.initializers) {
+    int64_t numel = 1;
+    for (int64_t d : t.dims) numel *= d;
+    if (numel == 1 && exponents.count(t.name) && !other.count(t.name)) out.insert(t.name);
+  }
+  return out;
+}
 
 // Kahn's algorithm over the producers of each node's inputs; a node left over is on a
 // cycle (or waits for one), and the error names them.
@@ -96,11 +119,12 @@ std::shared_ptr<Program> buildProgram(ModelData &m, const std::string &dir,
     p->valueNames.push_back(name);
     return id;
   };
+  const std::unordered_set<std::string> exponents = exponentConstants(g);
   for (const TensorData &t : g.initializers) {
     int id = define(t.name, "an initializer");
     if (id < 0) throw Error("onnx: " + what + ": an initializer has no name");
     Tensor v = decodeTensor(t, dir, what);
-    if (isFloating(v.dtype())) {
+    if (isFloating(v.dtype()) && !exponents.count(t.name)) {
       p->parameters.emplace_back(id, v);
       p->parameterNames.push_back(t.name);
     } else {

@@ -51,8 +51,8 @@ struct Program {
   std::vector<int> inputIds, outputIds;
   std::vector<std::string> valueNames;
   std::vector<Node> nodes;                        // topological order
-  std::vector<std::pair<int, Tensor>> constants;  // integer initializers
-  std::vector<std::pair<int, Tensor>> parameters; // floating initializers (initial values)
+  std::vector<std::pair<int, Tensor>> constants;  // integer initializers, Pow exponents
+  std::vector<std::pair<int, Tensor>> parameters; // other floating initializers (initial values)
   std::vector<std::string> parameterNames;        // parallel to parameters
   std::vector<std::string> layers;                // repeated layers, in graph order
 };

@@ -72,6 +72,31 @@ TEST(OnnxImport, MlpEagerMatchesOps) {
   EXPECT_EQ(m.input_dim_params(0), (std::vector<std::string>{"batch", ""}));
 }
 
+TEST(OnnxImport, APowsConstantExponentIsNoParameterAndCompilesToProducts) {
+  // the dynamo exporter writes the 3 of `x ** 3` (GPT-2's GELU) as a rank-0 initializer
+  GraphSpec g;
+  g.initializers = {floats("val_3", {}, {3.0f}), floats("scale", {1}, {0.5f})};
+  g.nodes = {node("Pow", {"x", "val_3"}, {"cube"}, "/act/Pow"),
+             node("Mul", {"cube", "scale"}, {"y"}, "/act/Mul")};
+  g.inputs = {valueInfo("x", kFloat, {-1, 8}, {"batch"})};
+  g.outputs = {valueInfo("y", kFloat, {-1, 8}, {"batch"})};
+  Model m = load_bytes(model(g, 20));
+  auto named = m.named_parameters();
+  ASSERT_EQ(named.size(), 1u); // the exponent is a constant, the Mul's operand a parameter
+  EXPECT_EQ(named[0].first, "scale");
+  Tensor x = Tensor::randn({4, 8}, 7);
+  Tensor want = x * x * x * 0.5;
+  EXPECT_TRUE(allclose(m({x})[0], want, 1e-5, 1e-6));
+  NoGradGuard inference;
+  CompileOptions o;
+  o.tiered = false;
+  auto cm = compile(m, o);
+  EXPECT_TRUE(allclose(cm(std::vector<Tensor>{x}).at(0), want, 1e-5, 1e-6));
+  std::string ex = cm.explain();
+  EXPECT_EQ(ex.find("pow"), std::string::npos) << ex; // x * x * x in the kernel
+  EXPECT_NE(ex.find("mul"), std::string::npos) << ex;
+}
+
 TEST(OnnxImport, CompiledFullAndDynamicServeSeveralBatches) {
   Model m = load_bytes(model(mlpGraph(), 20));
   CompileOptions o;

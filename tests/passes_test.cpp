@@ -346,6 +346,38 @@ TEST(PassesDecompose, HalfSdpa) {
   }
 }
 
+TEST(PassesDecompose, PowByASmallConstantBecomesProducts) {
+  // GELU's tanh form as exporters write it: x ** 3 over values of both signs
+  for (double c : {2.0, 3.0, 4.0}) {
+    Traced t = trace([c](const std::vector<Tensor> &a) { return one(pow(a[0], Scalar(c))); },
+                     {Tensor::randn({5, 7}, 21)});
+    Graph d = checkDecompose(t, Tol{1e-6, 1e-6});
+    EXPECT_EQ(count(d, OpKind::pow), 0) << "exponent " << c;
+    EXPECT_EQ(count(d, OpKind::mul), c == 3.0 ? 2 : c == 4.0 ? 2 : 1) << "exponent " << c;
+  }
+  Traced root = trace([](const std::vector<Tensor> &a) { return one(pow(a[0], Scalar(0.5))); },
+                      {abs(Tensor::randn({5, 7}, 22))});
+  Graph d = checkDecompose(root, Tol{1e-6, 1e-6});
+  EXPECT_EQ(opsOf(d), (std::vector<OpKind>{OpKind::full, OpKind::sqrt}));
+  for (DType h : {DType::f16, DType::bf16}) { // computed in f32, as the kernels do
+    Traced t = trace([](const std::vector<Tensor> &a) { return one(pow(a[0], Scalar(3.0))); },
+                     {Tensor::randn({4, 6}, 23, h)});
+    Graph hd = checkDecompose(t, tolFor(h));
+    EXPECT_EQ(count(hd, OpKind::pow), 0);
+    EXPECT_EQ(hd.nodes[hd.outputs[0]].dtype, h);
+  }
+}
+
+TEST(PassesDecompose, OtherPowsStay) {
+  // another constant, or an exponent that is an input
+  Traced frac = trace([](const std::vector<Tensor> &a) { return one(pow(a[0], Scalar(2.5))); },
+                      {abs(Tensor::randn({3, 4}, 24))});
+  EXPECT_EQ(count(checkDecompose(frac), OpKind::pow), 1);
+  Traced tensor = trace([](const std::vector<Tensor> &a) { return one(pow(a[0], a[1])); },
+                        {abs(Tensor::randn({3, 4}, 25)), Tensor::full({}, 3.0, DType::f32)});
+  EXPECT_EQ(count(checkDecompose(tensor), OpKind::pow), 1);
+}
+
 Traced linearTrace(int64_t k, int64_t n, bool bias, DType t = DType::f32) {
   Tensor w = Tensor::randn({n, k}, 12, t), b = Tensor::randn({n}, 13, t);
   return trace(

@@ -348,9 +348,43 @@ int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in,
   return b.cast(matmulOf(b, p, v, o), n.dtype);
 }
 
+/// pow(x, c), c a one-element constant 2, 3, 4 or 0.5 and x floating of the result's
+/// shape and dtype, as products of x or as sqrt(x): a kernel multiplies instead of calling
+/// powf per element (libmvec's vector powf takes its scalar path for a negative base, as
+/// GELU's tanh form gives it half the time). Shapes are copied, so symbolic ones are fine.
+/// -1 otherwise.
+int decomposePow(GraphBuilder &b, const Graph &g, const Node &n) {
+  const Node &x = g.nodes[n.inputs[0]], &e = g.nodes[n.inputs[1]];
+  bool scalar = e.op == OpKind::full;
+  for (const Dim &d : e.shape) scalar = scalar && !d.isSymbolic() && d.value == 1;
+  if (!scalar || !isFloating(n.dtype) || x.dtype != n.dtype || x.shape != n.shape) return -1;
+  const double c = e.attrs.value;
+  if (c != 2 && c != 3 && c != 4 && c != 0.5) return -1;
+  const DType ct = computeType(n.dtype);
+  auto make = [&](OpKind op, std::vector<int> in, DType t) {
+    Node m;
+    m.op = op;
+    m.inputs = std::move(in);
+    m.dtype = t;
+    m.shape = n.shape;
+    return b.append(std::move(m));
+  };
+  const int in = b.at(n.inputs[0]);
+  const int xc = ct == n.dtype ? in : make(OpKind::cast, {in}, ct);
+  int r = -1;
+  if (c == 0.5) {
+    r = make(OpKind::sqrt, {xc}, ct);
+  } else {
+    const int sq = make(OpKind::mul, {xc, xc}, ct);
+    r = c == 2 ? sq : make(OpKind::mul, {sq, c == 3 ? xc : sq}, ct);
+  }
+  return ct == n.dtype ? r : make(OpKind::cast, {r}, n.dtype);
+}
+
 /// The new node standing for old node `n`, or -1 when `n` is not decomposed.
 int tryDecompose(GraphBuilder &b, const Graph &g, const Node &n, const DecomposeOptions &o) {
   if (n.op == OpKind::check_target && o.dropDataChecks) return b.at(n.inputs[0]);
+  if (n.op == OpKind::pow) return decomposePow(b, g, n);
   if (!decomposable(g, n)) return -1;
   std::vector<int> in;
   for (int i : n.inputs) in.push_back(b.at(i));

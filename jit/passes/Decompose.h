@@ -21,6 +21,9 @@
 //   nest (targets/cpu/CpuKernels.cpp).
 // - linear(x, w, b) with splitLinearBias: linear(x, w) + b.
 // - check_target with dropDataChecks: its input (any shape, symbolic ones too).
+// - pow(x, c) for a floating x and a constant c of 2, 3, 4 or 0.5: x * x (* x ...) or
+//   sqrt(x), as Inductor does (symbolic shapes too): a kernel multiplies instead of calling
+//   powf per element.
 // gelu and silu stay single ops: the code generator and oneDNN post-ops implement them
 // natively, and spelled out they would no longer fuse into a matmul as a post-op.
 //
