@@ -1,5 +1,6 @@
 // Eager-target kernels next to what the machine does without rcjit: matmul against a
-// direct dnnl_sgemm, elementwise add against a STREAM triad loop.
+// direct dnnl_sgemm, elementwise add against a STREAM triad loop, a conv2d's two gradients
+// against its forward (the same multiply-adds each).
 #include <cstdint>
 #include <vector>
 
@@ -89,11 +90,37 @@ void BM_TriadLoop16M(benchmark::State &state) {
   setBytes(state, kTriadBytes * kElems);
 }
 
+/// conv2d's forward (arg 0), input gradient (1) or weight gradient (2) on the shape `arg 1`
+/// picks: 0 a ViT patch embedding (8 x 3 x 224 x 224, 768 16x16 filters, stride 16), 1 a
+/// ResNet block (8 x 64 x 56 x 56, 64 3x3 filters, padding 1). Each pass is the same
+/// number of multiply-adds.
+void BM_EagerConv2d(benchmark::State &state) {
+  const bool patch = state.range(1) == 0;
+  const rcjit::Shape xs = patch ? rcjit::Shape{8, 3, 224, 224} : rcjit::Shape{8, 64, 56, 56};
+  const rcjit::Shape ws = patch ? rcjit::Shape{768, 3, 16, 16} : rcjit::Shape{64, 64, 3, 3};
+  const int64_t stride = patch ? 16 : 1, pad = patch ? 0 : 1;
+  rcjit::Tensor x = rcjit::Tensor::randn(xs, 1), w = rcjit::Tensor::randn(ws, 2);
+  rcjit::Tensor y = rcjit::conv2d(x, w, rcjit::Tensor(), stride, pad);
+  rcjit::Tensor g = rcjit::Tensor::randn(y.shape(), 3);
+  for (auto _ : state) {
+    rcjit::Tensor r = state.range(0) == 0   ? rcjit::conv2d(x, w, rcjit::Tensor(), stride, pad)
+                      : state.range(0) == 1 ? rcjit::conv2d_backward_input(g, w, xs, stride, pad)
+                                            : rcjit::conv2d_backward_weight(g, x, ws, stride, pad);
+    benchmark::DoNotOptimize(r.data_ptr());
+  }
+  setFlops(state, 2.0 * static_cast<double>(y.numel()) * static_cast<double>(w.numel() / ws[0]));
+}
+
 BENCHMARK(BM_EagerMatmul)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DnnlSgemm)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MatmulOutputAlloc)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EagerAdd16M)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TriadLoop16M)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_EagerConv2d)
+    ->ArgNames({"pass", "shape"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 } // namespace
 

@@ -337,6 +337,47 @@ TEST(EagerConv2d, NonContiguousAndOtherDtypes) {
               refConv(refOf(xh.contiguous()), refOf(wh), &rbh, 1, 0), 2e-2, 0.1);
 }
 
+TEST(EagerConv2d, GradientsMatchTheF64Loops) {
+  // f32 (and bf16) gradients run on oneDNN's backward primitives, f64 on loops: the same
+  // sums; strides, padding, a non-square kernel, patches (stride = kernel), 1x1
+  struct Case {
+    Shape x, w;
+    int64_t stride, pad;
+  };
+  for (const Case &c :
+       {Case{{2, 3, 9, 8}, {4, 3, 3, 3}, 2, 1}, Case{{2, 3, 16, 16}, {5, 3, 4, 4}, 4, 0},
+        Case{{2, 3, 7, 6}, {2, 3, 3, 2}, 1, 1}, Case{{1, 2, 7, 7}, {3, 2, 1, 1}, 1, 0}}) {
+    Tensor x = Tensor::randn(c.x, 1), w = Tensor::randn(c.w, 2);
+    Shape ys = rcjit::conv2d(x, w, Tensor(), c.stride, c.pad).shape();
+    Tensor g = rcjit::transpose(Tensor::randn({ys[0], ys[1], ys[3], ys[2]}, 3), 2, 3); // strided
+    Tensor xd = x.to(DType::f64), wd = w.to(DType::f64), gd = g.to(DType::f64);
+    Tensor gx = rcjit::conv2d_backward_input(g, w, x.shape(), c.stride, c.pad);
+    Tensor gw = rcjit::conv2d_backward_weight(g, x, w.shape(), c.stride, c.pad);
+    EXPECT_EQ(gx.dtype(), DType::f32);
+    EXPECT_TRUE(allclose(gx.to(DType::f64),
+                         rcjit::conv2d_backward_input(gd, wd, x.shape(), c.stride, c.pad), 1e-4,
+                         1e-4))
+        << rcjit::shapeStr(c.x) << " " << rcjit::shapeStr(c.w);
+    EXPECT_TRUE(allclose(gw.to(DType::f64),
+                         rcjit::conv2d_backward_weight(gd, xd, w.shape(), c.stride, c.pad), 1e-4,
+                         1e-4))
+        << rcjit::shapeStr(c.x) << " " << rcjit::shapeStr(c.w);
+    Tensor gh = g.to(DType::bf16), wh = w.to(DType::bf16), xh = x.to(DType::bf16);
+    Tensor gxh = rcjit::conv2d_backward_input(gh, wh, x.shape(), c.stride, c.pad);
+    EXPECT_EQ(gxh.dtype(), DType::bf16);
+    EXPECT_TRUE(allclose(gxh.to(DType::f64),
+                         rcjit::conv2d_backward_input(gh.to(DType::f64), wh.to(DType::f64),
+                                                      x.shape(), c.stride, c.pad),
+                         2e-2, 5e-2));
+  }
+  // an empty batch: the weight's gradient is zeros
+  Tensor x0 = Tensor::randn({0, 3, 8, 8}, 4), w0 = Tensor::randn({4, 3, 3, 3}, 5);
+  Tensor g0 = Tensor::randn({0, 4, 6, 6}, 6);
+  Tensor gw0 = rcjit::conv2d_backward_weight(g0, x0, w0.shape(), 1, 0);
+  EXPECT_TRUE(allclose(gw0, Tensor::zeros({4, 3, 3, 3}), 0, 0));
+  EXPECT_EQ(rcjit::conv2d_backward_input(g0, w0, x0.shape(), 1, 0).numel(), 0);
+}
+
 TEST(EagerConv2d, WrongRankIsAnError) {
   std::string msg = errorOf([] {
     rcjit::conv2d(Tensor::randn({3, 9, 8}, 1), Tensor::randn({4, 3, 3, 3}, 2), Tensor());

@@ -460,25 +460,48 @@ struct ConvGeometry {
   int64_t stride = 1, padding = 0;
 };
 
-DnnlPrimitive createConv(const ConvGeometry &g) {
+/// The primitive of `pass` over `g`, its descs the layouts it picked for the x-, w- and
+/// out-shaped operands (src or diff_src, weights or diff_weights, dst or diff_dst). A
+/// backward primitive is made from the forward_training one it is the gradient of.
+DnnlPrimitive createConv(const ConvGeometry &g, ConvPass pass) {
   auto any = [](const memory::dims &d) {
     return memory::desc(d, Dt::f32, memory::format_tag::any);
   };
   memory::desc bd({g.out.dims[1]}, Dt::f32, memory::format_tag::a);
   memory::dims strides{g.stride, g.stride}, pad{g.padding, g.padding};
+  const auto &eng = DnnlContext::instance().engine();
   try {
     auto alg = dnnl::algorithm::convolution_direct;
-    auto prop = dnnl::prop_kind::forward_inference;
+    auto prop = pass == ConvPass::forward ? dnnl::prop_kind::forward_inference
+                                          : dnnl::prop_kind::forward_training;
     auto desc = g.hasBias ? dnnl::convolution_forward::desc(prop, alg, any(g.x.dims), any(g.w.dims),
                                                             bd, any(g.out.dims), strides, pad, pad)
                           : dnnl::convolution_forward::desc(prop, alg, any(g.x.dims), any(g.w.dims),
                                                             any(g.out.dims), strides, pad, pad);
-    dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(),
-                                                 DnnlContext::instance().engine());
+    dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), eng);
     // operands are reordered to the layouts it picks, so a reference kernel is the last resort
-    DnnlPrimitive p =
-        finish<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(pd, true);
-    p.descs = {pd.src_desc(), pd.weights_desc(), pd.dst_desc()};
+    if (pass == ConvPass::forward) {
+      DnnlPrimitive p =
+          finish<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(pd, true);
+      p.descs = {pd.src_desc(), pd.weights_desc(), pd.dst_desc()};
+      return p;
+    }
+    if (pass == ConvPass::backwardData) {
+      dnnl::convolution_backward_data::desc bdesc(alg, any(g.x.dims), any(g.w.dims),
+                                                  any(g.out.dims), strides, pad, pad);
+      dnnl::convolution_backward_data::primitive_desc bpd(bdesc, userScratchpadAttr(), eng, pd);
+      DnnlPrimitive p =
+          finish<dnnl::convolution_backward_data::primitive_desc, dnnl::convolution_backward_data>(
+              bpd, true);
+      p.descs = {bpd.diff_src_desc(), bpd.weights_desc(), bpd.diff_dst_desc()};
+      return p;
+    }
+    dnnl::convolution_backward_weights::desc wdesc(alg, any(g.x.dims), any(g.w.dims),
+                                                   any(g.out.dims), strides, pad, pad);
+    dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, userScratchpadAttr(), eng, pd);
+    DnnlPrimitive p = finish<dnnl::convolution_backward_weights::primitive_desc,
+                             dnnl::convolution_backward_weights>(wpd, true);
+    p.descs = {wpd.src_desc(), wpd.diff_weights_desc(), wpd.diff_dst_desc()};
     return p;
   } catch (const dnnl::error &) {
     return {};
@@ -512,34 +535,48 @@ memory toLayout(const memory &user, const memory::desc &want, const DnnlContext:
   return m;
 }
 
-/// conv2d on f32 views; asserts that oneDNN has a kernel (it has one for every f32 conv).
-void runConvF32(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
-                int64_t padding, const Tensor &out) {
-  ConvGeometry g{geometry(x, 4),  geometry(w, 4), geometry(out, 4),
-                 bias != nullptr, stride,         padding};
-  DnnlContext::Key key{kConvKey, g.hasBias, stride, padding};
+/// One pass of conv2d on f32 views x [N, C, H, W], w [O, C, KH, KW], y [N, O, OH, OW]: the
+/// forward writes y (+ bias), backwardData writes x from y (its gradient) and w,
+/// backwardWeights writes w from x and y. oneDNN has a kernel for every f32 conv; where it
+/// had none for one this is an Error naming the shapes.
+void runConvF32(ConvPass pass, const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
+                int64_t padding, const Tensor &y) {
+  ConvGeometry g{geometry(x, 4), geometry(w, 4), geometry(y, 4), bias != nullptr, stride, padding};
+  DnnlContext::Key key{kConvKey, static_cast<int64_t>(pass), g.hasBias, stride, padding};
   appendKey(key, g.x);
   appendKey(key, g.w);
   appendKey(key, g.out);
   auto &ctx = DnnlContext::instance();
-  auto conv = ctx.lookup(key, [&] { return createConv(g); });
+  auto conv = ctx.lookup(key, [&] { return createConv(g, pass); });
   if (!conv->usable()) {
     throw Error("conv2d: oneDNN has no kernel for input " + shapeStr(x.shape()) + " and weight " +
                 shapeStr(w.shape()));
   }
-  memory src = toLayout(userMemory(descOf(g.x, Dt::f32), x), conv->descs[0], key, 0);
-  memory wei = toLayout(userMemory(descOf(g.w, Dt::f32), w), conv->descs[1], key, 1);
-  memory userDst = userMemory(descOf(g.out, Dt::f32), out);
-  bool directDst = userDst.get_desc() == conv->descs[2];
-  memory dst = directDst ? userDst : memory(conv->descs[2], ctx.engine());
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  const int written = pass == ConvPass::forward ? 2 : pass == ConvPass::backwardData ? 0 : 1;
+  const Tensor *user[3] = {&x, &w, &y};
+  const Geometry *geo[3] = {&g.x, &g.w, &g.out};
+  static const int kArgs[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                  {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST},
+                                  {DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST}};
+  std::unordered_map<int, memory> args;
+  memory out, userOut;
+  for (int i = 0; i < 3; ++i) {
+    memory m = userMemory(descOf(*geo[i], Dt::f32), *user[i]);
+    if (i == written) {
+      userOut = m;
+      out = m.get_desc() == conv->descs[i] ? m : memory(conv->descs[i], ctx.engine());
+      m = out;
+    } else {
+      m = toLayout(m, conv->descs[i], key, i);
+    }
+    args.emplace(kArgs[static_cast<int>(pass)][i], m);
+  }
   if (bias) {
     memory::desc bd({bias->numel()}, Dt::f32, {bias->impl()->strides[0]});
     args.emplace(DNNL_ARG_BIAS, userMemory(bd, *bias));
   }
   ctx.execute(*conv, std::move(args));
-  if (!directDst) reorderInto(dst, userDst, key, 2);
+  if (out != userOut) reorderInto(out, userOut, key, 3);
 }
 
 } // namespace
@@ -556,14 +593,21 @@ void dnnlConv2d(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t st
     return;
   }
   if (x.dtype() == DType::f32 && out.dtype() == DType::f32) {
-    runConvF32(x, w, bias, stride, padding, out);
+    runConvF32(ConvPass::forward, x, w, bias, stride, padding, out);
     return;
   }
   Tensor xc = packed(x, DType::f32), wc = packed(w, DType::f32);
   Tensor bc = bias ? packed(*bias, DType::f32) : Tensor();
   Tensor oc = detail::makeTensor(out.shape(), DType::f32);
-  runConvF32(xc, wc, bias ? &bc : nullptr, stride, padding, oc);
+  runConvF32(ConvPass::forward, xc, wc, bias ? &bc : nullptr, stride, padding, oc);
   copyInto(out, oc);
+}
+
+void dnnlConv2dBackward(ConvPass pass, const Tensor &x, const Tensor &w, const Tensor &g,
+                        int64_t stride, int64_t padding) {
+  assert(pass != ConvPass::forward && x.dtype() == DType::f32 && w.dtype() == DType::f32 &&
+         g.dtype() == DType::f32);
+  runConvF32(pass, x, w, nullptr, stride, padding, g);
 }
 
 } // namespace rcjit::eager

@@ -94,4 +94,13 @@ bool bf16MatmulsNative();
 void dnnlConv2d(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t stride,
                 int64_t padding, Tensor &out);
 
+enum class ConvPass { forward, backwardData, backwardWeights };
+
+/// A conv2d gradient through oneDNN's backward primitive, on f32 views of x [N, C, H, W], w
+/// [O, C, KH, KW] and g [N, O, OH, OW] (the output's gradient): backwardData writes the
+/// input's gradient into `x` from g and w, backwardWeights the weight's into `w` from x
+/// and g. Thread-safe.
+void dnnlConv2dBackward(ConvPass pass, const Tensor &x, const Tensor &w, const Tensor &g,
+                        int64_t stride, int64_t padding);
+
 } // namespace rcjit::eager
