@@ -41,9 +41,14 @@ Tensor divide(OpContext &c) {
   return isIntegral(t) ? q.to(t) : q; // integer division truncates, like C
 }
 
+// Pow(a, b): the result has a's type; an integer base with a floating exponent is computed
+// in f64 and truncated, as onnxruntime does (3 ** 2.5 is 15, not 3 ** 2)
 Tensor power(OpContext &c) {
   Tensor a = c.in(0), b = c.in(1);
-  if (c.isScalarConst(1) && !c.hostPass) {
+  if (isIntegral(a.dtype()) && isFloating(b.dtype())) {
+    return pow(a.to(DType::f64), b.to(DType::f64)).to(a.dtype());
+  }
+  if (c.isScalarConst(1) && !c.hostPass && b.dim() <= a.dim()) { // the result's rank is a's
     double e = c.scalar(1);
     if (e == 2.0) return a * a;
     if (e == 0.5 && isFloating(a.dtype())) return sqrt(a);

@@ -97,6 +97,22 @@ TEST(OnnxImport, APowsConstantExponentIsNoParameterAndCompilesToProducts) {
   EXPECT_NE(ex.find("mul"), std::string::npos) << ex;
 }
 
+TEST(OnnxImport, PowKeepsTheBasesRankAndAnIntegerBaseTakesAFractionalExponent) {
+  GraphSpec g; // an exponent of shape [1] over a rank-0 base; 2.5 over int64 values
+  g.initializers = {floats("e1", {1}, {3.0f}), floats("e2", {}, {2.5f})};
+  g.nodes = {node("Pow", {"s", "e1"}, {"cube"}, "/Pow"),
+             node("Pow", {"i", "e2"}, {"ipow"}, "/IntPow")};
+  g.inputs = {valueInfo("s", kFloat, {}), valueInfo("i", kInt64, {3})};
+  g.outputs = {valueInfo("cube", kFloat, {1}), valueInfo("ipow", kInt64, {3})};
+  Model m = load_bytes(model(g, 20));
+  Tensor s = Tensor::full({}, 2.0), i = Tensor::from_vector(std::vector<int64_t>{2, 3, 4}, {3});
+  std::vector<Tensor> out = m({s, i});
+  EXPECT_EQ(out[0].shape(), (Shape{1})); // broadcast to the exponent's rank
+  EXPECT_FLOAT_EQ(out[0].item(), 8.0f);
+  // as onnxruntime: pow in double, truncated (2 ** 2.5 = 5.66, 3 ** 2.5 = 15.59, 4 ** 2.5 = 32)
+  EXPECT_EQ(out[1].to_vector<int64_t>(), (std::vector<int64_t>{5, 15, 32}));
+}
+
 TEST(OnnxImport, CompiledFullAndDynamicServeSeveralBatches) {
   Model m = load_bytes(model(mlpGraph(), 20));
   CompileOptions o;
