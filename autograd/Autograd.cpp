@@ -11,6 +11,7 @@
 #include <rcjit/Ops.h>
 
 #include "autograd/GradRules.h"
+#include "tracer/EagerHook.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 
@@ -51,8 +52,37 @@ void checkSaved(const Node &n, const SavedValue &s) {
   }
 }
 
+// Whether t's block is t's alone: no other handle on t, no view or tensor on its storage,
+// which t owns (not a from_blob), all of it, contiguous. Writing it in place then changes
+// nothing anyone else can see.
+bool ownsItsBlock(const Tensor &t) {
+  const auto &impl = t.impl();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->storage->release &&
+         impl->offset == 0 && t.is_contiguous();
+}
+
+// slot + g, written into slot's own block where it may be (ownsItsBlock, host tensors of
+// one dtype and shape, no trace recording the ops), so that the sum of two gradients (a
+// tied weight's two uses, compiled in two regions; a gradient accumulated over backward()
+// calls) needs no third block; else a new tensor.
+void addInPlaceOrNew(Tensor &slot, const Tensor &g) {
+  if (!Tracer::current() && slot.device().is_cpu() && g.device().is_cpu() &&
+      slot.dtype() == g.dtype() && slot.shape() == g.shape() && ownsItsBlock(slot)) {
+    slot.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
+    detail::addIntoEager(slot, g);
+    return;
+  }
+  slot = slot + g;
+}
+
 // Adds g into slot (which may be undefined).
-void accumulate(Tensor &slot, const Tensor &g) { slot = slot.defined() ? slot + g : g; }
+void accumulate(Tensor &slot, const Tensor &g) {
+  if (slot.defined()) {
+    addInPlaceOrNew(slot, g);
+  } else {
+    slot = g;
+  }
+}
 
 // Adds g into output `index` of a node's pending gradients.
 void accumulate(std::vector<Tensor> &slots, int index, const Tensor &g) {
@@ -327,7 +357,7 @@ struct BackwardRun {
       if (Tracer *tr = Tracer::current(); tr && tr->recordsAutograd())
         tr->gradAccess(Tensor(), m, /*reads=*/true); // accumulates into grad()
       if (m->grad.defined()) {
-        m->grad = m->grad + g;
+        addInPlaceOrNew(m->grad, g);
       } else {
         Tensor owned = std::move(g);
         m->grad = ownedGrad(std::move(owned));

@@ -304,4 +304,31 @@ TEST(EmbeddingBackward, SumsRowsOfRepeatedIdsAndChecksShapes) {
   EXPECT_NE(msg.find("expected grad [..., dim] over ids [...]"), std::string::npos) << msg;
 }
 
+TEST(Autograd, ASecondGradientIsSummedIntoTheFirstsBlock) {
+  // w (1 MiB) feeds two products, as a tied embedding feeds the embedding and the LM head:
+  // its two gradients are summed into the first's block, with no third block for the sum
+  Tensor w = Tensor::randn({512, 512}, 1).requires_grad_();
+  Tensor a = Tensor::randn({8, 512}, 2), b = Tensor::randn({8, 512}, 3);
+  Tensor loss = sum(matmul(a, w)) + sum(matmul(b, w));
+  const int64_t block = 512 * 512 * 4;
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  loss.backward();
+  EXPECT_LT(memory_stats().peak_bytes - before, 2 * block + block / 2) << "a third block";
+  Tensor ones = Tensor::ones({8, 512});
+  Tensor want = matmul(transpose(a, 0, 1), ones) + matmul(transpose(b, 0, 1), ones);
+  EXPECT_TRUE(allclose(w.grad(), want, 1e-5, 1e-5));
+  // a second backward() accumulates into grad()'s own block, which no one else holds
+  const void *at = w.grad().data_ptr();
+  (sum(matmul(a, w)) + sum(matmul(b, w))).backward();
+  EXPECT_EQ(w.grad().data_ptr(), at);
+  EXPECT_TRUE(allclose(w.grad(), want * 2.0, 1e-5, 1e-5));
+  // a gradient someone holds is not written: the sum is a new tensor
+  Tensor held = w.grad();
+  (sum(matmul(a, w)) + sum(matmul(b, w))).backward();
+  EXPECT_TRUE(allclose(held, want * 2.0, 1e-5, 1e-5));
+  EXPECT_TRUE(allclose(w.grad(), want * 3.0, 1e-5, 1e-5));
+  EXPECT_NE(w.grad().data_ptr(), held.data_ptr());
+}
+
 } // namespace

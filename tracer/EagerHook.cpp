@@ -11,6 +11,7 @@ namespace {
 // constant-initialized: filled by the installer whatever the load order of the library's files
 std::atomic<decltype(EagerKernels::run)> runSlot{nullptr};
 std::atomic<decltype(EagerKernels::copyInto)> copySlot{nullptr};
+std::atomic<decltype(EagerKernels::addInto)> addSlot{nullptr};
 
 [[noreturn]] void notInstalled() {
   throw Error("internal: no eager kernels are installed (targets/eager is not linked)");
@@ -20,6 +21,7 @@ std::atomic<decltype(EagerKernels::copyInto)> copySlot{nullptr};
 void installEagerKernels(const EagerKernels &kernels) {
   runSlot.store(kernels.run, std::memory_order_release);
   copySlot.store(kernels.copyInto, std::memory_order_release);
+  addSlot.store(kernels.addInto, std::memory_order_release);
 }
 
 Tensor runEager(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out) {
@@ -32,6 +34,12 @@ void copyEager(const Tensor &dst, const Tensor &src) {
   auto copy = copySlot.load(std::memory_order_acquire);
   if (!copy) notInstalled();
   copy(dst, src);
+}
+
+void addIntoEager(const Tensor &acc, const Tensor &g) {
+  auto add = addSlot.load(std::memory_order_acquire);
+  if (!add) notInstalled();
+  add(acc, g);
 }
 
 } // namespace rcjit::detail

@@ -16,7 +16,8 @@
 
 namespace rcjit::detail {
 
-/// The eager target's entry points (targets/eager/Eager.h: eager::run, eager::copyInto).
+/// The eager target's entry points (targets/eager/Eager.h: eager::run, eager::copyInto,
+/// eager::addInto).
 struct EagerKernels {
   /// Computes `op` on `in` with attrs `a`; `out` is the validated result meta. Thread-safe.
   Tensor (*run)(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
@@ -24,6 +25,9 @@ struct EagerKernels {
   /// Copies src into dst elementwise (same shape, any strides, dtypes converted; host
   /// tensors). Thread-safe for distinct destinations.
   void (*copyInto)(const Tensor &dst, const Tensor &src) = nullptr;
+  /// acc += g in place (host tensors of one dtype; acc contiguous, g of its shape, any
+  /// strides). Thread-safe for distinct accumulators.
+  void (*addInto)(const Tensor &acc, const Tensor &g) = nullptr;
 };
 
 /// Installs the eager kernels (targets/eager, once, at library load). Thread-safe.
@@ -34,5 +38,7 @@ void installEagerKernels(const EagerKernels &kernels);
 Tensor runEager(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const TensorMeta &out);
 /// Copies src into dst through the installed kernels (see EagerKernels::copyInto).
 void copyEager(const Tensor &dst, const Tensor &src);
+/// acc += g through the installed kernels (see EagerKernels::addInto).
+void addIntoEager(const Tensor &acc, const Tensor &g);
 
 } // namespace rcjit::detail

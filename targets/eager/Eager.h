@@ -37,6 +37,9 @@ Tensor runShape(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const 
 
 /// Copies src into dst elementwise (same shape, any strides, dtypes converted).
 void copyInto(const Tensor &dst, const Tensor &src);
+/// acc += g elementwise, in place: host tensors of one dtype, acc contiguous, g of acc's
+/// shape (any strides). Autograd sums a second gradient into the first's own block with it.
+void addInto(const Tensor &acc, const Tensor &g);
 /// t itself where it is contiguous and of dtype dt, else a contiguous copy converted to dt.
 Tensor contiguousAs(const Tensor &t, DType dt);
 

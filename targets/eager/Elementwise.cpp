@@ -290,6 +290,11 @@ Tensor runElementwise(OpKind op, const std::vector<Tensor> &in, const TensorMeta
   return result;
 }
 
+void addInto(const Tensor &acc, const Tensor &g) {
+  assert(acc.dtype() == g.dtype() && acc.shape() == g.shape() && acc.is_contiguous());
+  if (acc.numel() > 0) runByOp(OpKind::add, acc, {acc, g}); // reads each element, then writes it
+}
+
 void copyInto(const Tensor &dst, const Tensor &src) {
   const TensorImpl &d = *dst.impl();
   const TensorImpl &s = *src.impl();
