@@ -339,14 +339,16 @@ TEST(EagerConv2d, NonContiguousAndOtherDtypes) {
 
 TEST(EagerConv2d, GradientsMatchTheF64Loops) {
   // f32 (and bf16) gradients run on oneDNN's backward primitives, f64 on loops: the same
-  // sums; strides, padding, a non-square kernel, patches (stride = kernel), 1x1
+  // sums; strides, padding, a non-square kernel, patches (stride = kernel), 1x1, and rows
+  // and columns no window covers (their input gradient is 0)
   struct Case {
     Shape x, w;
     int64_t stride, pad;
   };
   for (const Case &c :
        {Case{{2, 3, 9, 8}, {4, 3, 3, 3}, 2, 1}, Case{{2, 3, 16, 16}, {5, 3, 4, 4}, 4, 0},
-        Case{{2, 3, 7, 6}, {2, 3, 3, 2}, 1, 1}, Case{{1, 2, 7, 7}, {3, 2, 1, 1}, 1, 0}}) {
+        Case{{2, 3, 7, 6}, {2, 3, 3, 2}, 1, 1}, Case{{1, 2, 7, 7}, {3, 2, 1, 1}, 1, 0},
+        Case{{2, 3, 10, 11}, {4, 3, 3, 3}, 4, 0}}) {
     Tensor x = Tensor::randn(c.x, 1), w = Tensor::randn(c.w, 2);
     Shape ys = rcjit::conv2d(x, w, Tensor(), c.stride, c.pad).shape();
     Tensor g = rcjit::transpose(Tensor::randn({ys[0], ys[1], ys[3], ys[2]}, 3), 2, 3); // strided
