@@ -214,6 +214,12 @@ std::string Model::producer() const { return program_->producer; }
 
 std::vector<int64_t> Model::input_shape(size_t i) const { return program_->inputInfo.at(i).dims; }
 
+DType Model::input_dtype(size_t i) const {
+  const ValueInfo &info = program_->inputInfo.at(i);
+  if (!info.elemType) return DType::f32;
+  return dtypeFromOnnx(info.elemType, "onnx: " + program_->what + ": input '" + info.name + "'");
+}
+
 std::vector<std::string> Model::input_dim_params(size_t i) const {
   return program_->inputInfo.at(i).dimParams;
 }

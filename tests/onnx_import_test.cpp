@@ -105,12 +105,29 @@ TEST(OnnxImport, PowKeepsTheBasesRankAndAnIntegerBaseTakesAFractionalExponent) {
   g.inputs = {valueInfo("s", kFloat, {}), valueInfo("i", kInt64, {3})};
   g.outputs = {valueInfo("cube", kFloat, {1}), valueInfo("ipow", kInt64, {3})};
   Model m = load_bytes(model(g, 20));
+  EXPECT_EQ(m.input_dtype(0), DType::f32);
+  EXPECT_EQ(m.input_dtype(1), DType::i64);
   Tensor s = Tensor::full({}, 2.0), i = Tensor::from_vector(std::vector<int64_t>{2, 3, 4}, {3});
   std::vector<Tensor> out = m({s, i});
   EXPECT_EQ(out[0].shape(), (Shape{1})); // broadcast to the exponent's rank
   EXPECT_FLOAT_EQ(out[0].item(), 8.0f);
   // as onnxruntime: pow in double, truncated (2 ** 2.5 = 5.66, 3 ** 2.5 = 15.59, 4 ** 2.5 = 32)
   EXPECT_EQ(out[1].to_vector<int64_t>(), (std::vector<int64_t>{5, 15, 32}));
+}
+
+TEST(OnnxImport, AnInputTypeWithoutADtypeIsAnErrorNamingTheInput) {
+  GraphSpec g;
+  g.nodes = {node("Identity", {"pixels"}, {"y"}, "/Identity")};
+  g.inputs = {valueInfo("pixels", 2 /* uint8 */, {4})};
+  g.outputs = {valueInfo("y", 2, {4})};
+  Model m = load_bytes(model(g, 20));
+  try {
+    m.input_dtype(0);
+    FAIL() << "expected an Error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("'pixels'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("uint8"), std::string::npos) << e.what();
+  }
 }
 
 TEST(OnnxImport, CompiledFullAndDynamicServeSeveralBatches) {

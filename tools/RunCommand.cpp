@@ -8,16 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <set>
 #include <sstream>
 
 #include <rcjit/rcjit.h>
 
-#include "onnx/Program.h"
-#include "onnx/Proto.h"
 #include "tools/Cli.h"
 #include "tools/Flags.h"
 #include "tools/Npy.h"
@@ -85,27 +81,17 @@ Tensor randomInput(const std::string &name, const Shape &shape, DType dtype, uin
   return t.to(dtype);
 }
 
-} // namespace
-
-// The element type the file declares for each of `names` (f32 where it declares none), read
-// with the importer's protobuf reader (rcjit::onnx::Model does not expose it).
-std::vector<DType> declaredDtypes(const std::string &path, const std::vector<std::string> &names) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const onnx::ModelData m = onnx::parseModel(bytes, path);
+// The element type the file declares for each input (f32 where it declares none).
+std::vector<DType> declaredDtypes(const onnx::Model &m) {
   std::vector<DType> out;
-  for (const std::string &n : names) {
-    DType d = DType::f32;
-    for (const onnx::ValueInfo &v : m.graph.inputs) {
-      if (v.name == n && v.elemType) d = onnx::dtypeFromOnnx(v.elemType, "input '" + n + "'");
-    }
-    out.push_back(d);
-  }
+  for (size_t i = 0; i < m.input_names().size(); ++i) out.push_back(m.input_dtype(i));
   return out;
 }
 
+} // namespace
+
 OnnxWorkload::OnnxWorkload(const std::string &path)
-    : path_(path), model_(onnx::load(path)), dtypes_(declaredDtypes(path, model_.input_names())) {}
+    : path_(path), model_(onnx::load(path)), dtypes_(declaredDtypes(model_)) {}
 
 int OnnxWorkload::markDynamic(std::vector<Tensor> &inputs) const {
   int marked = 0;

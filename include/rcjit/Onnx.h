@@ -41,6 +41,9 @@ public:
 
   /// The declared shape of input i: -1 where the file gives a dim_param or nothing.
   std::vector<int64_t> input_shape(size_t i) const;
+  /// The element type the file declares for input i (f32 where it declares none); a type
+  /// rcjit has no dtype for (uint8, string, ...) is an rcjit::Error naming the input.
+  DType input_dtype(size_t i) const;
   /// The dim_param names of input i ("" for a fixed dim).
   std::vector<std::string> input_dim_params(size_t i) const;
   /// Calls rcjit::mark_dynamic on every input dim the file names with a dim_param (range
