@@ -32,9 +32,9 @@ std::unordered_set<std::string> exponentConstants(const GraphData &g) {
   for (const ValueInfo &o : g.outputs) other.insert(o.name);
   std::unordered_set<std::string> out;
   for (const TensorData &t : g.initializers) {
-    int64_t numel = 1;
-    for (int64_t d : t.dims) numel *= d;
-    if (numel == 1 && exponents.count(t.name) && !other.count(t.name)) out.insert(t.name);
+    // one element: every dim 1 (no product of the file's dims, which may overflow)
+    const bool one = std::all_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d == 1; });
+    if (one && exponents.count(t.name) && !other.count(t.name)) out.insert(t.name);
   }
   return out;
 }

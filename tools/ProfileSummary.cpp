@@ -260,8 +260,11 @@ std::map<int64_t, ThreadSpans> byThread(const ProfileData &d) {
   auto place = [&out](const std::vector<Span> &spans, std::vector<uint32_t> ThreadSpans::*list) {
     for (uint32_t i = 0; i < spans.size(); ++i) (out[spans[i].tid].*list).push_back(i);
     for (auto &[tid, t] : out) {
-      std::stable_sort((t.*list).begin(), (t.*list).end(),
-                       [&spans](uint32_t a, uint32_t b) { return spans[a].ts < spans[b].ts; });
+      // by start, ties in recorded order (std::stable_sort would do, but libstdc++ 12's
+      // trips clang 19's deprecation warning in the sanitizer and fuzz builds)
+      std::sort((t.*list).begin(), (t.*list).end(), [&spans](uint32_t a, uint32_t b) {
+        return spans[a].ts < spans[b].ts || (spans[a].ts == spans[b].ts && a < b);
+      });
     }
   };
   place(d.callSpans, &ThreadSpans::calls);
