@@ -107,13 +107,7 @@ Edge edgeOf(const Tensor &t) {
 }
 
 // A gradient a leaf may keep: owned alone (no other handle or view aliases it), contiguous.
-Tensor ownedGrad(Tensor g) {
-  const auto &impl = g.impl();
-  if (impl.use_count() == 1 && impl->storage.use_count() == 1 && g.is_contiguous() &&
-      impl->offset == 0 && impl->storage->release)
-    return g;
-  return g.clone();
-}
+Tensor ownedGrad(Tensor g) { return ownsItsBlock(g) ? g : g.clone(); }
 
 // The gradient of the root `t` (given or implicit ones), checked against t.
 Tensor rootGrad(const Tensor &t, const Tensor &given, const char *caller) {

@@ -6,9 +6,6 @@
 
 namespace rcjit {
 
-namespace {
-
-/// A `full` node of one element (shape [] or all dims 1).
 bool isScalarConstant(const Node &n) {
   if (n.op != OpKind::full) return false;
   for (const Dim &d : n.shape) {
@@ -16,6 +13,8 @@ bool isScalarConstant(const Node &n) {
   }
   return true;
 }
+
+namespace {
 
 bool foldable(const Graph &g, const Node &n) {
   if (!isElementwise(n.op) || n.inputs.empty()) return false;

@@ -9,6 +9,9 @@
 
 namespace rcjit {
 
+/// Whether `n` is a one-element constant: a `full` node of shape [] or of dims all 1.
+bool isScalarConstant(const Node &n);
+
 /// Replaces each elementwise node (unary, binary, compare, where) whose operands are all
 /// one-element `full` constants by a `full` node of its value, dtype and shape, computed
 /// with the eager target (so the value is rounded exactly as at run time). The folded

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "jit/passes/ConstantFold.h"
 #include "jit/passes/GraphBuilder.h"
 #include "tracer/OpCases.h"
 #include "tracer/ShapeInference.h"
@@ -355,9 +356,8 @@ int decomposeSdpa(GraphBuilder &b, const Node &n, const std::vector<int> &in,
 /// -1 otherwise.
 int decomposePow(GraphBuilder &b, const Graph &g, const Node &n) {
   const Node &x = g.nodes[n.inputs[0]], &e = g.nodes[n.inputs[1]];
-  bool scalar = e.op == OpKind::full;
-  for (const Dim &d : e.shape) scalar = scalar && !d.isSymbolic() && d.value == 1;
-  if (!scalar || !isFloating(n.dtype) || x.dtype != n.dtype || x.shape != n.shape) return -1;
+  if (!isScalarConstant(e) || !isFloating(n.dtype) || x.dtype != n.dtype || x.shape != n.shape)
+    return -1;
   const double c = e.attrs.value;
   if (c != 2 && c != 3 && c != 4 && c != 0.5) return -1;
   const DType ct = computeType(n.dtype);

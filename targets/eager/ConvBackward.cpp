@@ -23,13 +23,6 @@ ConvGeom geomOf(const Shape &x, const Shape &w, const Shape &g, const Attrs &a) 
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], g[2], g[3], a.stride, a.padding};
 }
 
-Tensor contiguousIn(const Tensor &t, DType dt) {
-  if (t.dtype() == dt && t.is_contiguous()) return t;
-  Tensor c = detail::makeTensor(t.shape(), dt);
-  copyInto(c, t);
-  return c;
-}
-
 template <class C> const C *cptr(const Tensor &t) {
   return reinterpret_cast<const C *>(t.impl()->ptr());
 }
@@ -99,7 +92,7 @@ template <class C> void backwardWeight(const C *g, const C *x, C *gw, const Conv
 Tensor runConv2dBackward(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
                          const TensorMeta &meta) {
   const DType ct = meta.dtype == DType::f64 ? DType::f64 : DType::f32;
-  const Tensor g = contiguousIn(in[0], ct), other = contiguousIn(in[1], ct);
+  const Tensor g = contiguousAs(in[0], ct), other = contiguousAs(in[1], ct);
   const bool input = op == OpKind::conv2d_backward_input;
   // backward_input: other is w and the result x-shaped; backward_weight: other is x.
   const ConvGeom s = input ? geomOf(meta.shape, other.shape(), g.shape(), a)

@@ -209,14 +209,6 @@ template <class Pd, class Prim> DnnlPrimitive finish(const Pd &pd, bool allowRef
   return p;
 }
 
-/// A contiguous copy of t in dtype dt, or t itself when it already is one.
-Tensor packed(const Tensor &t, DType dt) {
-  if (t.dtype() == dt && t.is_contiguous()) return t;
-  Tensor c = detail::makeTensor(t.shape(), dt);
-  copyInto(c, t);
-  return c;
-}
-
 /// A view of t broadcast to `shape` (stride 0 on new and size-1 dims).
 Tensor broadcastView(const Tensor &t, const Shape &shape) {
   const auto &impl = *t.impl();
@@ -341,8 +333,8 @@ bool tryMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const Tenso
 /// Runs the matmul on contiguous copies in dtype dt; false when even those have no kernel.
 bool tryPackedMatmul(const Tensor &a, const Tensor &b, const Tensor *bias, const Tensor &out,
                      DType dt) {
-  Tensor ac = packed(a, dt), bc = packed(b, dt);
-  Tensor biasc = bias ? packed(*bias, dt) : Tensor();
+  Tensor ac = contiguousAs(a, dt), bc = contiguousAs(b, dt);
+  Tensor biasc = bias ? contiguousAs(*bias, dt) : Tensor();
   bool direct = out.dtype() == dt && out.is_contiguous();
   Tensor oc = direct ? out : detail::makeTensor(out.shape(), dt);
   if (!tryMatmul(ac, bc, bias ? &biasc : nullptr, oc)) return false;
@@ -385,7 +377,7 @@ public:
       if (it != copies_.end() && !it->second.storage.expired() &&
           it->second.storage.lock() == impl.storage && it->second.version == version) {
         if (it->second.copy.defined()) return it->second.copy;
-        Tensor c = packed(t, DType::f32);
+        Tensor c = contiguousAs(t, DType::f32);
         it->second.copy = c;
         bytes_ += c.numel() * 4;
         if (bytes_ > kBf16CopyBytes) {
@@ -401,7 +393,7 @@ public:
         bytes_ = 0;
       }
     }
-    return packed(t, DType::f32);
+    return contiguousAs(t, DType::f32);
   }
 
 private:
@@ -418,7 +410,7 @@ private:
 
 /// bf16 out = a @ b (+ bias) computed in f32, b and bias through Bf16WeightCopies.
 void bf16MatmulViaF32(const Tensor &a, const Tensor &b, const Tensor *bias, Tensor &out) {
-  Tensor af = packed(a, DType::f32);
+  Tensor af = contiguousAs(a, DType::f32);
   Tensor bf = Bf16WeightCopies::instance().f32Of(b);
   Tensor biasf = bias ? Bf16WeightCopies::instance().f32Of(*bias) : Tensor();
   Tensor of = detail::makeTensor(out.shape(), DType::f32);
@@ -596,8 +588,8 @@ void dnnlConv2d(const Tensor &x, const Tensor &w, const Tensor *bias, int64_t st
     runConvF32(ConvPass::forward, x, w, bias, stride, padding, out);
     return;
   }
-  Tensor xc = packed(x, DType::f32), wc = packed(w, DType::f32);
-  Tensor bc = bias ? packed(*bias, DType::f32) : Tensor();
+  Tensor xc = contiguousAs(x, DType::f32), wc = contiguousAs(w, DType::f32);
+  Tensor bc = bias ? contiguousAs(*bias, DType::f32) : Tensor();
   Tensor oc = detail::makeTensor(out.shape(), DType::f32);
   runConvF32(ConvPass::forward, xc, wc, bias ? &bc : nullptr, stride, padding, oc);
   copyInto(out, oc);
