@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -224,6 +225,16 @@ TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
   const std::string dir = testing::TempDir(), rank = std::to_string(getpid());
   const std::string oneJson = dir + "ddp_none_" + rank + ".json",
                     ddpJson = dir + "ddp_ddp_" + rank + ".json";
+  // a file of an earlier run's rank 0 whose pid this rank now has would pass for this run's
+  std::remove(oneJson.c_str());
+  std::remove(ddpJson.c_str());
+  struct Cleanup { // each rank's own files (without --dist every rank writes its JSON)
+    const std::string &a, &b;
+    ~Cleanup() {
+      std::remove(a.c_str());
+      std::remove(b.c_str());
+    }
+  } cleanup{oneJson, ddpJson};
   run("none", oneJson);
   std::string table = run("ddp", ddpJson);
   if (dist::rank() != 0) {
