@@ -34,6 +34,7 @@ autocast on "cuda"), for the GPU tables in docs/gpu.md, e.g.
     python3 scripts/peer_bench.py --device cuda --model gpt2 --modes eager,full --reps 20
 """
 import argparse
+import json
 import math
 import os
 import statistics
@@ -299,6 +300,12 @@ def train_modes(a):
         st = runs[mode]["steps"]
         print(f"{mode:10} | {runs[mode]['first']:10.1f} | {min(st):9.1f} "
               f"{statistics.median(st):9.1f}", flush=True)
+    if a.json:  # for scripts/train_peer.py
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "model": a.model, "layers": a.layers,
+                       "batch": batch, "seq": a.seq, "dtype": a.dtype, "where": where(a),
+                       "modes": {m: {"first_ms": runs[m]["first"], "step_ms": runs[m]["steps"]}
+                                 for m in modes}}, f)
 
 
 def where(a):
@@ -320,6 +327,7 @@ def main():
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
                    help="--train: bf16 runs the forward and loss under torch.autocast (bf16)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--json", help="--train: also write every step time per mode to FILE")
     a = p.parse_args()
     if a.train:
         if a.modes == "eager,full,regional":
