@@ -52,14 +52,15 @@ void checkSaved(const Node &n, const SavedValue &s) {
   }
 }
 
-// Whether t's block is t's alone: no other handle on t, no view or tensor on its storage,
-// which t owns (not a from_blob), all of it, contiguous. Writing it in place then changes
-// nothing anyone else can see.
+} // namespace
+
 bool ownsItsBlock(const Tensor &t) {
   const auto &impl = t.impl();
   return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->storage->release &&
          impl->offset == 0 && t.is_contiguous();
 }
+
+namespace {
 
 // slot + g, written into slot's own block where it may be (ownsItsBlock, host tensors of
 // one dtype and shape, no trace recording the ops), so that the sum of two gradients (a
@@ -320,9 +321,14 @@ struct BackwardRun {
     }
     std::vector<bool> needs;
     for (const Edge &e : n->next) needs.push_back(needed(e));
+    // the gradients that reached n's input edges before, where n sums its own into them
+    std::vector<Tensor> sums(n->next.size());
     std::vector<Tensor> grads;
     if (n->custom) {
-      grads = n->custom->backward(gs, needs, retainGraph);
+      for (size_t i = 0; i < sums.size(); ++i) {
+        if (needs[i] && n->custom->sumsInto(i)) sums[i] = take(n->next[i]);
+      }
+      grads = n->custom->backward(gs, needs, retainGraph, sums);
     } else {
       std::vector<Tensor> in;
       in.reserve(n->inputs.size());
@@ -331,18 +337,55 @@ struct BackwardRun {
         in.push_back(n->inputs[i].value);
       }
       checkSaved(*n, n->output);
-      grads = applyGradRule(n->op, n->attrs, in, n->output.value, gs.at(0), needs);
+      if (n->op == OpKind::embedding && needs[0]) grads = scatterIntoSum(in, gs.at(0), *n, sums);
+      if (grads.empty())
+        grads = applyGradRule(n->op, n->attrs, in, n->output.value, gs.at(0), needs);
     }
-    for (size_t i = 0; i < grads.size() && i < n->next.size(); ++i) {
-      if (!grads[i].defined()) continue;
+    for (size_t i = 0; i < n->next.size(); ++i) {
       const Edge &e = n->next[i];
-      if (e.fn) {
-        accumulate(pending[e.fn.get()], e.index, grads[i]);
-      } else if (e.leaf) {
-        accumulate(leafGrads[e.leaf.get()], grads[i]);
+      for (const Tensor *g : {&sums[i], i < grads.size() ? &grads[i] : nullptr}) {
+        if (!g || !g->defined()) continue;
+        if (e.fn) {
+          accumulate(pending[e.fn.get()], e.index, *g);
+        } else if (e.leaf) {
+          accumulate(leafGrads[e.leaf.get()], *g);
+        }
       }
     }
     if (!retainGraph) release(*n);
+  }
+
+  // The gradient that reached edge e so far, moved out of the engine (undefined if none).
+  Tensor take(const Edge &e) {
+    if (e.fn) {
+      auto it = pending.find(e.fn.get());
+      const size_t k = static_cast<size_t>(e.index);
+      return it == pending.end() || it->second.size() <= k ? Tensor() : std::move(it->second[k]);
+    }
+    auto it = e.leaf ? leafGrads.find(e.leaf.get()) : leafGrads.end();
+    if (it == leafGrads.end()) return Tensor();
+    Tensor t = std::move(it->second);
+    leafGrads.erase(it);
+    return t;
+  }
+
+  // An embedding's weight gradient scattered into the gradient that reached the weight
+  // before (a tied weight: gpt2's LM head), in that gradient's block where it holds it
+  // alone (ownsItsBlock, a host f32/f64 block of the weight's shape, no trace recording):
+  // {the sum, nothing for the ids}. Empty where it cannot (sums[0] then holds what was
+  // there, added as usual).
+  std::vector<Tensor> scatterIntoSum(const std::vector<Tensor> &in, const Tensor &g, const Node &n,
+                                     std::vector<Tensor> &sums) {
+    if (Tracer::current()) return {};
+    sums[0] = take(n.next[0]);
+    Tensor &acc = sums[0];
+    if (!acc.defined() || !acc.device().is_cpu() || !g.device().is_cpu() ||
+        (acc.dtype() != DType::f32 && acc.dtype() != DType::f64) || acc.shape() != in[0].shape() ||
+        acc.dim() != 2 || !ownsItsBlock(acc))
+      return {};
+    acc.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
+    detail::embeddingBackwardIntoEager(acc, g, in[1]);
+    return {std::move(acc), Tensor()};
   }
 
   // backward(): the leaves' gradients accumulated into their grad()

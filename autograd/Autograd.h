@@ -34,12 +34,23 @@ public:
   virtual ~CustomBackward() = default;
   /// For errors: "compiled function 3".
   virtual std::string name() const = 0;
+  /// Whether backward() may add the gradient of input edge `input` into the one that reached
+  /// that edge before it (a tied weight's gradient from its other use) in that gradient's
+  /// own block, so that their sum needs no block of its own.
+  virtual bool sumsInto(size_t input) const {
+    (void)input;
+    return false;
+  }
   /// The gradient of each input edge (undefined where needs[i] is false or none flows),
   /// given the gradient of each output (undefined where none reached it). Without
   /// `retainGraph` the saved values are not needed again (release() follows), so the
-  /// backward may free each as soon as it has used it.
+  /// backward may free each as soon as it has used it. `sums[i]`, where sumsInto(i) and a
+  /// gradient reached edge i before, is that gradient, moved out of the engine: a backward
+  /// that adds its own into it in place returns it as edge i's gradient and leaves sums[i]
+  /// undefined; one that does not leaves it, and the engine adds the two as usual.
   virtual std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs,
-                                       const std::vector<bool> &needs, bool retainGraph) = 0;
+                                       const std::vector<bool> &needs, bool retainGraph,
+                                       std::vector<Tensor> &sums) = 0;
   /// Frees what the backward saved (after a backward without retain_graph).
   virtual void release() = 0;
 };
@@ -91,6 +102,10 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
 
 /// A new handle on t's storage and geometry without autograd metadata.
 Tensor detachedHandle(const Tensor &t);
+/// Whether t's block is t's alone: no other handle on t, no view or tensor on its storage,
+/// which t owns (not a from_blob), all of it, contiguous. Writing it in place then changes
+/// nothing anyone else can see.
+bool ownsItsBlock(const Tensor &t);
 /// The op kinds of the nodes reachable from t's grad_fn (tests use it to check coverage).
 std::vector<OpKind> graphOps(const Tensor &t);
 

@@ -137,7 +137,7 @@ public:
     return "dist::ZeroOptimizer gather of " + owner_->units[unit_].name;
   }
   std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs, const std::vector<bool> &,
-                               bool retainGraph) override {
+                               bool retainGraph, std::vector<Tensor> &) override {
     owner_->unitBackward(unit_, gradOutputs, pos_, order_, retainGraph);
     return {Tensor()};
   }

@@ -129,6 +129,12 @@ std::string scheduleKey() {
   return key + "/";
 }
 
+bool outsidePassesActive() {
+  if (!scheduleKey().empty()) return true;
+  std::lock_guard<std::mutex> lock(passesMutex());
+  return !userPasses().empty();
+}
+
 void register_graph_pass(std::string name, GraphPassFn fn) {
   if (!fn) throw Error("register_graph_pass: pass '" + name + "' has no function");
   std::lock_guard<std::mutex> lock(passesMutex());

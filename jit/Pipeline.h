@@ -76,6 +76,10 @@ std::vector<Pass> scheduledPasses(const std::string &label,
 /// pieces keyed by a graph before its passes (regional stages) put it in their keys.
 std::string scheduleKey();
 
+/// Whether a pass from outside the pipeline will see the graphs compiled now: a registered
+/// graph pass or the active schedule's.
+bool outsidePassesActive();
+
 /// Throws rcjit::Error naming the first of `names` that is not a registered scheduled pass.
 void checkScheduledPasses(const std::vector<std::string> &names, const std::string &who);
 

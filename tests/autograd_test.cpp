@@ -331,4 +331,35 @@ TEST(Autograd, ASecondGradientIsSummedIntoTheFirstsBlock) {
   EXPECT_NE(w.grad().data_ptr(), held.data_ptr());
 }
 
+TEST(Autograd, ATiedEmbeddingsRowsAreScatteredIntoTheOtherGradientsBlock) {
+  // w (1 MiB) is an embedding and a linear's weight (gpt2's token embedding and LM head):
+  // the embedding's backward adds its rows into the linear's weight gradient in place
+  // instead of making a [4096, 64] block of its own for them
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 7, 3, 4095, 0, 7, 7, 12}, {2, 4});
+  auto loss = [&](const Tensor &emb, const Tensor &head) {
+    return sum(tanh(linear(embedding(emb, ids) * 2.0, head)));
+  };
+  Tensor wa = Tensor::randn({4096, 64}, 1).requires_grad_();
+  Tensor wb = Tensor::randn({4096, 64}, 1).requires_grad_();
+  loss(wa, wb).backward(); // two leaves: the two gradients apart
+  Tensor want = wa.grad() + wb.grad();
+  Tensor w = Tensor::randn({4096, 64}, 1).requires_grad_();
+  Tensor l = loss(w, w);
+  const int64_t block = 4096 * 64 * 4;
+  const int64_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  l.backward();
+  EXPECT_LT(memory_stats().peak_bytes - before, block + block / 2) << "a second block";
+  EXPECT_TRUE(allclose(w.grad(), want, 1e-5, 1e-5));
+  // a gradient another leaf holds too (add hands one gradient to both of its inputs) is
+  // not written: the rows get a block of their own
+  Tensor w2 = Tensor::randn({4096, 64}, 1).requires_grad_();
+  Tensor x = Tensor::zeros({4096, 64}).requires_grad_();
+  Tensor c = Tensor::randn({4096, 64}, 5);
+  (sum(embedding(w2, ids) * 2.0) + sum((w2 + x) * c)).backward();
+  EXPECT_TRUE(allclose(x.grad(), c, 0, 0)) << "the shared gradient was written";
+  Tensor rows = embedding_backward(Tensor::full({2, 4, 64}, 2.0), ids, 4096);
+  EXPECT_TRUE(allclose(w2.grad(), c + rows, 1e-6, 1e-6));
+}
+
 } // namespace

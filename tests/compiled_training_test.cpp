@@ -254,6 +254,38 @@ TEST(CompiledTraining, TinyGpt2GradientsEqualEager) {
 
 // An input that requires grad but that the function does not use: its gradient is zero (or
 // undefined, as eager autograd leaves it), never another input's or uninitialized memory.
+TEST(CompiledTraining, ATiedWeightsGradientsFromTwoCompiledCallsShareOneBlock) {
+  // w (1 MiB) is an embedding in one compiled function and a linear's weight in another, as
+  // gpt2's tied token embedding is in regional mode: the first's backward scatters its rows
+  // into the second's gradient of w in that gradient's block, so the sum takes no block
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 7, 3, 4095, 0, 7, 7, 12}, {2, 4});
+  auto embedFn = [](const Tensor &w, const Tensor &i) { return embedding(w, i) * 2.0; };
+  auto headFn = [](const Tensor &h, const Tensor &w) { return sum(tanh(linear(h, w))); };
+  Tensor wa = Tensor::randn({4096, 64}, 1).requires_grad_();
+  Tensor wb = Tensor::randn({4096, 64}, 1).requires_grad_();
+  headFn(embedFn(wa, ids), wb).backward(); // eager, two leaves: the two gradients apart
+  Tensor want = wa.grad() + wb.grad();
+  auto embed = compile(embedFn);
+  auto head = compile(headFn);
+  const int64_t block = 4096 * 64 * 4;
+  for (int call = 0; call < 2; ++call) { // the first compiles both backwards
+    Tensor w = Tensor::randn({4096, 64}, 1).requires_grad_();
+    Tensor l = head(embed(w, ids), w);
+    const int64_t before = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    l.backward();
+    if (call == 1) {
+      EXPECT_LT(memory_stats().peak_bytes - before, block + block / 2) << "a second block";
+    }
+    EXPECT_TRUE(allclose(w.grad(), want, 1e-4, 1e-3)) << "call " << call; // rows of ~100
+  }
+  // alone (no other gradient of w reached it first), the rows get a block of their own
+  Tensor w = Tensor::randn({4096, 64}, 1).requires_grad_();
+  sum(embed(w, ids)).backward();
+  Tensor rows = embedding_backward(Tensor::full({2, 4, 64}, 2.0), ids, 4096);
+  EXPECT_TRUE(allclose(w.grad(), rows, 0, 0));
+}
+
 TEST(CompiledTraining, UnusedInputsGetNoGradient) {
   Tensor a = Tensor::randn({8}, 1), b = Tensor::randn({8}, 2), c = Tensor::randn({8}, 3);
   for (Tensor *t : {&a, &b, &c}) t->requires_grad_();

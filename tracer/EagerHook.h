@@ -17,7 +17,7 @@
 namespace rcjit::detail {
 
 /// The eager target's entry points (targets/eager/Eager.h: eager::run, eager::copyInto,
-/// eager::addInto).
+/// eager::addInto, eager::embeddingBackwardInto).
 struct EagerKernels {
   /// Computes `op` on `in` with attrs `a`; `out` is the validated result meta. Thread-safe.
   Tensor (*run)(OpKind op, const std::vector<Tensor> &in, const Attrs &a,
@@ -28,6 +28,9 @@ struct EagerKernels {
   /// acc += g in place (host tensors of one dtype; acc contiguous, g of its shape, any
   /// strides). Thread-safe for distinct accumulators.
   void (*addInto)(const Tensor &acc, const Tensor &g) = nullptr;
+  /// Adds each row of `grad` into row ids[i] of acc, in place (acc a contiguous host
+  /// [num, dim] f32 or f64 tensor; an id out of range throws before anything is written).
+  void (*embeddingBackwardInto)(const Tensor &acc, const Tensor &grad, const Tensor &ids) = nullptr;
 };
 
 /// Installs the eager kernels (targets/eager, once, at library load). Thread-safe.
@@ -40,5 +43,7 @@ Tensor runEager(OpKind op, const std::vector<Tensor> &in, const Attrs &a, const 
 void copyEager(const Tensor &dst, const Tensor &src);
 /// acc += g through the installed kernels (see EagerKernels::addInto).
 void addIntoEager(const Tensor &acc, const Tensor &g);
+/// embedding_backward scattered into acc itself (see EagerKernels::embeddingBackwardInto).
+void embeddingBackwardIntoEager(const Tensor &acc, const Tensor &grad, const Tensor &ids);
 
 } // namespace rcjit::detail

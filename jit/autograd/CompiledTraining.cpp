@@ -20,7 +20,9 @@
 #include "support/Events.h"
 #include "support/Log.h"
 #include "targets/SymbolicProgram.h"
+#include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit {
 
@@ -33,8 +35,16 @@ public:
 
   std::string name() const override { return plan_->name_; }
 
+  bool sumsInto(size_t input) const override {
+    for (const TrainingPlan::Scattered &s : plan_->scattered_) {
+      if (plan_->gradInput_[static_cast<size_t>(s.output)] == static_cast<int>(input)) return true;
+    }
+    return false;
+  }
+
   std::vector<Tensor> backward(const std::vector<Tensor> &gradOutputs,
-                               const std::vector<bool> &needs, bool retainGraph) override {
+                               const std::vector<bool> &needs, bool retainGraph,
+                               std::vector<Tensor> &sums) override {
     const TrainingPlan &p = *plan_;
     const Device dev = p.device_;
     // the saved values have the layouts the backward was compiled for (the forward's);
@@ -57,6 +67,20 @@ public:
       in.push_back(g.is_contiguous() ? g : g.contiguous());
     }
     std::vector<Tensor> grads = p.backward().runConsuming(in);
+    for (const TrainingPlan::Scattered &s : p.scattered_) {
+      const size_t j = static_cast<size_t>(s.output), i = static_cast<size_t>(p.gradInput_[j]);
+      const Tensor &rows = grads[j], &ids = grads[static_cast<size_t>(s.ids)];
+      if (i >= needs.size() || !needs[i]) continue;
+      Tensor &sum = sums[i];
+      if (sum.defined() && !Tracer::current() && sum.device().is_cpu() && sum.dtype() == s.dtype &&
+          sum.shape() == Shape{s.num, rows.size(-1)} && autograd::ownsItsBlock(sum)) {
+        sum.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
+        eager::embeddingBackwardInto(sum, rows, ids);
+        grads[j] = std::move(sum); // the whole gradient: the engine adds nothing to it
+      } else {
+        grads[j] = embedding_backward(rows, ids, s.num);
+      }
+    }
     std::vector<Tensor> out(p.numInputs_);
     for (size_t j = 0; j < p.gradInput_.size(); ++j) {
       size_t i = static_cast<size_t>(p.gradInput_[j]);
@@ -146,6 +170,62 @@ ShardingState backwardShardingOf(const ShardingState &forward, const Partition &
     if (!dropGrad[j]) counted.push_back(shard);
   }
   return backward;
+}
+
+// The backward outputs (gradients, in gradInput order) that are an embedding's scatter,
+// embedding_backward(rows, ids) without a base that nothing else reads, in f32 or f64: each
+// becomes the rows' gradient plus an output appended for the ids (scatteredGradients).
+std::vector<int> scatterOutputs(const Graph &bg, size_t numGrads) {
+  std::vector<int> uses(bg.nodes.size(), 0);
+  for (const Node &n : bg.nodes)
+    for (int in : n.inputs) ++uses[static_cast<size_t>(in)];
+  for (int o : bg.outputs) ++uses[static_cast<size_t>(o)];
+  std::vector<int> out;
+  for (size_t j = 0; j < numGrads && j < bg.outputs.size(); ++j) {
+    const int o = bg.outputs[j];
+    const Node &n = bg.nodes[static_cast<size_t>(o)];
+    if (n.op == OpKind::embedding_backward && n.inputs.size() == 2 && n.attrs.dims.size() == 2 &&
+        uses[static_cast<size_t>(o)] == 1 && (n.dtype == DType::f32 || n.dtype == DType::f64))
+      out.push_back(static_cast<int>(j));
+  }
+  return out;
+}
+
+// A tied weight used in two compiled regions (gpt2's token embedding and LM head) gets one
+// gradient from each backward, and the engine sums them. Where one of them is the scatter
+// of an embedding, the backward program returns the rows' gradient and the ids instead,
+// and CompiledBackward scatters them into the other gradient's block when the engine holds
+// it alone (autograd::CustomBackward::sumsInto), so the sum needs no block of its own, as
+// the embedding_grad_sum pass gets inside one program; else into a new block, as the
+// program would have (embedding_backward runs eagerly in a CPU program either way). Host
+// plans only, without sharding or passes from outside the pipeline (a pass may take every
+// output of a backward graph for a gradient: ddp_gradient_pass all-reduces them), and only
+// where every sample's partition has the same scatters. Rewrites the partitions' backward
+// graphs.
+std::vector<TrainingPlan::Scattered> scatteredGradients(std::vector<Partition> &parts,
+                                                        size_t numGrads, Device device,
+                                                        const ShardingState &sharding) {
+  if (!device.is_cpu() || !sharding.empty() || outsidePassesActive()) return {};
+  const std::vector<int> js = scatterOutputs(parts[0].backward, numGrads);
+  for (const Partition &part : parts) {
+    if (scatterOutputs(part.backward, numGrads) != js) return {};
+  }
+  std::vector<TrainingPlan::Scattered> out;
+  for (int j : js) {
+    const Node &n =
+        parts[0]
+            .backward.nodes[static_cast<size_t>(parts[0].backward.outputs[static_cast<size_t>(j)])];
+    out.push_back(
+        {j, static_cast<int>(parts[0].backward.outputs.size()), n.attrs.dims[0], n.dtype});
+    for (Partition &part : parts) {
+      Graph &bg = part.backward;
+      const Node &eb = bg.nodes[static_cast<size_t>(bg.outputs[static_cast<size_t>(j)])];
+      const int rows = eb.inputs[0], ids = eb.inputs[1];
+      bg.outputs[static_cast<size_t>(j)] = rows;
+      bg.outputs.push_back(ids);
+    }
+  }
+  return out;
 }
 
 enum class Half { forward, backward };
@@ -302,6 +382,7 @@ std::shared_ptr<TrainingPlan> TrainingPlan::create(TrainingRequest r) {
   if (const logging::CompileContext *c = logging::CompileScope::current()) pending->context = *c;
   pending->backwardSharding =
       backwardShardingOf(r.sharding, parts[0], plan->gradInput_, plan->dropGrad_);
+  plan->scattered_ = scatteredGradients(parts, plan->gradInput_.size(), device, r.sharding);
   std::vector<GraphSample> forwardSamples;
   for (size_t k = 0; k < r.samples.size(); ++k)
     forwardSamples.push_back({parts[k].forward, r.samples[k].strides, r.samples[k].syms});

@@ -83,6 +83,16 @@ public:
   int64_t savedBytes() const { return savedBytes_; } // per call, held until backward
   std::string print() const;
 
+  /// A gradient the backward program returns as an embedding's rows and ids, for the
+  /// autograd node to scatter into the gradient the engine holds for that input (a tied
+  /// weight's other use) or into a new block (see scatteredGradients, CompiledTraining.cpp).
+  struct Scattered {
+    int output = 0; // the backward output that is the rows' gradient, [..., dim]
+    int ids = 0;    // the backward output that is their ids
+    int64_t num = 0;
+    DType dtype = DType::f32;
+  };
+
 private:
   friend class CompiledBackward;
   struct PendingBackward; // what compiling the backward reads (CompiledTraining.cpp)
@@ -103,6 +113,7 @@ private:
   std::vector<int> gradInput_; // the inputs that get a gradient, in backward output order
   std::vector<bool> dropGrad_; // per backward output: a unit's shard gradient counted already
   std::vector<int> redirect_;  // backward outputs that are a ZeRO 1/2 unit's shard gradient
+  std::vector<Scattered> scattered_;
   static void shardedGradients(TrainingPlan &plan, const ShardingState &backwardSharding);
   size_t numInputs_ = 0;
   Device device_; // where the programs run

@@ -40,7 +40,7 @@ namespace {
 // The tensor runtime runs its ops through these (tracer/EagerHook.h): installed when
 // librcjit.so loads, before any code outside it can make a tensor.
 const bool installed = [] {
-  detail::installEagerKernels({&run, &copyInto, &addInto});
+  detail::installEagerKernels({&run, &copyInto, &addInto, &embeddingBackwardInto});
   return true;
 }();
 } // namespace
