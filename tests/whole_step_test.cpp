@@ -218,6 +218,29 @@ TEST(WholeStep, CompiledAdamWStepEqualsEagerAndAlternatesWithIt) {
   EXPECT_EQ(compiledStep.stats().compiles, 1);
 }
 
+// A whole AdamW step of a one-Linear model with an mse loss: the constant 1 of the loss
+// gradient's seed and of AdamW's bias corrections is one node (CSE); the scalars' early
+// kernel once loaded it from memory before the step that stores it for the seed's view
+// (NaN parameters after the first call). Losses and parameters equal eager training.
+TEST(WholeStep, AdamWOfAOneLinearModelEqualsEager) {
+  nn::Linear ea(10, 10, true, 1), ca(10, 10, true, 1);
+  Tensor x = Tensor::randn({8, 4, 10}, 3), y = Tensor::randn({8, 4, 10}, 4);
+  optim::AdamW oe(ea.parameters()), oc(ca.parameters());
+  auto step = [&](nn::Linear &m, optim::AdamW &o) {
+    o.zero_grad();
+    Tensor l = mse_loss(m(x), y);
+    l.backward();
+    o.step();
+    return l.detach();
+  };
+  auto whole = compile([&]() { return step(ca, oc); });
+  for (int s = 0; s < 3; ++s) {
+    const double want = step(ea, oe).item(), got = whole().item();
+    EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "step " << s;
+    expectSameParameters(ca.parameters(), ea.parameters());
+  }
+}
+
 // The compiled AdamW step is horizontally fused: each parameter's whole update is one
 // kernel (the branches that start from g and from m merge instead of meeting through
 // memory), the scalars every update needs (step count, bias corrections) are one kernel,

@@ -418,9 +418,11 @@ void Lowering::join(int gid, int node, Level lv) {
   level[node] = lv;
 }
 
-bool Lowering::isConstant(int node) const {
-  return g.nodes[node].op == OpKind::full && value[node] < 0 && groupOf[node] < 0;
-}
+// Not only while it is in no group: an early group of scalars (fuse()) inlines a constant
+// that a view later has stored by a group of its own at a later step, and a kernel that
+// then loaded it would read it before that step wrote it (AdamW's `1 - b1^t` shared the
+// constant 1 with the loss gradient's seed: NaN parameters after a whole step's first call).
+bool Lowering::isConstant(int node) const { return g.nodes[node].op == OpKind::full; }
 
 // Order of the step that makes `node`'s value available.
 int Lowering::availableAt(int node) const {

@@ -71,6 +71,8 @@ struct Lowering {
   void placeCat(int node);
   int newGroup(bool reduce, const Shape &domain, const Dims &reduced, std::string why);
   void join(int gid, int node, Level lv);
+  /// A `full`: a kernel reading it computes the constant itself, even where the value is
+  /// also stored for a view or a library step (materialize), possibly by a later step.
   bool isConstant(int node) const;
   int availableAt(int node) const;
   bool canJoin(int gid, int node, Level lv, std::string *why = nullptr) const;
