@@ -64,8 +64,8 @@ std::string problemText(const Record &r) {
   case Problem::traced:
     return "it called the collective inside a traced or compiled function, where only the "
            "blocking all_reduce, all_gather, reduce_scatter and broadcast are ops of the IR "
-           "(the *_async forms, barrier, broadcast_parameters and all_reduce_gradients are "
-           "not: call them outside rcjit::compile)";
+           "(the *_async forms, barrier and broadcast_parameters are not: call them outside "
+           "rcjit::compile)";
   case Problem::notCpu:
     return "its tensor " + describe(r) + " is not on the CPU (collectives take CPU tensors)";
   case Problem::dtype:

@@ -2,13 +2,17 @@
 // gradients averaged over the ranks in buckets of non-blocking all_reduces.
 #include <chrono>
 #include <climits>
+#include <string>
+#include <vector>
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Dist.h>
 #include <rcjit/Error.h>
+#include <rcjit/Ops.h>
 
 #include "dist/Agreement.h"
 #include "dist/Collectives.h"
+#include "tracer/Tracer.h"
 
 namespace rcjit::dist {
 
@@ -29,6 +33,68 @@ struct Bucket {
   Tensor flat;
   Work work;
 };
+
+// The buckets of `grads` in order: gradients of one dtype up to `bucketBytes` (at least one
+// gradient, at most INT_MAX elements where more than one), as [first, last) ranges.
+std::vector<Bucket> bucketsOf(const std::vector<Tensor> &grads, int64_t bucketBytes) {
+  std::vector<Bucket> out;
+  for (size_t i = 0; i < grads.size();) {
+    const DType dt = grads[i].dtype();
+    const auto elemSize = static_cast<int64_t>(dtypeSize(dt));
+    int64_t elems = 0;
+    size_t j = i;
+    while (j < grads.size() && grads[j].dtype() == dt) {
+      const int64_t next = elems + grads[j].numel();
+      if (j > i && (next * elemSize > bucketBytes || next > INT_MAX)) break;
+      elems = next;
+      ++j;
+    }
+    out.push_back(Bucket{i, j, Tensor(), Work()});
+    i = j;
+  }
+  return out;
+}
+
+// all_reduce_gradients inside a trace (a compiled whole training step, `rcjit train --modes
+// whole --dist ddp`): the same buckets as ops of the IR, each bucket's gradients flattened
+// and concatenated, one all_reduce(mean) node, sliced back and written into each grad()
+// (copy_, so the step's update reads the mean). The compiled step starts each bucket's
+// all_reduce as soon as its gradients are computed and waits before their first reader;
+// the ranks' shapes are checked by the compiled collectives as they run (no agreement
+// round at trace time). Local problems are Errors here.
+GradSyncStats tracedAllReduceGradients(const std::vector<Tensor> &grads, int64_t bucketBytes) {
+  const std::string who = "dist::all_reduce_gradients inside a compiled function: ";
+  if (bucketBytes <= 0)
+    throw Error(who + "bucket_bytes must be positive, got " + std::to_string(bucketBytes));
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const Tensor &g = grads[k];
+    if (!g.device().is_cpu())
+      throw Error(who + "gradient " + std::to_string(k) + " is not on the CPU");
+    if (g.dtype() != DType::f32 && g.dtype() != DType::f64) {
+      throw Error(who + "gradient " + std::to_string(k) + " is " +
+                  std::string(dtypeName(g.dtype())) +
+                  " (the mean takes f32 and f64 gradients; train in f32, or with Autocast, "
+                  "which keeps parameters and their gradients in f32)");
+    }
+  }
+  GradSyncStats stats;
+  for (const Bucket &b : bucketsOf(grads, bucketBytes)) {
+    std::vector<Tensor> flat;
+    for (size_t k = b.first; k < b.last; ++k) flat.push_back(reshape(grads[k], {-1}));
+    Tensor packed = flat.size() == 1 ? flat[0] : cat(flat, 0);
+    all_reduce(packed, ReduceOp::mean); // a node: rebinds `packed` to the mean
+    int64_t offset = 0;
+    for (size_t k = b.first; k < b.last; ++k) {
+      const Tensor &g = grads[k];
+      Tensor part = b.last - b.first == 1 ? packed : slice(packed, 0, offset, offset + g.numel());
+      Tensor(g).copy_(reshape(part, g.shape()));
+      offset += g.numel();
+    }
+    stats.bytes += offset * static_cast<int64_t>(dtypeSize(grads[b.first].dtype()));
+    ++stats.buckets;
+  }
+  return stats;
+}
 
 } // namespace
 
@@ -55,6 +121,7 @@ GradSyncStats all_reduce_gradients(const std::vector<Tensor> &params, int64_t bu
     Tensor g = p.defined() ? p.grad() : Tensor();
     if (g.defined()) grads.push_back(g);
   }
+  if (Tracer::current()) return tracedAllReduceGradients(grads, bucket_bytes);
   std::string ctx;
   {
     auto lock = detail::lockMpi();
@@ -69,39 +136,26 @@ GradSyncStats all_reduce_gradients(const std::vector<Tensor> &params, int64_t bu
     ctx = detail::context(r, c);
   }
   NoGradGuard noGrad;
-  std::vector<Bucket> buckets;
-  for (size_t i = 0; i < grads.size();) {
-    // the next bucket: gradients of one dtype up to bucket_bytes (at least one gradient)
-    const DType dt = grads[i].dtype();
-    const auto elemSize = static_cast<int64_t>(dtypeSize(dt));
-    Bucket b;
-    b.first = i;
+  std::vector<Bucket> buckets = bucketsOf(grads, bucket_bytes);
+  for (size_t n = 0; n < buckets.size(); ++n) {
+    Bucket &b = buckets[n];
     int64_t elems = 0;
-    size_t j = i;
-    while (j < grads.size() && grads[j].dtype() == dt) {
-      const int64_t next = elems + grads[j].numel();
-      if (j > i && (next * elemSize > bucket_bytes || next > INT_MAX)) break;
-      elems = next;
-      ++j;
-    }
-    b.last = j;
+    for (size_t k = b.first; k < b.last; ++k) elems += grads[k].numel();
+    const DType dt = grads[b.first].dtype();
     b.flat = Tensor::empty({elems}, dt);
     int64_t offset = 0;
-    for (size_t k = i; k < j; ++k) {
+    for (size_t k = b.first; k < b.last; ++k) {
       viewOf(b.flat, offset, grads[k].shape()).copy_(grads[k]);
       offset += grads[k].numel();
     }
     {
       auto lock = detail::lockMpi();
-      b.work = detail::startAllReduce(b.flat, ReduceOp::mean,
-                                      ctx + " bucket " + std::to_string(buckets.size()),
+      b.work = detail::startAllReduce(b.flat, ReduceOp::mean, ctx + " bucket " + std::to_string(n),
                                       detail::commLocked());
     }
-    stats.bytes += elems * elemSize;
+    stats.bytes += elems * static_cast<int64_t>(dtypeSize(dt));
     // Open MPI moves data inside MPI calls: nudge the buckets in flight while packing
-    for (Bucket &earlier : buckets) earlier.work.test();
-    buckets.push_back(std::move(b));
-    i = j;
+    for (size_t e = 0; e < n; ++e) buckets[e].work.test();
   }
   for (Bucket &b : buckets) {
     b.work.wait();

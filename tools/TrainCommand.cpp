@@ -295,6 +295,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   global.batch = c.batch * s.world;
   const std::vector<Tensor> globalTemplates = m->makeInputs(global);
   const bool graphDdp = s.ddp && s.zeroStage == 0 && mode == "full";
+  // ddp in a whole step: dist::all_reduce_gradients traced between backward() and the update
+  const bool wholeDdp = s.ddp && s.zeroStage == 0 && mode == "whole";
   const CompileOptions opts = trainOptions(mode, s, graphDdp);
   auto lossFn = [&](const std::vector<Tensor> &in) {
     std::vector<Tensor> inputs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nIn));
@@ -319,13 +321,14 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     local->zero_grad();
     Tensor l = lossFn(in);
     l.backward();
+    if (wholeDdp) dist::all_reduce_gradients(o.params, s.bucketBytes);
     local->step();
     return l.detach();
   };
   auto wholeStep = compile(step, opts);
   TrainRow r;
   r.mode = mode;
-  r.graphDdp = graphDdp;
+  r.graphDdp = graphDdp || wholeDdp;
   auto start = std::chrono::steady_clock::now();
   bool warned = false; // of a loss that is not finite
   for (int i = 0; i < s.steps; ++i) {
@@ -336,6 +339,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     if (whole) {
       Autocast ac(DType::bf16, s.autocast);
       l = wholeStep(inputs);
+      if (wholeDdp) r.commMsAll.push_back(0); // inside the compiled step: not timed apart
     } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
       // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
       const double waited =
@@ -535,11 +539,11 @@ std::vector<std::string> trainModes(const Settings &s, const TrainFlags &f) {
   std::vector<std::string> modeList = splitList(f.modes);
   if (modeList.empty()) throw std::invalid_argument("--modes needs a value");
   for (const std::string &m : modeList) parseTrainMode(m);
-  if (f.distMode != "none" &&
+  if (f.distMode != "none" && f.distMode != "ddp" &&
       std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
     throw std::invalid_argument("--modes whole with --dist " + f.distMode +
-                                " is not built yet: the gradients' collectives would have to be "
-                                "in the step's graph (collectives as ops of the IR)");
+                                " is not built yet: the sharded optimizer step is not compiled "
+                                "(--dist ddp compiles a whole step)");
   }
   if (s.prefetch && s.zeroStage != 3) {
     throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "

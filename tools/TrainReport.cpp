@@ -59,7 +59,10 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                   "  %s: %.0f tokens/s (median step), peak %.1f MiB in later steps", r.mode.c_str(),
                   r.tokensPerS, r.laterPeakMiB);
     out << buf;
-    if (r.graphDdp) {
+    if (r.graphDdp && r.mode == "whole") {
+      out << "; the gradients averaged inside the compiled step (bucketed all_reduce nodes "
+             "traced by dist::all_reduce_gradients)";
+    } else if (r.graphDdp) {
       out << "; the gradients averaged inside the compiled backward (bucketed all_reduce nodes "
              "of a graph pass)";
     } else if (s.ddp && s.zeroStage == 0) {

@@ -46,7 +46,7 @@ struct TrainRow {
   std::vector<double> stepMsAll, losses;
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
-  bool graphDdp = false;         // ddp in full mode: the compiled backward averages the gradients
+  bool graphDdp = false;         // ddp in full / whole mode: compiled code averages the gradients
   double tokensPerS = 0;         // global batch * seq per median training step
   double stateMiB = 0;   // tensor memory held after the last step (params, grads, optimizer)
   double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks

@@ -132,7 +132,12 @@ struct GradSyncStats {
 /// as soon as it is packed, the next bucket is packed while it is in flight, and the
 /// buckets are waited for and unpacked at the end. Parameters without a gradient are
 /// skipped; which parameters have one must agree across ranks (checked once per call, an
-/// Error otherwise). Gradients of f16/bf16 are an Error.
+/// Error otherwise). Gradients of f16/bf16 are an Error. Inside rcjit::compile (a whole
+/// training step: zero_grad, the forward, backward(), this, the optimizer's step) it traces
+/// into the same buckets as graph nodes (cat, one all_reduce(mean), slices written back into
+/// grad()), so the compiled step averages the gradients between its backward and its
+/// update; the returned stats then count buckets and bytes only (the waits are inside the
+/// compiled code), and the ranks' shapes are checked by the compiled collectives as they run.
 GradSyncStats all_reduce_gradients(const std::vector<Tensor> &params,
                                    int64_t bucket_bytes = int64_t{25} << 20);
 

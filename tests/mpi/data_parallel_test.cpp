@@ -190,6 +190,49 @@ TEST(DataParallel, GradientsAreAveragedInBuckets) {
   EXPECT_NE(msg.find("bucket_bytes is not positive"), std::string::npos) << msg;
 }
 
+// Inside a compiled whole step (backward() and the averaging in one graph) the same buckets
+// are nodes: cat, one all_reduce(mean), slices written back into grad().
+TEST(DataParallel, GradientsAreAveragedInBucketsInsideACompiledStep) {
+  const int w = dist::world_size(), r = dist::rank();
+  std::vector<Tensor> params = {
+      Tensor::zeros({3, 4}).requires_grad_(), Tensor::zeros({5}, DType::f64).requires_grad_(),
+      Tensor::zeros({2}).requires_grad_(), Tensor::zeros({6}).requires_grad_()};
+  dist::GradSyncStats st;
+  auto step = compile([&](const Tensor &k) { // k = r + 1
+    Tensor l = sum(params[0] * k) + sum(params[1] * k.to(DType::f64)) +
+               sum(params[3] * (Tensor::arange(6, DType::f32) + k));
+    l.backward();
+    st = dist::all_reduce_gradients(params, 16); // 4 f32 per bucket
+    return l.detach();
+  });
+  step(Tensor::full({}, r + 1.0));
+  const double mean = (w + 1) / 2.0;
+  EXPECT_TRUE(allclose(params[0].grad(), Tensor::full({3, 4}, mean), 1e-6, 1e-6));
+  EXPECT_TRUE(allclose(params[1].grad(), Tensor::full({5}, mean, DType::f64), 1e-12, 1e-12));
+  EXPECT_FALSE(params[2].grad().defined());
+  EXPECT_TRUE(allclose(params[3].grad(), Tensor::arange(6, DType::f32) + mean, 1e-6, 1e-6));
+  EXPECT_EQ(st.buckets, 3);
+  EXPECT_EQ(st.bytes, 12 * 4 + 5 * 8 + 6 * 4);
+  // what cannot be averaged is an Error at the compile
+  auto bad = [](int64_t bucket, DType dt) {
+    Tensor p = Tensor::zeros({4}, dt).requires_grad_();
+    auto f = compile([&, bucket](const Tensor &x) {
+      Tensor l = sum((p.to(DType::f32) * x));
+      l.backward();
+      dist::all_reduce_gradients({p}, bucket);
+      return l.detach();
+    });
+    return errorOf([&] { f(Tensor::ones({4})); });
+  };
+  std::string msg = bad(0, DType::f32);
+  EXPECT_NE(msg.find("inside a compiled function: bucket_bytes must be positive, got 0"),
+            std::string::npos)
+      << msg;
+  msg = bad(64, DType::bf16);
+  EXPECT_NE(msg.find("gradient 0 is bf16 (the mean takes f32 and f64 gradients"), std::string::npos)
+      << msg;
+}
+
 TEST(DataParallel, RanksWithDifferentGradientsAreAnErrorOnEveryRank) {
   if (dist::world_size() == 1) GTEST_SKIP() << "needs 2 ranks or more";
   std::vector<Tensor> params = {Tensor::zeros({4}).requires_grad_(),
@@ -207,13 +250,14 @@ TEST(DataParallel, RanksWithDifferentGradientsAreAnErrorOnEveryRank) {
 }
 
 // `rcjit train --dist ddp` on toy64: the global batch split over the ranks trains as
-// `--dist none` does on one process; rank 0 writes the table and the JSON.
+// `--dist none` does on one process, eagerly, in full mode and as a compiled whole step;
+// rank 0 writes the table and the JSON.
 TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
   auto run = [](const std::string &distMode, const std::string &json) {
-    std::vector<std::string> args = {"rcjit",   "train",   "--model", "toy64",       "--layers",
-                                     "2",       "--batch", "8",       "--seq",       "4",
-                                     "--steps", "5",       "--modes", "eager,full",  "--dist",
-                                     distMode,  "--json",  json,      "--bucket-mb", "0.001"};
+    std::vector<std::string> args = {
+        "rcjit",  "train",  "--model", "toy64",   "--layers",    "2",       "--batch",
+        "8",      "--seq",  "4",       "--steps", "5",           "--modes", "eager,full,whole",
+        "--dist", distMode, "--json",  json,      "--bucket-mb", "0.001"};
     std::vector<const char *> argv;
     for (const std::string &a : args) argv.push_back(a.c_str());
     std::ostringstream out, err;
@@ -249,8 +293,9 @@ TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
   nlohmann::json ddp = nlohmann::json::parse(std::ifstream(ddpJson));
   EXPECT_EQ(ddp["world_size"], dist::world_size());
   EXPECT_EQ(ddp["batch"], 8);
-  ASSERT_EQ(ddp["results"].size(), 2u);
-  for (size_t m = 0; m < 2; ++m) {
+  EXPECT_NE(table.find("averaged inside the compiled step"), std::string::npos) << table;
+  ASSERT_EQ(ddp["results"].size(), 3u);
+  for (size_t m = 0; m < 3; ++m) {
     for (int i = 0; i < 5; ++i) {
       double a = one["results"][m]["losses"][i], b = ddp["results"][m]["losses"][i];
       EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << "mode " << m << " step " << i;
