@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI's sanitizer jobs: ASan+UBSan over the library and a fast test subset, TSan over the concurrency tests.
+# CI's sanitizer jobs: ASan+UBSan over the library, a fast test subset and the mpi tests, TSan over
+# the concurrency tests.
 #
 #   bash scripts/sanitize.sh [asan|tsan|all]      (default: all)
 #
@@ -17,9 +18,9 @@ supp="$root/scripts/sanitizers"
 # cache entries and artifact blobs, the CLI), tensor sizes, the eager kernels, compile and
 # the loop code generator (including their concurrency tests), symbolic shapes and passes,
 # whole training steps (traced mutations, storage adopted on write-back), autocast, the
-# profiler and bf16 products written in f32 (library_cast: the blocked steps' offsets). The
-# mpi tests (rcjit_mpi_tests under mpirun) are not in the subset: the job does not build
-# their binary, and running Open MPI's uninstrumented runtime under ASan/LSan is not set up.
+# profiler and bf16 products written in f32 (library_cast: the blocked steps' offsets). Then
+# the mpi tests (rcjit_mpi_tests: collectives, ddp, ZeRO, compiled collectives) as a world of
+# one and under `mpirun -np 2` (asan_mpi).
 asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events|logs|whole_step|autocast|profile|library_cast)_test\.cpp$'
 # The TSan subset: the test files holding the tests that start threads; only those run.
 tsan_tests='^(autograd|eager_matmul|codegen|compile|work_pool|tiered)_test\.cpp$'
@@ -44,6 +45,26 @@ asan() {
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" -LE 'gpu|mpi|multihost'
 }
 
+# The mpi tests under ASan+UBSan+LSan. Open MPI unloads its components at MPI_Finalize, after
+# which LSan cannot name their frames, and its frames have no frame pointers: so components
+# stay loaded (mca_base_component_disable_dlclose) and LSan unwinds fully (slower), so that
+# lsan_mpi.supp can name Open MPI's libraries.
+asan_mpi() {
+  local dir="$root/build-asan"
+  cmake --build "$dir" -j "$jobs" --target rcjit_mpi_tests
+  local env=(OMPI_MCA_mca_base_component_disable_dlclose=1
+    "ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=$supp/lsan_mpi.supp:print_suppressions=0"
+    "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp")
+  local flags=()
+  for e in "${env[@]}"; do flags+=(-x "$e"); done
+  [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  echo "asan: mpi tests, a world of 1" >&2
+  env "${env[@]}" "$dir/tests/rcjit_mpi_tests"
+  echo "asan: mpi tests, mpirun -np 2" >&2
+  mpirun --oversubscribe -np 2 "${flags[@]}" "$dir/tests/rcjit_mpi_tests"
+}
+
 tsan() {
   local dir="$root/build-tsan"
   build "$dir" thread "$tsan_tests"
@@ -54,8 +75,8 @@ tsan() {
 }
 
 case "${1:-all}" in
-asan) asan ;;
+asan) asan && asan_mpi ;;
 tsan) tsan ;;
-all) asan && tsan ;;
+all) asan && asan_mpi && tsan ;;
 *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;;
 esac

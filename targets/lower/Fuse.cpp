@@ -301,8 +301,12 @@ void Lowering::placeInput(int node) {
   Value v;
   v.buffer = static_cast<int>(p.buffers.size()) - 1;
   v.shape = shapeOf(node);
-  v.strides = index < static_cast<int>(inputStrides.size()) ? inputStrides[index]
-                                                            : detail::contiguousStrides(v.shape);
+  // strides of another rank than the node's shape: a ZeRO-3 shard ([S]) bound where the
+  // graph still reads the whole parameter (no zero3 pass), which the caller rejects after the
+  // compile (checkShardedInputs); until then the program stays consistent (row-major)
+  const bool given =
+      index < static_cast<int>(inputStrides.size()) && inputStrides[index].size() == v.shape.size();
+  v.strides = given ? inputStrides[index] : detail::contiguousStrides(v.shape);
   v.dtype = n.dtype;
   value[node] = addValue(v, -1);
   p.numInputs = std::max(p.numInputs, index + 1);

@@ -255,7 +255,7 @@ TEST(CompiledCollectives, NoStepWritesTheInputOfACollectiveInFlight) {
       std::vector<int> written;
       if (s.result >= 0) written.push_back(s.result);
       if (s.kind == Step::Kind::kernel) {
-        const LoopKernel &kern = programOf(fn, {x}).program.kernels.at(s.kernel);
+        const LoopKernel &kern = p.kernels.at(s.kernel);
         for (size_t t = 0; t < s.operands.size(); ++t) {
           if (kern.tensors[t].output) written.push_back(s.operands[t]);
         }
