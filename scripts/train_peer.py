@@ -9,7 +9,8 @@ instead of a ratio that is the drift. Printed per configuration: PyTorch's media
 per mode, rcjit's per run, the ratio range (PyTorch's median over each rcjit median, and the
 same for the mins) and rcjit's peak memory per mode in later steps. Not a test and not a
 dependency of anything: it needs a built build/rcjit and PyTorch (`pip install torch`), and
-is run by hand, e.g.
+is run by hand (a note follows the table where rcjit's work pool found the machine busy and
+packed its threads), e.g.
 
     python3 scripts/train_peer.py                       # gpt2, 2 and 12 layers, f32 and bf16
     python3 scripts/train_peer.py --configs 2:bf16 --rounds 3
@@ -66,7 +67,9 @@ def rcjit_run(a, layers, dtype, env, work):
     for r in d["results"]:
         st = r["train_step_ms_stats"]
         res[r["mode"]] = {"median": st["median"], "min": st["min"], "steps": r["step_ms"],
-                          "peak_mib": r["later_steps_peak_mib"]}
+                          "peak_mib": r["later_steps_peak_mib"],
+                          "packed_jobs": r.get("pool_packed_jobs", 0),
+                          "jobs": r.get("pool_jobs", 0)}
     return res
 
 
@@ -113,6 +116,13 @@ def table(a, rows, torch_version):
             print(f"| {label} | {fmt(t[ref]['median'])} ({fmt(t[ref]['min'])}) | "
                   + ", ".join(f"{fmt(o['median'])} ({fmt(o['min'])})" for o in ours)
                   + f" | {med} ({mn}) | {peaks} |")
+    for (layers, dtype), rounds in rows.items():
+        for i, (_, r1, r2) in enumerate(rounds):
+            for k, r in enumerate((r1, r2)):
+                if r[mine]["packed_jobs"] > 0:
+                    print(f"\nnote: {layers}, {dtype}, round {i + 1}, rcjit run {k + 1}: the work "
+                          f"pool packed its threads for {r[mine]['packed_jobs']} of "
+                          f"{r[mine]['jobs']} jobs (other tasks kept every CPU busy)")
     others = [m for m in a.torch_modes.split(",") if m != ref]
     if others:
         print(f"\nPyTorch's other modes, median (min): " + "; ".join(

@@ -463,6 +463,7 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
     EXPECT_EQ(row["inference_ms_stats"]["n"], row["inference_ms_samples"].size());
     EXPECT_GE(row["inference_ms_samples"].size(), 1u);
     EXPECT_TRUE(row.contains("spread_warning"));
+    EXPECT_LE(row["pool_packed_jobs"].get<int64_t>(), row["pool_jobs"].get<int64_t>());
     EXPECT_NE(r.out.find("  " + row["mode"].get<std::string>() + ": training step median "),
               std::string::npos)
         << r.out;

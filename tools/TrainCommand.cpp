@@ -28,6 +28,7 @@
 #include "models/ModelCommon.h"
 #include "models/Models.h"
 #include "models/Safetensors.h"
+#include "support/WorkPool.h"
 #include "targets/cuda/CudaRuntime.h"
 #include "tools/Cli.h"
 #include "tools/Flags.h"
@@ -331,6 +332,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   r.graphDdp = graphDdp || wholeDdp;
   auto start = std::chrono::steady_clock::now();
   bool warned = false; // of a loss that is not finite
+  const WorkPool &pool = WorkPool::instance();
+  int64_t jobs0 = 0, packed0 = 0; // at the end of the initial step
   for (int i = 0; i < s.steps; ++i) {
     const std::vector<Tensor> inputs = trainBatch(globalTemplates, s, i);
     if (i == 0) reset_peak_memory_stats(s.device);
@@ -373,7 +376,13 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
     // the steps after the initial one are timed on the optimized tier, as bench's calls are
     if (i == 0 && mode != "eager") r.tierWaitMs = waitForOptimizedTier();
+    if (i == 0) {
+      jobs0 = pool.pooledJobs();
+      packed0 = pool.packedJobs();
+    }
   }
+  r.poolJobs = pool.pooledJobs() - jobs0;
+  r.packedJobs = pool.packedJobs() - packed0;
   finishTrainRow(r, s, global, c, memoryBefore);
   r.train = whole ? wholeStep.stats() : loss.stats();
   measureInference(r, *m, opts, templates, s);

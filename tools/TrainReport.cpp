@@ -102,6 +102,11 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
   for (const TrainRow &r : rows) {
     out << spreadWarning(modeTitle(r.mode) + " training step", r.stepSpread)
         << spreadWarning(modeTitle(r.mode) + " inference", r.inferSpread);
+    if (r.packedJobs > 0)
+      out << "warning: " << modeTitle(r.mode) << " training step: the work pool packed its "
+          << "threads onto fewer CPUs for " << r.packedJobs << " of its " << r.poolJobs
+          << " jobs in the steps after the first (other tasks kept every CPU busy): a busy "
+          << "machine's times (RCJIT_LOGS=perf_hints says when)\n";
   }
   for (const TrainRow &r : rows) {
     if (r.mode == "eager") continue;
@@ -166,6 +171,8 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
     j["results"].push_back({{"mode", r.mode},
                             {"initial_step_s", r.firstStepS},
                             {"tier_wait_ms", r.tierWaitMs},
+                            {"pool_jobs", r.poolJobs},
+                            {"pool_packed_jobs", r.packedJobs},
                             {"initial_step_peak_mib", r.firstPeakMiB},
                             {"later_steps_peak_mib", r.laterPeakMiB},
                             {"train_step_ms", r.stepMs},

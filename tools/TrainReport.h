@@ -52,6 +52,9 @@ struct TrainRow {
   double maxPeakMiB = 0; // dist: the largest laterPeakMiB over the ranks
   double packedMiB = 0;  // packed weight copies alive after the inference calls (not tensors)
   double tierWaitMs = 0; // after the initial step: the wait for the optimized tier (tiered)
+  // the work pool's jobs in the steps after the initial one, and those run while its threads
+  // were packed onto fewer CPUs (other tasks kept every CPU busy: a busy machine's times)
+  int64_t poolJobs = 0, packedJobs = 0;
   CompileStats train, infer;
 };
 
