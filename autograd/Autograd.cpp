@@ -60,6 +60,17 @@ bool ownsItsBlock(const Tensor &t) {
          impl->offset == 0 && t.is_contiguous();
 }
 
+bool scatterRowsInto(const Tensor &acc, const Shape &weight, const Tensor &rows,
+                     const Tensor &ids) {
+  if (Tracer::current() || !acc.defined() || !acc.device().is_cpu() || !rows.device().is_cpu() ||
+      (acc.dtype() != DType::f32 && acc.dtype() != DType::f64) || rows.dtype() != acc.dtype() ||
+      acc.dim() != 2 || acc.shape() != weight || !ownsItsBlock(acc))
+    return false;
+  acc.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
+  detail::embeddingBackwardIntoEager(acc, rows, ids);
+  return true;
+}
+
 namespace {
 
 // slot + g, written into slot's own block where it may be (ownsItsBlock, host tensors of
@@ -370,22 +381,15 @@ struct BackwardRun {
   }
 
   // An embedding's weight gradient scattered into the gradient that reached the weight
-  // before (a tied weight: gpt2's LM head), in that gradient's block where it holds it
-  // alone (ownsItsBlock, a host f32/f64 block of the weight's shape, no trace recording):
+  // before (a tied weight: gpt2's LM head), in that gradient's block (scatterRowsInto):
   // {the sum, nothing for the ids}. Empty where it cannot (sums[0] then holds what was
-  // there, added as usual).
+  // there, added as usual). Under a trace nothing is taken out of the engine.
   std::vector<Tensor> scatterIntoSum(const std::vector<Tensor> &in, const Tensor &g, const Node &n,
                                      std::vector<Tensor> &sums) {
     if (Tracer::current()) return {};
     sums[0] = take(n.next[0]);
-    Tensor &acc = sums[0];
-    if (!acc.defined() || !acc.device().is_cpu() || !g.device().is_cpu() ||
-        (acc.dtype() != DType::f32 && acc.dtype() != DType::f64) || acc.shape() != in[0].shape() ||
-        acc.dim() != 2 || !ownsItsBlock(acc))
-      return {};
-    acc.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
-    detail::embeddingBackwardIntoEager(acc, g, in[1]);
-    return {std::move(acc), Tensor()};
+    if (!scatterRowsInto(sums[0], in[0].shape(), g, in[1])) return {};
+    return {std::move(sums[0]), Tensor()};
   }
 
   // backward(): the leaves' gradients accumulated into their grad()

@@ -106,6 +106,12 @@ Tensor detachedHandle(const Tensor &t);
 /// which t owns (not a from_blob), all of it, contiguous. Writing it in place then changes
 /// nothing anyone else can see.
 bool ownsItsBlock(const Tensor &t);
+/// Adds each row of `rows` into row ids[i] of `acc` in acc's own block (an embedding's
+/// weight gradient summed into the gradient its weight got from another use) where acc may
+/// be written there: held alone (ownsItsBlock), a host f32 or f64 tensor of shape `weight`
+/// ([num, dim]) and of rows' dtype, no trace recording. Returns false, having done nothing,
+/// otherwise.
+bool scatterRowsInto(const Tensor &acc, const Shape &weight, const Tensor &rows, const Tensor &ids);
 /// The op kinds of the nodes reachable from t's grad_fn (tests use it to check coverage).
 std::vector<OpKind> graphOps(const Tensor &t);
 

@@ -27,9 +27,10 @@ Tensor viewOf(const Tensor &flat, int64_t offset, const Shape &shape) {
                            flat.dtype());
 }
 
-// One bucket: gradients [first, last) of the list, packed into `flat`.
+// One bucket: gradients [first, last) of the list, `elems` elements, packed into `flat`.
 struct Bucket {
   size_t first = 0, last = 0;
+  int64_t elems = 0;
   Tensor flat;
   Work work;
 };
@@ -49,7 +50,7 @@ std::vector<Bucket> bucketsOf(const std::vector<Tensor> &grads, int64_t bucketBy
       elems = next;
       ++j;
     }
-    out.push_back(Bucket{i, j, Tensor(), Work()});
+    out.push_back(Bucket{i, j, elems, Tensor(), Work()});
     i = j;
   }
   return out;
@@ -90,7 +91,7 @@ GradSyncStats tracedAllReduceGradients(const std::vector<Tensor> &grads, int64_t
       Tensor(g).copy_(reshape(part, g.shape()));
       offset += g.numel();
     }
-    stats.bytes += offset * static_cast<int64_t>(dtypeSize(grads[b.first].dtype()));
+    stats.bytes += b.elems * static_cast<int64_t>(dtypeSize(grads[b.first].dtype()));
     ++stats.buckets;
   }
   return stats;
@@ -139,10 +140,8 @@ GradSyncStats all_reduce_gradients(const std::vector<Tensor> &params, int64_t bu
   std::vector<Bucket> buckets = bucketsOf(grads, bucket_bytes);
   for (size_t n = 0; n < buckets.size(); ++n) {
     Bucket &b = buckets[n];
-    int64_t elems = 0;
-    for (size_t k = b.first; k < b.last; ++k) elems += grads[k].numel();
     const DType dt = grads[b.first].dtype();
-    b.flat = Tensor::empty({elems}, dt);
+    b.flat = Tensor::empty({b.elems}, dt);
     int64_t offset = 0;
     for (size_t k = b.first; k < b.last; ++k) {
       viewOf(b.flat, offset, grads[k].shape()).copy_(grads[k]);
@@ -153,7 +152,7 @@ GradSyncStats all_reduce_gradients(const std::vector<Tensor> &params, int64_t bu
       b.work = detail::startAllReduce(b.flat, ReduceOp::mean, ctx + " bucket " + std::to_string(n),
                                       detail::commLocked());
     }
-    stats.bytes += elems * static_cast<int64_t>(dtypeSize(dt));
+    stats.bytes += b.elems * static_cast<int64_t>(dtypeSize(dt));
     // Open MPI moves data inside MPI calls: nudge the buckets in flight while packing
     for (size_t e = 0; e < n; ++e) buckets[e].work.test();
   }

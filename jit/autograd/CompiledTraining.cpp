@@ -17,12 +17,11 @@
 #include "jit/Tiered.h"
 #include "jit/autograd/Joint.h"
 #include "jit/autograd/Partition.h"
+#include "jit/passes/GraphBuilder.h"
 #include "support/Events.h"
 #include "support/Log.h"
 #include "targets/SymbolicProgram.h"
-#include "targets/eager/Eager.h"
 #include "tracer/TensorImpl.h"
-#include "tracer/Tracer.h"
 
 namespace rcjit {
 
@@ -72,10 +71,7 @@ public:
       const Tensor &rows = grads[j], &ids = grads[static_cast<size_t>(s.ids)];
       if (i >= needs.size() || !needs[i]) continue;
       Tensor &sum = sums[i];
-      if (sum.defined() && !Tracer::current() && sum.device().is_cpu() && sum.dtype() == s.dtype &&
-          sum.shape() == Shape{s.num, rows.size(-1)} && autograd::ownsItsBlock(sum)) {
-        sum.impl()->storage->version.fetch_add(1, std::memory_order_relaxed);
-        eager::embeddingBackwardInto(sum, rows, ids);
+      if (autograd::scatterRowsInto(sum, Shape{s.num, rows.size(-1)}, rows, ids)) {
         grads[j] = std::move(sum); // the whole gradient: the engine adds nothing to it
       } else {
         grads[j] = embedding_backward(rows, ids, s.num);
@@ -176,10 +172,7 @@ ShardingState backwardShardingOf(const ShardingState &forward, const Partition &
 // embedding_backward(rows, ids) without a base that nothing else reads, in f32 or f64: each
 // becomes the rows' gradient plus an output appended for the ids (scatteredGradients).
 std::vector<int> scatterOutputs(const Graph &bg, size_t numGrads) {
-  std::vector<int> uses(bg.nodes.size(), 0);
-  for (const Node &n : bg.nodes)
-    for (int in : n.inputs) ++uses[static_cast<size_t>(in)];
-  for (int o : bg.outputs) ++uses[static_cast<size_t>(o)];
+  const std::vector<int> uses = useCounts(bg);
   std::vector<int> out;
   for (size_t j = 0; j < numGrads && j < bg.outputs.size(); ++j) {
     const int o = bg.outputs[j];
@@ -215,8 +208,7 @@ std::vector<TrainingPlan::Scattered> scatteredGradients(std::vector<Partition> &
     const Node &n =
         parts[0]
             .backward.nodes[static_cast<size_t>(parts[0].backward.outputs[static_cast<size_t>(j)])];
-    out.push_back(
-        {j, static_cast<int>(parts[0].backward.outputs.size()), n.attrs.dims[0], n.dtype});
+    out.push_back({j, static_cast<int>(parts[0].backward.outputs.size()), n.attrs.dims[0]});
     for (Partition &part : parts) {
       Graph &bg = part.backward;
       const Node &eb = bg.nodes[static_cast<size_t>(bg.outputs[static_cast<size_t>(j)])];

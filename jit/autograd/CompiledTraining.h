@@ -89,8 +89,7 @@ public:
   struct Scattered {
     int output = 0; // the backward output that is the rows' gradient, [..., dim]
     int ids = 0;    // the backward output that is their ids
-    int64_t num = 0;
-    DType dtype = DType::f32;
+    int64_t num = 0; // the embedding's rows
   };
 
 private:

@@ -3,13 +3,12 @@
 
 #include <algorithm>
 
+#include "jit/passes/GraphBuilder.h"
+
 namespace rcjit {
 
 Graph foldEmbeddingGradSums(const Graph &g) {
-  std::vector<int> uses(g.nodes.size(), 0);
-  for (const Node &n : g.nodes)
-    for (int in : n.inputs) ++uses[static_cast<size_t>(in)];
-  for (int o : g.outputs) ++uses[static_cast<size_t>(o)];
+  const std::vector<int> uses = useCounts(g);
   auto foldable = [&](const Node &sum, int e, int a) {
     const Node &eb = g.nodes[static_cast<size_t>(e)], &base = g.nodes[static_cast<size_t>(a)];
     return eb.op == OpKind::embedding_backward && eb.inputs.size() == 2 &&

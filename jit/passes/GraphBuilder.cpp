@@ -94,4 +94,12 @@ Graph GraphBuilder::finish() {
   return std::move(g_);
 }
 
+std::vector<int> useCounts(const Graph &g) {
+  std::vector<int> uses(g.nodes.size(), 0);
+  for (const Node &n : g.nodes)
+    for (int in : n.inputs) ++uses[static_cast<size_t>(in)];
+  for (int o : g.outputs) ++uses[static_cast<size_t>(o)];
+  return uses;
+}
+
 } // namespace rcjit

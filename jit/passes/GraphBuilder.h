@@ -56,4 +56,8 @@ private:
   int region_ = -1;
 };
 
+/// How many times each node of `g` is read: as an input of a node (once per operand) and as
+/// a graph output (once per listing).
+std::vector<int> useCounts(const Graph &g);
+
 } // namespace rcjit
