@@ -119,18 +119,67 @@ void setScalars(std::vector<Tensor> &ts, double v) {
 }
 
 // The learning rate's scalar on `device`, made (a real tensor, even inside a trace) on
-// first use: the update's ops take operands of one device.
-const Tensor &lrOn(std::vector<Tensor> &lrs, Device device, double lr) {
+// first use: the update's ops take operands of one device. When a compiled set_lr(Tensor)
+// writes the rates (inGraph), a new one inside a trace copies the CPU scalar's traced value.
+const Tensor &lrOn(std::vector<Tensor> &lrs, Device device, double lr, bool inGraph) {
   for (const Tensor &t : lrs) {
     if (t.device() == device) return t;
   }
   lrs.push_back(scalarTensor(lr, device));
+  if (inGraph && Tracer::current()) {
+    NoGradGuard noGrad;
+    lrs.back().copy_(lrs.front().to(device));
+  }
   return lrs.back();
+}
+
+// set_lr(double) while tracing: the compiled program would keep the number the trace saw.
+void refuseHostLrInTrace(const char *who, double lr) {
+  if (!Tracer::current()) return;
+  throw Error(std::string(who) + "(" + valueStr(lr) +
+              ") inside a compiled function: the compiled program would keep the rate the "
+              "trace saw on every later call; call set_lr before the compiled function (its "
+              "step reads the new rate without recompiling), or set the rate from a tensor "
+              "inside it: set_lr(Tensor)");
+}
+
+// A one-element floating tensor as the learning rate: its value (eager), or, while tracing,
+// the rate scalars' traced copy of it. Returns whether it was traced.
+bool setLrFromTensor(std::vector<Tensor> &lrs, const Tensor &lr, const char *who) {
+  if (!lr.defined()) throw Error(std::string(who) + ": the learning rate tensor is undefined");
+  if (lr.numel() != 1 || !isFloating(lr.dtype())) {
+    throw Error(std::string(who) +
+                ": the learning rate must be a one-element floating tensor, got " +
+                std::string(dtypeName(lr.dtype())) + shapeStr(lr.shape()));
+  }
+  if (!Tracer::current()) return false;
+  NoGradGuard noGrad;
+  Tensor value = lr.reshape({});
+  for (Tensor &t : lrs) t.copy_(value.to(t.device()).to(t.dtype()));
+  return true;
+}
+
+// The rate a compiled set_lr(Tensor) last wrote (the CPU scalar; a host read).
+double readLr(const std::vector<Tensor> &lrs) {
+  TracerPause pause;
+  return lrs.front().item();
 }
 
 } // namespace
 
 void checkLr(double lr, const char *who) { checkNonNegative(who, "lr", lr); }
+
+void Optimizer::set_lr(const Tensor &lr) {
+  if (!lr.defined() || lr.numel() != 1 || !isFloating(lr.dtype())) {
+    throw Error(
+        "Optimizer::set_lr: the learning rate must be a defined one-element floating tensor");
+  }
+  if (Tracer::current()) {
+    throw Error("Optimizer::set_lr(Tensor) inside a compiled function: this optimizer does not "
+                "trace its learning rate (SGD and AdamW do); set it before the compiled function");
+  }
+  set_lr(lr.item());
+}
 
 void checkOptions(const SGDOptions &o, const char *who) {
   checkLr(o.lr, who);
@@ -157,9 +206,20 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 
 void SGD::set_lr(double lr) {
   checkLr(lr, "SGD::set_lr");
+  refuseHostLrInTrace("SGD::set_lr", lr);
   options_.lr = lr;
   setScalars(lr_, lr);
 }
+
+void SGD::set_lr(const Tensor &lr) {
+  if (setLrFromTensor(lr_, lr, "SGD::set_lr")) {
+    lrInGraph_ = true;
+  } else {
+    set_lr(lr.item());
+  }
+}
+
+double SGD::lr() const { return lrInGraph_ ? readLr(lr_) : options_.lr; }
 
 // The update written with the public ops on traced values: buffers and parameters are
 // written in place (copy_), which the trace records as writes back.
@@ -179,13 +239,14 @@ void SGD::tracedStep() {
       buf.copy_(next);
       g = next;
     }
-    p.copy_(p - lrOn(lr_, p.device(), options_.lr).to(p.dtype()) * g);
+    p.copy_(p - lrOn(lr_, p.device(), options_.lr, lrInGraph_).to(p.dtype()) * g);
   }
 }
 
 void SGD::step() {
   if (Tracer::current()) return tracedStep();
   NoGradGuard noGrad;
+  const double lr = this->lr(); // a compiled set_lr(Tensor) may have written it
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor &p = params_[i];
     Tensor g = p.grad();
@@ -200,7 +261,7 @@ void SGD::step() {
       }
       g = buf;
     }
-    p.copy_(p - options_.lr * g);
+    p.copy_(p - lr * g);
   }
 }
 
@@ -215,9 +276,20 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 
 void AdamW::set_lr(double lr) {
   checkLr(lr, "AdamW::set_lr");
+  refuseHostLrInTrace("AdamW::set_lr", lr);
   options_.lr = lr;
   setScalars(lr_, lr);
 }
+
+void AdamW::set_lr(const Tensor &lr) {
+  if (setLrFromTensor(lr_, lr, "AdamW::set_lr")) {
+    lrInGraph_ = true;
+  } else {
+    set_lr(lr.item());
+  }
+}
+
+double AdamW::lr() const { return lrInGraph_ ? readLr(lr_) : options_.lr; }
 
 // A parameter's state before its first step: zero moments and a zero count, real tensors
 // even inside a trace (a compiled step reads and writes them back).
@@ -247,7 +319,7 @@ void AdamW::tracedStep() {
       s.steps = s.steps.to(p.device());
     }
     Tensor t = s.steps + 1.0;
-    Tensor g = grad.to(dt), w = p.to(dt), lr = lrOn(lr_, p.device(), o.lr).to(dt);
+    Tensor g = grad.to(dt), w = p.to(dt), lr = lrOn(lr_, p.device(), o.lr, lrInGraph_).to(dt);
     Tensor m = o.beta1 * s.m + (1 - o.beta1) * g;
     Tensor v = o.beta2 * s.v + (1 - o.beta2) * (g * g);
     Tensor bc1 = 1.0 - pow(o.beta1, t.to(dt)), bc2 = 1.0 - pow(o.beta2, t.to(dt));
@@ -263,7 +335,8 @@ void AdamW::tracedStep() {
 void AdamW::step() {
   if (Tracer::current()) return tracedStep();
   NoGradGuard noGrad;
-  const AdamWOptions &o = options_;
+  AdamWOptions o = options_;
+  o.lr = lr(); // a compiled set_lr(Tensor) may have written it
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor &p = params_[i];
     Tensor grad = p.grad();

@@ -726,6 +726,15 @@ void ZeroOptimizer::step() {
   }
 }
 
+double ZeroOptimizer::lr() const { return impl_->adamw ? impl_->adamw->lr : impl_->sgd->lr; }
+
+void ZeroOptimizer::set_lr(double lr) {
+  optim::checkLr(lr, "dist::ZeroOptimizer::set_lr");
+  if (Tracer::current()) throw Error(impl_->where() + ": set_lr inside rcjit::compile");
+  (impl_->adamw ? impl_->adamw->lr : impl_->sgd->lr) = lr;
+  for (ZeroUnit &u : impl_->units) u.optimizer->set_lr(lr);
+}
+
 void ZeroOptimizer::unshard() {
   if (impl_->stage < 3 || impl_->unsharded) return;
   NoGradGuard noGrad;

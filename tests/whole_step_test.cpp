@@ -187,6 +187,95 @@ TEST(WholeStep, SgdWithMomentumEqualsEagerAndSetLrNeedsNoRecompile) {
   EXPECT_EQ(step.stats().recompiles, 0);
 }
 
+// A learning-rate schedule inside the compiled step: warm-up then decay, computed from a
+// step-count tensor argument and set with set_lr(Tensor), gives eager's losses and
+// parameters with one compile; lr() after each call is the rate that call used, and an
+// eager step in between reads it too. AdamW and SGD with momentum.
+TEST(WholeStep, ALearningRateScheduleInsideTheStepEqualsEager) {
+  Tensor x = Tensor::randn({6, 8}, 3), y = Tensor::randn({6, 4}, 4);
+  auto schedule = [](const Tensor &t) { // 0.02 * min((t + 1) / 4, 4 / (t + 1))
+    Tensor u = t + 1.0;
+    return 0.02 * minimum(u / 4.0, 4.0 / u);
+  };
+  auto hostSchedule = [](int t) { return 0.02 * std::min((t + 1) / 4.0, 4.0 / (t + 1)); };
+  for (bool adamw : {true, false}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD");
+    Mlp eager(5), compiled(5);
+    auto make = [&](Mlp &m) -> std::unique_ptr<optim::Optimizer> {
+      if (adamw) return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{});
+      return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.momentum = 0.9});
+    };
+    std::unique_ptr<optim::Optimizer> eo = make(eager), co = make(compiled);
+    auto body = [](Mlp &m, optim::Optimizer &o, const Tensor &a, const Tensor &b,
+                   const Tensor &lr) {
+      o.set_lr(lr);
+      o.zero_grad();
+      Tensor l = mse_loss(m(a), b);
+      l.backward();
+      o.step();
+      return l.detach();
+    };
+    auto step = compile([&](const Tensor &a, const Tensor &b, const Tensor &t) {
+      return body(compiled, *co, a, b, schedule(t));
+    });
+    for (int i = 0; i < 10; ++i) {
+      Tensor t = Tensor::full({}, i);
+      if (i == 6) { // an eager step of both at the rate the last call set
+        Tensor l = mse_loss(compiled(x), y);
+        l.backward();
+        co->step();
+        Tensor le = mse_loss(eager(x), y);
+        le.backward();
+        eo->step();
+      }
+      Tensor want = body(eager, *eo, x, y, schedule(t));
+      EXPECT_NEAR(step(x, y, t).item(), want.item(), 1e-4 * std::abs(want.item()) + 1e-6)
+          << "step " << i;
+      EXPECT_NEAR(co->lr(), hostSchedule(i), 1e-7) << "step " << i;
+      EXPECT_NEAR(eo->lr(), hostSchedule(i), 1e-7) << "step " << i;
+    }
+    expectSameParameters(compiled.parameters(), eager.parameters());
+    EXPECT_EQ(step.stats().compiles, 1);
+    EXPECT_EQ(step.stats().recompiles, 0);
+  }
+}
+
+// set_lr with a host number while compile traces would be baked into the program (every
+// later call would keep the traced rate): an Error that says what to do instead. A
+// learning-rate tensor that is not one floating element is an Error too.
+TEST(WholeStep, SetLrWithAHostNumberInsideACompiledFunctionIsAnError) {
+  Mlp m(7);
+  optim::AdamW adam(m.parameters());
+  optim::SGD sgd(m.parameters());
+  Tensor x = Tensor::randn({2, 8}, 1);
+  for (optim::Optimizer *o : std::vector<optim::Optimizer *>{&adam, &sgd}) {
+    double lr = 0.1;
+    auto fn = compile([&](const Tensor &a) {
+      o->set_lr(lr);
+      return m(a);
+    });
+    std::string msg = errorOf([&] { fn(x); });
+    EXPECT_NE(msg.find("::set_lr(0.1) inside a compiled function"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("set_lr(Tensor)"), std::string::npos) << msg;
+  }
+  EXPECT_NE(errorOf([&] {
+              adam.set_lr(Tensor());
+            }).find("AdamW::set_lr: the learning rate tensor is undefined"),
+            std::string::npos);
+  std::string msg = errorOf([&] { sgd.set_lr(Tensor::full({2}, 0.1)); });
+  EXPECT_NE(
+      msg.find("SGD::set_lr: the learning rate must be a one-element floating tensor, got f32[2]"),
+      std::string::npos)
+      << msg;
+  msg = errorOf([&] { adam.set_lr(Tensor::full({}, 1, DType::i64)); });
+  EXPECT_NE(msg.find("one-element floating tensor, got i64[]"), std::string::npos) << msg;
+  msg =
+      errorOf([&] { adam.set_lr(Tensor::full({1}, -1.0)); }); // eager: checked like set_lr(double)
+  EXPECT_NE(msg.find("AdamW::set_lr: invalid lr -1"), std::string::npos) << msg;
+  adam.set_lr(Tensor::full({1}, 0.25));
+  EXPECT_EQ(adam.lr(), 0.25);
+}
+
 // The optimizer step alone, compiled: every parameter's update is generated code; eager and
 // compiled steps can alternate (the step count and the moments are shared state).
 TEST(WholeStep, CompiledAdamWStepEqualsEagerAndAlternatesWithIt) {

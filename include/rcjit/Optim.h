@@ -7,7 +7,9 @@
 // step() inside a compiled function (rcjit::compile) is traced: the update of every
 // parameter and of its state becomes generated code, written back after each call, and
 // the learning rate and step count are tensors the compiled code reads (set_lr does not
-// recompile).
+// recompile). Inside a compiled function the rate is set from a tensor, set_lr(Tensor): a
+// host number there would be read once, when the function is traced, so set_lr(double)
+// inside one is an Error.
 #pragma once
 #include <vector>
 
@@ -26,9 +28,18 @@ public:
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
   virtual void zero_grad() = 0;
   /// The learning rate of the next step; set_lr checks it (finite, >= 0) and sets it
-  /// (a compiled step reads the new value without recompiling).
+  /// (a compiled step reads the new value without recompiling). set_lr(double) while
+  /// rcjit::compile traces is an rcjit::Error: call it before the compiled function, or use
+  /// set_lr(Tensor) inside it.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
+  /// Sets the rate from a one-element floating tensor. Outside a compiled function it reads
+  /// the value (a host read) and calls set_lr(double). Inside one the copy is traced: a rate
+  /// computed in the graph (a schedule of a step-count tensor, or a tensor argument) is what
+  /// each call's update uses, and what lr() returns after the call. A traced rate is not
+  /// checked (a negative or NaN rate is the program's). This default throws rcjit::Error
+  /// while tracing; SGD and AdamW override it.
+  virtual void set_lr(const Tensor &lr);
   /// The parameters it updates, in the order given to its constructor.
   virtual const std::vector<Tensor> &parameters() const = 0;
 
@@ -52,9 +63,11 @@ public:
   void step() override;
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
   void zero_grad() override;
-  double lr() const override { return options_.lr; }
+  double lr() const override;
   void set_lr(double lr) override;
+  void set_lr(const Tensor &lr) override;
   const std::vector<Tensor> &parameters() const override { return params_; }
+  /// The options; options().lr is the rate last set on the host (lr() is the current one).
   const SGDOptions &options() const { return options_; }
 
 private:
@@ -65,6 +78,7 @@ private:
   // f32 scalars holding options_.lr, read by compiled steps: one on the CPU, and one on each
   // device whose parameters a compiled step updated (its ops take operands of one device)
   std::vector<Tensor> lr_;
+  bool lrInGraph_ = false; // a compiled set_lr(Tensor) writes lr_: read the rate from there
 };
 
 struct AdamWOptions {
@@ -80,9 +94,11 @@ public:
   void step() override;
   /// Clears every parameter's grad() (sets it undefined, like PyTorch's set_to_none).
   void zero_grad() override;
-  double lr() const override { return options_.lr; }
+  double lr() const override;
   void set_lr(double lr) override;
+  void set_lr(const Tensor &lr) override;
   const std::vector<Tensor> &parameters() const override { return params_; }
+  /// The options; options().lr is the rate last set on the host (lr() is the current one).
   const AdamWOptions &options() const { return options_; }
 
 private:
@@ -98,6 +114,7 @@ private:
   // f32 scalars holding options_.lr, read by compiled steps: one on the CPU, and one on each
   // device whose parameters a compiled step updated (its ops take operands of one device)
   std::vector<Tensor> lr_;
+  bool lrInGraph_ = false; // a compiled set_lr(Tensor) writes lr_: read the rate from there
 };
 
 } // namespace rcjit::optim

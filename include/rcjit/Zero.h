@@ -93,6 +93,12 @@ public:
   /// stage 3).
   std::vector<Tensor> full_parameters();
 
+  /// The learning rate of the next step, and setting it (checked as optim's set_lr: finite,
+  /// >= 0). Every rank sets the same rate (each updates its own slices with it). Not inside
+  /// rcjit::compile, like step().
+  double lr() const;
+  void set_lr(double lr);
+
   int stage() const;
   /// How many units the parameters were grouped into.
   int units() const;

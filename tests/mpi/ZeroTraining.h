@@ -24,6 +24,7 @@ struct ZeroTrainOptions {
   int64_t bucketBytes = int64_t{64} << 10; // ddp's buckets, stages 1-2's units: several in flight
   std::vector<ScheduleStep> schedule;      // CompileOptions::schedule (the ZeRO passes)
   int64_t memoryBudget = 0;                // CompileOptions::memory_budget
+  int halveLrAt = -1;                      // from this step on, set_lr(lr / 2)
 };
 
 struct ZeroTrainRun {
@@ -73,6 +74,10 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
     if (step == 1) reset_peak_memory_stats();
+    if (step == o.halveLrAt) {
+      const double lr = (o.adamw ? ao.lr : so.lr) / 2;
+      zero ? zero->set_lr(lr) : opt->set_lr(lr);
+    }
     zero ? zero->zero_grad() : opt->zero_grad();
     Tensor l = loss(std::vector<Tensor>{ids, next});
     l.backward();

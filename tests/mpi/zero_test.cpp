@@ -94,6 +94,39 @@ TEST(Zero, Stage3SgdEqualsOneProcess) { expectZeroMatches(3, false); }
 TEST(Zero, Stage3PrefetchEqualsOneProcess) { expectZeroMatches(3, true, Mode::eager, true); }
 TEST(Zero, Stage2CompiledEqualsOneProcess) { expectZeroMatches(2, true, Mode::full); }
 
+// A learning-rate change half-way (set_lr on the ZeroOptimizer, on the one process's
+// optimizer) gives one process's curve and parameters; the rate is checked and read back.
+TEST(Zero, SetLrEqualsOneProcess) {
+  for (int stage : {1, 3}) {
+    for (bool adamw : {true, false}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (adamw ? " AdamW" : " SGD"));
+      ZeroRun one = test::zeroTrain({.adamw = adamw, .halveLrAt = 10});
+      ZeroRun z = test::zeroTrain({.stage = stage, .adamw = adamw, .halveLrAt = 10});
+      ZeroRun plain = test::zeroTrain({.stage = stage, .adamw = adamw});
+      ASSERT_EQ(z.losses.size(), one.losses.size());
+      for (size_t i = 0; i < one.losses.size(); ++i) {
+        EXPECT_NEAR(z.losses[i], one.losses[i], 1e-5 * std::abs(one.losses[i])) << "step " << i;
+      }
+      EXPECT_NE(z.losses.back(), plain.losses.back()) << "the new rate was used";
+      for (size_t i = 0; i < one.params.size(); ++i) {
+        EXPECT_TRUE(allclose(z.params[i], one.params[i], adamw ? 1e-4 : 1e-5, adamw ? 2e-4 : 1e-6))
+            << "parameter " << i;
+      }
+    }
+  }
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 4;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
+  dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{.lr = 0.5}, {.stage = 1});
+  EXPECT_EQ(z.lr(), 0.5);
+  z.set_lr(0.125);
+  EXPECT_EQ(z.lr(), 0.125);
+  std::string msg = errorOf([&] { z.set_lr(-2); });
+  EXPECT_NE(msg.find("dist::ZeroOptimizer::set_lr: invalid lr -2"), std::string::npos) << msg;
+  EXPECT_EQ(z.lr(), 0.125);
+}
+
 // Model state after a step: one process holds parameters, gradients and AdamW's two moments
 // (4 copies of the parameters); zero3 on W ranks holds a 1/W slice of each (plus padding).
 TEST(Zero, Stage3HoldsAFractionOfOneProcesssModelState) {
