@@ -474,6 +474,51 @@ TEST(Cli, TrainPrintsTheTableAndEveryModeTrainsAlike) {
   EXPECT_EQ(eager["compiles"], 0);
 }
 
+// --warmup and --lr-schedule: every mode steps at the same rates (the whole step computes
+// them in its graph from the step count: set_lr(Tensor)), so every mode's losses agree, and
+// they differ from a constant rate's; the rates in the JSON follow the formula.
+TEST(Cli, TrainLearningRateScheduleIsTheSameInEveryMode) {
+  std::string json = tempFile("cli_train_schedule.json"), plain = tempFile("cli_train_plain.json");
+  for (const char *opt : {"adamw", "sgd"}) {
+    SCOPED_TRACE(opt);
+    Result r = run(
+        {"train",  "--model",   "toy64",   "--layers", "2",       "--batch",          "2",
+         "--seq",  "8",         "--steps", "8",        "--modes", "eager,full,whole", "--optimizer",
+         opt,      "--lr",      "0.05",    "--warmup", "3",       "--lr-schedule",    "cosine",
+         "--json", json.c_str()});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("rate warmed up over 3 steps then cosine decay"), std::string::npos)
+        << r.out;
+    Result c =
+        run({"train", "--model", "toy64", "--layers", "2", "--batch", "2", "--seq", "8", "--steps",
+             "8", "--modes", "eager", "--optimizer", opt, "--lr", "0.05", "--json", plain.c_str()});
+    ASSERT_EQ(c.code, 0) << c.err;
+    std::ifstream in(json), inPlain(plain);
+    nlohmann::json j = nlohmann::json::parse(in), jc = nlohmann::json::parse(inPlain);
+    EXPECT_EQ(j["warmup"], 3);
+    EXPECT_EQ(j["lr_schedule"], "cosine");
+    const std::vector<double> want = {0.05 / 3,
+                                      0.1 / 3,
+                                      0.05,
+                                      0.05 * (1 + std::cos(M_PI * 1 / 5)) / 2,
+                                      0.05 * (1 + std::cos(M_PI * 2 / 5)) / 2,
+                                      0.05 * (1 + std::cos(M_PI * 3 / 5)) / 2,
+                                      0.05 * (1 + std::cos(M_PI * 4 / 5)) / 2};
+    const nlohmann::json &eager = j["results"][0];
+    for (const nlohmann::json &row : j["results"]) {
+      ASSERT_EQ(row["lrs"].size(), 8u) << row["mode"];
+      for (int i = 0; i < 8; ++i) {
+        const double lr = row["lrs"][i];
+        EXPECT_NEAR(lr, i < 3 ? want[i] : want[i - 1], 1e-7) << row["mode"] << " step " << i;
+        double a = eager["losses"][i], b = row["losses"][i];
+        EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << row["mode"] << " step " << i;
+      }
+    }
+    EXPECT_EQ(jc["results"][0]["lrs"][7], 0.05);
+    EXPECT_NE(jc["results"][0]["losses"][2], eager["losses"][2]) << "the schedule changed nothing";
+  }
+}
+
 // On a token model the synthetic stream is learnable: the loss falls within a few steps.
 TEST(Cli, TrainGpt2LossFalls) {
   std::string json = tempFile("cli_train_gpt2.json");
@@ -621,6 +666,10 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
        "--dist zero3 --schedule none runs no passes"},
       {{"--dist", "fsdp"}, "--dist: unknown mode 'fsdp'"},
       {{"--bucket-mb", "0"}, "--bucket-mb: 0 is not a positive number of MiB"},
+      {{"--warmup", "-1"}, "--warmup: -1 is not a number of steps (0 or more)"},
+      {{"--lr-schedule", "step"}, "--lr-schedule: 'step' is not constant or cosine"},
+      {{"--modes", "whole", "--target", "cuda", "--warmup", "2"},
+       "--warmup / --lr-schedule with --modes whole on cuda"},
       {{"--model", "gpt2", "--layers", "1", "--seq", "2000"},
        "--seq: 2000 exceeds gpt2's context of 1024 positions"},
   };

@@ -283,6 +283,19 @@ void recordStep(TrainRow &r, const Tensor &l, double ms, int i, const std::strin
   err << line << std::flush;
 }
 
+// Step i's rate under --warmup / --lr-schedule: set on the host before the step, or (a
+// whole step) computed in its graph from the step count, given as its last input.
+void setStepLr(std::optional<dist::ZeroOptimizer> &zero, optim::Optimizer *local, const Settings &s,
+               int i, bool whole, std::vector<Tensor> &inputs) {
+  if (whole) {
+    inputs.push_back(Tensor::full({}, i));
+  } else if (zero) {
+    zero->set_lr(scheduledLr(s, i));
+  } else {
+    local->set_lr(scheduledLr(s, i));
+  }
+}
+
 TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string &mode,
                   const Settings &s, std::ostream &err) {
   cache::clear(); // cold: every mode compiles from scratch
@@ -318,9 +331,11 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
   // they are one graph; the others compile the loss and run backward and the step outside
   const bool whole = mode == "whole";
+  // a scheduled whole step takes the step count last and sets the rate in its graph
   auto step = [&](const std::vector<Tensor> &in) {
+    if (s.scheduled()) local->set_lr(scheduledLr(s, in.back()));
     local->zero_grad();
-    Tensor l = lossFn(in);
+    Tensor l = lossFn({in.begin(), in.end() - (s.scheduled() ? 1 : 0)});
     l.backward();
     if (wholeDdp) dist::all_reduce_gradients(o.params, s.bucketBytes);
     local->step();
@@ -335,7 +350,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   const WorkPool &pool = WorkPool::instance();
   int64_t jobs0 = 0, packed0 = 0; // at the end of the initial step
   for (int i = 0; i < s.steps; ++i) {
-    const std::vector<Tensor> inputs = trainBatch(globalTemplates, s, i);
+    std::vector<Tensor> inputs = trainBatch(globalTemplates, s, i);
+    if (s.scheduled()) setStepLr(zero, local, s, i, whole, inputs);
     if (i == 0) reset_peak_memory_stats(s.device);
     auto t0 = std::chrono::steady_clock::now();
     Tensor l;
@@ -374,6 +390,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
+    r.lrs.push_back(zero ? zero->lr() : local->lr());
     // the steps after the initial one are timed on the optimized tier, as bench's calls are
     if (i == 0 && mode != "eager") r.tierWaitMs = waitForOptimizedTier();
     if (i == 0) {
@@ -391,7 +408,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 
 // The flags of `rcjit train` that are not Settings fields as they are given.
 struct TrainFlags {
-  std::string modes, dtype, json, lr, strategies, distMode, target;
+  std::string modes, dtype, json, lr, strategies, distMode, target, lrSchedule;
   int64_t batch = 4, seq = 128;
   double bucketMiB = 25;
   int layers = -1;
@@ -415,6 +432,11 @@ void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) 
       "optimizer", po::value(&s.optimizer)->default_value("adamw"),
       "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
       "lr", po::value(&f.lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
+      "warmup", po::value(&s.warmup)->default_value(0),
+      "steps of linear warm-up of the learning rate (lr * (i + 1) / N at step i)")(
+      "lr-schedule", po::value(&f.lrSchedule)->default_value("constant"),
+      "after the warm-up: constant, or cosine (decays towards 0 over the remaining steps); a "
+      "whole step computes the rate in its graph from the step count (set_lr(Tensor))")(
       "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
       "json", po::value(&f.json), "also write every figure, step times and losses to FILE")(
       "weights", po::value(&s.weights),
@@ -485,6 +507,18 @@ void checkTrainFlags(Settings &s, const TrainFlags &f, const po::variables_map &
       throw std::invalid_argument("--lr: '" + f.lr + "' is not a positive number");
     }
   }
+  if (s.warmup < 0) {
+    throw std::invalid_argument("--warmup: " + std::to_string(s.warmup) +
+                                " is not a number of steps (0 or more)");
+  }
+  if (f.lrSchedule != "constant" && f.lrSchedule != "cosine") {
+    throw std::invalid_argument("--lr-schedule: '" + f.lrSchedule + "' is not constant or cosine");
+  }
+  s.cosine = f.lrSchedule == "cosine";
+  if (s.scheduled() && vm.count("strategy")) {
+    throw std::invalid_argument("--warmup and --lr-schedule: the captioning workflow "
+                                "(--strategy) keeps its rate constant");
+  }
   if (f.distMode == "zero1" || f.distMode == "zero2" || f.distMode == "zero3") {
     s.zeroStage = f.distMode.back() - '0';
   } else if (f.distMode != "none" && f.distMode != "ddp") {
@@ -553,6 +587,12 @@ std::vector<std::string> trainModes(const Settings &s, const TrainFlags &f) {
     throw std::invalid_argument("--modes whole with --dist " + f.distMode +
                                 " is not built yet: the sharded optimizer step is not compiled "
                                 "(--dist ddp compiles a whole step)");
+  }
+  if (s.scheduled() && f.target == "cuda" &&
+      std::find(modeList.begin(), modeList.end(), "whole") != modeList.end()) {
+    throw std::invalid_argument("--warmup / --lr-schedule with --modes whole on cuda: the rate "
+                                "computed in the graph has not run on a GPU yet (the other modes "
+                                "set it on the host)");
   }
   if (s.prefetch && s.zeroStage != 3) {
     throw std::invalid_argument("--prefetch: only --dist zero3 gathers parameters as the model "

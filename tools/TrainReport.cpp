@@ -10,6 +10,23 @@
 
 namespace rcjit::tools::train {
 
+double scheduledLr(const Settings &s, int i) {
+  if (i < s.warmup) return s.lr * (i + 1.0) / s.warmup;
+  if (!s.cosine) return s.lr;
+  const double done = (i - s.warmup) / static_cast<double>(std::max(1, s.steps - s.warmup));
+  return s.lr * (1 + std::cos(M_PI * done)) / 2;
+}
+
+Tensor scheduledLr(const Settings &s, const Tensor &i) {
+  Tensor f = Tensor::full({}, 1.0);
+  if (s.cosine) {
+    Tensor done = (i - s.warmup) / static_cast<double>(std::max(1, s.steps - s.warmup));
+    f = (1.0 + cos(M_PI * done)) / 2.0;
+  }
+  if (s.warmup > 0) f = where(lt(i, s.warmup), (i + 1.0) / s.warmup, f);
+  return s.lr * f;
+}
+
 void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
                      const Settings &s, const std::vector<TrainRow> &rows) {
   char buf[256];
@@ -21,6 +38,10 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
                 s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
                 s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
+  if (s.scheduled()) {
+    out << ", rate " << (s.warmup ? "warmed up over " + std::to_string(s.warmup) + " steps" : "")
+        << (s.warmup && s.cosine ? " then " : "") << (s.cosine ? "cosine decay" : "");
+  }
   if (s.ddp) {
     std::snprintf(buf, sizeof buf, ", %s%s on %d rank%s (%lld rows each)",
                   s.zeroStage ? ("zero" + std::to_string(s.zeroStage)).c_str() : "ddp",
@@ -162,6 +183,8 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["reduce_overhead"] = s.reduceOverhead;
   j["optimizer"] = s.optimizer;
   j["lr"] = s.lr;
+  j["warmup"] = s.warmup;
+  j["lr_schedule"] = s.cosine ? "cosine" : "constant";
   j["seed"] = s.seed;
   j["machine"] = {{"cpu", hostCpuName()},
                   {"threads", std::thread::hardware_concurrency()},
@@ -185,6 +208,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"last_loss", r.losses.back()},
                             {"step_ms", r.stepMsAll},
                             {"losses", r.losses},
+                            {"lrs", r.lrs},
                             {"compiles", r.train.compiles},
                             {"cache_hits", r.train.cache_hits},
                             {"compile_seconds", r.train.compile_seconds},

@@ -33,7 +33,18 @@ struct Settings {
   std::string schedule = "default"; // --schedule: the ZeRO passes for compiled modes, or none
   int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
+  int warmup = 0;      // --warmup: steps of linear warm-up of the rate
+  bool cosine = false; // --lr-schedule cosine: then a cosine decay over the remaining steps
+  bool scheduled() const { return warmup > 0 || cosine; }
 };
+
+/// The learning rate of step i (0-based) under s's schedule: s.lr * (i + 1) / warmup during
+/// the warm-up; after it, s.lr (constant) or s.lr * (1 + cos(pi * p)) / 2 with p the
+/// fraction of the remaining steps done (cosine).
+double scheduledLr(const Settings &s, int i);
+/// The same from a step-count tensor (f32 scalar) with tensor ops: what a compiled whole
+/// step computes inside its graph and gives to set_lr(Tensor).
+Tensor scheduledLr(const Settings &s, const Tensor &i);
 
 /// One mode's figures: the columns of the table and the JSON record. A plain value, filled by
 /// the mode's run.
@@ -44,6 +55,7 @@ struct TrainRow {
   std::vector<double> inferMsAll;
   double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
   std::vector<double> stepMsAll, losses;
+  std::vector<double> lrs;       // per step: the optimizer's rate after the step (lr())
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
   bool graphDdp = false;         // ddp in full / whole mode: compiled code averages the gradients

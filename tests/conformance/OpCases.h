@@ -294,11 +294,9 @@ inline void addReductions(std::vector<OpCase> &t) {
                  return std::vector<Tensor>{sum(x, {-1}), mean(x, {1}, true), amax(x, {1, 2}),
                                             argmax(x, -1), sum(x)};
                }});
-  // BUG (open): a compiled reduction whose reduced dims all have size 1 or stride 0 throws
-  // "invalid loop kernel 'k0': statement %1 reduces %0, which does not depend on an inner
-  // dim" (targets/LoopKernel.cpp verifyKernel rejects what lowering emits). Minimal: sum(x, {-1})
-  // with x f32[3, 1]; sum(x) with x f32[] (0-dim); sum(expand(x, {3, 8}), {0}) with x f32[8].
-  // Eager handles all three. These three cases fail until it is fixed.
+  // Reductions whose reduced dims all have size 1 or stride 0, and of a 0-dim tensor: the
+  // lowering once emitted loop kernels its verifier rejected ("statement %1 reduces %0, which
+  // does not depend on an inner dim"); fixed in ef0414a, kept as regression cases.
   t.push_back({"reductions_0dim", {{{}}}, kF32F64, [](const std::vector<Tensor> &v) {
                  const Tensor &x = v[0];
                  return std::vector<Tensor>{sum(x), mean(x), amax(x), sum(x, {}, true)};
