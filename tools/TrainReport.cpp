@@ -27,8 +27,11 @@ Tensor scheduledLr(const Settings &s, const Tensor &i) {
   return s.lr * f;
 }
 
-void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
-                     const Settings &s, const std::vector<TrainRow> &rows) {
+namespace {
+
+// The table's first line: model, target, dtype, sizes, optimizer and rate, ranks.
+void printTrainHeader(std::ostream &out, const std::string &model, const ModelConfig &c,
+                      const Settings &s) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s - %s, %s, batch %lld, seq %lld, %d steps, %s lr %g%s%s",
                 model.c_str(), s.targetLabel.c_str(),
@@ -51,6 +54,14 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
     if (s.zeroStage == 3) out << ", --schedule " << s.schedule << " for compiled modes";
   }
   out << "\n";
+}
+
+} // namespace
+
+void printTrainTable(std::ostream &out, const std::string &model, const ModelConfig &c,
+                     const Settings &s, const std::vector<TrainRow> &rows) {
+  printTrainHeader(out, model, c, s);
+  char buf[256];
   std::snprintf(buf, sizeof buf, "%-22s| %-13s| %-13s| %-14s| %-12s| %-9s| %-10s| %-10s\n", "mode",
                 "initial step", "initial peak", "training step", "inference", "vs eager",
                 "first loss", "last loss");
