@@ -56,8 +56,11 @@ void checkSaved(const Node &n, const SavedValue &s) {
 
 bool ownsItsBlock(const Tensor &t) {
   const auto &impl = t.impl();
+  // all of it: a view at offset 0 of a larger block (the first gradient of a ddp bucket,
+  // a slice of the bucket's buffer) kept as a grad() would keep the whole block alive
   return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->storage->release &&
-         impl->offset == 0 && t.is_contiguous();
+         impl->offset == 0 && t.is_contiguous() &&
+         impl->storage->nbytes == static_cast<size_t>(t.numel()) * dtypeSize(t.dtype());
 }
 
 bool scatterRowsInto(const Tensor &acc, const Shape &weight, const Tensor &rows,

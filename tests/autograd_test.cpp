@@ -331,6 +331,26 @@ TEST(Autograd, ASecondGradientIsSummedIntoTheFirstsBlock) {
   EXPECT_NE(w.grad().data_ptr(), held.data_ptr());
 }
 
+TEST(Autograd, AGradientKeepsNoLargerBlockAlive) {
+  // a's gradient is the first slice of cat's gradient (a view at offset 0 of its 1004
+  // floats); kept as grad() it would hold all of them after b's slice was copied out (a
+  // ddp bucket's first gradient held the whole bucket): it is copied into a block of its
+  // own. Eager and compiled; memory held after backward() is the two gradients.
+  for (bool compiled : {false, true}) {
+    SCOPED_TRACE(compiled ? "compiled" : "eager");
+    Tensor a = Tensor::randn({4}, 1).requires_grad_(),
+           b = Tensor::randn({1000}, 2).requires_grad_();
+    Tensor w = Tensor::randn({1004}, 3);
+    auto f = [&](const Tensor &x) { return sum(cat({a, b}, 0) * x); };
+    auto c = compile(f);
+    const int64_t before = memory_stats().current_bytes;
+    (compiled ? c(w) : f(w)).backward();
+    EXPECT_EQ(memory_stats().current_bytes - before, (4 + 1000) * 4);
+    EXPECT_TRUE(allclose(a.grad(), slice(w, 0, 0, 4)));
+    EXPECT_TRUE(allclose(b.grad(), slice(w, 0, 4, 1004)));
+  }
+}
+
 TEST(Autograd, ATiedEmbeddingsRowsAreScatteredIntoTheOtherGradientsBlock) {
   // w (1 MiB) is an embedding and a linear's weight (gpt2's token embedding and LM head):
   // the embedding's backward adds its rows into the linear's weight gradient in place

@@ -302,6 +302,10 @@ TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
     }
     EXPECT_GT(ddp["results"][m]["tokens_per_s"].get<double>(), 0);
     EXPECT_EQ(ddp["results"][m]["comm_wait_ms_steps"].size(), 5u);
+    // between steps every mode holds what eager ddp holds (parameters, gradients, AdamW's
+    // state): no gradient keeps its bucket's whole buffer alive
+    EXPECT_EQ(ddp["results"][m]["model_state_mib"], ddp["results"][0]["model_state_mib"])
+        << "mode " << m;
   }
 }
 
