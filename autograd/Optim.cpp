@@ -370,6 +370,44 @@ void AdamW::zero_grad() { clearGrads(params_); }
 
 namespace rcjit {
 
+Tensor get_total_norm(const std::vector<Tensor> &tensors) {
+  NoGradGuard noGrad;
+  Tensor total;
+  for (const Tensor &t : tensors) {
+    if (!t.defined()) continue;
+    Tensor t64 = t.to(DType::f64);
+    Tensor sq = sum(t64 * t64);
+    total = total.defined() ? total + sq : sq;
+  }
+  return total.defined() ? sqrt(total) : Tensor::zeros({}, DType::f64);
+}
+
+std::vector<Tensor> grads_of(const std::vector<Tensor> &params) {
+  std::vector<Tensor> out;
+  for (const Tensor &p : params) {
+    if (p.defined() && p.grad().defined()) out.push_back(p.grad());
+  }
+  return out;
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor> &params, double max_norm,
+                           const Tensor &total_norm) {
+  if (!(std::isfinite(max_norm) && max_norm > 0)) {
+    throw Error("clip_grads_with_norm_: max_norm " + optim::valueStr(max_norm) +
+                " is not a finite number > 0");
+  }
+  if (!total_norm.defined() || total_norm.numel() != 1 || !isFloating(total_norm.dtype())) {
+    throw Error("clip_grads_with_norm_: total_norm must be a one-element floating tensor "
+                "(get_total_norm's result)");
+  }
+  NoGradGuard noGrad;
+  Tensor coef = minimum(max_norm / (total_norm.reshape({}).to(DType::f64) + 1e-6), 1.0);
+  for (const Tensor &p : params) {
+    Tensor g = p.defined() ? p.grad() : Tensor();
+    if (g.defined()) autograd::setGrad(p, g * coef.to(g.dtype()).to(g.device()));
+  }
+}
+
 double clip_grad_norm_(const std::vector<Tensor> &params, double max_norm) {
   NoGradGuard noGrad;
   double total = 0;

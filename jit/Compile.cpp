@@ -492,7 +492,9 @@ CompiledEntry compileEntry(CompiledState &s, const std::vector<Tensor> &args, co
                 "traced values on the host (" +
                 describeBreaks(t) +
                 "): a whole step compiles as one graph; move the host reads (item(), "
-                "clip_grad_norm_) out of the compiled function");
+                "clip_grad_norm_) out of the compiled function (to clip inside it: "
+                "clip_grads_with_norm_(params, max_norm, get_total_norm(grads_of(params))), "
+                "which reads nothing on the host)");
   }
   if (!t.breaks.empty()) {
     std::string where = describeBreaks(t);

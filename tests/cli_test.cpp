@@ -519,6 +519,34 @@ TEST(Cli, TrainLearningRateScheduleIsTheSameInEveryMode) {
   }
 }
 
+// --clip-grad-norm: eager, full and regional clip with clip_grad_norm_ after backward(), a
+// whole step inside its graph (get_total_norm, clip_grads_with_norm_): the same losses in
+// every mode, and not those of unclipped training.
+TEST(Cli, TrainClipGradNormIsTheSameInEveryMode) {
+  std::string json = tempFile("cli_train_clip.json"), plain = tempFile("cli_train_noclip.json");
+  auto train = [](const std::string &file, const char *modes, const char *clip) {
+    return run({"train", "--model", "gpt2", "--layers", "1", "--batch", "2", "--seq", "8",
+                "--steps", "4", "--modes", modes, "--clip-grad-norm", clip, "--json",
+                file.c_str()});
+  };
+  Result r = train(json, "eager,full,regional,whole", "0.5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("gradients clipped to norm 0.5"), std::string::npos) << r.out;
+  ASSERT_EQ(train(plain, "eager", "0").code, 0);
+  std::ifstream in(json), inPlain(plain);
+  nlohmann::json j = nlohmann::json::parse(in), jp = nlohmann::json::parse(inPlain);
+  EXPECT_EQ(j["clip_grad_norm"], 0.5);
+  const nlohmann::json &eager = j["results"][0];
+  for (const nlohmann::json &row : j["results"]) {
+    for (int i = 0; i < 4; ++i) {
+      double a = eager["losses"][i], b = row["losses"][i];
+      EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << row["mode"] << " step " << i;
+    }
+  }
+  double clipped = eager["losses"][3], unclipped = jp["results"][0]["losses"][3];
+  EXPECT_GT(std::abs(clipped - unclipped), 1e-4) << "clipping changed nothing";
+}
+
 // On a token model the synthetic stream is learnable: the loss falls within a few steps.
 TEST(Cli, TrainGpt2LossFalls) {
   std::string json = tempFile("cli_train_gpt2.json");
@@ -667,6 +695,8 @@ TEST(Cli, TrainRejectsBadFlagsBeforeTraining) {
       {{"--dist", "fsdp"}, "--dist: unknown mode 'fsdp'"},
       {{"--bucket-mb", "0"}, "--bucket-mb: 0 is not a positive number of MiB"},
       {{"--warmup", "-1"}, "--warmup: -1 is not a number of steps (0 or more)"},
+      {{"--clip-grad-norm", "-1"}, "--clip-grad-norm: -1 is not a finite number >= 0"},
+      {{"--clip-grad-norm", "1", "--dist", "zero2"}, "--clip-grad-norm: not with --dist zero1/2/3"},
       {{"--lr-schedule", "step"}, "--lr-schedule: 'step' is not constant or cosine"},
       {{"--modes", "whole", "--target", "cuda", "--warmup", "2"},
        "--warmup / --lr-schedule with --modes whole on cuda"},

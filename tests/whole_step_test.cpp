@@ -240,6 +240,55 @@ TEST(WholeStep, ALearningRateScheduleInsideTheStepEqualsEager) {
   }
 }
 
+// Gradient clipping inside the compiled step (get_total_norm + clip_grads_with_norm_, no host
+// read) gives eager training with clip_grad_norm_: the same norms, losses and parameters,
+// one compile; a max_norm that always clips and one that never does.
+TEST(WholeStep, ClippingInsideTheStepEqualsEagerClipGradNorm) {
+  Tensor x = Tensor::randn({6, 8}, 5), y = Tensor::randn({6, 4}, 6);
+  for (double maxNorm : {0.05, 1e3}) {
+    SCOPED_TRACE("max_norm " + std::to_string(maxNorm));
+    Mlp eager(9), compiled(9);
+    optim::AdamW eo(eager.parameters(), {.lr = 1e-2}), co(compiled.parameters(), {.lr = 1e-2});
+    auto step = compile([&](const Tensor &a, const Tensor &b) {
+      co.zero_grad();
+      Tensor l = mse_loss(compiled(a), b);
+      l.backward();
+      Tensor norm = get_total_norm(grads_of(compiled.parameters()));
+      clip_grads_with_norm_(compiled.parameters(), maxNorm, norm);
+      co.step();
+      return std::vector<Tensor>{l.detach(), norm};
+    });
+    for (int i = 0; i < 8; ++i) {
+      eo.zero_grad();
+      Tensor l = mse_loss(eager(x), y);
+      l.backward();
+      const double norm = clip_grad_norm_(eager.parameters(), maxNorm);
+      eo.step();
+      std::vector<Tensor> got = step(x, y);
+      EXPECT_NEAR(got[0].item(), l.item(), 1e-4 * std::abs(l.item()) + 1e-6) << "step " << i;
+      EXPECT_EQ(got[1].dtype(), DType::f64);
+      EXPECT_NEAR(got[1].item(), norm, 1e-4 * norm) << "step " << i;
+      if (maxNorm < 1) {
+        EXPECT_GT(norm, maxNorm) << "the step clips";
+      }
+    }
+    expectSameParameters(compiled.parameters(), eager.parameters());
+    EXPECT_EQ(step.stats().compiles, 1);
+  }
+  // eager: the same norm as clip_grad_norm_'s, and the clipped gradients' norm is max_norm
+  Mlp m(11);
+  mse_loss(m(x), y).backward();
+  const double before = get_total_norm(grads_of(m.parameters())).item();
+  clip_grads_with_norm_(m.parameters(), 0.01, get_total_norm(grads_of(m.parameters())));
+  EXPECT_NEAR(get_total_norm(grads_of(m.parameters())).item(), 0.01, 1e-6);
+  EXPECT_GT(before, 0.01);
+  EXPECT_EQ(get_total_norm({}).item(), 0.0);
+  std::string msg = errorOf([&] { clip_grads_with_norm_(m.parameters(), 0, Tensor::ones({})); });
+  EXPECT_NE(msg.find("clip_grads_with_norm_: max_norm 0"), std::string::npos) << msg;
+  msg = errorOf([&] { clip_grads_with_norm_(m.parameters(), 1, Tensor()); });
+  EXPECT_NE(msg.find("total_norm must be a one-element floating tensor"), std::string::npos) << msg;
+}
+
 // set_lr with a host number while compile traces would be baked into the program (every
 // later call would keep the traced rate): an Error that says what to do instead. A
 // learning-rate tensor that is not one floating element is an Error too.
@@ -556,6 +605,9 @@ TEST(WholeStep, HostReadsInsideAWholeStepAreAClearError) {
   std::string err = errorOf([&] { step(x, y); });
   EXPECT_NE(err.find("is a whole step"), std::string::npos) << err;
   EXPECT_NE(err.find("clip_grad_norm_"), std::string::npos) << err;
+  EXPECT_NE(err.find("clip_grads_with_norm_(params, max_norm, get_total_norm(grads_of(params)))"),
+            std::string::npos)
+      << err;
   for (const Tensor &p : net.parameters()) EXPECT_FALSE(p.grad().defined()) << "grads restored";
 }
 

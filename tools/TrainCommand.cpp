@@ -283,6 +283,17 @@ void recordStep(TrainRow &r, const Tensor &l, double ms, int i, const std::strin
   err << line << std::flush;
 }
 
+// --clip-grad-norm: the gradients clipped to that total norm before the update; a whole step
+// clips without reading the norm on the host (clip_grads_with_norm_).
+void clipGradients(const std::vector<Tensor> &params, const Settings &s, bool whole) {
+  if (s.clipGradNorm <= 0) return;
+  if (whole) {
+    clip_grads_with_norm_(params, s.clipGradNorm, get_total_norm(grads_of(params)));
+  } else {
+    clip_grad_norm_(params, s.clipGradNorm);
+  }
+}
+
 // Step i's rate under --warmup / --lr-schedule: set on the host before the step, or (a
 // whole step) computed in its graph from the step count, given as its last input.
 void setStepLr(std::optional<dist::ZeroOptimizer> &zero, optim::Optimizer *local, const Settings &s,
@@ -338,6 +349,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     Tensor l = lossFn({in.begin(), in.end() - (s.scheduled() ? 1 : 0)});
     l.backward();
     if (wholeDdp) dist::all_reduce_gradients(o.params, s.bucketBytes);
+    clipGradients(o.params, s, true);
     local->step();
     return l.detach();
   };
@@ -386,6 +398,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
         r.commMsAll.push_back(dist::all_reduce_gradients(o.params, s.bucketBytes).waitSeconds *
                               1e3);
       }
+      clipGradients(o.params, s, false);
       local->step();
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
@@ -432,6 +445,9 @@ void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) 
       "optimizer", po::value(&s.optimizer)->default_value("adamw"),
       "adamw (PyTorch's defaults) or sgd (momentum 0.9)")(
       "lr", po::value(&f.lr), "learning rate (default 1e-3 for adamw, 1e-2 for sgd)")(
+      "clip-grad-norm", po::value(&s.clipGradNorm)->default_value(0),
+      "clip the gradients to this total L2 norm before each update (0: no clipping); a whole "
+      "step clips inside its graph (get_total_norm, clip_grads_with_norm_)")(
       "warmup", po::value(&s.warmup)->default_value(0),
       "steps of linear warm-up of the learning rate (lr * (i + 1) / N at step i)")(
       "lr-schedule", po::value(&f.lrSchedule)->default_value("constant"),
@@ -506,6 +522,17 @@ void checkTrainFlags(Settings &s, const TrainFlags &f, const po::variables_map &
     if (used != f.lr.size() || !(s.lr > 0) || !std::isfinite(s.lr)) {
       throw std::invalid_argument("--lr: '" + f.lr + "' is not a positive number");
     }
+  }
+  if (!(s.clipGradNorm >= 0) || !std::isfinite(s.clipGradNorm)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", s.clipGradNorm);
+    throw std::invalid_argument("--clip-grad-norm: " + std::string(value) +
+                                " is not a finite number >= 0");
+  }
+  if (s.clipGradNorm > 0 && (f.distMode.rfind("zero", 0) == 0 || vm.count("strategy"))) {
+    throw std::invalid_argument("--clip-grad-norm: not with --dist zero1/2/3 (each rank holds "
+                                "a slice of the gradients: the norm needs a collective, not "
+                                "built yet) or --strategy");
   }
   if (s.warmup < 0) {
     throw std::invalid_argument("--warmup: " + std::to_string(s.warmup) +

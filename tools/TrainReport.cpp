@@ -41,6 +41,10 @@ void printTrainHeader(std::ostream &out, const std::string &model, const ModelCo
                 s.optimizer == "adamw" ? "AdamW" : "SGD (momentum 0.9)", s.lr,
                 s.maxAutotune ? ", max-autotune" : "", s.reduceOverhead ? ", reduce-overhead" : "");
   out << buf;
+  if (s.clipGradNorm > 0) {
+    std::snprintf(buf, sizeof buf, ", gradients clipped to norm %g", s.clipGradNorm);
+    out << buf;
+  }
   if (s.scheduled()) {
     out << ", rate " << (s.warmup ? "warmed up over " + std::to_string(s.warmup) + " steps" : "")
         << (s.warmup && s.cosine ? " then " : "") << (s.cosine ? "cosine decay" : "");
@@ -194,6 +198,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["reduce_overhead"] = s.reduceOverhead;
   j["optimizer"] = s.optimizer;
   j["lr"] = s.lr;
+  j["clip_grad_norm"] = s.clipGradNorm;
   j["warmup"] = s.warmup;
   j["lr_schedule"] = s.cosine ? "cosine" : "constant";
   j["seed"] = s.seed;

@@ -121,6 +121,20 @@ private:
 
 namespace rcjit {
 /// Scales every defined grad() of `params` by max_norm / (total + 1e-6) when the total
-/// L2 norm over all of them exceeds max_norm; returns the total norm before clipping.
+/// L2 norm over all of them exceeds max_norm; returns the total norm before clipping. It
+/// reads the norm on the host: inside a compiled whole step use the two below.
 double clip_grad_norm_(const std::vector<Tensor> &params, double max_norm);
+
+/// The L2 norm of all the defined tensors together, as an f64 scalar tensor, summed in f64
+/// (PyTorch 2.6's get_total_norm with norm_type 2). No host read: it also runs inside a
+/// compiled function. Pass the gradients: get_total_norm(grads_of(params)).
+Tensor get_total_norm(const std::vector<Tensor> &tensors);
+/// The defined grad() of each of `params` (undefined ones left out), in order.
+std::vector<Tensor> grads_of(const std::vector<Tensor> &params);
+/// Scales every defined grad() of `params` by min(1, max_norm / (total_norm + 1e-6))
+/// (PyTorch 2.6's clip_grads_with_norm_): the clipping of clip_grad_norm_ without its host
+/// branch, so a compiled whole step can clip (a scale of 1 leaves a gradient unchanged).
+/// max_norm finite and > 0, total_norm a one-element floating tensor: else an Error.
+void clip_grads_with_norm_(const std::vector<Tensor> &params, double max_norm,
+                           const Tensor &total_norm);
 } // namespace rcjit
