@@ -13,6 +13,7 @@
 #include "autograd/Autograd.h"
 #include "autograd/OptimOptions.h"
 #include "support/ParallelFor.h"
+#include "tracer/AutogradHook.h"
 #include "tracer/TensorImpl.h"
 #include "tracer/Tracer.h"
 
@@ -370,13 +371,54 @@ void AdamW::zero_grad() { clearGrads(params_); }
 
 namespace rcjit {
 
+namespace {
+
+constexpr int64_t kClipChunk = int64_t{1} << 20; // elements per eager chunk
+
+// The sum of t's squares in f64, a scalar tensor. Eagerly in chunks of 1 M elements, so no
+// f64 copy of a large gradient exists at once; traced as one reduction (the compiled kernel
+// casts as it reads).
+Tensor sumOfSquares(const Tensor &t) {
+  if (Tracer::current() || t.numel() <= kClipChunk) {
+    Tensor t64 = t.to(DType::f64);
+    return sum(t64 * t64);
+  }
+  Tensor flat = reshape(t, {-1}), total;
+  for (int64_t at = 0; at < t.numel(); at += kClipChunk) {
+    Tensor c = slice(flat, 0, at, std::min(t.numel(), at + kClipChunk)).to(DType::f64);
+    Tensor sq = sum(c * c);
+    total = total.defined() ? total + sq : sq;
+  }
+  return total;
+}
+
+// p's gradient times `coef` (a scalar tensor): eagerly, where the gradient's block is its own
+// (no one holds it), written there chunk by chunk, so clipping makes no second copy of a
+// large gradient; else a new gradient (traced, or a gradient someone holds keeps its value).
+void scaleGrad(const Tensor &p, const Tensor &coef) {
+  const Tensor &slot = p.impl()->autograd->grad;
+  const Tensor c = coef.to(slot.dtype()).to(slot.device());
+  if (Tracer::current() || !slot.device().is_cpu() || !autograd::ownsItsBlock(slot)) {
+    autograd::setGrad(p, slot * c);
+    return;
+  }
+  Tensor flat = reshape(slot, {-1});
+  for (int64_t at = 0; at < flat.numel(); at += kClipChunk) {
+    Tensor chunk = slice(flat, 0, at, std::min(flat.numel(), at + kClipChunk));
+    chunk.copy_(chunk * c);
+  }
+}
+
+bool hasGrad(const Tensor &p) { return p.defined() && p.grad().defined(); }
+
+} // namespace
+
 Tensor get_total_norm(const std::vector<Tensor> &tensors) {
   NoGradGuard noGrad;
   Tensor total;
   for (const Tensor &t : tensors) {
     if (!t.defined()) continue;
-    Tensor t64 = t.to(DType::f64);
-    Tensor sq = sum(t64 * t64);
+    Tensor sq = sumOfSquares(t);
     total = total.defined() ? total + sq : sq;
   }
   return total.defined() ? sqrt(total) : Tensor::zeros({}, DType::f64);
@@ -403,8 +445,7 @@ void clip_grads_with_norm_(const std::vector<Tensor> &params, double max_norm,
   NoGradGuard noGrad;
   Tensor coef = minimum(max_norm / (total_norm.reshape({}).to(DType::f64) + 1e-6), 1.0);
   for (const Tensor &p : params) {
-    Tensor g = p.defined() ? p.grad() : Tensor();
-    if (g.defined()) autograd::setGrad(p, g * coef.to(g.dtype()).to(g.device()));
+    if (hasGrad(p)) scaleGrad(p, coef);
   }
 }
 
@@ -412,17 +453,14 @@ double clip_grad_norm_(const std::vector<Tensor> &params, double max_norm) {
   NoGradGuard noGrad;
   double total = 0;
   for (const Tensor &p : params) {
-    Tensor g = p.defined() ? p.grad() : Tensor();
-    if (!g.defined()) continue;
-    Tensor g64 = g.to(DType::f64);
-    total += sum(g64 * g64).item();
+    if (hasGrad(p)) total += sumOfSquares(p.grad()).item();
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1) {
+    const Tensor c = Tensor::full({}, coef, DType::f64);
     for (const Tensor &p : params) {
-      Tensor g = p.defined() ? p.grad() : Tensor();
-      if (g.defined()) autograd::setGrad(p, g * coef);
+      if (hasGrad(p)) scaleGrad(p, c);
     }
   }
   return total;
