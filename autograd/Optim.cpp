@@ -373,9 +373,9 @@ namespace rcjit {
 
 namespace {
 
-constexpr int64_t kClipChunk = int64_t{1} << 20; // elements per eager chunk
+constexpr int64_t kClipChunk = int64_t{1} << 18; // elements per eager chunk (4 MiB in f64 squares)
 
-// The sum of t's squares in f64, a scalar tensor. Eagerly in chunks of 1 M elements, so no
+// The sum of t's squares in f64, a scalar tensor. Eagerly in chunks of 256 K elements, so no
 // f64 copy of a large gradient exists at once; traced as one reduction (the compiled kernel
 // casts as it reads).
 Tensor sumOfSquares(const Tensor &t) {

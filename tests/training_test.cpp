@@ -256,6 +256,35 @@ TEST(Optim, ClipGradNormScalesToMaxNormAndReturnsTheNormBefore) {
   EXPECT_FALSE(unused.grad().defined());
 }
 
+// A large gradient (8 M floats, 32 MiB) is clipped without an f64 copy or a second copy
+// of it (chunks of 256 K elements, scaled in its own block), and the norm is exact; a
+// gradient someone holds keeps its value (the clipped one is a new tensor).
+TEST(Optim, ClipGradNormOfALargeGradientMakesNoCopyOfIt) {
+  const int64_t n = 8 << 20;
+  Tensor w;
+  for (bool viaTensor : {false, true}) {
+    w = Tensor::zeros({n}).requires_grad_();
+    sum(w * Tensor::full({n}, 2.0)).backward(); // grad: all 2, norm 2 sqrt(n)
+    const double norm = 2 * std::sqrt(static_cast<double>(n));
+    const int64_t before = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    if (viaTensor) {
+      Tensor total = get_total_norm(grads_of({w}));
+      EXPECT_NEAR(total.item(), norm, 1e-9 * norm);
+      clip_grads_with_norm_({w}, 1.0, total);
+    } else {
+      EXPECT_NEAR(clip_grad_norm_({w}, 1.0), norm, 1e-9 * norm);
+    }
+    EXPECT_LT(memory_stats().peak_bytes - before, n) << "a quarter of the gradient's bytes";
+    EXPECT_NEAR(get_total_norm(grads_of({w})).item(), 1.0, 1e-5);
+  }
+  Tensor held = w.grad();
+  const double value = held.to_vector<float>()[0];
+  clip_grad_norm_({w}, 0.5);
+  EXPECT_EQ(held.to_vector<float>()[0], value) << "a held gradient keeps its value";
+  EXPECT_NEAR(get_total_norm(grads_of({w})).item(), 0.5, 1e-5);
+}
+
 // ---- memory accounting ---------------------------------------------------------------
 
 TEST(MemoryStats, CountsLiveStorageAndThePeak) {
