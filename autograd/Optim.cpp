@@ -160,6 +160,17 @@ bool setLrFromTensor(std::vector<Tensor> &lrs, const Tensor &lr, const char *who
   return true;
 }
 
+// set_lr(Tensor) of SGD and AdamW: traced into their rate scalars (from then on lr() reads
+// them: inGraph), or, eagerly, the value read and given to set_lr(double).
+void setLrTensor(Optimizer &o, std::vector<Tensor> &lrs, bool &inGraph, const Tensor &lr,
+                 const char *who) {
+  if (setLrFromTensor(lrs, lr, who)) {
+    inGraph = true;
+  } else {
+    o.set_lr(lr.item());
+  }
+}
+
 // The rate a compiled set_lr(Tensor) last wrote (the CPU scalar; a host read).
 double readLr(const std::vector<Tensor> &lrs) {
   TracerPause pause;
@@ -212,13 +223,7 @@ void SGD::set_lr(double lr) {
   setScalars(lr_, lr);
 }
 
-void SGD::set_lr(const Tensor &lr) {
-  if (setLrFromTensor(lr_, lr, "SGD::set_lr")) {
-    lrInGraph_ = true;
-  } else {
-    set_lr(lr.item());
-  }
-}
+void SGD::set_lr(const Tensor &lr) { setLrTensor(*this, lr_, lrInGraph_, lr, "SGD::set_lr"); }
 
 double SGD::lr() const { return lrInGraph_ ? readLr(lr_) : options_.lr; }
 
@@ -282,13 +287,7 @@ void AdamW::set_lr(double lr) {
   setScalars(lr_, lr);
 }
 
-void AdamW::set_lr(const Tensor &lr) {
-  if (setLrFromTensor(lr_, lr, "AdamW::set_lr")) {
-    lrInGraph_ = true;
-  } else {
-    set_lr(lr.item());
-  }
-}
+void AdamW::set_lr(const Tensor &lr) { setLrTensor(*this, lr_, lrInGraph_, lr, "AdamW::set_lr"); }
 
 double AdamW::lr() const { return lrInGraph_ ? readLr(lr_) : options_.lr; }
 
