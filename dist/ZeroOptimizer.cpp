@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <rcjit/Autograd.h>
 #include <rcjit/Error.h>
@@ -19,7 +20,9 @@
 
 namespace rcjit::dist {
 
+using detail::collectBlocks;
 using detail::secondsSince;
+using detail::within;
 using detail::ZeroMember;
 using detail::ZeroUnit;
 
@@ -40,24 +43,6 @@ void collectSlots(const nn::ModuleBase &m, std::vector<Slot> &out) {
   for (const auto &[name, child] : m.children()) collectSlots(*child, out);
 }
 
-// The modules whose calls gather a stage-3 unit: every element of every ModuleList.
-void collectBlocks(nn::ModuleBase &m, std::vector<nn::ModuleBase *> &out) {
-  for (const auto &[name, child] : m.children()) {
-    if (m.isModuleList()) {
-      out.push_back(child);
-    } else {
-      collectBlocks(*child, out);
-    }
-  }
-}
-
-bool within(const nn::ModuleBase *m, const nn::ModuleBase *root) {
-  for (; m; m = m->parent()) {
-    if (m == root) return true;
-  }
-  return false;
-}
-
 } // namespace
 
 struct ZeroOptimizer::Impl {
@@ -70,6 +55,7 @@ struct ZeroOptimizer::Impl {
   int64_t bucketBytes = 0;
   ZeroStats stats;
   bool hooked = false, unsharded = false;
+  double maxGradNorm = 0, lastGradNorm = -1; // ZeroOptions::max_grad_norm; the last step's norm
   // stage 3: the units in the order the current forward pass gathered them
   std::shared_ptr<std::vector<size_t>> pass;
   std::optional<size_t> lastBlock; // the block gathered last in the pass (released by the next)
@@ -111,7 +97,7 @@ struct ZeroOptimizer::Impl {
   void declareSharded();
   ShardedParameter shardInfo(size_t i, const ZeroMember &mem, int stage) const;
   bool compiledGradients() const;
-  void stepSlices();
+  void updateSlices();
   // Stages 1 and 2, after each unit's update: its slice all-gathered, all in flight at once
   void startGather(ZeroUnit &u, std::vector<Work> &gathers);
   // then each unit's gathered values written into its parameters
@@ -177,12 +163,15 @@ void ZeroOptimizer::Impl::makeOptimizer(ZeroUnit &u) {
 void ZeroOptimizer::Impl::build(nn::ModuleBase &m, ZeroOptions o) {
   model = &m;
   stage = o.stage;
+  maxGradNorm = o.max_grad_norm;
   prefetchOn = o.prefetch;
   bucketBytes = o.bucket_bytes;
   if (stage < 1 || stage > 3) {
     throw Error("dist::ZeroOptimizer: stage " + std::to_string(stage) + " is not 1, 2 or 3");
   }
   if (bucketBytes <= 0) throw Error("dist::ZeroOptimizer: bucket_bytes is not positive");
+  if (!(maxGradNorm >= 0) || !std::isfinite(maxGradNorm))
+    throw Error("dist::ZeroOptimizer: max_grad_norm is not a finite number >= 0");
   if (Tracer::current()) throw Error("dist::ZeroOptimizer: constructed inside a trace");
   rank = dist::rank();
   world = dist::world_size();
@@ -580,7 +569,10 @@ bool ZeroOptimizer::Impl::compiledGradients() const {
 }
 
 // Each slice's gradient is this rank's mean already: update, then all-gather.
-void ZeroOptimizer::Impl::stepSlices() {
+// Updates every unit whose slice has a gradient (clipped first under max_grad_norm: the
+// norm needs every slice) and all-gathers each unit's new values.
+void ZeroOptimizer::Impl::updateSlices() {
+  if (maxGradNorm > 0) lastGradNorm = detail::clipSliceGradients(units, maxGradNorm);
   std::vector<Work> gathers;
   for (ZeroUnit &u : units) {
     if (u.slice.grad().defined()) {
@@ -593,12 +585,11 @@ void ZeroOptimizer::Impl::stepSlices() {
 }
 
 void ZeroOptimizer::Impl::stepStage1() {
-  if (compiledGradients()) return stepSlices();
+  if (compiledGradients()) return updateSlices();
   GradSyncStats g = all_reduce_gradients(params, bucketBytes);
   stats.waitSeconds += g.waitSeconds;
   stats.reductions += g.buckets;
   stats.reducedBytes += g.bytes;
-  std::vector<Work> gathers;
   for (ZeroUnit &u : units) {
     std::vector<Tensor> grads;
     bool any = false;
@@ -612,16 +603,13 @@ void ZeroOptimizer::Impl::stepStage1() {
       Tensor gs = Tensor::empty({u.sliceLen});
       detail::packRange(u, grads, rank * u.sliceLen, (rank + 1) * u.sliceLen, gs.data<float>());
       autograd::setGrad(u.slice, gs);
-      u.optimizer->step();
-      u.stepped = true;
     }
-    startGather(u, gathers);
   }
-  finishGathers(gathers);
+  updateSlices();
 }
 
 void ZeroOptimizer::Impl::stepStage2() {
-  if (compiledGradients()) return stepSlices();
+  if (compiledGradients()) return updateSlices();
   for (ZeroUnit &u : units) { // every unit's reduce-scatter in flight at once
     std::vector<Tensor> grads;
     for (const ZeroMember &mem : u.members) {
@@ -630,6 +618,10 @@ void ZeroOptimizer::Impl::stepStage2() {
     }
     u.pending.push_back(startReduceScatter(u, grads));
     for (const ZeroMember &mem : u.members) autograd::setGrad(*mem.slots.front(), Tensor());
+  }
+  if (maxGradNorm > 0) { // the norm needs every slice before any update
+    for (ZeroUnit &u : units) finishGradient(u);
+    return updateSlices();
   }
   std::vector<Work> gathers;
   for (ZeroUnit &u : units) { // each unit updated as soon as its gradient is in
@@ -644,8 +636,10 @@ void ZeroOptimizer::Impl::stepStage2() {
 
 void ZeroOptimizer::Impl::stepStage3() {
   if (unsharded) throw Error(where() + ": step() after unshard()");
+  for (ZeroUnit &u : units) finishGradient(u);
+  if (maxGradNorm > 0) lastGradNorm = detail::clipSliceGradients(units, maxGradNorm);
   for (ZeroUnit &u : units) {
-    if (finishGradient(u)) {
+    if (u.slice.grad().defined()) {
       u.optimizer->step();
       u.stepped = true;
     }
@@ -769,6 +763,7 @@ std::vector<Tensor> ZeroOptimizer::full_parameters() {
   return out;
 }
 
+double ZeroOptimizer::last_grad_norm() const { return impl_->lastGradNorm; }
 int ZeroOptimizer::stage() const { return impl_->stage; }
 int ZeroOptimizer::units() const { return static_cast<int>(impl_->units.size()); }
 const ZeroStats &ZeroOptimizer::stats() const { return impl_->stats; }

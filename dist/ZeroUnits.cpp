@@ -1,8 +1,12 @@
-// Moves between a ZeRO unit's parameters and flat buffers, and freeing a parameter's memory
-// in place while values saved for backward still refer to it.
+// Moves between a ZeRO unit's parameters and flat buffers, freeing a parameter's memory in
+// place while values saved for backward still refer to it, the stage-3 blocks of a model,
+// and clipping the sharded gradient.
 #include "dist/ZeroUnits.h"
 
+#include <cmath>
 #include <cstring>
+
+#include <rcjit/Ops.h>
 
 #include "tracer/TensorImpl.h"
 
@@ -42,6 +46,38 @@ void refillStorage(const Tensor &t) {
   s.release = std::move(fresh->release);
   fresh->data = nullptr;
   fresh->release = nullptr;
+}
+
+void collectBlocks(nn::ModuleBase &m, std::vector<nn::ModuleBase *> &out) {
+  for (const auto &[name, child] : m.children()) {
+    if (m.isModuleList()) {
+      out.push_back(child);
+    } else {
+      collectBlocks(*child, out);
+    }
+  }
+}
+
+bool within(const nn::ModuleBase *m, const nn::ModuleBase *root) {
+  for (; m; m = m->parent()) {
+    if (m == root) return true;
+  }
+  return false;
+}
+
+double clipSliceGradients(std::vector<ZeroUnit> &units, double maxNorm) {
+  std::vector<Tensor> slices;
+  for (const ZeroUnit &u : units) {
+    if (u.slice.grad().defined()) slices.push_back(u.slice);
+  }
+  const Tensor local = get_total_norm(grads_of(slices));
+  Tensor squares = local * local;
+  all_reduce(squares, ReduceOp::sum);
+  const double norm = std::sqrt(squares.item());
+  if (maxNorm / (norm + 1e-6) < 1) {
+    clip_grads_with_norm_(slices, maxNorm, Tensor::full({}, norm, DType::f64));
+  }
+  return norm;
 }
 
 } // namespace rcjit::dist::detail

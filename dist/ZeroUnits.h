@@ -70,4 +70,15 @@ void unpackRange(const ZeroUnit &u, const std::vector<Tensor> &tensors, int64_t 
 void releaseStorage(const Tensor &t);
 void refillStorage(const Tensor &t);
 
+/// The modules whose calls gather a stage-3 unit: every element of every ModuleList.
+void collectBlocks(nn::ModuleBase &m, std::vector<nn::ModuleBase *> &out);
+/// Whether `m` is `root` or inside it.
+bool within(const nn::ModuleBase *m, const nn::ModuleBase *root);
+
+/// ZeroOptions::max_grad_norm: the L2 norm of the whole averaged gradient, from this rank's
+/// slices' gradients (padding is zero) and one all_reduce of a scalar (a collective), and
+/// every slice's gradient scaled by max_norm / (norm + 1e-6) when that is below 1, as
+/// clip_grad_norm_ does on one process. Returns the norm before clipping.
+double clipSliceGradients(std::vector<ZeroUnit> &units, double maxNorm);
+
 } // namespace rcjit::dist::detail

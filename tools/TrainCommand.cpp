@@ -173,8 +173,10 @@ void makeOptimizer(Model &m, const Settings &s, TrainOptimizer &o) {
   const optim::AdamWOptions adamwOptions{.lr = s.lr};
   const optim::SGDOptions sgdOptions{.lr = s.lr, .momentum = 0.9};
   if (s.zeroStage > 0) { // broadcasts rank 0's weights itself
-    const dist::ZeroOptions zo{
-        .stage = s.zeroStage, .bucket_bytes = s.bucketBytes, .prefetch = s.prefetch};
+    const dist::ZeroOptions zo{.stage = s.zeroStage,
+                               .bucket_bytes = s.bucketBytes,
+                               .prefetch = s.prefetch,
+                               .max_grad_norm = s.clipGradNorm};
     if (s.optimizer == "adamw") {
       o.zero.emplace(m.module(), adamwOptions, zo);
     } else {
@@ -284,7 +286,8 @@ void recordStep(TrainRow &r, const Tensor &l, double ms, int i, const std::strin
 }
 
 // --clip-grad-norm: the gradients clipped to that total norm before the update; a whole step
-// clips without reading the norm on the host (clip_grads_with_norm_).
+// clips without reading the norm on the host (clip_grads_with_norm_). ZeRO clips in its
+// step() (ZeroOptions::max_grad_norm).
 void clipGradients(const std::vector<Tensor> &params, const Settings &s, bool whole) {
   if (s.clipGradNorm <= 0) return;
   if (whole) {
@@ -529,10 +532,9 @@ void checkTrainFlags(Settings &s, const TrainFlags &f, const po::variables_map &
     throw std::invalid_argument("--clip-grad-norm: " + std::string(value) +
                                 " is not a finite number >= 0");
   }
-  if (s.clipGradNorm > 0 && (f.distMode.rfind("zero", 0) == 0 || vm.count("strategy"))) {
-    throw std::invalid_argument("--clip-grad-norm: not with --dist zero1/2/3 (each rank holds "
-                                "a slice of the gradients: the norm needs a collective, not "
-                                "built yet) or --strategy");
+  if (s.clipGradNorm > 0 && vm.count("strategy")) {
+    throw std::invalid_argument("--clip-grad-norm: the captioning workflow (--strategy) does "
+                                "not clip");
   }
   if (s.warmup < 0) {
     throw std::invalid_argument("--warmup: " + std::to_string(s.warmup) +

@@ -52,6 +52,12 @@ struct ZeroOptions {
   /// (non-blocking): in forward the block after it in the previous forward's order, in
   /// backward the block before the one being gathered back. One more block in memory.
   bool prefetch = false;
+  /// Clips the averaged gradient to this total L2 norm before each update (0: off), as
+  /// clip_grad_norm_ would on one process: step() sums the squares of this rank's slices,
+  /// all-reduces that one number and scales the slices (every unit's gradient must be in
+  /// before any unit is updated). clip_grad_norm_ on the model's parameters is wrong here:
+  /// before step() they hold this rank's unaveraged gradients (stages 1-2) or none (stage 3).
+  double max_grad_norm = 0;
 };
 
 /// What the optimizer's collectives cost since construction (or reset_stats()).
@@ -98,6 +104,9 @@ public:
   /// rcjit::compile, like step().
   double lr() const;
   void set_lr(double lr);
+  /// The total norm of the averaged gradient at the last step() (before clipping), when
+  /// max_grad_norm is set; else -1.
+  double last_grad_norm() const;
 
   int stage() const;
   /// How many units the parameters were grouped into.

@@ -25,10 +25,12 @@ struct ZeroTrainOptions {
   std::vector<ScheduleStep> schedule;      // CompileOptions::schedule (the ZeRO passes)
   int64_t memoryBudget = 0;                // CompileOptions::memory_budget
   int halveLrAt = -1;                      // from this step on, set_lr(lr / 2)
+  double maxGradNorm = 0; // ZeroOptions::max_grad_norm; clip_grad_norm_ without ZeRO
 };
 
 struct ZeroTrainRun {
   std::vector<double> losses;   // per step, the mean over the ranks
+  std::vector<double> gradNorms; // per step, with maxGradNorm: the norm before clipping
   std::vector<Tensor> params;   // final values, model.parameters() order
   int64_t stateBytes = 0;       // memory_stats: held after the last step, less what was before
   int64_t peakBytes = 0;        // memory_stats: the peak of the steps after the first
@@ -55,8 +57,10 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   std::unique_ptr<optim::Optimizer> opt; // without ZeRO
   std::optional<dist::ZeroOptimizer> zero;
   if (o.stage >= 1) {
-    const dist::ZeroOptions zo{
-        .stage = o.stage, .bucket_bytes = o.bucketBytes, .prefetch = o.prefetch};
+    const dist::ZeroOptions zo{.stage = o.stage,
+                               .bucket_bytes = o.bucketBytes,
+                               .prefetch = o.prefetch,
+                               .max_grad_norm = o.maxGradNorm};
     o.adamw ? zero.emplace(m->module(), ao, zo) : zero.emplace(m->module(), so, zo);
     out.units = zero->units();
   } else {
@@ -83,8 +87,11 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
     l.backward();
     if (zero) {
       zero->step();
+      if (o.maxGradNorm > 0) out.gradNorms.push_back(zero->last_grad_norm());
     } else {
       if (o.stage == 0) dist::all_reduce_gradients(m->module().parameters(), o.bucketBytes);
+      if (o.maxGradNorm > 0)
+        out.gradNorms.push_back(clip_grad_norm_(m->module().parameters(), o.maxGradNorm));
       opt->step();
     }
     Tensor mean = Tensor::full({}, l.item(), DType::f64);

@@ -127,6 +127,37 @@ TEST(Zero, SetLrEqualsOneProcess) {
   EXPECT_EQ(z.lr(), 0.125);
 }
 
+// ZeroOptions::max_grad_norm clips the averaged gradient as clip_grad_norm_ does on one
+// process (the norm from every rank's slices): the same norms, losses and parameters,
+// stages 1-3 (and ddp with clip_grad_norm_ after the average); a bound that clips every step.
+TEST(Zero, MaxGradNormEqualsOneProcessClipping) {
+  const double bound = 0.5;
+  ZeroRun one = test::zeroTrain({.stage = -1, .maxGradNorm = bound});
+  ZeroRun plain = test::zeroTrain({.stage = -1});
+  ASSERT_EQ(one.gradNorms.size(), one.losses.size());
+  for (double n : one.gradNorms) EXPECT_GT(n, bound) << "every step clips";
+  EXPECT_NE(one.losses.back(), plain.losses.back()) << "clipping changed the run";
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    ZeroRun z = test::zeroTrain({.stage = stage, .maxGradNorm = bound});
+    ASSERT_EQ(z.gradNorms.size(), one.gradNorms.size());
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(z.gradNorms[i], one.gradNorms[i], 1e-5 * one.gradNorms[i]) << "step " << i;
+      EXPECT_NEAR(z.losses[i], one.losses[i], 1e-5 * std::abs(one.losses[i])) << "step " << i;
+    }
+    for (size_t i = 0; i < one.params.size(); ++i) {
+      EXPECT_TRUE(allclose(z.params[i], one.params[i], 1e-4, 2e-4)) << "parameter " << i;
+    }
+  }
+  tools::ModelConfig c;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
+  std::string msg = errorOf(
+      [&] { dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{}, {.max_grad_norm = -1}); });
+  EXPECT_NE(msg.find("max_grad_norm is not a finite number >= 0"), std::string::npos) << msg;
+  dist::ZeroOptimizer z(m->module(), optim::AdamWOptions{});
+  EXPECT_EQ(z.last_grad_norm(), -1);
+}
+
 // Model state after a step: one process holds parameters, gradients and AdamW's two moments
 // (4 copies of the parameters); zero3 on W ranks holds a 1/W slice of each (plus padding).
 TEST(Zero, Stage3HoldsAFractionOfOneProcesssModelState) {
