@@ -56,11 +56,13 @@ void checkSaved(const Node &n, const SavedValue &s) {
 
 bool ownsItsBlock(const Tensor &t) {
   const auto &impl = t.impl();
-  // all of it: a view at offset 0 of a larger block (the first gradient of a ddp bucket,
-  // a slice of the bucket's buffer) kept as a grad() would keep the whole block alive
+  // all of it, or nearly: a view at offset 0 of a larger block (the first gradient of a
+  // ddp bucket, a slice of the bucket's buffer) kept as a grad() would keep the whole block
+  // alive; a tail of at most an eighth of t (a fused cross-entropy's packed result, whose
+  // weight gradient leads it) is kept rather than copying t
+  const size_t bytes = static_cast<size_t>(t.numel()) * dtypeSize(t.dtype());
   return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->storage->release &&
-         impl->offset == 0 && t.is_contiguous() &&
-         impl->storage->nbytes == static_cast<size_t>(t.numel()) * dtypeSize(t.dtype());
+         impl->offset == 0 && t.is_contiguous() && impl->storage->nbytes <= bytes + bytes / 8;
 }
 
 bool scatterRowsInto(const Tensor &acc, const Shape &weight, const Tensor &rows,

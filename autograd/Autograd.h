@@ -103,8 +103,9 @@ std::vector<Tensor> runBackward(const std::vector<Tensor> &roots,
 /// A new handle on t's storage and geometry without autograd metadata.
 Tensor detachedHandle(const Tensor &t);
 /// Whether t's block is t's alone: no other handle on t, no view or tensor on its storage,
-/// which t owns (not a from_blob), all of it, contiguous. Writing it in place then changes
-/// nothing anyone else can see.
+/// which t owns (not a from_blob), all of it but a tail of at most an eighth of t's bytes,
+/// contiguous. Writing it in place then changes nothing anyone else can see, and keeping it
+/// keeps little more than t alive.
 bool ownsItsBlock(const Tensor &t);
 /// Adds each row of `rows` into row ids[i] of `acc` in acc's own block (an embedding's
 /// weight gradient summed into the gradient its weight got from another use) where acc may

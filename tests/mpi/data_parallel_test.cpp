@@ -303,9 +303,11 @@ TEST(DataParallel, TrainCommandDdpEqualsOneProcess) {
     EXPECT_GT(ddp["results"][m]["tokens_per_s"].get<double>(), 0);
     EXPECT_EQ(ddp["results"][m]["comm_wait_ms_steps"].size(), 5u);
     // between steps every mode holds what eager ddp holds (parameters, gradients, AdamW's
-    // state): no gradient keeps its bucket's whole buffer alive
-    EXPECT_EQ(ddp["results"][m]["model_state_mib"], ddp["results"][0]["model_state_mib"])
-        << "mode " << m;
+    // state), up to the tail of a bucket an eighth of its first gradient's size, kept
+    // rather than copying that gradient: no gradient keeps its bucket's whole buffer alive
+    const double held = ddp["results"][m]["model_state_mib"],
+                 eagerHeld = ddp["results"][0]["model_state_mib"];
+    EXPECT_NEAR(held, eagerHeld, 0.03 * eagerHeld) << "mode " << m;
   }
 }
 
