@@ -538,11 +538,16 @@ TEST(Cli, TrainClipGradNormIsTheSameInEveryMode) {
   EXPECT_EQ(j["clip_grad_norm"], 0.5);
   const nlohmann::json &eager = j["results"][0];
   for (const nlohmann::json &row : j["results"]) {
+    ASSERT_EQ(row["grad_norms"].size(), 4u) << row["mode"];
     for (int i = 0; i < 4; ++i) {
       double a = eager["losses"][i], b = row["losses"][i];
       EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << row["mode"] << " step " << i;
+      double na = eager["grad_norms"][i], nb = row["grad_norms"][i];
+      EXPECT_GT(na, 0.5) << "step " << i << " clips";
+      EXPECT_NEAR(nb, na, 1e-4 * na) << row["mode"] << " step " << i;
     }
   }
+  EXPECT_EQ(jp["results"][0]["grad_norms"].size(), 0u) << "no norms without clipping";
   double clipped = eager["losses"][3], unclipped = jp["results"][0]["losses"][3];
   EXPECT_GT(std::abs(clipped - unclipped), 1e-4) << "clipping changed nothing";
 }

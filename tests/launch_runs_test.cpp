@@ -178,6 +178,24 @@ TEST(OutputsOverDying, OnlyAnElementwiseWriterOfTheSameSizeTakesADyingBuffer) {
   EXPECT_EQ(over[o6], big);
 }
 
+// One kernel writes a parameter over itself (runInto's alias) and a second output, both
+// elementwise over a dying dynamic buffer: without the alias the first output in order
+// takes the buffer; under it, the parameter is its input's storage, so the buffer goes to
+// the other output (a whole step's update that also writes the clipped gradient).
+TEST(OutputsOverDying, AnOutputWrittenInPlaceOfAnInputLeavesTheBufferToAnother) {
+  Builder b;
+  int d = b.buffer(Buffer::Kind::dynamic), p = b.buffer(Buffer::Kind::input, 0, 4096, 0);
+  int pNew = b.buffer(Buffer::Kind::output), g = b.buffer(Buffer::Kind::output);
+  b.kernel({d, p}, {pNew, g});
+  b.p.outputs = {pNew, g};
+  EXPECT_EQ(cpu::outputsOverDying(b.p, b.kernels)[pNew], d);
+  std::vector<int> alias(b.p.buffers.size(), -1);
+  alias[pNew] = 0;
+  const std::vector<int> over = cpu::outputsOverDying(b.p, b.kernels, &alias);
+  EXPECT_EQ(over[pNew], -1);
+  EXPECT_EQ(over[g], d);
+}
+
 TEST(LaunchRuns, LibraryStepsReductionsAndSymbolicProgramsRunAlone) {
   Builder b;
   int x = b.buffer(Buffer::Kind::input), y = b.buffer(Buffer::Kind::output);

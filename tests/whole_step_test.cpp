@@ -275,6 +275,40 @@ TEST(WholeStep, ClippingInsideTheStepEqualsEagerClipGradNorm) {
     expectSameParameters(compiled.parameters(), eager.parameters());
     EXPECT_EQ(step.stats().compiles, 1);
   }
+  // memory: clipping in the step holds no second copy of a large gradient (the clipped
+  // gradient is written over the unclipped one, which dies there, while the update writes
+  // the parameter and its state over themselves)
+  struct Wide : nn::Module<Wide> { // a 512 KiB weight: its gradient is no arena buffer
+    nn::Linear a{8, 512, true, 21}, b{512, 256, true, 22}, c{256, 4, true, 23};
+    Wide() {
+      register_module("a", a);
+      register_module("b", b);
+      register_module("c", c);
+    }
+    Tensor forward(const Tensor &t) { return c(tanh(b(tanh(a(t))))); }
+  };
+  auto peakOf = [&](bool clip) {
+    Wide m;
+    optim::AdamW o(m.parameters());
+    auto s = compile([&](const Tensor &a, const Tensor &b) {
+      o.zero_grad();
+      Tensor l = mse_loss(m(a), b);
+      l.backward();
+      if (clip)
+        clip_grads_with_norm_(m.parameters(), 0.05, get_total_norm(grads_of(m.parameters())));
+      o.step();
+      return l.detach();
+    });
+    s(x, y);
+    s(x, y);
+    const int64_t before = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    s(x, y);
+    return memory_stats().peak_bytes - before;
+  };
+  // (the small gradients are arena buffers: a few KiB more; a second copy of b's weight
+  // gradient would be 512 KiB)
+  EXPECT_LT(peakOf(true), peakOf(false) + (256 << 10));
   // eager: the same norm as clip_grad_norm_'s, and the clipped gradients' norm is max_norm
   Mlp m(11);
   mse_loss(m(x), y).backward();

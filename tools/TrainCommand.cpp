@@ -288,13 +288,13 @@ void recordStep(TrainRow &r, const Tensor &l, double ms, int i, const std::strin
 // --clip-grad-norm: the gradients clipped to that total norm before the update; a whole step
 // clips without reading the norm on the host (clip_grads_with_norm_). ZeRO clips in its
 // step() (ZeroOptions::max_grad_norm).
-void clipGradients(const std::vector<Tensor> &params, const Settings &s, bool whole) {
-  if (s.clipGradNorm <= 0) return;
-  if (whole) {
-    clip_grads_with_norm_(params, s.clipGradNorm, get_total_norm(grads_of(params)));
-  } else {
-    clip_grad_norm_(params, s.clipGradNorm);
-  }
+// Returns the norm before clipping (an f64 scalar; undefined without --clip-grad-norm).
+Tensor clipGradients(const std::vector<Tensor> &params, const Settings &s, bool whole) {
+  if (s.clipGradNorm <= 0) return Tensor();
+  if (!whole) return Tensor::full({}, clip_grad_norm_(params, s.clipGradNorm), DType::f64);
+  Tensor norm = get_total_norm(grads_of(params));
+  clip_grads_with_norm_(params, s.clipGradNorm, norm);
+  return norm;
 }
 
 // Step i's rate under --warmup / --lr-schedule: set on the host before the step, or (a
@@ -352,9 +352,9 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     Tensor l = lossFn({in.begin(), in.end() - (s.scheduled() ? 1 : 0)});
     l.backward();
     if (wholeDdp) dist::all_reduce_gradients(o.params, s.bucketBytes);
-    clipGradients(o.params, s, true);
+    Tensor norm = clipGradients(o.params, s, true);
     local->step();
-    return l.detach();
+    return norm.defined() ? std::vector<Tensor>{l.detach(), norm} : std::vector<Tensor>{l.detach()};
   };
   auto wholeStep = compile(step, opts);
   TrainRow r;
@@ -369,10 +369,12 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     if (s.scheduled()) setStepLr(zero, local, s, i, whole, inputs);
     if (i == 0) reset_peak_memory_stats(s.device);
     auto t0 = std::chrono::steady_clock::now();
-    Tensor l;
+    Tensor l, norm; // norm: the gradients' before clipping (--clip-grad-norm)
     if (whole) {
       Autocast ac(DType::bf16, s.autocast);
-      l = wholeStep(inputs);
+      std::vector<Tensor> outs = wholeStep(inputs);
+      l = outs[0];
+      if (outs.size() > 1) norm = outs[1];
       if (wholeDdp) r.commMsAll.push_back(0); // inside the compiled step: not timed apart
     } else if (zero) { // ZeRO: the optimizer averages the gradients over the ranks itself
       // zero3 gathers in forward and backward: the optimizer's own, or compiled code's
@@ -385,6 +387,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       }
       l.backward();
       zero->step();
+      if (s.clipGradNorm > 0) norm = Tensor::full({}, zero->last_grad_norm(), DType::f64);
       r.commMsAll.push_back(
           (zero->stats().waitSeconds + dist::detail::compiledCollectiveWaitSeconds() - waited) *
           1e3);
@@ -401,12 +404,13 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
         r.commMsAll.push_back(dist::all_reduce_gradients(o.params, s.bucketBytes).waitSeconds *
                               1e3);
       }
-      clipGradients(o.params, s, false);
+      norm = clipGradients(o.params, s, false);
       local->step();
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
     r.lrs.push_back(zero ? zero->lr() : local->lr());
+    if (norm.defined()) r.gradNorms.push_back(norm.item());
     // the steps after the initial one are timed on the optimized tier, as bench's calls are
     if (i == 0 && mode != "eager") r.tierWaitMs = waitForOptimizedTier();
     if (i == 0) {

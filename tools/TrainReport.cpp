@@ -225,6 +225,7 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
                             {"step_ms", r.stepMsAll},
                             {"losses", r.losses},
                             {"lrs", r.lrs},
+                            {"grad_norms", r.gradNorms},
                             {"compiles", r.train.compiles},
                             {"cache_hits", r.train.cache_hits},
                             {"compile_seconds", r.train.compile_seconds},

@@ -57,6 +57,7 @@ struct TrainRow {
   double laterPeakMiB = 0; // the peak over the steps after the first (the steady state)
   std::vector<double> stepMsAll, losses;
   std::vector<double> lrs;       // per step: the optimizer's rate after the step (lr())
+  std::vector<double> gradNorms; // --clip-grad-norm: per step, the norm before clipping
   std::vector<double> commMsAll; // ddp: per step, blocked on the gradients' all_reduce
   double commMs = 0;             // median of commMsAll after the first step
   bool graphDdp = false;         // ddp in full / whole mode: compiled code averages the gradients

@@ -187,6 +187,7 @@ private:
   Tensor *consumed_;
   const std::vector<int> *alias_;       // runInto: per buffer, the input it is written into
   const std::vector<int> *runs_;        // per step, the end of its launch run
+  const std::vector<int> *over_;        // per buffer, the dynamic buffer an output takes over
   std::optional<CallSymbols> callSyms_; // looked up here (the caller passed no spec)
   const int64_t *syms_;
   std::shared_ptr<const Spec> specKeep_; // a symbolic program's spec, held for the call
@@ -220,7 +221,8 @@ const CpuProgram::Spec *CpuProgram::Call::specOf(const CallArgs &a) {
 
 CpuProgram::Call::Call(const CpuProgram &prog, const CallArgs &args)
     : prog_(prog), inputs_(args.inputs), n_(args.n), consumed_(args.consumed), alias_(args.alias),
-      runs_(args.runs), spec_(specOf(args)), p_(spec_->layout), lease_{prog, nullptr} {
+      runs_(args.runs), over_(args.over), spec_(specOf(args)),
+      p_(spec_->layout), lease_{prog, nullptr} {
   beginTuning();
   chosen_ = spec_->tuned.load(std::memory_order_acquire) ? &spec_->threads : nullptr;
   lease_.arena = prog_.acquireArena(p_.arenaBytes);
@@ -312,7 +314,7 @@ bool heldAlone(const Tensor &t, int64_t bytes) {
 // when this call holds that buffer alone (heldAlone) and no tuner reruns the step (a rerun
 // would read what the first run wrote).
 bool CpuProgram::Call::takeOver(int b) {
-  const int d = spec_->outputOver[static_cast<size_t>(b)];
+  const int d = (over_ ? *over_ : spec_->outputOver)[static_cast<size_t>(b)];
   if (d < 0 || tuner_) return false;
   const Tensor &t = arena_->dynamic[static_cast<size_t>(d)];
   const Buffer &buf = p_.buffers[static_cast<size_t>(b)];

@@ -470,13 +470,14 @@ std::vector<char> eagerIntoBase(const Program &p) {
   return into;
 }
 
-std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels) {
+std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels,
+                                  const std::vector<int> *alias) {
   std::vector<int> over(p.buffers.size(), -1);
   const std::vector<int> lastUse = lastUseOfBuffers(p);
   std::vector<bool> taken(p.buffers.size(), false);
   for (int ov : p.outputs) {
     const int ob = p.values[ov].buffer;
-    if (over[ob] >= 0) continue;
+    if (over[ob] >= 0 || (alias && (*alias)[ob] >= 0)) continue;
     const auto [step, tOut] = outputWriter(p, kernels, ob);
     if (step < 0) continue;
     for (int v : p.steps[step].operands) {
@@ -584,8 +585,11 @@ void CpuProgram::runInto(const Tensor *const *inputs, size_t n,
       auto made = std::make_unique<Spec::IntoPlan>();
       made->key = into;
       made->alias = inPlaceBuffers(spec->layout, program_.kernels, into);
+      made->over = !program_.symbols.ranges.empty()
+                       ? spec->outputOver
+                       : outputsOverDying(spec->layout, program_.kernels, &made->alias);
       made->runs = launchRuns(spec->layout, program_.kernels, spec->defaultThreads, &made->alias,
-                              &spec->outputOver);
+                              &made->over);
       plan = made.get();
       if (spec->intoPlans.size() < Spec::kMaxIntoPlans) {
         spec->intoPlans.push_back(std::move(made));
@@ -600,7 +604,8 @@ void CpuProgram::runInto(const Tensor *const *inputs, size_t n,
            .syms = callSyms.data(),
            .spec = spec,
            .alias = &plan->alias,
-           .runs = &plan->runs},
+           .runs = &plan->runs,
+           .over = &plan->over},
           outs);
 }
 

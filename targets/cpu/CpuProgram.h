@@ -138,7 +138,7 @@ private:
     // launch runs under it, for one `into` list
     struct IntoPlan {
       std::vector<std::pair<int, int>> key;
-      std::vector<int> alias, runs;
+      std::vector<int> alias, runs, over; // over: outputsOverDying under alias
     };
     // the plans of the first kMaxIntoPlans lists asked for, kept as long as the spec (a
     // call reads the one it finds without a lock); the last one used is `intoLast`
@@ -163,6 +163,9 @@ private:
     const std::vector<int> *alias = nullptr;
     // per step, the end of its launch run (launchRuns), or null for the spec's own
     const std::vector<int> *runs = nullptr;
+    // per buffer, the dynamic buffer an output is written over (outputsOverDying), or null
+    // for the spec's own
+    const std::vector<int> *over = nullptr;
   };
   // Runs one call; its outputs go into `outs` (emptied first).
   void runImpl(const CallArgs &args, std::vector<Tensor> &outs) const;
@@ -227,8 +230,12 @@ std::vector<int> launchRuns(const Program &p, const std::vector<LoopKernel> &ker
 /// and the two are the same size. The call takes the dynamic buffer's storage when it is
 /// the only owner at that step (a large intermediate, or an eager step's fresh result),
 /// so an output such as a tied weight's gradient sum needs no third block beside its
-/// two addends. `kernels`: the program's; none for symbolic programs.
-std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels);
+/// two addends. `kernels`: the program's; none for symbolic programs. `alias` (runInto's
+/// plan): outputs written in place of an input take no dynamic buffer, which goes to
+/// another output of the step instead (an optimizer update that writes the parameter and
+/// its state over themselves and a clipped gradient over the unclipped one).
+std::vector<int> outputsOverDying(const Program &p, const std::vector<LoopKernel> &kernels,
+                                  const std::vector<int> *alias = nullptr);
 
 /// Per step of `p` (a layout), whether it is an eager embedding_backward with a base
 /// (jit/passes/EmbeddingGradSum.h) whose base is a dynamic buffer that dies there, the whole
