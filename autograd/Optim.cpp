@@ -426,7 +426,7 @@ Tensor get_total_norm(const std::vector<Tensor> &tensors) {
 std::vector<Tensor> grads_of(const std::vector<Tensor> &params) {
   std::vector<Tensor> out;
   for (const Tensor &p : params) {
-    if (p.defined() && p.grad().defined()) out.push_back(p.grad());
+    if (hasGrad(p)) out.push_back(p.grad());
   }
   return out;
 }

@@ -97,6 +97,10 @@ struct DynamicDagParam {
   Dynamic dynamic;
 };
 
+void PrintTo(const DynamicDagParam &p, std::ostream *os) {
+  *os << "seed " << p.seed << (p.dynamic == Dynamic::always ? ", always" : ", automatic");
+}
+
 std::vector<DynamicDagParam> dynamicDagParams() {
   std::vector<DynamicDagParam> ps;
   for (uint64_t s = 1; ps.size() < 48; ++s) {
