@@ -488,7 +488,8 @@ CompiledEntry compileEntry(CompiledState &s, const std::vector<Tensor> &args, co
   }
   if (t.mutates() && !t.breaks.empty()) {
     throw Error("compiled " + fname +
-                " is a whole step (it calls backward(), an optimizer step, set_lr(Tensor) or copy_) and reads "
+                " is a whole step (it calls backward(), an optimizer step, set_lr(Tensor) or "
+                "copy_) and reads "
                 "traced values on the host (" +
                 describeBreaks(t) +
                 "): a whole step compiles as one graph; move the host reads (item(), "

@@ -34,8 +34,8 @@ struct Settings {
   int rank = 0, world = 1;          // this process's rank and the number of ranks (ddp)
   int64_t bucketBytes = int64_t{25} << 20;
   double clipGradNorm = 0; // --clip-grad-norm: the gradients' total norm bound (0: none)
-  int warmup = 0;      // --warmup: steps of linear warm-up of the rate
-  bool cosine = false; // --lr-schedule cosine: then a cosine decay over the remaining steps
+  int warmup = 0;          // --warmup: steps of linear warm-up of the rate
+  bool cosine = false;     // --lr-schedule cosine: then a cosine decay over the remaining steps
   bool scheduled() const { return warmup > 0 || cosine; }
 };
 
