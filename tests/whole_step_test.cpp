@@ -448,6 +448,9 @@ struct RandomNet : nn::Module<RandomNet> {
 // 60 random small models (sizes 1-40, batch 1-9, seq 1-5; mse or cross-entropy; AdamW, SGD,
 // or SGD with momentum and weight decay), 4 steps each, compiled as a whole step or in full
 // mode with backward() and the step outside: losses and parameters equal eager training's.
+// A third of the trials clip the gradients (in a whole step with clip_grads_with_norm_,
+// eagerly with clip_grad_norm_) and a third warm the rate up with set_lr(Tensor) from a
+// step-count argument.
 // Small graphs are where fusion's corner cases live (the shared constant of
 // AdamWOfAOneLinearModelEqualsEager; nothing else failed in 600 such trials).
 TEST(WholeStep, RandomSmallModelsTrainAsEager) {
@@ -472,6 +475,8 @@ TEST(WholeStep, RandomSmallModelsTrainAsEager) {
     } else {
       y = Tensor::randn({batch, seq, classes}, 9 + t);
     }
+    const bool clip = pick(0, 2) == 0, sched = pick(0, 2) == 0;
+    const double bound = 0.05 * pick(1, 20), baseLr = opt == 0 ? 1e-2 : 0.05;
     RandomNet e(dims, acts, withNorm, 5 + t), c(dims, acts, withNorm, 5 + t);
     auto optimizer = [&](RandomNet &n) -> std::unique_ptr<optim::Optimizer> {
       if (opt == 0)
@@ -486,28 +491,42 @@ TEST(WholeStep, RandomSmallModelsTrainAsEager) {
       Tensor o = n(x);
       return ce ? cross_entropy(reshape(o, {batch * seq, classes}), y) : mse_loss(o, y);
     };
-    auto step = [&](RandomNet &n, optim::Optimizer &o) {
+    auto clipGrads = [&](RandomNet &n, bool traced) {
+      if (!clip) return;
+      if (traced) {
+        clip_grads_with_norm_(n.parameters(), bound, get_total_norm(grads_of(n.parameters())));
+      } else {
+        clip_grad_norm_(n.parameters(), bound);
+      }
+    };
+    auto step = [&](RandomNet &n, optim::Optimizer &o, const Tensor &st, bool traced) {
+      if (sched) o.set_lr(baseLr * (st + 1.0) / 4.0);
       o.zero_grad();
       Tensor l = lossOf(n);
       l.backward();
+      clipGrads(n, traced);
       o.step();
       return l.detach();
     };
-    auto whole = compile([&]() { return step(c, *oc); });
+    auto whole = compile([&](const Tensor &st) { return step(c, *oc, st, true); });
     auto loss = compile([&]() { return lossOf(c); });
-    const std::string what =
-        "trial " + std::to_string(t) + (full ? " (full mode)" : " (whole step)");
+    const std::string what = "trial " + std::to_string(t) +
+                             (full ? " (full mode" : " (whole step") + (clip ? ", clipped" : "") +
+                             (sched ? ", scheduled)" : ")");
     for (int s = 0; s < 4; ++s) {
-      const double want = step(e, *oe).item();
+      const Tensor st = Tensor::full({}, s);
+      const double want = step(e, *oe, st, false).item();
       double got = 0;
       if (full) {
+        if (sched) oc->set_lr(baseLr * (st + 1.0) / 4.0);
         oc->zero_grad();
         Tensor l = loss();
         l.backward();
+        clipGrads(c, false);
         oc->step();
         got = l.item();
       } else {
-        got = whole().item();
+        got = whole(st).item();
       }
       ASSERT_NEAR(got, want, 1e-4 * std::max(1.0, std::abs(want))) << what << " step " << s;
     }
