@@ -134,6 +134,10 @@ const Tensor &lrOn(std::vector<Tensor> &lrs, Device device, double lr, bool inGr
   return lrs.back();
 }
 
+// What set_lr(Tensor) and clip_grads_with_norm_ take as a scalar: a one-element floating
+// tensor.
+bool oneFloating(const Tensor &t) { return t.defined() && t.numel() == 1 && isFloating(t.dtype()); }
+
 // set_lr(double) while tracing: the compiled program would keep the number the trace saw.
 void refuseHostLrInTrace(const char *who, double lr) {
   if (!Tracer::current()) return;
@@ -148,7 +152,7 @@ void refuseHostLrInTrace(const char *who, double lr) {
 // the rate scalars' traced copy of it. Returns whether it was traced.
 bool setLrFromTensor(std::vector<Tensor> &lrs, const Tensor &lr, const char *who) {
   if (!lr.defined()) throw Error(std::string(who) + ": the learning rate tensor is undefined");
-  if (lr.numel() != 1 || !isFloating(lr.dtype())) {
+  if (!oneFloating(lr)) {
     throw Error(std::string(who) +
                 ": the learning rate must be a one-element floating tensor, got " +
                 std::string(dtypeName(lr.dtype())) + shapeStr(lr.shape()));
@@ -182,7 +186,7 @@ double readLr(const std::vector<Tensor> &lrs) {
 void checkLr(double lr, const char *who) { checkNonNegative(who, "lr", lr); }
 
 void Optimizer::set_lr(const Tensor &lr) {
-  if (!lr.defined() || lr.numel() != 1 || !isFloating(lr.dtype())) {
+  if (!oneFloating(lr)) {
     throw Error(
         "Optimizer::set_lr: the learning rate must be a defined one-element floating tensor");
   }
@@ -437,7 +441,7 @@ void clip_grads_with_norm_(const std::vector<Tensor> &params, double max_norm,
     throw Error("clip_grads_with_norm_: max_norm " + optim::valueStr(max_norm) +
                 " is not a finite number > 0");
   }
-  if (!total_norm.defined() || total_norm.numel() != 1 || !isFloating(total_norm.dtype())) {
+  if (!optim::oneFloating(total_norm)) {
     throw Error("clip_grads_with_norm_: total_norm must be a one-element floating tensor "
                 "(get_total_norm's result)");
   }

@@ -187,6 +187,13 @@ TEST(BenchStats, QuartilesAndSpreadWarnings) {
             "median, max 4.0x the median): the median may not be typical; a busy machine? rerun "
             "with more --reps\n");
   EXPECT_EQ(rcjit::tools::spreadWarning("Baseline (eager) b=1x4", summarize({1, 1, 1})), "");
+  // the work pool's packing, as bench and train say it
+  EXPECT_EQ(rcjit::tools::packedWarning("Whole step training step", 3, 40,
+                                        "in the steps after the first"),
+            "warning: Whole step training step: the work pool packed its threads onto fewer "
+            "CPUs for 3 of its 40 jobs in the steps after the first (other tasks kept every CPU "
+            "busy): a busy machine's times (RCJIT_LOGS=perf_hints says when)\n");
+  EXPECT_EQ(rcjit::tools::packedWarning("Full compilation b=1x4", 0, 40, "in the timed calls"), "");
 }
 
 TEST(Cli, NumbersAndCountsReadWell) {

@@ -275,12 +275,8 @@ void printTable(std::ostream &out, const BenchOptions &o, const std::vector<std:
     out << tierReadyNote(r.tierWaitMs) << "\n";
   }
   for (const Row &r : rows) {
-    out << spreadWarning(rowName(r, seq), r.spread());
-    if (r.packedJobs > 0)
-      out << "warning: " << rowName(r, seq) << ": the work pool packed its threads onto fewer "
-          << "CPUs for " << r.packedJobs << " of its " << r.jobs << " jobs in the timed calls "
-          << "(other tasks kept every CPU busy): a busy machine's times (RCJIT_LOGS=perf_hints "
-          << "says when)\n";
+    out << spreadWarning(rowName(r, seq), r.spread())
+        << packedWarning(rowName(r, seq), r.packedJobs, r.jobs, "in the timed calls");
   }
 }
 

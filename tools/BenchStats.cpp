@@ -57,6 +57,15 @@ std::string spreadWarning(const std::string &row, const Spread &s) {
          "): the median may not be typical; a busy machine? rerun with more --reps\n";
 }
 
+std::string packedWarning(const std::string &row, int64_t packed, int64_t jobs,
+                          const std::string &during) {
+  if (packed <= 0) return "";
+  return "warning: " + row + ": the work pool packed its threads onto fewer CPUs for " +
+         std::to_string(packed) + " of its " + std::to_string(jobs) + " jobs " + during +
+         " (other tasks kept every CPU busy): a busy machine's times (RCJIT_LOGS=perf_hints "
+         "says when)\n";
+}
+
 nlohmann::json spreadJson(const Spread &s) {
   return {{"n", s.n},       {"median", s.median}, {"q1", s.q1},  {"q3", s.q3},
           {"iqr", s.iqr()}, {"min", s.min},       {"max", s.max}};

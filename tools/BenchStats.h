@@ -1,6 +1,7 @@
 // Summary statistics of timed samples (`rcjit bench`, `rcjit train`): median, quartiles, min, max,
 // and when their spread is too large to trust the median.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ std::string spreadProblem(const Spread &s);
 /// The warning line (with its "\n") that names `row` ("Full compilation b=1x128") when its
 /// spread is a problem, or "".
 std::string spreadWarning(const std::string &row, const Spread &s);
+
+/// The warning line (with its "\n") that names `row` when the work pool packed its threads
+/// for `packed` of its `jobs` jobs `during` ("in the timed calls"), or "" when packed is 0.
+std::string packedWarning(const std::string &row, int64_t packed, int64_t jobs,
+                          const std::string &during);
 
 /// `s` as the --json files hold it: {"n", "median", "q1", "q3", "iqr", "min", "max"}.
 nlohmann::json spreadJson(const Spread &s);

@@ -137,12 +137,9 @@ void printTrainTable(std::ostream &out, const std::string &model, const ModelCon
   }
   for (const TrainRow &r : rows) {
     out << spreadWarning(modeTitle(r.mode) + " training step", r.stepSpread)
-        << spreadWarning(modeTitle(r.mode) + " inference", r.inferSpread);
-    if (r.packedJobs > 0)
-      out << "warning: " << modeTitle(r.mode) << " training step: the work pool packed its "
-          << "threads onto fewer CPUs for " << r.packedJobs << " of its " << r.poolJobs
-          << " jobs in the steps after the first (other tasks kept every CPU busy): a busy "
-          << "machine's times (RCJIT_LOGS=perf_hints says when)\n";
+        << spreadWarning(modeTitle(r.mode) + " inference", r.inferSpread)
+        << packedWarning(modeTitle(r.mode) + " training step", r.packedJobs, r.poolJobs,
+                         "in the steps after the first");
   }
   for (const TrainRow &r : rows) {
     if (r.mode == "eager") continue;
