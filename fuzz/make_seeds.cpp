@@ -54,11 +54,11 @@ int main(int argc, char **argv) {
   fs::create_directories(tmp);
   cache::set_dir("off");
 
-  tools::writeSafetensors(
+  rcjit::writeSafetensors(
       (out / "safetensors/f32_i64.safetensors").string(),
       {{"w", Tensor::arange(6).to(DType::f32).reshape({2, 3})}, {"ids", Tensor::arange(4)}},
       {{"format", "pt"}});
-  tools::writeSafetensors((out / "safetensors/half_bool.safetensors").string(),
+  rcjit::writeSafetensors((out / "safetensors/half_bool.safetensors").string(),
                           {{"h", Tensor::ones({3}).to(DType::f16)},
                            {"b", Tensor::ones({2, 2}).to(DType::bf16)},
                            {"m", Tensor::ones({2}).to(DType::boolean)},

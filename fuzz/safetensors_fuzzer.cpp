@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     out.write(reinterpret_cast<const char *>(data), static_cast<std::streamsize>(size));
   }
   try {
-    rcjit::tools::SafetensorsReader reader(scratchPath());
+    rcjit::SafetensorsReader reader(scratchPath());
     for (const auto &e : reader.entries()) {
       rcjit::Tensor t = reader.read(e.name);
       // the tensor read must be the one the header describes

@@ -1,4 +1,4 @@
-// The safetensors format: read and write files, load a checkpoint into a module's parameters.
+// Built-in models' checkpoints: a safetensors file loaded into a module's parameters by name.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -8,49 +8,9 @@
 
 #include <rcjit/rcjit.h>
 
+#include "tracer/Safetensors.h"
+
 namespace rcjit::tools {
-
-/// One tensor of a safetensors header; offsets are relative to the data section.
-struct SafetensorsEntry {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  int64_t begin = 0;
-  int64_t end = 0;
-};
-
-/// A safetensors file: an 8-byte little-endian header length, a JSON header (dtype, shape,
-/// data_offsets per tensor; optional "__metadata__" of strings), then the data. The
-/// constructor reads and validates the header only (dtypes F32, F16, BF16, F64, I64, I32,
-/// BOOL; shapes; offsets within the file); tensors are read on demand. Every problem is an
-/// rcjit::Error naming the file and, where there is one, the tensor. Thread-compatible:
-/// const methods may be called concurrently.
-class SafetensorsReader {
-public:
-  explicit SafetensorsReader(std::string path);
-  const std::string &path() const { return path_; }
-  /// The tensors, in header (name) order.
-  const std::vector<SafetensorsEntry> &entries() const { return entries_; }
-  /// The entry called `name`, or null.
-  const SafetensorsEntry *find(const std::string &name) const;
-  const std::map<std::string, std::string> &metadata() const { return metadata_; }
-  /// A new contiguous CPU tensor holding `name`'s data in the file's dtype.
-  Tensor read(const std::string &name) const;
-
-private:
-  std::string path_;
-  int64_t dataStart_ = 0;
-  std::vector<SafetensorsEntry> entries_;
-  std::map<std::string, std::string> metadata_;
-};
-
-/// Every tensor of a file, by name.
-std::map<std::string, Tensor> readSafetensors(const std::string &path);
-/// Writes `tensors` (any device, layout and supported dtype) in the given order, with
-/// optional string metadata. An rcjit::Error on a duplicate name or an I/O failure.
-void writeSafetensors(const std::string &path,
-                      const std::vector<std::pair<std::string, Tensor>> &tensors,
-                      const std::map<std::string, std::string> &metadata = {});
 
 /// How checkpoint names map onto a module's parameter names (rcjit's built-in models use
 /// Hugging Face's names, so most names map to themselves).

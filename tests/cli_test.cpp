@@ -280,7 +280,7 @@ TEST(Cli, BenchLoadsSafetensorsWeights) {
                    "--reps", "1", "--weights", file.c_str()});
   EXPECT_EQ(ok.code, 0) << ok.err;
   std::string bad = tempFile("cli_bad.safetensors");
-  rcjit::tools::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
+  rcjit::writeSafetensors(bad, {{"linear.weight", rcjit::Tensor::ones({3, 3})}});
   Result wrong = run({"bench", "--model", "toy64", "--modes", "eager", "--batch", "1", "--seq", "4",
                       "--reps", "1", "--weights", bad.c_str()});
   EXPECT_EQ(wrong.code, 1);
@@ -524,6 +524,73 @@ TEST(Cli, TrainLearningRateScheduleIsTheSameInEveryMode) {
     EXPECT_EQ(jc["results"][0]["lrs"][7], 0.05);
     EXPECT_NE(jc["results"][0]["losses"][2], eager["losses"][2]) << "the schedule changed nothing";
   }
+}
+
+// --save / --resume: 2 steps, a checkpoint per mode, and 2 more steps resumed from it train
+// as 4 steps in one run do (losses, rates of the warm-up and cosine schedule over the run's 4
+// steps), in eager, full and whole mode; bad uses are errors before any training.
+TEST(Cli, TrainSaveAndResumeEqualsOneRun) {
+  const std::string one = tempFile("cli_resume_one.json"), half = tempFile("cli_resume_half.json");
+  const std::string ckpt = tempFile("cli_resume.{mode}.safetensors");
+  auto train = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--model", "gpt2", "--layers", "1", "--batch",
+                                     "2",     "--seq",   "8",    "--warmup", "1", "--lr-schedule",
+                                     "cosine"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(args.begin(), args.end(), "--steps") == args.end()) {
+      args.insert(args.end(), {"--steps", "2"});
+    }
+    std::vector<const char *> argv;
+    for (const std::string &a : args) argv.push_back(a.c_str());
+    return run(argv);
+  };
+  Result r = train({"--steps", "4", "--modes", "eager,full,whole", "--json", one});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = train({"--modes", "eager,full,whole", "--schedule-steps", "4", "--save", ckpt});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(one);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  for (const nlohmann::json &row : j["results"]) {
+    const std::string mode = row["mode"];
+    std::string file = ckpt;
+    file.replace(file.find("{mode}"), 6, mode);
+    Result resumed = train({"--modes", mode, "--resume", file, "--json", half});
+    ASSERT_EQ(resumed.code, 0) << resumed.err;
+    std::ifstream inHalf(half);
+    const nlohmann::json h = nlohmann::json::parse(inHalf);
+    EXPECT_EQ(h["first_step"], 2);
+    EXPECT_EQ(h["schedule_steps"], 4);
+    for (int i = 0; i < 2; ++i) {
+      const double want = row["losses"][2 + i], got = h["results"][0]["losses"][i];
+      EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << mode << " step " << 2 + i;
+      EXPECT_NEAR(double(h["results"][0]["lrs"][i]), double(row["lrs"][2 + i]), 1e-9) << mode;
+    }
+    EXPECT_NE(row["losses"][2], row["losses"][0]) << "the steps differ";
+    std::remove(file.c_str());
+  }
+  auto errorOfTrain = [&](std::vector<std::string> extra) {
+    Result bad = train(extra);
+    EXPECT_NE(bad.code, 0);
+    return bad.err;
+  };
+  EXPECT_NE(errorOfTrain({"--modes", "eager,full", "--save", "x.safetensors"})
+                .find("put {mode} in the name"),
+            std::string::npos);
+  EXPECT_NE(errorOfTrain({"--modes", "eager", "--resume", "/nonexistent.safetensors"})
+                .find("'/nonexistent.safetensors': cannot open for reading"),
+            std::string::npos);
+  EXPECT_NE(errorOfTrain({"--modes", "eager", "--dist", "zero1", "--save", "x.safetensors"})
+                .find("--save / --resume with --dist zero1: not built yet"),
+            std::string::npos);
+  const std::string other = tempFile("cli_resume_toy.safetensors");
+  ASSERT_EQ(run({"train", "--model", "toy64", "--layers", "1", "--batch", "2", "--seq", "8",
+                 "--steps", "2", "--modes", "eager", "--save", other.c_str()})
+                .code,
+            0);
+  EXPECT_NE(errorOfTrain({"--modes", "eager", "--resume", other})
+                .find("a checkpoint of model 'toy64', not of --model gpt2"),
+            std::string::npos);
+  std::remove(other.c_str());
 }
 
 // --clip-grad-norm: eager, full and regional clip with clip_grad_norm_ after backward(), a

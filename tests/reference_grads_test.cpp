@@ -92,9 +92,9 @@ Fixture readFixture(const std::string &model, const std::string &path) {
   }
   Fixture f;
   f.path = path;
-  tools::SafetensorsReader reader(path);
+  rcjit::SafetensorsReader reader(path);
   f.meta = reader.metadata();
-  for (const tools::SafetensorsEntry &e : reader.entries()) f.tensors[e.name] = reader.read(e.name);
+  for (const rcjit::SafetensorsEntry &e : reader.entries()) f.tensors[e.name] = reader.read(e.name);
   if (f.text("model") != model) {
     throw Error(path + ": a fixture of model '" + f.text("model") + "', expected '" + model + "'");
   }
@@ -300,12 +300,12 @@ TEST(ReferenceGrads, AMissingOrBrokenFixtureIsAClearError) {
 // Rewrites the gpt2 fixture without `drop` (and with `extra` tensors) at `path`.
 void rewriteFixture(const std::string &path, const std::string &drop,
                     const std::vector<std::pair<std::string, Tensor>> &extra = {}) {
-  tools::SafetensorsReader reader(fixturePath("gpt2"));
+  rcjit::SafetensorsReader reader(fixturePath("gpt2"));
   std::vector<std::pair<std::string, Tensor>> keep = extra;
-  for (const tools::SafetensorsEntry &e : reader.entries()) {
+  for (const rcjit::SafetensorsEntry &e : reader.entries()) {
     if (e.name != drop) keep.emplace_back(e.name, reader.read(e.name));
   }
-  tools::writeSafetensors(path, keep, reader.metadata());
+  rcjit::writeSafetensors(path, keep, reader.metadata());
 }
 
 TEST(ReferenceGrads, AGradientMissingFromTheFixtureOrTheModelIsAProblem) {

@@ -8,6 +8,7 @@
 
 #include "tools/BenchStats.h"
 #include "tools/CaptionTraining.h"
+#include "tools/TrainCheckpoint.h"
 #include "tools/TrainReport.h"
 
 #include <algorithm>
@@ -341,6 +342,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   TrainOptimizer o;
   makeOptimizer(*m, s, o);
   optim::Optimizer *local = o.local.get();
+  if (local) train::resumeMode(s, m->module(), *local);
   std::optional<dist::ZeroOptimizer> &zero = o.zero;
   // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
   // they are one graph; the others compile the loss and run backward and the step outside
@@ -365,8 +367,8 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   const WorkPool &pool = WorkPool::instance();
   int64_t jobs0 = 0, packed0 = 0; // at the end of the initial step
   for (int i = 0; i < s.steps; ++i) {
-    std::vector<Tensor> inputs = trainBatch(globalTemplates, s, i);
-    if (s.scheduled()) setStepLr(zero, local, s, i, whole, inputs);
+    std::vector<Tensor> inputs = trainBatch(globalTemplates, s, s.firstStep + i);
+    if (s.scheduled()) setStepLr(zero, local, s, s.firstStep + i, whole, inputs);
     if (i == 0) reset_peak_memory_stats(s.device);
     auto t0 = std::chrono::steady_clock::now();
     Tensor l, norm; // norm: the gradients' before clipping (--clip-grad-norm)
@@ -418,6 +420,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       packed0 = pool.packedJobs();
     }
   }
+  if (local) train::saveMode(s, mode, m->module(), *local);
   r.poolJobs = pool.pooledJobs() - jobs0;
   r.packedJobs = pool.packedJobs() - packed0;
   finishTrainRow(r, s, global, c, memoryBefore);
@@ -430,6 +433,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
 struct TrainFlags {
   std::string modes, dtype, json, lr, strategies, distMode, target, lrSchedule;
   int64_t batch = 4, seq = 128;
+  int scheduleSteps = 0;
   double bucketMiB = 25;
   int layers = -1;
 };
@@ -460,6 +464,17 @@ void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) 
       "lr-schedule", po::value(&f.lrSchedule)->default_value("constant"),
       "after the warm-up: constant, or cosine (decays towards 0 over the remaining steps); a "
       "whole step computes the rate in its graph from the step count (set_lr(Tensor))")(
+      "schedule-steps", po::value(&f.scheduleSteps)->default_value(0),
+      "the steps --lr-schedule cosine decays over (default: the run's, counted from the start "
+      "of training: with --resume, the checkpoint's steps + --steps); give the whole run's "
+      "length to a run that will be resumed")(
+      "save", po::value(&s.saveTo),
+      "after each mode's last step write a checkpoint to FILE (parameters, optimizer state, "
+      "step count; safetensors; {mode} in FILE is replaced by the mode's name, needed with "
+      "several modes)")("resume", po::value(&s.resumeFrom),
+                        "start every mode from the checkpoint FILE of `rcjit train --save` "
+                        "(its parameters, optimizer state and step count: the batch stream and "
+                        "the rate schedule go on from there)")(
       "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
       "json", po::value(&f.json), "also write every figure, step times and losses to FILE")(
       "weights", po::value(&s.weights),
@@ -569,6 +584,10 @@ void checkTrainFlags(Settings &s, const TrainFlags &f, const po::variables_map &
     throw std::invalid_argument("--strategy: the captioning workflow runs in one process "
                                 "(no --dist)");
   }
+  if ((vm.count("save") || vm.count("resume")) && vm.count("strategy")) {
+    throw std::invalid_argument("--save / --resume: the captioning workflow (--strategy) keeps "
+                                "no checkpoints");
+  }
 }
 
 // --strategy: the captioning workflow (tools/CaptionTraining.h).
@@ -660,6 +679,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   checkTrainFlags(s, f, vm);
   if (vm.count("strategy")) return captionCommand(s, f, vm, out, err);
   const std::vector<std::string> modeList = trainModes(s, f);
+  train::checkCheckpointFlags(s, modeList, f.distMode, f.scheduleSteps);
   const ModelInfo &info = modelNamed(s.model);
   if (f.target == "cuda") { // a clear Error here when there is no GPU
     s.device = Device::cuda();

@@ -13,14 +13,14 @@ namespace rcjit::tools::train {
 double scheduledLr(const Settings &s, int i) {
   if (i < s.warmup) return s.lr * (i + 1.0) / s.warmup;
   if (!s.cosine) return s.lr;
-  const double done = (i - s.warmup) / static_cast<double>(std::max(1, s.steps - s.warmup));
+  const double done = (i - s.warmup) / static_cast<double>(std::max(1, s.scheduleSteps - s.warmup));
   return s.lr * (1 + std::cos(M_PI * done)) / 2;
 }
 
 Tensor scheduledLr(const Settings &s, const Tensor &i) {
   Tensor f = Tensor::full({}, 1.0);
   if (s.cosine) {
-    Tensor done = (i - s.warmup) / static_cast<double>(std::max(1, s.steps - s.warmup));
+    Tensor done = (i - s.warmup) / static_cast<double>(std::max(1, s.scheduleSteps - s.warmup));
     f = (1.0 + cos(M_PI * done)) / 2.0;
   }
   if (s.warmup > 0) f = where(lt(i, s.warmup), (i + 1.0) / s.warmup, f);
@@ -198,6 +198,10 @@ nlohmann::json trainJson(const std::string &model, const ModelConfig &c, const S
   j["clip_grad_norm"] = s.clipGradNorm;
   j["warmup"] = s.warmup;
   j["lr_schedule"] = s.cosine ? "cosine" : "constant";
+  j["schedule_steps"] = s.scheduleSteps;
+  j["first_step"] = s.firstStep; // the --resume checkpoint's step count (0: from the start)
+  j["resume"] = s.resumeFrom;
+  j["save"] = s.saveTo;
   j["seed"] = s.seed;
   j["machine"] = {{"cpu", hostCpuName()},
                   {"threads", std::thread::hardware_concurrency()},

@@ -36,12 +36,17 @@ struct Settings {
   double clipGradNorm = 0; // --clip-grad-norm: the gradients' total norm bound (0: none)
   int warmup = 0;          // --warmup: steps of linear warm-up of the rate
   bool cosine = false;     // --lr-schedule cosine: then a cosine decay over the remaining steps
+  int scheduleSteps = 0;   // the steps the schedule spans (--schedule-steps; firstStep + steps)
   bool scheduled() const { return warmup > 0 || cosine; }
+  std::string saveTo;     // --save: a checkpoint after each mode's last step ({mode} replaced)
+  std::string resumeFrom; // --resume: every mode starts from this checkpoint
+  int firstStep = 0;      // the step count the --resume checkpoint was saved after (else 0)
 };
 
-/// The learning rate of step i (0-based) under s's schedule: s.lr * (i + 1) / warmup during
-/// the warm-up; after it, s.lr (constant) or s.lr * (1 + cos(pi * p)) / 2 with p the
-/// fraction of the remaining steps done (cosine).
+/// The learning rate of step i (0-based, counted from the start of training: a resumed run's
+/// steps go on from the checkpoint's count) under s's schedule: s.lr * (i + 1) / warmup
+/// during the warm-up; after it, s.lr (constant) or s.lr * (1 + cos(pi * p)) / 2 with p the
+/// fraction of the remaining steps of s.scheduleSteps done (cosine).
 double scheduledLr(const Settings &s, int i);
 /// The same from a step-count tensor (f32 scalar) with tensor ops: what a compiled whole
 /// step computes inside its graph and gives to set_lr(Tensor).

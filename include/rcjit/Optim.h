@@ -11,9 +11,17 @@
 // host number there would be read once, when the function is traced, so set_lr(double)
 // inside one is an Error.
 #pragma once
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <rcjit/Tensor.h>
+
+namespace rcjit {
+/// Tensors by name, in order: a module's named_parameters(), an optimizer's state_dict(),
+/// what rcjit::save_tensors writes (rcjit/Checkpoint.h).
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+} // namespace rcjit
 
 namespace rcjit::optim {
 
@@ -42,6 +50,23 @@ public:
   virtual void set_lr(const Tensor &lr);
   /// The parameters it updates, in the order given to its constructor.
   virtual const std::vector<Tensor> &parameters() const = 0;
+  /// Its state as named tensors, PyTorch's names flattened: the hyperparameters as f64
+  /// scalars ("lr" is the current rate; AdamW: "beta1", "beta2", "eps", "weight_decay"; SGD:
+  /// "momentum", "weight_decay") and, for each parameter i (parameters() order) that has
+  /// state, "state.i.NAME" (AdamW: "exp_avg", "exp_avg_sq" and the f32 count "step"; SGD
+  /// with momentum: "momentum_buffer"). The tensors alias the live state, as PyTorch's do:
+  /// save or clone them before the next step. This default throws rcjit::Error (an
+  /// optimizer of the caller's own has none); SGD and AdamW override it.
+  virtual NamedTensors state_dict() const;
+  /// Restores a state_dict() of an optimizer of the same kind and options over parameters
+  /// of the same shapes: the rate (set_lr), and each parameter's state copied in place, so
+  /// a compiled step that holds the state reads the restored values; a parameter the state
+  /// has nothing for starts afresh. Everything is checked before anything changes: an
+  /// unknown or missing name, a hyperparameter other than lr that differs from this
+  /// optimizer's (they are constants of its compiled steps: construct it with the saved
+  /// options), a tensor of another shape or dtype than its parameter's state, a call inside
+  /// a compiled function: each an rcjit::Error naming it. This default throws rcjit::Error.
+  virtual void load_state_dict(const NamedTensors &state);
 
 protected:
   Optimizer() = default;
@@ -67,6 +92,8 @@ public:
   void set_lr(double lr) override;
   void set_lr(const Tensor &lr) override;
   const std::vector<Tensor> &parameters() const override { return params_; }
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors &state) override;
   /// The options; options().lr is the rate last set on the host (lr() is the current one).
   const SGDOptions &options() const { return options_; }
 
@@ -98,6 +125,8 @@ public:
   void set_lr(double lr) override;
   void set_lr(const Tensor &lr) override;
   const std::vector<Tensor> &parameters() const override { return params_; }
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors &state) override;
   /// The options; options().lr is the rate last set on the host (lr() is the current one).
   const AdamWOptions &options() const { return options_; }
 

@@ -3,14 +3,15 @@
 #include <rcjit/Autocast.h>
 #include <rcjit/Autograd.h>
 #include <rcjit/Cache.h>
+#include <rcjit/Checkpoint.h>
 #include <rcjit/Compile.h>
 #include <rcjit/Cuda.h>
 #include <rcjit/Dist.h>
 #include <rcjit/Error.h>
 #include <rcjit/Logs.h>
 #include <rcjit/Memory.h>
-#include <rcjit/Ops.h>
 #include <rcjit/Onnx.h>
+#include <rcjit/Ops.h>
 #include <rcjit/Optim.h>
 #include <rcjit/Passes.h>
 #include <rcjit/Profile.h>

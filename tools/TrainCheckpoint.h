@@ -1,0 +1,26 @@
+// `rcjit train --save FILE / --resume FILE`: a mode's run written as a checkpoint after its
+// last step (rcjit::save_checkpoint: parameters, optimizer state, the step count) and runs
+// that go on from one, so that training N steps, saving, and resuming for M more trains as N + M
+// steps in one run do.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <rcjit/rcjit.h>
+
+#include "tools/TrainReport.h"
+
+namespace rcjit::tools::train {
+
+/// Checks --save and --resume against the run's modes and --dist, reads the --resume
+/// checkpoint's step count into s.firstStep (its header alone) and sets s.scheduleSteps
+/// (`scheduleSteps`, or 0: firstStep + steps). Throws std::invalid_argument or rcjit::Error.
+void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes,
+                          const std::string &distMode, int scheduleSteps);
+/// --resume: restores the model's parameters and the optimizer's state, and the run's rate.
+void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer &optimizer);
+/// --save: rank 0 writes the mode's checkpoint, after s.firstStep + s.steps steps.
+void saveMode(const Settings &s, const std::string &mode, const nn::ModuleBase &model,
+              const optim::Optimizer &optimizer);
+
+} // namespace rcjit::tools::train
