@@ -57,6 +57,19 @@ struct IsolatedCache {
   IsolatedCache &operator=(const IsolatedCache &) = delete;
 };
 
+/// A fresh file path under the test temp dir ("rcjit_<tag>_<pid>_<name>"), removed at scope
+/// exit.
+struct TempFile {
+  std::string path;
+  TempFile(const std::string &tag, const std::string &name)
+      : path((std::filesystem::temp_directory_path() /
+              ("rcjit_" + tag + "_" + std::to_string(::getpid()) + "_" + name))
+                 .string()) {}
+  ~TempFile() { std::filesystem::remove(path); }
+  TempFile(const TempFile &) = delete;
+  TempFile &operator=(const TempFile &) = delete;
+};
+
 /// The message of the rcjit::Error `f` throws; "(no error)" and a test failure when it
 /// throws none.
 inline std::string errorOf(const std::function<void()> &f) {

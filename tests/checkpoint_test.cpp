@@ -25,14 +25,9 @@ namespace {
 
 using rcjit::test::errorOf;
 
-// A fresh path under the temp dir, removed (with anything written beside it) at scope exit.
-struct TempPath {
-  std::string path;
-  explicit TempPath(const std::string &name)
-      : path((std::filesystem::temp_directory_path() /
-              ("rcjit_ckpt_" + std::to_string(::getpid()) + "_" + name))
-                 .string()) {}
-  ~TempPath() { std::filesystem::remove(path); }
+// A fresh path under the temp dir, removed at scope exit.
+struct TempPath : test::TempFile {
+  explicit TempPath(const std::string &name) : test::TempFile("ckpt", name) {}
 };
 
 struct Mlp : nn::Module<Mlp> {

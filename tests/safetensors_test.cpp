@@ -22,13 +22,8 @@ namespace {
 using rcjit::test::errorOf;
 
 // A fresh file path under the test temp dir, removed at scope exit.
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string &name)
-      : path((std::filesystem::temp_directory_path() /
-              ("rcjit_st_" + std::to_string(::getpid()) + "_" + name))
-                 .string()) {}
-  ~TempFile() { std::remove(path.c_str()); }
+struct TempFile : test::TempFile {
+  explicit TempFile(const std::string &name) : test::TempFile("st", name) {}
 };
 
 void writeRaw(const std::string &path, const std::string &header, const std::string &data) {
