@@ -5,10 +5,16 @@
 
 #include <rcjit/Autograd.h>
 
+#include "autograd/CheckpointFile.h"
 #include "tracer/Safetensors.h"
 #include "tracer/Tracer.h"
 
 namespace rcjit {
+
+using detail::CheckpointRead;
+using detail::ExpectedParameter;
+using detail::readCheckpoint;
+using detail::writeCheckpoint;
 
 namespace {
 
@@ -36,28 +42,64 @@ void checkMetadataKeys(const std::string &path, const std::map<std::string, std:
   }
 }
 
-void writeCheckpoint(const std::string &path, const nn::ModuleBase &model,
-                     const optim::Optimizer *optimizer,
-                     const std::map<std::string, std::string> &metadata) {
+std::vector<ExpectedParameter> expectedOf(const nn::ModuleBase &model) {
+  std::vector<ExpectedParameter> out;
+  for (const auto &[name, t] : model.named_parameters())
+    out.push_back({name, t.shape(), t.dtype()});
+  return out;
+}
+
+void saveModel(const std::string &path, const nn::ModuleBase &model,
+               const optim::Optimizer *optimizer,
+               const std::map<std::string, std::string> &metadata) {
   refuseInTrace("save_checkpoint");
+  if (!optimizer) return writeCheckpoint(path, model.named_parameters(), nullptr, metadata);
+  const NamedTensors state = optimizer->state_dict();
+  writeCheckpoint(path, model.named_parameters(), &state, metadata);
+}
+
+// Reads and checks the whole checkpoint, restores the optimizer's state (which checks it
+// whole first), then copies the parameters in place.
+std::map<std::string, std::string> loadModel(const std::string &path, nn::ModuleBase &model,
+                                             optim::Optimizer *optimizer) {
+  refuseInTrace("load_checkpoint");
+  CheckpointRead read = readCheckpoint(path, expectedOf(model), optimizer != nullptr);
+  if (optimizer) {
+    try {
+      optimizer->load_state_dict(read.state);
+    } catch (const Error &e) {
+      failSafetensors(path, e.what());
+    }
+  }
+  NoGradGuard noGrad;
+  const std::vector<Tensor> params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i]; // a handle on the module's parameter: copy_ writes its storage
+    p.copy_(read.params[i].to(p.device()));
+  }
+  return read.metadata;
+}
+
+} // namespace
+
+namespace detail {
+
+void writeCheckpoint(const std::string &path, const NamedTensors &params, const NamedTensors *state,
+                     const std::map<std::string, std::string> &metadata) {
   checkMetadataKeys(path, metadata);
   NamedTensors all;
-  for (auto &[name, t] : model.named_parameters()) all.emplace_back("model." + name, t);
-  if (optimizer) {
-    for (auto &[name, t] : optimizer->state_dict()) all.emplace_back("optimizer." + name, t);
+  for (const auto &[name, t] : params) all.emplace_back("model." + name, t);
+  if (state) {
+    for (const auto &[name, t] : *state) all.emplace_back("optimizer." + name, t);
   }
   std::map<std::string, std::string> meta = metadata;
   meta[kFormatKey] = kFormat;
-  meta[kOptimizerKey] = optimizer ? "1" : "0";
+  meta[kOptimizerKey] = state ? "1" : "0";
   writeSafetensors(path, all, meta);
 }
 
-// Reads a checkpoint, checks its parameters against the model's (names, shapes, dtypes),
-// then (with an optimizer) restores the optimizer's state, which checks it whole first, and
-// copies the parameters in.
-std::map<std::string, std::string> readCheckpoint(const std::string &path, nn::ModuleBase &model,
-                                                  optim::Optimizer *optimizer) {
-  refuseInTrace("load_checkpoint");
+CheckpointRead readCheckpoint(const std::string &path,
+                              const std::vector<ExpectedParameter> &expected, bool withState) {
   SafetensorsReader reader(path);
   const std::map<std::string, std::string> &meta = reader.metadata();
   auto format = meta.find(kFormatKey);
@@ -69,27 +111,26 @@ std::map<std::string, std::string> readCheckpoint(const std::string &path, nn::M
     failSafetensors(path, "checkpoint format '" + format->second + "' is not this rcjit's ('" +
                               kFormat + "')");
   }
-  const auto params = model.named_parameters();
-  std::set<std::string> wanted, inFile;
+  std::set<std::string> wanted;
   std::vector<std::string> missing, unexpected;
-  for (const auto &[name, t] : params) {
-    wanted.insert(name);
-    const SafetensorsEntry *e = reader.find("model." + name);
+  for (const ExpectedParameter &p : expected) {
+    wanted.insert(p.name);
+    const SafetensorsEntry *e = reader.find("model." + p.name);
     if (!e) {
-      missing.push_back(name);
-    } else if (e->shape != t.shape() || e->dtype != t.dtype()) {
-      failSafetensors(path, "parameter '" + name + "' is " + std::string(dtypeName(e->dtype)) +
+      missing.push_back(p.name);
+    } else if (e->shape != p.shape || e->dtype != p.dtype) {
+      failSafetensors(path, "parameter '" + p.name + "' is " + std::string(dtypeName(e->dtype)) +
                                 shapeStr(e->shape) + " in the file but " +
-                                std::string(dtypeName(t.dtype())) + shapeStr(t.shape()) +
+                                std::string(dtypeName(p.dtype)) + shapeStr(p.shape) +
                                 " in the model");
     }
   }
-  NamedTensors state;
+  CheckpointRead out;
   for (const SafetensorsEntry &e : reader.entries()) {
     if (e.name.rfind("model.", 0) == 0) {
       if (!wanted.count(e.name.substr(6))) unexpected.push_back(e.name.substr(6));
     } else if (e.name.rfind("optimizer.", 0) == 0) {
-      if (optimizer) state.emplace_back(e.name.substr(10), reader.read(e.name));
+      if (withState) out.state.emplace_back(e.name.substr(10), reader.read(e.name));
     } else {
       unexpected.push_back(e.name);
     }
@@ -99,27 +140,17 @@ std::map<std::string, std::string> readCheckpoint(const std::string &path, nn::M
                               listOf(missing) + "], tensors the model has no parameter for [" +
                               listOf(unexpected) + "]");
   }
-  if (optimizer) {
-    auto saved = meta.find(kOptimizerKey);
-    if (saved == meta.end() || saved->second != "1") {
-      failSafetensors(path, "holds no optimizer state (saved with save_checkpoint(path, "
-                            "model)): load it with load_checkpoint(path, model)");
-    }
-    try {
-      optimizer->load_state_dict(state);
-    } catch (const Error &e) {
-      failSafetensors(path, e.what());
-    }
+  auto saved = meta.find(kOptimizerKey);
+  if (withState && (saved == meta.end() || saved->second != "1")) {
+    failSafetensors(path, "holds no optimizer state (saved with save_checkpoint(path, "
+                          "model)): load it with load_checkpoint(path, model)");
   }
-  NoGradGuard noGrad;
-  for (const auto &[name, t] : params) {
-    Tensor p = t; // a handle on the module's parameter: copy_ writes its storage
-    p.copy_(reader.read("model." + name).to(p.device()));
-  }
-  return meta;
+  for (const ExpectedParameter &p : expected) out.params.push_back(reader.read("model." + p.name));
+  out.metadata = meta;
+  return out;
 }
 
-} // namespace
+} // namespace detail
 
 void save_tensors(const std::string &path, const NamedTensors &tensors,
                   const std::map<std::string, std::string> &metadata) {
@@ -138,21 +169,21 @@ TensorFile load_tensors(const std::string &path) {
 void save_checkpoint(const std::string &path, const nn::ModuleBase &model,
                      const optim::Optimizer &optimizer,
                      const std::map<std::string, std::string> &metadata) {
-  writeCheckpoint(path, model, &optimizer, metadata);
+  saveModel(path, model, &optimizer, metadata);
 }
 
 void save_checkpoint(const std::string &path, const nn::ModuleBase &model,
                      const std::map<std::string, std::string> &metadata) {
-  writeCheckpoint(path, model, nullptr, metadata);
+  saveModel(path, model, nullptr, metadata);
 }
 
 std::map<std::string, std::string> load_checkpoint(const std::string &path, nn::ModuleBase &model,
                                                    optim::Optimizer &optimizer) {
-  return readCheckpoint(path, model, &optimizer);
+  return loadModel(path, model, &optimizer);
 }
 
 std::map<std::string, std::string> load_checkpoint(const std::string &path, nn::ModuleBase &model) {
-  return readCheckpoint(path, model, nullptr);
+  return loadModel(path, model, nullptr);
 }
 
 } // namespace rcjit

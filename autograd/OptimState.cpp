@@ -24,14 +24,12 @@ struct StateLayout {
   std::string who; // "AdamW::load_state_dict"
   std::vector<std::pair<std::string, double>> hyper;
   std::vector<std::string> names;
-  std::function<std::pair<Shape, DType>(size_t param, const std::string &name)> expect;
-};
-
-// A state checked against its layout: the rate and, per parameter, its tensors by name (all
-// of the layout's names, or none).
-struct CheckedState {
-  double lr = 0;
-  std::vector<std::map<std::string, Tensor>> perParam;
+  const std::vector<std::pair<Shape, DType>> &states; // per parameter: its moments' shape, dtype
+  // the shape and dtype of a parameter's state `name`: its moments', a step count's f32 {}
+  std::pair<Shape, DType> expect(size_t param, const std::string &name) const {
+    if (name == "step") return {Shape{}, DType::f32};
+    return states[param];
+  }
 };
 
 std::string number(double v) {
@@ -98,7 +96,8 @@ void checkTensor(const StateLayout &l, const std::string &key, const Tensor &t, 
   }
 }
 
-CheckedState checkState(const NamedTensors &state, const StateLayout &l, size_t params) {
+CheckedState checkLayout(const NamedTensors &state, const StateLayout &l) {
+  const size_t params = l.states.size();
   if (Tracer::current()) {
     bad(l, "called inside a compiled function: restore the state before calling it (a compiled "
            "step reads the restored values)");
@@ -166,6 +165,29 @@ DType momentsDtype(const Tensor &p) { return p.dtype() == DType::f64 ? DType::f6
 
 } // namespace
 
+CheckedState checkState(const NamedTensors &state, const AdamWOptions &o,
+                        const std::vector<std::pair<Shape, DType>> &moments,
+                        const std::string &who) {
+  return checkLayout(state, {who,
+                             {{"lr", o.lr},
+                              {"beta1", o.beta1},
+                              {"beta2", o.beta2},
+                              {"eps", o.eps},
+                              {"weight_decay", o.weight_decay}},
+                             {"exp_avg", "exp_avg_sq", "step"},
+                             moments});
+}
+
+CheckedState checkState(const NamedTensors &state, const SGDOptions &o,
+                        const std::vector<std::pair<Shape, DType>> &buffers,
+                        const std::string &who) {
+  return checkLayout(state,
+                     {who,
+                      {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}},
+                      {"momentum_buffer"},
+                      buffers});
+}
+
 NamedTensors Optimizer::state_dict() const { noStateDict("state_dict"); }
 
 void Optimizer::load_state_dict(const NamedTensors &) { noStateDict("load_state_dict"); }
@@ -183,17 +205,12 @@ NamedTensors SGD::state_dict() const {
 }
 
 void SGD::load_state_dict(const NamedTensors &state) {
-  const StateLayout layout{
-      "SGD::load_state_dict",
-      {{"lr", options_.lr},
-       {"momentum", options_.momentum},
-       {"weight_decay", options_.weight_decay}},
-      {"momentum_buffer"},
-      [&](size_t i, const std::string &) {
-        const Tensor &buf = momentum_[i];
-        return std::pair{params_[i].shape(), buf.defined() ? buf.dtype() : params_[i].dtype()};
-      }};
-  const CheckedState c = checkState(state, layout, params_.size());
+  std::vector<std::pair<Shape, DType>> buffers;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor &buf = momentum_[i];
+    buffers.emplace_back(params_[i].shape(), buf.defined() ? buf.dtype() : params_[i].dtype());
+  }
+  const CheckedState c = checkState(state, options_, buffers, "SGD::load_state_dict");
   set_lr(c.lr);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor &p = params_[i];
@@ -224,18 +241,9 @@ NamedTensors AdamW::state_dict() const {
 }
 
 void AdamW::load_state_dict(const NamedTensors &state) {
-  const StateLayout layout{"AdamW::load_state_dict",
-                           {{"lr", options_.lr},
-                            {"beta1", options_.beta1},
-                            {"beta2", options_.beta2},
-                            {"eps", options_.eps},
-                            {"weight_decay", options_.weight_decay}},
-                           {"exp_avg", "exp_avg_sq", "step"},
-                           [&](size_t i, const std::string &name) {
-                             if (name == "step") return std::pair{Shape{}, DType::f32};
-                             return std::pair{params_[i].shape(), momentsDtype(params_[i])};
-                           }};
-  const CheckedState c = checkState(state, layout, params_.size());
+  std::vector<std::pair<Shape, DType>> moments;
+  for (const Tensor &p : params_) moments.emplace_back(p.shape(), momentsDtype(p));
+  const CheckedState c = checkState(state, options_, moments, "AdamW::load_state_dict");
   set_lr(c.lr);
   for (size_t i = 0; i < params_.size(); ++i) {
     State &s = state_[i];

@@ -579,8 +579,8 @@ TEST(Cli, TrainSaveAndResumeEqualsOneRun) {
   EXPECT_NE(errorOfTrain({"--modes", "eager", "--resume", "/nonexistent.safetensors"})
                 .find("'/nonexistent.safetensors': cannot open for reading"),
             std::string::npos);
-  EXPECT_NE(errorOfTrain({"--modes", "eager", "--dist", "zero1", "--save", "x.safetensors"})
-                .find("--save / --resume with --dist zero1: not built yet"),
+  EXPECT_NE(errorOfTrain({"--modes", "eager", "--weights", "w.safetensors", "--resume", "x"})
+                .find("--weights and --resume both give the starting parameters"),
             std::string::npos);
   const std::string other = tempFile("cli_resume_toy.safetensors");
   ASSERT_EQ(run({"train", "--model", "toy64", "--layers", "1", "--batch", "2", "--seq", "8",

@@ -31,17 +31,10 @@ const std::string &metadataOf(const SafetensorsReader &r, const std::string &key
 
 } // namespace
 
-void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes,
-                          const std::string &distMode, int scheduleSteps) {
+void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, int scheduleSteps) {
   if (scheduleSteps < 0) {
     throw std::invalid_argument("--schedule-steps: " + std::to_string(scheduleSteps) +
                                 " is not a number of steps");
-  }
-  const bool checkpoints = !s.saveTo.empty() || !s.resumeFrom.empty();
-  if (checkpoints && s.zeroStage > 0) {
-    throw std::invalid_argument("--save / --resume with --dist " + distMode +
-                                ": not built yet (the optimizer state is sharded over the ranks; "
-                                "--dist ddp saves and resumes)");
   }
   if (!s.saveTo.empty() && modes.size() > 1 && s.saveTo.find("{mode}") == std::string::npos) {
     throw std::invalid_argument("--save " + s.saveTo + " with " + std::to_string(modes.size()) +
@@ -74,24 +67,35 @@ void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes,
   s.scheduleSteps = scheduleSteps > 0 ? scheduleSteps : s.firstStep + s.steps;
 }
 
-void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer &optimizer) {
+void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *local,
+                dist::ZeroOptimizer *zero) {
   if (s.resumeFrom.empty()) return;
-  load_checkpoint(s.resumeFrom, model, optimizer);
+  if (zero) {
+    dist::load_checkpoint(s.resumeFrom, model, *zero);
+  } else {
+    load_checkpoint(s.resumeFrom, model, *local);
+  }
   // the run's own rate (--lr, or its schedule's for each step), not the saved one
-  if (!s.scheduled()) optimizer.set_lr(s.lr);
+  if (s.scheduled()) return;
+  if (zero) {
+    zero->set_lr(s.lr);
+  } else {
+    local->set_lr(s.lr);
+  }
 }
 
-void saveMode(const Settings &s, const std::string &mode, const nn::ModuleBase &model,
-              const optim::Optimizer &optimizer) {
+void saveMode(const Settings &s, const std::string &mode, nn::ModuleBase &model,
+              const optim::Optimizer *local, dist::ZeroOptimizer *zero) {
   if (s.saveTo.empty()) return;
-  if (s.rank == 0) { // under ddp every rank holds the same parameters and state
-    save_checkpoint(savePath(s, mode), model, optimizer,
-                    {{"model", s.model},
-                     {"mode", mode},
-                     {"optimizer", s.optimizer},
-                     {"step", std::to_string(s.firstStep + s.steps)},
-                     {"seed", std::to_string(s.seed)}});
-  }
+  const std::map<std::string, std::string> metadata = {
+      {"model", s.model},
+      {"mode", mode},
+      {"optimizer", s.optimizer},
+      {"step", std::to_string(s.firstStep + s.steps)},
+      {"seed", std::to_string(s.seed)}};
+  if (zero) return dist::save_checkpoint(savePath(s, mode), model, *zero, metadata);
+  // under ddp every rank holds the same parameters and state: rank 0 writes
+  if (s.rank == 0) save_checkpoint(savePath(s, mode), model, *local, metadata);
   if (s.ddp) dist::barrier(); // no rank goes on before the file is whole
 }
 

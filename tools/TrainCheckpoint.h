@@ -15,12 +15,13 @@ namespace rcjit::tools::train {
 /// Checks --save and --resume against the run's modes and --dist, reads the --resume
 /// checkpoint's step count into s.firstStep (its header alone) and sets s.scheduleSteps
 /// (`scheduleSteps`, or 0: firstStep + steps). Throws std::invalid_argument or rcjit::Error.
-void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes,
-                          const std::string &distMode, int scheduleSteps);
-/// --resume: restores the model's parameters and the optimizer's state, and the run's rate.
-void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer &optimizer);
-/// --save: rank 0 writes the mode's checkpoint, after s.firstStep + s.steps steps.
-void saveMode(const Settings &s, const std::string &mode, const nn::ModuleBase &model,
-              const optim::Optimizer &optimizer);
+void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, int scheduleSteps);
+/// --resume: restores the model's parameters and the optimizer's state (`local`, or ZeRO's:
+/// one of them is null), and the run's rate.
+void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *local,
+                dist::ZeroOptimizer *zero);
+/// --save: the mode's checkpoint, after s.firstStep + s.steps steps (rank 0 writes it).
+void saveMode(const Settings &s, const std::string &mode, nn::ModuleBase &model,
+              const optim::Optimizer *local, dist::ZeroOptimizer *zero);
 
 } // namespace rcjit::tools::train

@@ -342,7 +342,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
   TrainOptimizer o;
   makeOptimizer(*m, s, o);
   optim::Optimizer *local = o.local.get();
-  if (local) train::resumeMode(s, m->module(), *local);
+  train::resumeMode(s, m->module(), local, o.zero ? &*o.zero : nullptr);
   std::optional<dist::ZeroOptimizer> &zero = o.zero;
   // whole: one compiled function runs zero_grad, the forward, backward() and the step, so
   // they are one graph; the others compile the loss and run backward and the step outside
@@ -420,7 +420,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       packed0 = pool.packedJobs();
     }
   }
-  if (local) train::saveMode(s, mode, m->module(), *local);
+  train::saveMode(s, mode, m->module(), local, zero ? &*zero : nullptr);
   r.poolJobs = pool.pooledJobs() - jobs0;
   r.packedJobs = pool.packedJobs() - packed0;
   finishTrainRow(r, s, global, c, memoryBefore);
@@ -679,7 +679,7 @@ int trainCommand(const std::vector<std::string> &args, std::ostream &out, std::o
   checkTrainFlags(s, f, vm);
   if (vm.count("strategy")) return captionCommand(s, f, vm, out, err);
   const std::vector<std::string> modeList = trainModes(s, f);
-  train::checkCheckpointFlags(s, modeList, f.distMode, f.scheduleSteps);
+  train::checkCheckpointFlags(s, modeList, f.scheduleSteps);
   const ModelInfo &info = modelNamed(s.model);
   if (f.target == "cuda") { // a clear Error here when there is no GPU
     s.device = Device::cuda();

@@ -32,6 +32,7 @@
 // every rank. Not thread-safe: one thread drives the model and the optimizer.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,27 @@ public:
   /// Every parameter's full value, in model.parameters() order (copies; a collective for
   /// stage 3).
   std::vector<Tensor> full_parameters();
+  /// Sets every parameter's value, in model.parameters() order and full shapes (the inverse
+  /// of full_parameters()): each rank keeps its slices, and the model's parameters where
+  /// they are whole (stages 1 and 2; stage 3 after unshard()). Every rank passes the same
+  /// values; not a collective. A count, shape or dtype that differs is an rcjit::Error before
+  /// anything changes.
+  void set_full_parameters(const std::vector<Tensor> &values);
+
+  /// The optimizer's state whole, as optim::AdamW's (or SGD's) state_dict() over
+  /// model.parameters() names it ("lr" and the other hyperparameters; per parameter i
+  /// "state.i.exp_avg", "state.i.exp_avg_sq", "state.i.step" or "state.i.momentum_buffer"),
+  /// each parameter's state gathered from the ranks' slices: a checkpoint of it resumes on
+  /// any number of ranks, or in one process with optim's optimizer, and the reverse. A
+  /// parameter's "step" is its unit's count. A collective: every rank calls it and gets the
+  /// whole state (copies).
+  NamedTensors state_dict();
+  /// Restores a state_dict() of a ZeroOptimizer on any number of ranks or of optim::AdamW /
+  /// SGD over model.parameters(), with the same options but the rate: every rank passes the
+  /// whole state and keeps its slices. The parameters of one unit must have state alike (all
+  /// or none, one step count). Checked before anything changes, as optim's load_state_dict;
+  /// not a collective.
+  void load_state_dict(const NamedTensors &state);
 
   /// The learning rate of the next step, and setting it (checked as optim's set_lr: finite,
   /// >= 0). Every rank sets the same rate (each updates its own slices with it). Not inside
@@ -119,7 +141,24 @@ public:
   struct Impl;
 
 private:
+  // checks the file, the state and the values on every rank before any rank changes anything
+  friend std::map<std::string, std::string>
+  load_checkpoint(const std::string &path, nn::ModuleBase &model, ZeroOptimizer &optimizer);
   std::unique_ptr<Impl> impl_;
 };
+
+/// A checkpoint of `model` trained with `optimizer` in rcjit::save_checkpoint's format
+/// (rcjit/Checkpoint.h): every parameter and the optimizer's state whole, so it resumes on
+/// any number of ranks, or in one process with optim's optimizer. A collective: every rank
+/// calls it (the gathers); rank 0 writes, and a failure to write is an rcjit::Error on every
+/// rank.
+void save_checkpoint(const std::string &path, nn::ModuleBase &model, ZeroOptimizer &optimizer,
+                     const std::map<std::string, std::string> &metadata = {});
+/// Restores a checkpoint of rcjit::save_checkpoint or of the one above into `model` and
+/// `optimizer` (set_full_parameters, load_state_dict) and returns its metadata. Every rank
+/// reads the file (a path every rank can read); a collective: when any rank cannot read or
+/// use it, every rank throws rcjit::Error and none has changed anything.
+std::map<std::string, std::string> load_checkpoint(const std::string &path, nn::ModuleBase &model,
+                                                   ZeroOptimizer &optimizer);
 
 } // namespace rcjit::dist

@@ -1,7 +1,7 @@
 // The mpi tests' training run: 20 steps of the 2-layer gpt2 on this rank's slice of the
 // shared global batches (TrainingBatches.h), with one process's optimizer, ddp's gradient
-// average or dist::ZeroOptimizer, compiled in any mode and with any pass schedule; what the
-// tests compare against one process.
+// average or dist::ZeroOptimizer, compiled in any mode and with any pass schedule, or part
+// of those steps from and to a checkpoint; what the tests compare against one process.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,6 +26,9 @@ struct ZeroTrainOptions {
   int64_t memoryBudget = 0;                // CompileOptions::memory_budget
   int halveLrAt = -1;                      // from this step on, set_lr(lr / 2)
   double maxGradNorm = 0; // ZeroOptions::max_grad_norm; clip_grad_norm_ without ZeRO
+  int firstStep = 0, endStep = kMpiSteps; // the steps trained: [firstStep, endStep)
+  std::string resumeFrom; // a checkpoint loaded before the first step (load_checkpoint)
+  std::string saveTo;     // a checkpoint written after the last step (rank 0 writes)
 };
 
 struct ZeroTrainRun {
@@ -72,12 +75,16 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
   auto loss = compile(
       [&](const std::vector<Tensor> &in) { return cross_entropy(m->forward({in[0]}), in[1]); },
       CompileOptions{.mode = o.mode, .schedule = o.schedule, .memory_budget = o.memoryBudget});
-  for (int step = 0; step < kMpiSteps; ++step) {
+  if (!o.resumeFrom.empty()) {
+    zero ? dist::load_checkpoint(o.resumeFrom, m->module(), *zero)
+         : load_checkpoint(o.resumeFrom, m->module(), *opt);
+  }
+  for (int step = o.firstStep; step < o.endStep; ++step) {
     auto [ids, next] = mpiGlobalBatch(step);
     const int64_t rows = kMpiGlobalBatch / world;
     ids = slice(ids, 0, rank * rows, (rank + 1) * rows).contiguous();
     next = slice(next, 0, rank * rows, (rank + 1) * rows).contiguous();
-    if (step == 1) reset_peak_memory_stats();
+    if (step == o.firstStep + 1) reset_peak_memory_stats();
     if (step == o.halveLrAt) {
       const double lr = (o.adamw ? ao.lr : so.lr) / 2;
       zero ? zero->set_lr(lr) : opt->set_lr(lr);
@@ -97,6 +104,12 @@ inline ZeroTrainRun zeroTrain(const ZeroTrainOptions &o) {
     Tensor mean = Tensor::full({}, l.item(), DType::f64);
     if (distributed) dist::all_reduce(mean, dist::ReduceOp::mean);
     out.losses.push_back(mean.item());
+  }
+  if (!o.saveTo.empty() && zero) {
+    dist::save_checkpoint(o.saveTo, m->module(), *zero); // a collective: rank 0 writes
+  } else if (!o.saveTo.empty()) { // every rank holds the same state: rank 0 writes
+    if (rank == 0) save_checkpoint(o.saveTo, m->module(), *opt);
+    dist::barrier();
   }
   out.peakBytes = memory_stats().peak_bytes - before;
   out.stateBytes = memory_stats().current_bytes - before;

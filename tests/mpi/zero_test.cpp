@@ -94,6 +94,67 @@ TEST(Zero, Stage3SgdEqualsOneProcess) { expectZeroMatches(3, false); }
 TEST(Zero, Stage3PrefetchEqualsOneProcess) { expectZeroMatches(3, true, Mode::eager, true); }
 TEST(Zero, Stage2CompiledEqualsOneProcess) { expectZeroMatches(2, true, Mode::full); }
 
+// Checkpoints hold every parameter and the optimizer's state whole: 10 steps, a checkpoint,
+// and 10 more resumed from it give the 20 steps of one run, whichever stage (or one process)
+// saved it and whichever resumes it; ZeroOptimizer's state_dict() is optim::AdamW's.
+TEST(Zero, CheckpointsResumeOnAnyStageOrInOneProcess) {
+  const std::string path = testing::TempDir() + "rcjit_zero_ckpt_" + std::to_string(::getppid()) +
+                           ".safetensors"; // mpirun's: shared
+  for (bool adamw : {true, false}) {
+    const ZeroRun one = zeroTrain(-1, adamw);
+    // saved by, resumed by: stages 3 -> 1, 1 -> one process, one process -> 2, 2 -> 3
+    const std::vector<std::pair<int, int>> pairs = {{3, 1}, {1, -1}, {-1, 2}, {2, 3}};
+    for (const auto &[saver, resumer] : pairs) {
+      SCOPED_TRACE(std::string(adamw ? "AdamW" : "SGD") + ": saved at stage " +
+                   std::to_string(saver) + ", resumed at stage " + std::to_string(resumer));
+      test::zeroTrain({.stage = saver, .adamw = adamw, .endStep = 10, .saveTo = path});
+      const ZeroRun run =
+          test::zeroTrain({.stage = resumer, .adamw = adamw, .firstStep = 10, .resumeFrom = path});
+      ASSERT_EQ(run.losses.size(), 10u);
+      for (size_t i = 0; i < 10; ++i) {
+        EXPECT_NEAR(run.losses[i], one.losses[10 + i], 1e-5 * std::abs(one.losses[10 + i]))
+            << "step " << 10 + i;
+      }
+      ASSERT_EQ(run.params.size(), one.params.size());
+      for (size_t i = 0; i < one.params.size(); ++i) {
+        EXPECT_TRUE(
+            allclose(run.params[i], one.params[i], adamw ? 1e-4 : 1e-5, adamw ? 2e-4 : 1e-6))
+            << "parameter " << i;
+      }
+      dist::barrier();
+      if (dist::rank() == 0) std::remove(path.c_str());
+    }
+  }
+}
+
+// A checkpoint of another model, or of other options, is an Error on every rank and changes
+// nothing; state_dict() names the state as optim::AdamW does.
+TEST(Zero, ABadCheckpointIsAnErrorOnEveryRank) {
+  const std::string path =
+      testing::TempDir() + "rcjit_zero_badckpt_" + std::to_string(::getppid()) + ".safetensors";
+  test::zeroTrain({.stage = 2, .endStep = 2, .saveTo = path});
+  tools::ModelConfig c;
+  c.batch = 2;
+  c.seq = 8;
+  std::unique_ptr<tools::Model> m = tools::buildGpt2(tools::Gpt2Config{}, c);
+  dist::ZeroOptimizer zero(m->module(), optim::AdamWOptions{.lr = 3e-3, .beta1 = 0.8},
+                           {.stage = 3});
+  const std::vector<Tensor> before = zero.full_parameters();
+  EXPECT_NE(errorOf([&] {
+              dist::load_checkpoint(path, m->module(), zero);
+            }).find("beta1 is 0.80000000000000004 here but 0.90000000000000002 in the state"),
+            std::string::npos);
+  const std::vector<Tensor> after = zero.full_parameters();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(allclose(after[i], before[i], 0, 0));
+  EXPECT_NE(errorOf([&] {
+              dist::load_checkpoint(path + ".none", m->module(), zero);
+            }).find("cannot open for reading"),
+            std::string::npos);
+  EXPECT_EQ(zero.state_dict().size(), 5u); // no step taken: the hyperparameters alone
+  dist::barrier();
+  if (dist::rank() == 0) std::remove(path.c_str());
+}
+
 // A learning-rate change half-way (set_lr on the ZeroOptimizer, on the one process's
 // optimizer) gives one process's curve and parameters; the rate is checked and read back.
 TEST(Zero, SetLrEqualsOneProcess) {
