@@ -2,9 +2,10 @@
 //
 //   make_fuzz_seeds <fuzz/corpus>
 //
-// safetensors/: small files of every dtype; artifacts/: a blob saved after two compiles and
-// its decompressed records; cache_entry/: those compiled objects and an entry signed with
-// the harness's secret. The graph_parser seeds are `rcjit trace --dump graph` outputs.
+// safetensors/: small files of every dtype and a checkpoint (fuzz/CheckpointModel.h); artifacts/: a
+// blob saved after two compiles and its decompressed records; cache_entry/: those compiled objects
+// and an entry signed with the harness's secret. The graph_parser seeds are `rcjit trace --dump
+// graph` outputs.
 #include <zstd.h>
 
 #include <cstdlib>
@@ -18,6 +19,7 @@
 
 #include "cache/Artifacts.h"
 #include "cache/EntryFormat.h"
+#include "fuzz/CheckpointModel.h"
 #include "fuzz/FuzzSecret.h"
 #include "models/Safetensors.h"
 
@@ -64,6 +66,13 @@ int main(int argc, char **argv) {
                            {"m", Tensor::ones({2}).to(DType::boolean)},
                            {"d", Tensor::full({}, 2.0).to(DType::f64)},
                            {"i", Tensor::arange(3).to(DType::i32)}});
+
+  {
+    rcjit::fuzz::CheckpointModel m;
+    optim::AdamW opt(m.parameters());
+    rcjit::fuzz::stepOnce(m, opt);
+    save_checkpoint((out / "safetensors/checkpoint.safetensors").string(), m, opt, {{"step", "1"}});
+  }
 
   auto f = compile([](const Tensor &x) { return x * 2.0 + 1.0; });
   auto g = compile([](const Tensor &x) { return softmax(x, -1); });

@@ -1,4 +1,6 @@
-// libFuzzer harness: the safetensors reader (header validation, then every tensor read).
+// libFuzzer harness: the safetensors reader (header validation, then every tensor read), and
+// the same bytes as a checkpoint loaded into a small model and its AdamW (load_checkpoint),
+// which must refuse them without changing anything or load them whole.
 #include <unistd.h>
 
 #include <cstdint>
@@ -6,10 +8,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
-#include <rcjit/Error.h>
+#include <rcjit/rcjit.h>
 
-#include "models/Safetensors.h"
+#include "fuzz/CheckpointModel.h"
+#include "tracer/Safetensors.h"
 
 namespace {
 
@@ -46,6 +50,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (t.shape() != e.shape || t.dtype() != e.dtype) std::abort();
     }
   } catch (const rcjit::Error &) {
+  }
+  rcjit::fuzz::CheckpointModel m;
+  rcjit::optim::AdamW opt(m.parameters());
+  rcjit::fuzz::stepOnce(m, opt);
+  std::vector<rcjit::Tensor> before;
+  for (const auto &[name, t] : opt.state_dict()) before.push_back(t.clone());
+  for (const rcjit::Tensor &p : m.parameters()) before.push_back(p.detach().clone());
+  try {
+    rcjit::load_checkpoint(scratchPath(), m, opt);
+  } catch (const rcjit::Error &) { // refused: nothing may have changed
+    std::vector<rcjit::Tensor> after;
+    for (const auto &[name, t] : opt.state_dict()) after.push_back(t);
+    for (const rcjit::Tensor &p : m.parameters()) after.push_back(p);
+    if (after.size() != before.size()) std::abort();
+    for (size_t i = 0; i < after.size(); ++i) {
+      if (!rcjit::allclose(after[i], before[i], 0, 0)) std::abort();
+    }
   }
   return 0;
 }
