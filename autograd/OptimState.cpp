@@ -2,10 +2,10 @@
 // checked as a whole before anything changes and restored in place.
 #include <rcjit/Optim.h>
 
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include <rcjit/Autograd.h>
@@ -32,11 +32,11 @@ struct StateLayout {
   }
 };
 
+// The shortest text that reads back as v (0.95, not 0.94999999999999996).
 std::string number(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 [[noreturn]] void bad(const StateLayout &l, const std::string &what) {
