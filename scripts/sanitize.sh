@@ -17,11 +17,12 @@ supp="$root/scripts/sanitizers"
 # The ASan+UBSan subset: parsers and readers of untrusted input (graph text, safetensors,
 # cache entries and artifact blobs, the CLI), tensor sizes, the eager kernels, compile and
 # the loop code generator (including their concurrency tests), symbolic shapes and passes,
-# whole training steps (traced mutations, storage adopted on write-back), autocast, the
-# profiler and bf16 products written in f32 (library_cast: the blocked steps' offsets). Then
+# whole training steps (traced mutations, storage adopted on write-back), checkpoints
+# (files read and state restored in place), autocast, the profiler and bf16 products
+# written in f32 (library_cast: the blocked steps' offsets). Then
 # the mpi tests (rcjit_mpi_tests: collectives, ddp, ZeRO, compiled collectives) as a world of
 # one and under `mpirun -np 2` (asan_mpi).
-asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events|logs|whole_step|autocast|profile|library_cast)_test\.cpp$'
+asan_tests='^(size_overflow|graph_io|safetensors|cache|cli|tensor|tracer|eager_elementwise|eager_reduce|eager_matmul|eager_nn|compile|compile_graph|codegen|dynamic|passes|events|logs|whole_step|checkpoint|autocast|profile|library_cast)_test\.cpp$'
 # The TSan subset: the test files holding the tests that start threads; only those run.
 tsan_tests='^(autograd|eager_matmul|codegen|compile|work_pool|tiered)_test\.cpp$'
 tsan_filter='^(Autograd\.GradModeIsPerThread|EagerMatmul\.ConcurrentCallsAgree|CodegenTest\.ConcurrentCompilesAndCalls|Compile\.ConcurrentCalls|WorkPool\..*|Tiered\.(ConcurrentCallersDuringTheSwitch|ProcessExitsDuringABackgroundCompile))$'
