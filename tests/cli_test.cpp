@@ -526,12 +526,13 @@ TEST(Cli, TrainLearningRateScheduleIsTheSameInEveryMode) {
   }
 }
 
-// --save / --resume: 2 steps, a checkpoint per mode, and 2 more steps resumed from it train
-// as 4 steps in one run do (losses, rates of the warm-up and cosine schedule over the run's 4
-// steps), in eager, full and whole mode; bad uses are errors before any training.
+// --save / --resume: a checkpoint per mode after step 2 (--save-every 2, {step} in the name,
+// in a run of 3) and 2 more steps resumed from it train as steps 3 and 4 of one run do
+// (losses, rates of the warm-up and cosine schedule over the run's 4 steps), in eager, full
+// and whole mode; bad uses are errors before any training.
 TEST(Cli, TrainSaveAndResumeEqualsOneRun) {
   const std::string one = tempFile("cli_resume_one.json"), half = tempFile("cli_resume_half.json");
-  const std::string ckpt = tempFile("cli_resume.{mode}.safetensors");
+  const std::string ckpt = tempFile("cli_resume.{mode}.{step}.safetensors");
   auto train = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"train", "--model", "gpt2", "--layers", "1", "--batch",
                                      "2",     "--seq",   "8",    "--warmup", "1", "--lr-schedule",
@@ -546,14 +547,19 @@ TEST(Cli, TrainSaveAndResumeEqualsOneRun) {
   };
   Result r = train({"--steps", "4", "--modes", "eager,full,whole", "--json", one});
   ASSERT_EQ(r.code, 0) << r.err;
-  r = train({"--modes", "eager,full,whole", "--schedule-steps", "4", "--save", ckpt});
+  // the first part stops after 3 steps, keeping a checkpoint of each mode after step 2
+  r = train({"--modes", "eager,full,whole", "--steps", "3", "--schedule-steps", "4", "--save-every",
+             "2", "--save", ckpt});
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(one);
   const nlohmann::json j = nlohmann::json::parse(in);
   for (const nlohmann::json &row : j["results"]) {
     const std::string mode = row["mode"];
-    std::string file = ckpt;
-    file.replace(file.find("{mode}"), 6, mode);
+    std::string file = ckpt, last = ckpt;
+    file.replace(file.find("{mode}"), 6, mode).replace(file.find("{step}"), 6, "2");
+    last.replace(last.find("{mode}"), 6, mode).replace(last.find("{step}"), 6, "3");
+    EXPECT_TRUE(std::filesystem::exists(last)) << "the last step's checkpoint";
+    std::remove(last.c_str());
     Result resumed = train({"--modes", mode, "--resume", file, "--json", half});
     ASSERT_EQ(resumed.code, 0) << resumed.err;
     std::ifstream inHalf(half);
@@ -578,6 +584,8 @@ TEST(Cli, TrainSaveAndResumeEqualsOneRun) {
             std::string::npos);
   EXPECT_NE(errorOfTrain({"--modes", "eager", "--resume", "/nonexistent.safetensors"})
                 .find("'/nonexistent.safetensors': cannot open for reading"),
+            std::string::npos);
+  EXPECT_NE(errorOfTrain({"--modes", "eager", "--save-every", "2"}).find("with --save FILE"),
             std::string::npos);
   EXPECT_NE(errorOfTrain({"--modes", "eager", "--weights", "w.safetensors", "--resume", "x"})
                 .find("--weights and --resume both give the starting parameters"),

@@ -9,14 +9,19 @@ namespace rcjit::tools::train {
 
 namespace {
 
-// The checkpoint file of `mode`: --save with "{mode}" replaced by the mode's name.
-std::string savePath(const Settings &s, const std::string &mode) {
-  std::string path = s.saveTo;
-  for (size_t at = path.find("{mode}"); at != std::string::npos; at = path.find("{mode}", at)) {
-    path.replace(at, 6, mode);
-    at += mode.size();
+// `text` with every `field` replaced by `value`.
+std::string replaced(std::string text, const std::string &field, const std::string &value) {
+  for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at)) {
+    text.replace(at, field.size(), value);
+    at += value.size();
   }
-  return path;
+  return text;
+}
+
+// The checkpoint file of `mode` after `steps` steps: --save with "{mode}" and "{step}"
+// replaced.
+std::string savePath(const Settings &s, const std::string &mode, int steps) {
+  return replaced(replaced(s.saveTo, "{mode}", mode), "{step}", std::to_string(steps));
 }
 
 // A metadata value of the --resume checkpoint, or an Error naming the key.
@@ -40,6 +45,10 @@ void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, in
     throw std::invalid_argument("--save " + s.saveTo + " with " + std::to_string(modes.size()) +
                                 " modes: put {mode} in the name (each mode writes its own "
                                 "checkpoint, e.g. --save run.{mode}.safetensors)");
+  }
+  if (s.saveEvery < 0 || (s.saveEvery > 0 && s.saveTo.empty())) {
+    throw std::invalid_argument("--save-every " + std::to_string(s.saveEvery) +
+                                ": a number of steps (1 or more) with --save FILE");
   }
   if (!s.resumeFrom.empty() && !s.weights.empty()) {
     throw std::invalid_argument("--weights and --resume both give the starting parameters: "
@@ -84,18 +93,19 @@ void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *loca
   }
 }
 
-void saveMode(const Settings &s, const std::string &mode, nn::ModuleBase &model,
+void saveMode(const Settings &s, const std::string &mode, int stepsDone, nn::ModuleBase &model,
               const optim::Optimizer *local, dist::ZeroOptimizer *zero) {
-  if (s.saveTo.empty()) return;
-  const std::map<std::string, std::string> metadata = {
-      {"model", s.model},
-      {"mode", mode},
-      {"optimizer", s.optimizer},
-      {"step", std::to_string(s.firstStep + s.steps)},
-      {"seed", std::to_string(s.seed)}};
-  if (zero) return dist::save_checkpoint(savePath(s, mode), model, *zero, metadata);
+  const bool last = stepsDone == s.firstStep + s.steps;
+  if (s.saveTo.empty() || !(last || (s.saveEvery > 0 && stepsDone % s.saveEvery == 0))) return;
+  const std::string path = savePath(s, mode, stepsDone);
+  const std::map<std::string, std::string> metadata = {{"model", s.model},
+                                                       {"mode", mode},
+                                                       {"optimizer", s.optimizer},
+                                                       {"step", std::to_string(stepsDone)},
+                                                       {"seed", std::to_string(s.seed)}};
+  if (zero) return dist::save_checkpoint(path, model, *zero, metadata);
   // under ddp every rank holds the same parameters and state: rank 0 writes
-  if (s.rank == 0) save_checkpoint(savePath(s, mode), model, *local, metadata);
+  if (s.rank == 0) save_checkpoint(path, model, *local, metadata);
   if (s.ddp) dist::barrier(); // no rank goes on before the file is whole
 }
 

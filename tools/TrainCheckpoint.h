@@ -12,7 +12,7 @@
 
 namespace rcjit::tools::train {
 
-/// Checks --save and --resume against the run's modes and --dist, reads the --resume
+/// Checks --save, --save-every and --resume against the run's modes, reads the --resume
 /// checkpoint's step count into s.firstStep (its header alone) and sets s.scheduleSteps
 /// (`scheduleSteps`, or 0: firstStep + steps). Throws std::invalid_argument or rcjit::Error.
 void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, int scheduleSteps);
@@ -20,8 +20,9 @@ void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, in
 /// one of them is null), and the run's rate.
 void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *local,
                 dist::ZeroOptimizer *zero);
-/// --save: the mode's checkpoint, after s.firstStep + s.steps steps (rank 0 writes it).
-void saveMode(const Settings &s, const std::string &mode, nn::ModuleBase &model,
+/// --save: after the step that brings the count of steps trained to `stepsDone`, the mode's
+/// checkpoint when that was its last step or a multiple of --save-every (rank 0 writes it).
+void saveMode(const Settings &s, const std::string &mode, int stepsDone, nn::ModuleBase &model,
               const optim::Optimizer *local, dist::ZeroOptimizer *zero);
 
 } // namespace rcjit::tools::train

@@ -411,6 +411,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
+    train::saveMode(s, mode, s.firstStep + i + 1, m->module(), local, zero ? &*zero : nullptr);
     r.lrs.push_back(zero ? zero->lr() : local->lr());
     if (norm.defined()) r.gradNorms.push_back(norm.item());
     // the steps after the initial one are timed on the optimized tier, as bench's calls are
@@ -420,7 +421,6 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
       packed0 = pool.packedJobs();
     }
   }
-  train::saveMode(s, mode, m->module(), local, zero ? &*zero : nullptr);
   r.poolJobs = pool.pooledJobs() - jobs0;
   r.packedJobs = pool.packedJobs() - packed0;
   finishTrainRow(r, s, global, c, memoryBefore);
@@ -471,11 +471,15 @@ void addTrainOptions(po::options_description &desc, Settings &s, TrainFlags &f) 
       "save", po::value(&s.saveTo),
       "after each mode's last step write a checkpoint to FILE (parameters, optimizer state, "
       "step count; safetensors; {mode} in FILE is replaced by the mode's name, needed with "
-      "several modes)")("resume", po::value(&s.resumeFrom),
-                        "start every mode from the checkpoint FILE of `rcjit train --save` "
-                        "(its parameters, optimizer state and step count: the batch stream and "
-                        "the rate schedule go on from there)")(
-      "seed", po::value(&s.seed)->default_value(0), "seed of the weights and the batch stream")(
+      "several modes, and {step} by the count of steps trained)")(
+      "save-every", po::value(&s.saveEvery)->default_value(0),
+      "with --save: also write the checkpoint after every N-th step (counted from the start "
+      "of training; put {step} in FILE to keep each, else each replaces the last)")(
+      "resume", po::value(&s.resumeFrom),
+      "start every mode from the checkpoint FILE of `rcjit train --save` "
+      "(its parameters, optimizer state and step count: the batch stream and "
+      "the rate schedule go on from there)")("seed", po::value(&s.seed)->default_value(0),
+                                             "seed of the weights and the batch stream")(
       "json", po::value(&f.json), "also write every figure, step times and losses to FILE")(
       "weights", po::value(&s.weights),
       "start from parameters in FILE.safetensors (Hugging Face names; every shape checked); "

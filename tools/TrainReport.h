@@ -38,7 +38,8 @@ struct Settings {
   bool cosine = false;     // --lr-schedule cosine: then a cosine decay over the remaining steps
   int scheduleSteps = 0;   // the steps the schedule spans (--schedule-steps; firstStep + steps)
   bool scheduled() const { return warmup > 0 || cosine; }
-  std::string saveTo;     // --save: a checkpoint after each mode's last step ({mode} replaced)
+  std::string saveTo;     // --save: a checkpoint after each mode's last step ({mode}, {step})
+  int saveEvery = 0;      // --save-every: also after every step count that is a multiple of it
   std::string resumeFrom; // --resume: every mode starts from this checkpoint
   int firstStep = 0;      // the step count the --resume checkpoint was saved after (else 0)
 };
