@@ -1,6 +1,9 @@
 // `rcjit train --save / --resume`.
 #include "tools/TrainCheckpoint.h"
 
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "tracer/Safetensors.h"
@@ -94,7 +97,7 @@ void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *loca
 }
 
 void saveMode(const Settings &s, const std::string &mode, int stepsDone, nn::ModuleBase &model,
-              const optim::Optimizer *local, dist::ZeroOptimizer *zero) {
+              const optim::Optimizer *local, dist::ZeroOptimizer *zero, std::ostream &progress) {
   const bool last = stepsDone == s.firstStep + s.steps;
   if (s.saveTo.empty() || !(last || (s.saveEvery > 0 && stepsDone % s.saveEvery == 0))) return;
   const std::string path = savePath(s, mode, stepsDone);
@@ -103,10 +106,21 @@ void saveMode(const Settings &s, const std::string &mode, int stepsDone, nn::Mod
                                                        {"optimizer", s.optimizer},
                                                        {"step", std::to_string(stepsDone)},
                                                        {"seed", std::to_string(s.seed)}};
-  if (zero) return dist::save_checkpoint(path, model, *zero, metadata);
-  // under ddp every rank holds the same parameters and state: rank 0 writes
-  if (s.rank == 0) save_checkpoint(path, model, *local, metadata);
-  if (s.ddp) dist::barrier(); // no rank goes on before the file is whole
+  const auto t0 = std::chrono::steady_clock::now();
+  if (zero) {
+    dist::save_checkpoint(path, model, *zero, metadata);
+  } else if (s.rank == 0) { // under ddp every rank holds the same parameters and state
+    save_checkpoint(path, model, *local, metadata);
+  }
+  if (s.ddp && !zero) dist::barrier(); // no rank goes on before the file is whole
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::error_code ec;
+  const auto bytes = s.rank == 0 ? std::filesystem::file_size(path, ec) : 0;
+  char line[160];
+  std::snprintf(line, sizeof line, " after step %d (%.1f MiB, %.2f s)\n", stepsDone,
+                ec ? 0.0 : static_cast<double>(bytes) / (1 << 20), seconds);
+  progress << "train: " << mode << ": checkpoint " << path << line << std::flush;
 }
 
 } // namespace rcjit::tools::train

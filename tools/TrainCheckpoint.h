@@ -3,6 +3,7 @@
 // that go on from one, so that training N steps, saving, and resuming for M more trains as N + M
 // steps in one run do.
 #pragma once
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,9 @@ void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, in
 void resumeMode(const Settings &s, nn::ModuleBase &model, optim::Optimizer *local,
                 dist::ZeroOptimizer *zero);
 /// --save: after the step that brings the count of steps trained to `stepsDone`, the mode's
-/// checkpoint when that was its last step or a multiple of --save-every (rank 0 writes it).
+/// checkpoint when that was its last step or a multiple of --save-every (rank 0 writes it),
+/// said on `progress` with its size and time.
 void saveMode(const Settings &s, const std::string &mode, int stepsDone, nn::ModuleBase &model,
-              const optim::Optimizer *local, dist::ZeroOptimizer *zero);
+              const optim::Optimizer *local, dist::ZeroOptimizer *zero, std::ostream &progress);
 
 } // namespace rcjit::tools::train

@@ -411,7 +411,7 @@ TrainRow trainOne(const ModelInfo &info, const ModelConfig &c, const std::string
     }
     if (s.device.is_cuda()) cuda::DeviceContext::get(0).synchronize(); // the step's kernels ran
     recordStep(r, l, msSince(t0), i, info.name, s, start, warned, err);
-    train::saveMode(s, mode, s.firstStep + i + 1, m->module(), local, zero ? &*zero : nullptr);
+    train::saveMode(s, mode, s.firstStep + i + 1, m->module(), local, zero ? &*zero : nullptr, err);
     r.lrs.push_back(zero ? zero->lr() : local->lr());
     if (norm.defined()) r.gradNorms.push_back(norm.item());
     // the steps after the initial one are timed on the optimized tier, as bench's calls are
