@@ -82,6 +82,17 @@ inline std::string errorOf(const std::function<void()> &f) {
   return "(no error)";
 }
 
+/// Runs f, expecting an rcjit::Error whose message contains every one of `parts`.
+inline void expectError(const std::function<void()> &f, const std::vector<std::string> &parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no rcjit::Error thrown; expected one naming " << parts.front();
+  } catch (const rcjit::Error &e) {
+    const std::string msg = e.what();
+    for (const auto &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
+  }
+}
+
 /// Expected values of a reference computation, in row-major order, and their shape.
 struct Ref {
   std::vector<double> data;

@@ -14,6 +14,8 @@
 
 namespace {
 
+using rcjit::test::expectError;
+
 using rcjit::test::make;
 using rcjit::test::numelOf;
 
@@ -481,17 +483,6 @@ TEST(EagerElementwise, CopiesOfViews) {
   }
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(big.to(DType::f64).to(DType::f32).to_vector<float>(), bv);
-}
-
-/// Runs f, expecting an rcjit::Error whose message contains every one of `parts`.
-void expectError(const std::function<void()> &f, const std::vector<std::string> &parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no rcjit::Error thrown; expected one naming " << parts.front();
-  } catch (const rcjit::Error &e) {
-    const std::string msg = e.what();
-    for (const auto &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
-  }
 }
 
 TEST(EagerElementwise, ErrorsNameOpAndShapes) {

@@ -15,6 +15,8 @@
 
 namespace {
 
+using rcjit::test::expectError;
+
 using rcjit::test::make;
 using rcjit::test::numelOf;
 
@@ -23,7 +25,7 @@ using rcjit::DType;
 using rcjit::Shape;
 using rcjit::Tensor;
 
-std::vector<float> values(int64_t n, float lo, float hi, uint32_t seed = 1) {
+std::vector<float> reduceValues(int64_t n, float lo, float hi, uint32_t seed = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   uint32_t s = seed * 2654435761u + 777u;
   for (auto &x : v) {
@@ -147,21 +149,21 @@ void checkReductions(const Tensor &x, const std::string &what) {
 
 TEST(EagerReduce, AllDimSetsAndDtypes) {
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    checkReductions(make(values(3 * 4 * 5, -2, 2, 1), {3, 4, 5}, dt), name(dt));
+    checkReductions(make(reduceValues(3 * 4 * 5, -2, 2, 1), {3, 4, 5}, dt), name(dt));
   }
   std::vector<int64_t> iv;
-  for (float v : values(60, -100, 100, 2)) iv.push_back(static_cast<int64_t>(v));
+  for (float v : reduceValues(60, -100, 100, 2)) iv.push_back(static_cast<int64_t>(v));
   for (DType dt : {DType::i32, DType::i64, DType::boolean}) {
     checkReductions(Tensor::from_vector(iv, {3, 4, 5}).to(dt), name(dt));
   }
 }
 
 TEST(EagerReduce, NonContiguousInputs) {
-  const Tensor base = make(values(5 * 4 * 6, -2, 2, 3), {5, 4, 6});
+  const Tensor base = make(reduceValues(5 * 4 * 6, -2, 2, 3), {5, 4, 6});
   checkReductions(rcjit::permute(base, {2, 0, 1}), "permuted");
   checkReductions(rcjit::transpose(base, 0, 2), "transposed");
   checkReductions(rcjit::slice(rcjit::slice(base, 2, 1, 5), 0, 1, 4), "sliced");
-  checkReductions(rcjit::expand(make(values(4, -1, 1, 4), {1, 4, 1}), {3, 4, 5}), "expanded");
+  checkReductions(rcjit::expand(make(reduceValues(4, -1, 1, 4), {1, 4, 1}), {3, 4, 5}), "expanded");
 }
 
 TEST(EagerReduce, ZeroDimAndSizeOneDims) {
@@ -170,12 +172,12 @@ TEST(EagerReduce, ZeroDimAndSizeOneDims) {
   EXPECT_EQ(rcjit::sum(s).item(), 2.5);
   EXPECT_EQ(rcjit::amax(s).item(), 2.5);
   EXPECT_EQ(rcjit::mean(s).item(), 2.5);
-  checkReductions(make(values(5, -1, 1, 5), {1, 5, 1}), "size-1 dims");
+  checkReductions(make(reduceValues(5, -1, 1, 5), {1, 5, 1}), "size-1 dims");
 }
 
 TEST(EagerReduce, LargeSumsAreAccurate) {
   const int64_t n = 3'000'017;
-  const auto v = values(n, -1, 1.5f, 6);
+  const auto v = reduceValues(n, -1, 1.5f, 6);
   const Tensor x = make(v, {n});
   double ref = 0;
   for (float e : v) ref += e;
@@ -183,7 +185,7 @@ TEST(EagerReduce, LargeSumsAreAccurate) {
   expectClose({rcjit::mean(x).item()}, {ref / n}, 1e-5, 0, "mean of 3M");
   // a few long rows (split over threads), many short rows, and columns
   for (const Shape &shape : {Shape{4, 750000}, Shape{30000, 100}, Shape{100, 30000}}) {
-    const auto xv = make(values(3'000'000, -1, 1.5f, 7), shape);
+    const auto xv = make(reduceValues(3'000'000, -1, 1.5f, 7), shape);
     const auto xd = xv.to_vector<double>();
     for (int64_t dim : {0, 1}) {
       const RefReduce r =
@@ -234,7 +236,7 @@ std::vector<int64_t> refArgmax(const std::vector<double> &x, const Shape &s, int
 }
 
 TEST(EagerReduce, Argmax) {
-  auto v = values(4 * 5 * 6, -3, 3, 8);
+  auto v = reduceValues(4 * 5 * 6, -3, 3, 8);
   for (float &e : v) e = std::round(e); // ties: the first index wins
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     const Tensor x = make(v, {4, 5, 6}, dt);
@@ -260,7 +262,7 @@ TEST(EagerReduce, Argmax) {
   EXPECT_EQ(rcjit::argmax(t, 1).to_vector<int64_t>(), refArgmax(tv, {6, 5, 4}, 1));
   const Tensor n = make({1, NAN, 5, NAN, 2, 7}, {6});
   EXPECT_EQ(rcjit::argmax(n, 0).item(), 1);
-  const auto big = values(200 * 3000, -1, 1, 9);
+  const auto big = reduceValues(200 * 3000, -1, 1, 9);
   const Tensor b = make(big, {200, 3000});
   const auto bd = b.to_vector<double>();
   EXPECT_EQ(rcjit::argmax(b, 1).to_vector<int64_t>(), refArgmax(bd, {200, 3000}, 1));
@@ -310,37 +312,26 @@ void checkSoftmax(const Tensor &x, int64_t dim, const std::string &what) {
 
 TEST(EagerReduce, SoftmaxEveryDimAndDtype) {
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    const Tensor x = make(values(4 * 5 * 6, -4, 4, 10), {4, 5, 6}, dt);
+    const Tensor x = make(reduceValues(4 * 5 * 6, -4, 4, 10), {4, 5, 6}, dt);
     for (int64_t dim : {0, 1, 2, -1, -3}) checkSoftmax(x, dim, name(dt));
   }
-  const Tensor base = make(values(4 * 5 * 6, -4, 4, 11), {4, 5, 6});
+  const Tensor base = make(reduceValues(4 * 5 * 6, -4, 4, 11), {4, 5, 6});
   checkSoftmax(rcjit::transpose(base, 1, 2), -1, "transposed");
   checkSoftmax(rcjit::slice(base, 2, 1, 4), 1, "sliced");
 }
 
 TEST(EagerReduce, SoftmaxLargeAndStable) {
-  checkSoftmax(make(values(64 * 2000, -10, 10, 12), {64, 2000}), -1, "rows");
-  checkSoftmax(make(values(300 * 200, -10, 10, 13), {300, 200}), 0, "columns");
-  checkSoftmax(make(values(2 * 3000 * 7, -10, 10, 14), {2, 3000, 7}), 1, "middle");
+  checkSoftmax(make(reduceValues(64 * 2000, -10, 10, 12), {64, 2000}), -1, "rows");
+  checkSoftmax(make(reduceValues(300 * 200, -10, 10, 13), {300, 200}), 0, "columns");
+  checkSoftmax(make(reduceValues(2 * 3000 * 7, -10, 10, 14), {2, 3000, 7}), 1, "middle");
   // huge logits: stable only if the max is subtracted first
-  checkSoftmax(make(values(1000, 1000, 1010, 15), {10, 100}), 1, "huge logits");
+  checkSoftmax(make(reduceValues(1000, 1000, 1010, 15), {10, 100}), 1, "huge logits");
   const float ninf = -std::numeric_limits<float>::infinity();
   const Tensor masked = rcjit::softmax(make({0, ninf, 0, ninf}, {1, 4}), 1);
   EXPECT_EQ(masked.to_vector<float>(), (std::vector<float>{0.5f, 0, 0.5f, 0}));
   const auto ls = rcjit::log_softmax(make({0, ninf}, {2}), 0).to_vector<float>();
   EXPECT_EQ(ls[0], 0);
   EXPECT_EQ(ls[1], ninf);
-}
-
-/// Runs f, expecting an rcjit::Error whose message contains every one of `parts`.
-void expectError(const std::function<void()> &f, const std::vector<std::string> &parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no rcjit::Error thrown; expected one naming " << parts.front();
-  } catch (const rcjit::Error &e) {
-    const std::string msg = e.what();
-    for (const auto &p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
-  }
 }
 
 TEST(EagerReduce, ErrorsNameOpAndShapes) {
