@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <unordered_map>
 
 #include <rcjit/Onnx.h>
@@ -85,8 +86,10 @@ std::string externalPath(const std::string &location, const std::string &dir,
   return f;
 }
 
-void readExternal(const TensorData &t, const std::string &dir, const std::string &what, void *dst,
-                  size_t want) {
+// The tensor `make` allocates, holding `want` bytes of t's external data: the file and the
+// range are checked before anything is allocated.
+Tensor readExternal(const TensorData &t, const std::string &dir, const std::string &what,
+                    const std::function<Tensor()> &make, size_t want) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto &[k, v] : t.externalData) {
@@ -110,7 +113,9 @@ void readExternal(const TensorData &t, const std::string &dir, const std::string
                 "' is too short: needs " + std::to_string(want) + " bytes at offset " +
                 std::to_string(offset) + ", has " + std::to_string(bytes.size()));
   }
-  if (want) std::memcpy(dst, bytes.data() + offset, want);
+  Tensor out = make();
+  if (want) std::memcpy(out.data_ptr(), bytes.data() + offset, want);
+  return out;
 }
 
 template <class Src> void copyTyped(const std::vector<Src> &src, Tensor &out, DType dt) {
@@ -180,36 +185,45 @@ Tensor decodeTensor(const TensorData &t, const std::string &dir, const std::stri
     numel *= d;
   }
   size_t want = static_cast<size_t>(numel) * dtypeSize(dt);
-  Tensor out = Tensor::empty(t.dims, dt);
+  // every size is checked before the tensor is allocated: a file may declare any shape
+  auto make = [&] { return Tensor::empty(t.dims, dt); };
+  if (t.external) return readExternal(t, dir, what, make, want);
   auto count = [&](size_t have, const char *field) {
     if (have != static_cast<size_t>(numel)) {
       throw Error("onnx: " + where + ": " + field + " has " + std::to_string(have) +
                   " values, its shape " + shapeStr(t.dims) + " needs " + std::to_string(numel));
     }
   };
-  if (t.external) {
-    readExternal(t, dir, what, out.data_ptr(), want);
-  } else if (t.hasRaw) {
+  if (t.hasRaw) {
     if (t.raw.size() != want) {
       throw Error("onnx: " + where + ": raw_data has " + std::to_string(t.raw.size()) +
                   " bytes, its shape " + shapeStr(t.dims) + " and type " +
                   onnxTypeName(t.dataType) + " need " + std::to_string(want));
     }
+    Tensor out = make();
     if (want) std::memcpy(out.data_ptr(), t.raw.data(), want);
     if (dt == DType::boolean) {
       for (int64_t i = 0; i < numel; ++i) out.data<uint8_t>()[i] = out.data<uint8_t>()[i] != 0;
     }
-  } else if (dt == DType::f32) {
+    return out;
+  }
+  if (dt == DType::f32) {
     count(t.floats.size(), "float_data");
-    copyTyped(t.floats, out, dt);
   } else if (dt == DType::f64) {
     count(t.doubles.size(), "double_data");
-    copyTyped(t.doubles, out, dt);
   } else if (dt == DType::i64) {
     count(t.int64s.size(), "int64_data");
-    copyTyped(t.int64s, out, dt);
   } else {
     count(t.int32s.size(), "int32_data");
+  }
+  Tensor out = make();
+  if (dt == DType::f32) {
+    copyTyped(t.floats, out, dt);
+  } else if (dt == DType::f64) {
+    copyTyped(t.doubles, out, dt);
+  } else if (dt == DType::i64) {
+    copyTyped(t.int64s, out, dt);
+  } else {
     copyTyped(t.int32s, out, dt);
   }
   return out;

@@ -295,6 +295,10 @@ TEST(OnnxImport, GraphErrorsNameNodeOpAndValue) {
   GraphSpec s = mlpGraph();
   s.initializers[1] = tensor("fc1.bias", kFloat, {8}, std::string(12, '\0'));
   EXPECT_ERROR(load_bytes(model(s)), "raw_data has 12 bytes");
+  // a shape of 2^40 elements (4 TiB of f32) with 12 bytes of data: refused by the sizes, before
+  // anything is allocated (allocating first gave an allocation failure; the fuzzer's finding)
+  s.initializers[1] = tensor("fc1.bias", kFloat, {1 << 20, 1 << 20}, std::string(12, '\0'));
+  EXPECT_ERROR(load_bytes(model(s)), "raw_data has 12 bytes, its shape [1048576, 1048576]");
   Model m = load_bytes(model(mlpGraph()));
   EXPECT_ERROR(m({}), "takes 1 inputs");
   EXPECT_ERROR(m({Tensor::randn({2, 5}, 1)}), "input 'x' has shape [2, 5]");
