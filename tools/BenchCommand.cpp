@@ -366,16 +366,10 @@ PlotSpec plotSpec(const BenchOptions &o, const std::vector<Row> &rows) {
 std::vector<int64_t> parseBatches(const std::string &batches) {
   std::vector<int64_t> out;
   for (const std::string &b : splitList(batches)) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(b, &used);
-    } catch (const std::exception &) {
-      used = 0;
-    }
-    if (used != b.size() || v <= 0)
+    const std::optional<int64_t> v = parseInteger(b);
+    if (!v || *v <= 0)
       throw std::invalid_argument("--batch: '" + b + "' is not a positive integer");
-    out.push_back(v);
+    out.push_back(*v);
   }
   return out;
 }

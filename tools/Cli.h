@@ -2,6 +2,7 @@
 #pragma once
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ CompileRequest traceRequest(const Trace &t, Target target);
 
 /// The non-empty items of a comma-separated list ("eager,full,,regional" -> 3 items).
 std::vector<std::string> splitList(const std::string &s);
+/// The whole of `text` as a decimal integer (std::stoll's syntax, nothing after it), or
+/// nullopt: what flags and metadata holding counts are checked with.
+std::optional<int64_t> parseInteger(const std::string &text);
 /// Milliseconds since t0 on the steady clock.
 double msSince(std::chrono::steady_clock::time_point t0);
 /// The host CPU's model name (/proc/cpuinfo), or "unknown".

@@ -36,17 +36,11 @@ Shape parseShapeText(const std::string &text, const std::string &flag) {
   std::string item;
   std::stringstream ss(text);
   while (std::getline(ss, item, text.find(',') != std::string::npos ? ',' : 'x')) {
-    size_t used = 0;
-    int64_t v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception &) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < 0)
+    const std::optional<int64_t> v = parseInteger(item);
+    if (!v || *v < 0)
       throw std::invalid_argument(flag + ": '" + text +
                                   "' is not a shape such as 1x128 (sizes 0 and up)");
-    s.push_back(v);
+    s.push_back(*v);
   }
   return s;
 }

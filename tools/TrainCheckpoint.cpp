@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "tools/Cli.h"
 #include "tracer/Safetensors.h"
 
 namespace rcjit::tools::train {
@@ -64,17 +65,11 @@ void checkCheckpointFlags(Settings &s, const std::vector<std::string> &modes, in
                                         "', not of --model " + s.model);
     }
     const std::string &step = metadataOf(reader, "step");
-    size_t used = 0;
-    long value = -1;
-    try {
-      value = std::stol(step, &used);
-    } catch (const std::exception &) {
-      used = 0;
-    }
-    if (used != step.size() || value < 0 || value > (1 << 24)) {
+    const std::optional<int64_t> value = parseInteger(step);
+    if (!value || *value < 0 || *value > (1 << 24)) {
       failSafetensors(s.resumeFrom, "its \"step\" metadata '" + step + "' is not a step count");
     }
-    s.firstStep = static_cast<int>(value);
+    s.firstStep = static_cast<int>(*value);
   }
   s.scheduleSteps = scheduleSteps > 0 ? scheduleSteps : s.firstStep + s.steps;
 }
