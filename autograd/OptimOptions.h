@@ -17,6 +17,13 @@ void checkOptions(const SGDOptions &o, const char *who);
 void checkOptions(const AdamWOptions &o, const char *who);
 void checkLr(double lr, const char *who);
 
+/// The hyperparameters a state_dict() holds, in its order, with the rate `lr`: AdamW's lr,
+/// beta1, beta2, eps, weight_decay; SGD's lr, momentum, weight_decay.
+std::vector<std::pair<std::string, double>> hyperparameters(const AdamWOptions &o, double lr);
+std::vector<std::pair<std::string, double>> hyperparameters(const SGDOptions &o, double lr);
+/// Those as state_dict() holds them: f64 scalars.
+NamedTensors asTensors(const std::vector<std::pair<std::string, double>> &hyper);
+
 /// A state_dict() checked against an optimizer: the rate and, per parameter, its state
 /// tensors by name (all of the optimizer's names for a parameter, or none).
 struct CheckedState {

@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <string>
 
@@ -138,11 +137,9 @@ CheckedState checkLayout(const NamedTensors &state, const StateLayout &l) {
   return c;
 }
 
-// `dst` (made by `make` when undefined) holds `src`'s values; in place when it exists, so a
-// compiled step that holds it reads them.
-void restore(Tensor &dst, const Tensor &src, const std::function<Tensor()> &make) {
+// `dst` holds `src`'s values, written in place, so a compiled step that holds it reads them.
+void restore(Tensor &dst, const Tensor &src) {
   NoGradGuard noGrad;
-  if (!dst.defined()) dst = make();
   dst.copy_(src.to(dst.device()));
 }
 
@@ -152,8 +149,6 @@ void clearState(Tensor &t) {
   NoGradGuard noGrad;
   t.copy_(Tensor::zeros(t.shape(), t.dtype(), t.device()));
 }
-
-Tensor hyperTensor(double v) { return Tensor::full({}, v, DType::f64); }
 
 DType momentsDtype(const Tensor &p) { return p.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -165,27 +160,35 @@ DType momentsDtype(const Tensor &p) { return p.dtype() == DType::f64 ? DType::f6
 
 } // namespace
 
+std::vector<std::pair<std::string, double>> hyperparameters(const AdamWOptions &o, double lr) {
+  return {{"lr", lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay}};
+}
+
+std::vector<std::pair<std::string, double>> hyperparameters(const SGDOptions &o, double lr) {
+  return {{"lr", lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+}
+
+NamedTensors asTensors(const std::vector<std::pair<std::string, double>> &hyper) {
+  NamedTensors out;
+  for (const auto &[name, v] : hyper) out.emplace_back(name, Tensor::full({}, v, DType::f64));
+  return out;
+}
+
 CheckedState checkState(const NamedTensors &state, const AdamWOptions &o,
                         const std::vector<std::pair<Shape, DType>> &moments,
                         const std::string &who) {
-  return checkLayout(state, {who,
-                             {{"lr", o.lr},
-                              {"beta1", o.beta1},
-                              {"beta2", o.beta2},
-                              {"eps", o.eps},
-                              {"weight_decay", o.weight_decay}},
-                             {"exp_avg", "exp_avg_sq", "step"},
-                             moments});
+  return checkLayout(state,
+                     {who, hyperparameters(o, o.lr), {"exp_avg", "exp_avg_sq", "step"}, moments});
 }
 
 CheckedState checkState(const NamedTensors &state, const SGDOptions &o,
                         const std::vector<std::pair<Shape, DType>> &buffers,
                         const std::string &who) {
-  return checkLayout(state,
-                     {who,
-                      {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}},
-                      {"momentum_buffer"},
-                      buffers});
+  return checkLayout(state, {who, hyperparameters(o, o.lr), {"momentum_buffer"}, buffers});
 }
 
 NamedTensors Optimizer::state_dict() const { noStateDict("state_dict"); }
@@ -193,9 +196,7 @@ NamedTensors Optimizer::state_dict() const { noStateDict("state_dict"); }
 void Optimizer::load_state_dict(const NamedTensors &) { noStateDict("load_state_dict"); }
 
 NamedTensors SGD::state_dict() const {
-  NamedTensors out = {{"lr", hyperTensor(lr())},
-                      {"momentum", hyperTensor(options_.momentum)},
-                      {"weight_decay", hyperTensor(options_.weight_decay)}};
+  NamedTensors out = asTensors(hyperparameters(options_, lr()));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (momentum_[i].defined()) {
       out.emplace_back("state." + std::to_string(i) + ".momentum_buffer", momentum_[i]);
@@ -218,17 +219,13 @@ void SGD::load_state_dict(const NamedTensors &state) {
       clearState(momentum_[i]);
       continue;
     }
-    restore(momentum_[i], c.perParam[i].at("momentum_buffer"),
-            [&] { return Tensor::zeros(p.shape(), p.dtype(), p.device()); });
+    if (!momentum_[i].defined()) momentum_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
+    restore(momentum_[i], c.perParam[i].at("momentum_buffer"));
   }
 }
 
 NamedTensors AdamW::state_dict() const {
-  NamedTensors out = {{"lr", hyperTensor(lr())},
-                      {"beta1", hyperTensor(options_.beta1)},
-                      {"beta2", hyperTensor(options_.beta2)},
-                      {"eps", hyperTensor(options_.eps)},
-                      {"weight_decay", hyperTensor(options_.weight_decay)}};
+  NamedTensors out = asTensors(hyperparameters(options_, lr()));
   for (size_t i = 0; i < params_.size(); ++i) {
     const State &s = state_[i];
     if (!s.m.defined() || !s.steps.defined()) continue;
@@ -254,9 +251,9 @@ void AdamW::load_state_dict(const NamedTensors &state) {
       continue;
     }
     initState(s, params_[i]);
-    restore(s.m, c.perParam[i].at("exp_avg"), {});
-    restore(s.v, c.perParam[i].at("exp_avg_sq"), {});
-    restore(s.steps, c.perParam[i].at("step"), {});
+    restore(s.m, c.perParam[i].at("exp_avg"));
+    restore(s.v, c.perParam[i].at("exp_avg_sq"));
+    restore(s.steps, c.perParam[i].at("step"));
   }
 }
 

@@ -3,6 +3,7 @@
 // ranks or in one process.
 #include <rcjit/Zero.h>
 
+#include <algorithm>
 #include <map>
 
 #include <rcjit/Autograd.h>
@@ -26,21 +27,10 @@ std::vector<std::string> flatStateNames(bool adamw) {
   return {"momentum_buffer"};
 }
 
-Tensor f64Scalar(double v) { return Tensor::full({}, v, DType::f64); }
-
 // The hyperparameters as state_dict() names them, with the rate `lr`.
 NamedTensors hyperparameters(const ZeroOptimizer::Impl &z, double lr) {
-  if (z.adamw) {
-    const optim::AdamWOptions &o = *z.adamw;
-    return {{"lr", f64Scalar(lr)},
-            {"beta1", f64Scalar(o.beta1)},
-            {"beta2", f64Scalar(o.beta2)},
-            {"eps", f64Scalar(o.eps)},
-            {"weight_decay", f64Scalar(o.weight_decay)}};
-  }
-  return {{"lr", f64Scalar(lr)},
-          {"momentum", f64Scalar(z.sgd->momentum)},
-          {"weight_decay", f64Scalar(z.sgd->weight_decay)}};
+  return optim::asTensors(z.adamw ? optim::hyperparameters(*z.adamw, lr)
+                                  : optim::hyperparameters(*z.sgd, lr));
 }
 
 void refuseInTrace(const ZeroOptimizer::Impl &z, const char *what) {
@@ -110,7 +100,8 @@ void ZeroOptimizer::Impl::applyState(const SlicedState &s) {
   for (size_t i = 0; i < units.size(); ++i) {
     ZeroUnit &u = units[i];
     u.optimizer->load_state_dict(s.units[i]); // checked above: restores in place
-    u.stepped = s.units[i].size() > hyperparameters(*this, s.lr).size();
+    u.stepped = std::any_of(s.units[i].begin(), s.units[i].end(),
+                            [](const auto &e) { return e.first.rfind("state.", 0) == 0; });
   }
 }
 
