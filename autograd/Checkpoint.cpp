@@ -22,13 +22,6 @@ constexpr const char *kFormatKey = "rcjit.checkpoint";
 constexpr const char *kFormat = "1"; // this layout: "model.NAME", "optimizer.NAME"
 constexpr const char *kOptimizerKey = "rcjit.optimizer"; // "1" when the state was saved
 
-std::string listOf(const std::vector<std::string> &names) {
-  std::string out;
-  for (size_t i = 0; i < names.size() && i < 6; ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > 6) out += ", ... (" + std::to_string(names.size()) + " in all)";
-  return out;
-}
-
 void refuseInTrace(const char *who) {
   if (!Tracer::current()) return;
   throw Error(std::string(who) + " inside a compiled function: call it between the calls");
@@ -137,8 +130,8 @@ CheckpointRead readCheckpoint(const std::string &path,
   }
   if (!missing.empty() || !unexpected.empty()) {
     failSafetensors(path, "does not match the model: parameters not in the file [" +
-                              listOf(missing) + "], tensors the model has no parameter for [" +
-                              listOf(unexpected) + "]");
+                              listNames(missing) + "], tensors the model has no parameter for [" +
+                              listNames(unexpected) + "]");
   }
   auto saved = meta.find(kOptimizerKey);
   if (withState && (saved == meta.end() || saved->second != "1")) {

@@ -52,13 +52,6 @@ std::vector<std::regex> compile(const std::vector<std::string> &patterns) {
   return {patterns.begin(), patterns.end()};
 }
 
-std::string listNames(const std::vector<std::string> &names) {
-  std::string out;
-  for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > 8) out += ", ... (" + std::to_string(names.size()) + " in all)";
-  return out;
-}
-
 // One planned copy: file tensor -> parameter slot.
 struct Assignment {
   const SafetensorsReader *reader;

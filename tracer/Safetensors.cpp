@@ -139,6 +139,13 @@ int64_t readHeaderLength(std::ifstream &in, const std::string &path, int64_t fil
 
 } // namespace
 
+std::string listNames(const std::vector<std::string> &names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 8) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
 void failSafetensors(const std::string &path, const std::string &what) {
   throw Error("safetensors file '" + path + "': " + what);
 }

@@ -58,6 +58,9 @@ void writeSafetensors(const std::string &path,
                       const std::vector<std::pair<std::string, Tensor>> &tensors,
                       const std::map<std::string, std::string> &metadata = {});
 
+/// Names for a message about a file's tensors: the first 8, comma-separated, then how many
+/// there are in all.
+std::string listNames(const std::vector<std::string> &names);
 /// Throws the rcjit::Error every problem of a safetensors file is: "safetensors file
 /// 'PATH': WHAT".
 [[noreturn]] void failSafetensors(const std::string &path, const std::string &what);
